@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Create .venv and install polyrl with its test extras.
+#
+# torch: a CPU build is preferred. pip takes one from any --find-links / extra index already
+# configured on the machine (as on the polyrl dev boxes, where torch 2.13.0+cpu lies on disk).
+# Elsewhere set POLYRL_TORCH_INDEX to a wheel index of CPU builds to avoid a multi-GB CUDA download,
+# or leave it unset to get pip's default torch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+STAMP=.venv/.polyrl-installed
+if [ -f "$STAMP" ] && [ "$STAMP" -nt pyproject.toml ]; then
+  exit 0
+fi
+# pip install, without the noise some local mirrors print for every missing package folder
+pip_install() {
+  .venv/bin/pip install -q "$@" 2>&1 | { grep -v "is neither a file nor a directory" || true; }
+}
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  TORCH_SPEC=${POLYRL_TORCH_SPEC:-torch==2.13.0}
+  if [ -n "${POLYRL_TORCH_INDEX:-}" ]; then
+    pip_install --extra-index-url "$POLYRL_TORCH_INDEX" "$TORCH_SPEC"
+  else
+    pip_install "$TORCH_SPEC"
+  fi
+fi
+pip_install -e ".[dev]"
+touch "$STAMP"

@@ -1,0 +1,48 @@
+"""The ``polyrl`` command: a thin shell over the library. Parse, call, print.
+
+Errors a user can cause (:class:`~polyrl.errors.UserError`) print one line on stderr and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from polyrl.cli import tasks as _tasks
+from polyrl.cli import train as _train
+from polyrl.errors import UserError
+
+app = typer.Typer(
+    name="polyrl",
+    help="Multi-task reinforcement learning for language-model policies.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(_tasks.app, name="tasks")
+_train.register(app)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI on ``argv`` and return the exit code (what tests call)."""
+    import click
+
+    try:
+        result = app(args=argv, standalone_mode=False)
+    except UserError as exc:
+        print(f"polyrl: error: {exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        print("polyrl: interrupted", file=sys.stderr)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return 2
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0
+    return result if isinstance(result, int) else 0
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))

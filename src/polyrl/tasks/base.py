@@ -1,0 +1,253 @@
+"""The Task protocol: a generator with controllable difficulty and a rule-based verifier.
+
+A task turns ``(seed, difficulty, split)`` into a :class:`Problem` deterministically, and scores any
+response to that problem with :meth:`Task.verify`, which never raises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Mapping
+
+from polyrl.errors import UserError
+from polyrl.tasks.answers import MAX_ANSWER_CHARS, AnswerFormat
+
+CATEGORIES = ("arithmetic", "logic", "grid", "graph", "sequential", "crypto", "search")
+"""The seven task categories (after Enigmata); plugins may add others."""
+
+SPLITS = ("train", "eval")
+"""Seed spaces. The same seed index in different splits draws from unrelated random streams."""
+
+DEFAULT_PRESETS: Mapping[str, float] = {"easy": 0.0, "medium": 0.5, "hard": 1.0}
+
+Difficulty = float | str | Mapping[str, Any]
+"""A knob in [0, 1], a preset name (``easy``/``medium``/``hard``), a numeric string, or explicit parameters."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One difficulty parameter, interpolated monotonically from ``easy`` (knob 0) to ``hard`` (knob 1)."""
+
+    name: str
+    easy: float
+    hard: float
+    doc: str = ""
+    integer: bool = True
+
+    def at(self, knob: float) -> int | float:
+        value = self.easy + knob * (self.hard - self.easy)
+        if self.integer:
+            # floor keeps the mapping monotone and reaches `hard` exactly at knob == 1
+            lo, hi = sorted((self.easy, self.hard))
+            value = math.floor(value + 1e-9) if self.hard >= self.easy else math.ceil(value - 1e-9)
+            return int(min(max(value, lo), hi))
+        return float(value)
+
+    def check(self, value: Any) -> int | float:
+        lo, hi = sorted((self.easy, self.hard))
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise UserError(f"difficulty parameter {self.name!r} must be a number, got {value!r}") from None
+        if not (lo <= v <= hi):
+            raise UserError(f"difficulty parameter {self.name!r}={value!r} is outside its range [{lo:g}, {hi:g}]")
+        if self.integer:
+            if v != int(v):
+                raise UserError(f"difficulty parameter {self.name!r} must be an integer, got {value!r}")
+            return int(v)
+        return v
+
+
+@dataclass(frozen=True)
+class DifficultySpace:
+    """Named parameters with ranges, presets, and one scalar knob in [0, 1] mapped onto all of them."""
+
+    params: tuple[Param, ...]
+    presets: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_PRESETS))
+
+    def knob(self, difficulty: Difficulty) -> float | None:
+        """The scalar knob for ``difficulty``, or None for explicit parameters."""
+        if isinstance(difficulty, Mapping):
+            return None
+        if isinstance(difficulty, str):
+            if difficulty in self.presets:
+                return float(self.presets[difficulty])
+            try:
+                difficulty = float(difficulty)
+            except ValueError:
+                names = ", ".join(self.presets)
+                raise UserError(f"unknown difficulty {difficulty!r}: use a number in [0, 1] or one of {names}") from None
+        if isinstance(difficulty, bool) or not isinstance(difficulty, (int, float)):
+            raise UserError(f"difficulty must be a number in [0, 1] or a preset name, got {difficulty!r}")
+        if not (0.0 <= float(difficulty) <= 1.0) or math.isnan(difficulty):
+            raise UserError(f"difficulty {difficulty!r} is outside [0, 1]")
+        return float(difficulty)
+
+    def resolve(self, difficulty: Difficulty) -> dict[str, int | float]:
+        """Parameter values for ``difficulty``; explicit parameters override the medium preset."""
+        knob = self.knob(difficulty)
+        if knob is not None:
+            return {p.name: p.at(knob) for p in self.params}
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(difficulty) - set(known))
+        if unknown:
+            raise UserError(f"unknown difficulty parameter(s) {', '.join(unknown)}; known: {', '.join(known) or 'none'}")
+        values = {p.name: p.at(self.presets.get("medium", 0.5)) for p in self.params}
+        values.update({k: known[k].check(v) for k, v in difficulty.items()})
+        return values
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {"name": p.name, "easy": p.easy, "hard": p.hard, "doc": p.doc, **{k: p.at(v) for k, v in self.presets.items()}}
+            for p in self.params
+        ]
+
+
+@dataclass
+class Problem:
+    """One generated problem: what the policy sees and what the verifier needs."""
+
+    task: str
+    question: str
+    """The bare task statement."""
+    prompt: str
+    """The question followed by the answer-format instruction: what an LLM is shown."""
+    answer: Any
+    """What the verifier needs (JSON-serializable): the target, the puzzle, the graph…"""
+    solution: str | None
+    """A reference answer (unwrapped), or None where the task has none."""
+    seed: int
+    split: str
+    difficulty: float | None
+    """The knob the problem was generated at (None for explicit parameters)."""
+    params: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return f"{self.task}/{self.split}/{self.seed}/{_params_key(self.params)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["id"] = self.id
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Problem":
+        names = cls.__dataclass_fields__
+        missing = [k for k in ("task", "question", "answer") if k not in d]
+        if missing:
+            raise UserError(f"problem record lacks field(s) {', '.join(missing)}")
+        values = {k: d[k] for k in names if k in d}
+        values.setdefault("prompt", d["question"])
+        values.setdefault("solution", None)
+        values.setdefault("seed", 0)
+        values.setdefault("split", "train")
+        values.setdefault("difficulty", None)
+        values.setdefault("params", {})
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's judgment of one response."""
+
+    score: float
+    """In [0, 1]; partial credit where the task has a natural notion of it."""
+    correct: bool
+    reason: str
+    """Machine-readable: ``correct``, ``partial``, ``wrong``, ``malformed``, ``no_answer``, ``unclosed_tag``…"""
+    format_ok: bool = False
+    """The response followed the answer format (independent of correctness)."""
+    answer: str | None = None
+    """The extracted answer, if any."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """What a task's generator returns; :meth:`Task.generate` adds the bookkeeping."""
+
+    question: str
+    answer: Any
+    solution: str | None
+
+
+def _params_key(params: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={params[k]}" for k in sorted(params))
+
+
+def rng_for(task: str, split: str, seed: int, params: Mapping[str, Any]) -> random.Random:
+    """The random stream for one problem. Train and eval streams never coincide."""
+    digest = hashlib.sha256(f"{task}|{split}|{seed}|{_params_key(params)}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+class Task:
+    """Base class of every task. Subclasses set the class attributes and implement ``make`` and ``check``.
+
+    ``make(rng, params) -> Example`` draws one problem; ``check(answer, problem) -> float | (float, reason)``
+    scores an extracted answer and may raise on malformed input (the exception becomes reason ``malformed``).
+    """
+
+    name: ClassVar[str]
+    category: ClassVar[str]
+    description: ClassVar[str] = ""
+    params: ClassVar[tuple[Param, ...]] = ()
+    presets: ClassVar[Mapping[str, float]] = DEFAULT_PRESETS
+    partial_credit: ClassVar[bool] = False
+    """Whether ``check`` can return scores strictly between 0 and 1."""
+
+    def __init__(self, answer_format: AnswerFormat | str = "tags"):
+        self.answer_format = AnswerFormat(answer_format) if isinstance(answer_format, str) else answer_format
+
+    @classmethod
+    def difficulty_space(cls) -> DifficultySpace:
+        return DifficultySpace(cls.params, cls.presets)
+
+    # -- to implement -------------------------------------------------------------------------------
+    def make(self, rng: random.Random, params: dict[str, Any]) -> Example:
+        raise NotImplementedError
+
+    def check(self, answer: str, problem: Problem) -> float | tuple[float, str]:
+        raise NotImplementedError
+
+    # -- the protocol -------------------------------------------------------------------------------
+    def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
+        """Deterministic: the same ``(seed, difficulty, split)`` always gives the same problem."""
+        if split not in SPLITS:
+            raise UserError(f"unknown split {split!r}: use train or eval")
+        space = self.difficulty_space()
+        params = space.resolve(difficulty)
+        knob = space.knob(difficulty)
+        ex = self.make(rng_for(self.name, split, int(seed), params), params)
+        prompt = f"{ex.question}\n{self.answer_format.instruction()}"
+        return Problem(self.name, ex.question, prompt, ex.answer, ex.solution, int(seed), split, knob, dict(params))
+
+    def reference_response(self, problem: Problem) -> str | None:
+        """The reference solution written in this task's answer format (for SFT warm starts)."""
+        return None if problem.solution is None else self.answer_format.wrap(problem.solution)
+
+    def verify(self, problem: Problem, response: str) -> Verdict:
+        """Score ``response``. Never raises: any input gets a Verdict with a reason."""
+        ext = self.answer_format.extract(response)
+        if ext.answer is None:
+            return Verdict(0.0, False, ext.reason, False, None)
+        if len(ext.answer) > MAX_ANSWER_CHARS:
+            return Verdict(0.0, False, "malformed", ext.format_ok, None)
+        try:
+            result = self.check(ext.answer, problem)
+        except Exception:  # noqa: BLE001 - a verifier must never crash a rollout
+            return Verdict(0.0, False, "malformed", ext.format_ok, ext.answer)
+        score, reason = result if isinstance(result, tuple) else (result, None)
+        score = float(score)
+        if not math.isfinite(score):
+            score = 0.0
+        score = min(max(score, 0.0), 1.0)
+        if reason is None:
+            reason = "correct" if score >= 1.0 else ("partial" if score > 0 else "wrong")
+        return Verdict(score, score >= 1.0, reason, ext.format_ok, ext.answer)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} ({self.category})>"
