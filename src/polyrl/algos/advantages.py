@@ -1,0 +1,280 @@
+"""Advantage estimators: one scalar advantage per sequence from outcome rewards, plus token-level GAE.
+
+A batch holds ``N = P * G`` completions: ``G`` samples for each of ``P`` prompts. ``group_ids[i]`` names
+the prompt completion ``i`` answers. Groups may differ in size (dynamic sampling drops groups, failed
+rollouts drop samples) and need not be contiguous, so every group statistic here is computed with
+scatter reductions over ``group_ids`` rather than by reshaping to ``[P, G]``.
+
+Estimators are registered by name so a YAML config can pick one (``advantage: grpo``)::
+
+    @register_advantage("my_estimator")
+    def my_estimator(rewards, group_ids, eps=1e-6): ...
+
+Every estimator returns ``Tensor[N]``; the trainer broadcasts it over the response tokens and may then
+apply :func:`task_normalize`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from polyrl.errors import UserError
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AdvantageEstimator",
+    "dr_grpo",
+    "gae",
+    "get_advantage_estimator",
+    "grpo",
+    "register_advantage",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "rloo",
+    "task_normalize",
+    "zero_variance_group_fraction",
+    "zero_variance_groups",
+]
+
+Ids = Tensor | Sequence[Hashable]
+
+
+class AdvantageEstimator(Protocol):
+    def __call__(self, rewards: Tensor, group_ids: Ids, eps: float = 1e-6) -> Tensor: ...
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+
+
+def register_advantage(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
+    """Decorator: make an estimator available as ``get_advantage_estimator(name)``."""
+
+    def decorator(fn: AdvantageEstimator) -> AdvantageEstimator:
+        existing = ADVANTAGE_ESTIMATORS.get(name)
+        if existing is not None and existing is not fn:
+            raise ValueError(f"advantage estimator {name!r} is already registered by {existing.__module__}")
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_advantage_estimator(name: str) -> AdvantageEstimator:
+    """The estimator registered as ``name``; a UserError listing the known names otherwise."""
+    try:
+        return ADVANTAGE_ESTIMATORS[name]
+    except KeyError:
+        known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
+        raise UserError(f"unknown advantage estimator {name!r}; known: {known}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Group statistics over arbitrary, possibly ragged ids
+
+
+def _dense_ids(ids: Ids, n: int, device: torch.device) -> tuple[Tensor, int]:
+    """Map ids (a tensor, or any hashables such as prompt uids or task names) to 0..K-1."""
+    if isinstance(ids, Tensor):
+        if ids.shape != (n,):
+            raise ValueError(f"ids must have shape ({n},), got {tuple(ids.shape)}")
+        unique, index = torch.unique(ids.to(device), return_inverse=True)
+        return index, unique.numel()
+    if len(ids) != n:
+        raise ValueError(f"ids must have length {n}, got {len(ids)}")
+    position: dict[Hashable, int] = {}
+    index_list = [position.setdefault(i, len(position)) for i in ids]
+    return torch.tensor(index_list, dtype=torch.long, device=device), len(position)
+
+
+def _as_float(values: Tensor) -> Tensor:
+    # Integer rewards (0/1 verdicts) are common; statistics need a floating dtype.
+    return values if values.is_floating_point() else values.float()
+
+
+def _group_sum(values: Tensor, index: Tensor, num_groups: int) -> Tensor:
+    return values.new_zeros(num_groups).index_add_(0, index, values)
+
+
+def _group_mean_std(values: Tensor, index: Tensor, num_groups: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-element group mean, population std (``unbiased=False``) and group size."""
+    count = _group_sum(torch.ones_like(values), index, num_groups)
+    mean = _group_sum(values, index, num_groups) / count
+    centered = values - mean[index]
+    var = _group_sum(centered.square(), index, num_groups) / count
+    return mean[index], var.sqrt()[index], count[index]
+
+
+def _constant_within(values: Tensor, index: Tensor, num_groups: int) -> Tensor:
+    """True where every member of the element's group has exactly the same value.
+
+    Compared exactly (max == min) rather than via std < eps: the float mean of [0.1, 0.1, 0.1] is not
+    exactly 0.1, and dividing that rounding residue by ``std + eps`` would give non-zero advantages.
+    """
+    high = values.new_zeros(num_groups).scatter_reduce(0, index, values, "amax", include_self=False)
+    low = values.new_zeros(num_groups).scatter_reduce(0, index, values, "amin", include_self=False)
+    return (high == low)[index]
+
+
+def _center_within(values: Tensor, ids: Ids) -> tuple[Tensor, Tensor, Tensor]:
+    """Per element: ``x - mean_k`` within its id ``k`` (exactly 0 where the group is constant), the
+    group's population std and the group's size."""
+    values = _as_float(values)
+    index, k = _dense_ids(ids, values.shape[0], values.device)
+    mean, std, size = _group_mean_std(values, index, k)
+    centered = torch.where(_constant_within(values, index, k), torch.zeros_like(values), values - mean)
+    return centered, std, size
+
+
+def _standardize_within(values: Tensor, ids: Ids, eps: float) -> Tensor:
+    """``(x - mean_k) / (std_k + eps)`` within each id ``k``; exactly 0 where the group is constant."""
+    centered, std, _ = _center_within(values, ids)
+    return centered / (std + eps)
+
+
+def zero_variance_groups(rewards: Tensor, group_ids: Ids) -> Tensor:
+    """``BoolTensor[N]``: True for completions whose group has identical rewards (all solved or all failed).
+
+    Such groups carry no GRPO-style learning signal; DAPO (Yu et al. 2025, §3.2 Dynamic Sampling) filters
+    them out and oversamples until the batch is full.
+    """
+    rewards = _as_float(rewards)
+    index, k = _dense_ids(group_ids, rewards.shape[0], rewards.device)
+    return _constant_within(rewards, index, k)
+
+
+def zero_variance_group_fraction(rewards: Tensor, group_ids: Ids) -> float:
+    """Fraction of *groups* (not completions) with identical rewards, for logging."""
+    rewards = _as_float(rewards)
+    index, k = _dense_ids(group_ids, rewards.shape[0], rewards.device)
+    if k == 0:
+        return 0.0
+    flat = _constant_within(rewards, index, k).float()
+    # Every member of a group shares the flag, so the per-group max recovers one flag per group.
+    per_group = flat.new_zeros(k).scatter_reduce(0, index, flat, "amax", include_self=False)
+    return per_group.mean().item()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Outcome-reward estimators (one scalar per sequence)
+
+
+@register_advantage("grpo")
+def grpo(rewards: Tensor, group_ids: Ids, eps: float = 1e-6) -> Tensor:
+    """GRPO outcome supervision: ``A_i = (r_i - mean(r_group)) / (std(r_group) + eps)``.
+
+    Shao et al. 2024, "DeepSeekMath", §4.1.2 (outcome supervision). The paper does not say which std;
+    we use the population std (``unbiased=False``) so that a group's advantages have exactly unit
+    variance and a two-sample group [1, 0] gives [1, -1] rather than [0.71, -0.71]. A group whose
+    rewards are all equal gets advantage exactly 0.
+    """
+    return _standardize_within(rewards, group_ids, eps)
+
+
+@register_advantage("dr_grpo")
+def dr_grpo(rewards: Tensor, group_ids: Ids, eps: float = 1e-6) -> Tensor:
+    """Dr. GRPO: ``A_i = r_i - mean(r_group)``, no division by the group std.
+
+    Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective", §3.1: dividing by
+    the std up-weights questions that are too easy or too hard (a question-level difficulty bias).
+    ``eps`` is unused and accepted for a uniform estimator signature.
+    """
+    return _center_within(rewards, group_ids)[0]
+
+
+@register_advantage("rloo")
+def rloo(rewards: Tensor, group_ids: Ids, eps: float = 1e-6) -> Tensor:
+    """RLOO: ``A_i = r_i - mean_{j != i} r_j``, the leave-one-out baseline.
+
+    Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style Optimization for Learning from
+    Human Feedback in LLMs", §3.2 (after Kool et al. 2019). Algebraically ``A_i = G/(G-1) * (r_i -
+    mean(r_group))``, which is how it is computed here. A singleton group has no other sample to form
+    a baseline and gets 0. ``eps`` is unused.
+    """
+    centered, _, size = _center_within(rewards, group_ids)
+    scale = torch.where(size > 1, size / (size - 1).clamp(min=1), torch.zeros_like(size))
+    return scale * centered
+
+
+@register_advantage("reinforce_pp")
+def reinforce_pp(rewards: Tensor, group_ids: Ids, eps: float = 1e-6) -> Tensor:
+    """REINFORCE++: ``A_i = (r_i - mean(r_batch)) / (std(r_batch) + eps)``, ignoring groups.
+
+    Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", global
+    advantage normalization (§3, outcome reward without the per-token KL term, which polyrl adds as a
+    separate loss). Normalizing over the whole batch rather than per prompt avoids overfitting to
+    easy prompts. ``group_ids`` is accepted for a uniform signature and unused.
+    """
+    return _standardize_within(rewards, [0] * rewards.shape[0], eps)
+
+
+@register_advantage("reinforce_pp_baseline")
+def reinforce_pp_baseline(rewards: Tensor, group_ids: Ids, eps: float = 1e-6) -> Tensor:
+    """REINFORCE++-baseline: subtract the group mean, then divide by the batch std.
+
+    Hu 2025 (REINFORCE++ paper, the "baseline" variant for multi-sample settings): the group mean
+    removes prompt difficulty, the global normalization keeps the scale stable without GRPO's
+    per-group division. The batch mean of group-centered rewards is 0 by construction, so only the
+    std is divided out; that keeps zero-variance groups at exactly 0 (no gradient) instead of a
+    rounding residue.
+    """
+    centered = dr_grpo(rewards, group_ids)
+    return centered / (centered.std(unbiased=False) + eps)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cross-task normalization
+
+
+def task_normalize(advantages: Tensor, task_ids: Ids, eps: float = 1e-6) -> Tensor:
+    """Standardize advantages within each task: ``(A_i - mean_task) / (std_task + eps)``.
+
+    AgentRL (Zhang et al. 2025, "AgentRL: Scaling Agentic Reinforcement Learning with a Multi-Turn,
+    Multi-Task Framework"), task advantage normalization: without it, tasks with larger or denser
+    reward scales dominate the multi-task gradient. Applied after any estimator. A task with a single
+    completion or with all-equal advantages (e.g. every group zero-variance) gets 0, not NaN.
+    ``task_ids`` may be a LongTensor or a sequence of task names.
+    """
+    return _standardize_within(advantages, task_ids, eps)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Token-level GAE for PPO with a critic
+
+
+def gae(rewards_per_token: Tensor, values: Tensor, mask: Tensor, gamma: float = 1.0, lam: float = 0.95) -> tuple[Tensor, Tensor]:
+    """Generalized advantage estimation over response tokens; returns ``(advantages, returns)``, both [N, T].
+
+    Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage Estimation",
+    eq. 16: ``A_t = sum_l (gamma*lam)^l delta_{t+l}`` with ``delta_t = r_t + gamma V_{t+1} - V_t`` (eq. 10
+    of the same paper), computed by the recursion ``A_t = delta_t + gamma*lam*A_{t+1}``. ``returns =
+    A + V`` are the critic's targets.
+
+    Only positions with ``mask == 1`` are steps of the policy. Masked positions are skipped, not
+    treated as steps with zero reward: trailing padding ends the episode (``V = 0`` after the last
+    token), and masked tokens in the middle (environment observations in a multi-turn trajectory) are
+    jumped over so the next policy token's value bootstraps the previous one without extra discount.
+    Rewards at masked positions are ignored; advantages and returns there are 0.
+    """
+    if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
+        raise UserError(f"gae needs 0 <= gamma <= 1 and 0 <= lam <= 1, got gamma={gamma}, lam={lam}")
+    rewards_per_token = _as_float(rewards_per_token)
+    values = values.detach().to(rewards_per_token.dtype)
+    valid = mask.bool()
+    n, t_len = rewards_per_token.shape
+    advantages = torch.zeros_like(rewards_per_token)
+    next_value = rewards_per_token.new_zeros(n)
+    next_advantage = rewards_per_token.new_zeros(n)
+    for t in reversed(range(t_len)):
+        delta = rewards_per_token[:, t] + gamma * next_value - values[:, t]
+        advantage_t = delta + gamma * lam * next_advantage
+        step = valid[:, t]
+        # Masked positions carry the running (value, advantage) through unchanged.
+        next_advantage = torch.where(step, advantage_t, next_advantage)
+        next_value = torch.where(step, values[:, t], next_value)
+        advantages[:, t] = torch.where(step, advantage_t, torch.zeros_like(advantage_t))
+    returns = torch.where(valid, advantages + values, torch.zeros_like(advantages))
+    return advantages, returns
