@@ -1,10 +1,26 @@
-"""Arithmetic tasks."""
+"""Arithmetic tasks: exact computation with integers and fractions.
+
+The target-number puzzles (countdown, game24) live in ``arithmetic_target`` and are registered by the
+import at the bottom of this module.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+from fractions import Fraction
+
 from polyrl.tasks.base import Example, Param, Problem, Task
-from polyrl.tasks.builtin._parse import parse_int
+from polyrl.tasks.builtin._parse import evaluate_expression, parse_int, parse_rational
 from polyrl.tasks.registry import register_task
+
+# Answers stay below 2**63 at every difficulty so that exported problems fit int64 columns.
+_INT64_LIMIT = 2**63
+
+
+def random_with_digits(rng, digits: int) -> int:
+    """A uniform integer with exactly ``digits`` decimal digits."""
+    return rng.randint(10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1)
 
 
 @register_task
@@ -24,3 +40,201 @@ class Addition(Task):
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
+
+
+@register_task
+class Multiplication(Task):
+    name = "multiplication"
+    category = "arithmetic"
+    description = "Multiply two non-negative integers."
+    params = (
+        Param("digits_a", 2, 10, "digits of the first factor"),
+        Param("digits_b", 1, 8, "digits of the second factor"),
+    )
+
+    def make(self, rng, p):
+        a, b = random_with_digits(rng, p["digits_a"]), random_with_digits(rng, p["digits_b"])
+        return Example(f"{a}*{b}=", a * b, str(a * b))
+
+    def check(self, answer: str, problem: Problem):
+        return float(parse_int(answer) == problem.answer)
+
+
+def _random_expression(rng, operators: int, digits: int) -> tuple[str, int]:
+    """A random tree over + - * written with only the parentheses precedence requires, and its level."""
+    if operators == 0:
+        return str(random_with_digits(rng, digits)), 3
+    left_ops = rng.randint(0, operators - 1)
+    op = rng.choice("+-*")
+    left, left_level = _random_expression(rng, left_ops, digits)
+    right, right_level = _random_expression(rng, operators - 1 - left_ops, digits)
+    level = 2 if op == "*" else 1
+    if left_level < level:
+        left = f"({left})"
+    # the right operand of - binds like a parenthesized group: a-(b+c) != a-b+c
+    if right_level < level or (op == "-" and right_level == 1):
+        right = f"({right})"
+    return f"{left}{op}{right}", level
+
+
+@register_task
+class ExpressionEvaluation(Task):
+    name = "expression_evaluation"
+    category = "arithmetic"
+    description = "Evaluate an integer expression with + - * and parentheses, respecting precedence."
+    params = (
+        Param("operators", 2, 10, "binary operators in the expression"),
+        Param("digits", 1, 3, "digits per number"),
+    )
+
+    def make(self, rng, p):
+        while True:
+            text, _ = _random_expression(rng, p["operators"], p["digits"])
+            value, _ = evaluate_expression(text, max_chars=400, max_depth=32)
+            if abs(value) < 10**15:
+                return Example(f"{text}=", int(value), str(int(value)))
+
+    def check(self, answer: str, problem: Problem):
+        return float(parse_int(answer) == problem.answer)
+
+
+@register_task
+class ModularArithmetic(Task):
+    name = "modular_arithmetic"
+    category = "arithmetic"
+    description = "Compute a power of an integer modulo m (the least non-negative residue)."
+    params = (
+        Param("digits", 2, 12, "digits of the base"),
+        Param("exponent", 1, 1_000_000, "largest exponent (1 means a plain remainder)"),
+        Param("modulus", 7, 997, "largest modulus"),
+    )
+
+    def make(self, rng, p):
+        a = random_with_digits(rng, p["digits"])
+        e = rng.randint(1, p["exponent"])
+        m = rng.randint(max(2, p["modulus"] // 2), p["modulus"])
+        residue = pow(a, e, m)
+        power = f"{a}^{e}" if e > 1 else str(a)
+        return Example(f"{power} mod {m}=", residue, str(residue))
+
+    def check(self, answer: str, problem: Problem):
+        return float(parse_int(answer) == problem.answer)
+
+
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+_BASE_PREFIXES = {2: "0b", 8: "0o", 16: "0x"}
+
+
+def to_base(n: int, base: int) -> str:
+    out = []
+    while True:
+        n, r = divmod(n, base)
+        out.append(_DIGITS[r])
+        if n == 0:
+            return "".join(reversed(out))
+
+
+@register_task
+class BaseConversion(Task):
+    name = "base_conversion"
+    category = "arithmetic"
+    description = "Rewrite a non-negative integer from one base into another (digits 0-9 then a-z)."
+    params = (
+        Param("bits", 4, 48, "the number is below 2**bits"),
+        Param("max_base", 2, 36, "largest base used; at 2 the conversion is decimal to binary"),
+    )
+
+    def make(self, rng, p):
+        n = rng.randint(2 ** (p["bits"] - 1), 2 ** p["bits"] - 1)
+        target = rng.randint(2, p["max_base"])
+        # decimal is always a possible source, so the easy end is the familiar decimal-to-binary
+        source = rng.choice(sorted(({10} | set(range(2, p["max_base"] + 1))) - {target}))
+        out = to_base(n, target)
+        return Example(f"{to_base(n, source)} base {source} to base {target}", {"digits": out, "base": target}, out)
+
+    def check(self, answer: str, problem: Problem):
+        base = problem.answer["base"]
+        got = answer.strip().lower().replace(" ", "").replace("_", "")
+        prefix = _BASE_PREFIXES.get(base)
+        if prefix and got.startswith(prefix):
+            got = got[2:]
+        if not got or any(c not in _DIGITS[:base] for c in got):
+            return 0.0, "malformed"
+        return float((got.lstrip("0") or "0") == problem.answer["digits"])
+
+
+def _linear_side(a: int, b: int) -> str:
+    """``a*x + b`` written the way people write it: ``3x-5``, ``-x``, ``7``."""
+    if a == 0:
+        return str(b)
+    coef = {1: "", -1: "-"}.get(a, str(a))
+    const = "" if b == 0 else f"{b:+d}"
+    return f"{coef}x{const}"
+
+
+_X_PREFIX_RE = re.compile(r"^\s*x\s*=\s*")
+
+
+@register_task
+class LinearEquation(Task):
+    name = "linear_equation"
+    category = "arithmetic"
+    description = "Solve a linear equation in x; the solution may be a fraction."
+    params = (
+        Param("coefficient", 9, 99, "largest absolute coefficient or constant"),
+        Param("both_sides", 0, 1, "1 puts x on both sides, making fractional solutions possible"),
+    )
+
+    def make(self, rng, p):
+        k = p["coefficient"]
+
+        def nonzero() -> int:
+            return rng.choice([-1, 1]) * rng.randint(1, k)
+
+        if p["both_sides"]:
+            a, c = nonzero(), nonzero()
+            while c == a:
+                c = nonzero()
+            b, d = rng.randint(-k, k), rng.randint(-k, k)
+            x = Fraction(d - b, a - c)
+            question = f"{_linear_side(a, b)}={_linear_side(c, d)}"
+        else:
+            # knob 0 keeps everything positive, the form a beginner meets first
+            a, x = (rng.randint(1, k), Fraction(rng.randint(0, k))) if k <= 9 else (nonzero(), Fraction(rng.randint(-k, k)))
+            b = rng.randint(0, k) if k <= 9 else rng.randint(-k, k)
+            question = f"{_linear_side(a, b)}={a * x + b}"
+        solution = str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+        return Example(question, [x.numerator, x.denominator], solution)
+
+    def check(self, answer: str, problem: Problem):
+        num, den = problem.answer
+        return float(parse_rational(_X_PREFIX_RE.sub("", answer)) == Fraction(num, den))
+
+
+@register_task
+class GcdLcm(Task):
+    name = "gcd_lcm"
+    category = "arithmetic"
+    description = "Greatest common divisor or least common multiple of a few integers."
+    params = (
+        Param("digits", 2, 6, "digits per number"),
+        Param("count", 2, 3, "how many numbers"),
+    )
+
+    def make(self, rng, p):
+        d, count = p["digits"], p["count"]
+        if rng.random() < 0.5:
+            # a planted common factor keeps the gcd from being 1 almost always
+            g = rng.randint(2, max(2, 10 ** (d - 1) // 3))
+            nums = [g * rng.randint(max(1, 10 ** (d - 1) // g), (10**d - 1) // g) for _ in range(count)]
+            op, value = "gcd", math.gcd(*nums)
+        else:
+            nums = [random_with_digits(rng, d) or 1 for _ in range(count)]
+            op, value = "lcm", math.lcm(*nums)
+        return Example(f"{op} {' '.join(map(str, nums))}", value, str(value))
+
+    def check(self, answer: str, problem: Problem):
+        return float(parse_int(answer) == problem.answer)
+
+
+from polyrl.tasks.builtin import arithmetic_target  # noqa: E402,F401  (registers countdown and game24)

@@ -1,0 +1,125 @@
+"""Target-number puzzles: combine given numbers with + - * / and parentheses to reach a target.
+
+Answers are parsed by the shared shunting-yard evaluator with exact fractions (never ``eval``), so any
+expression reaching the target counts, whichever numbers it picks and however it brackets them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from polyrl.tasks.base import Example, Param, Problem, Task
+from polyrl.tasks.builtin._parse import evaluate_expression
+from polyrl.tasks.registry import register_task
+
+# Longest accepted expression: six numbers with generous parentheses and spaces fit easily.
+_MAX_EXPRESSION_CHARS = 200
+
+
+def _strip_outer(expr: str) -> str:
+    return expr[1:-1] if expr.startswith("(") and expr.endswith(")") else expr
+
+
+def _score_expression(answer: str, numbers: list[int], target: int, exactly_once: bool):
+    """Shared verifier: the expression's operands must be the given numbers (a sub-multiset, or all)."""
+    try:
+        value, used = evaluate_expression(answer, max_chars=_MAX_EXPRESSION_CHARS, max_depth=16, max_digits=6)
+    except ZeroDivisionError:
+        return 0.0, "division_by_zero"
+    used_count, given = Counter(used), Counter(numbers)
+    if used_count - given or (exactly_once and used_count != given):
+        return 0.0, "wrong_numbers"
+    return float(value == target)
+
+
+@register_task
+class Countdown(Task):
+    name = "countdown"
+    category = "arithmetic"
+    description = "Reach the target with + - * / over the given numbers, each used at most once."
+    params = (
+        Param("count", 3, 6, "numbers given"),
+        Param("max_number", 10, 100, "largest given number"),
+        Param("max_target", 50, 999, "largest target"),
+    )
+    partial_credit = True
+
+    def make(self, rng, p):
+        while True:
+            numbers = [rng.randint(1, p["max_number"]) for _ in range(p["count"])]
+            # Combine a random subset pairwise, keeping every intermediate a positive integer as the
+            # game show does; the surviving expression is the reference solution.
+            items = [(n, str(n)) for n in rng.sample(numbers, rng.randint(2, p["count"]))]
+            while len(items) > 1:
+                (a, ea), (b, eb) = items.pop(rng.randrange(len(items))), items.pop(rng.randrange(len(items)))
+                if a < b:
+                    (a, ea), (b, eb) = (b, eb), (a, ea)
+                ops = ["+", "*"] + ["-"] * (a > b) + ["/"] * (b > 1 and a % b == 0)
+                op = rng.choice(ops)
+                value = {"+": a + b, "*": a * b, "-": a - b, "/": a // b if b else 0}[op]
+                items.append((value, f"({ea}{op}{eb})"))
+            target, expr = items[0]
+            if 2 <= target <= p["max_target"] and target not in numbers:
+                question = f"make {target} from {' '.join(map(str, numbers))}, each at most once"
+                return Example(question, {"target": target, "numbers": numbers}, _strip_outer(expr))
+
+    def check(self, answer: str, problem: Problem):
+        target, numbers = problem.answer["target"], problem.answer["numbers"]
+        result = _score_expression(answer, numbers, target, exactly_once=False)
+        if isinstance(result, tuple) or result == 1.0:
+            return result
+        value, _ = evaluate_expression(answer, max_chars=_MAX_EXPRESSION_CHARS, max_depth=16, max_digits=6)
+        # The show's scoring: near misses (within 10) earn some credit, capped well below a solve.
+        miss = abs(value - target)
+        return (0.5 * float(1 - miss / 10), "partial") if miss < 10 else 0.0
+
+
+def _split(rng, value: int, leaves: int, max_number: int):
+    """An expression with ``leaves`` numbers in [1, max_number] equal to ``value``, or None (a dead end).
+
+    Built top-down: pick an operator and a value for the right operand, solve for the left one.
+    """
+    if leaves == 1:
+        return (str(value), [value]) if 1 <= value <= max_number else None
+    left_leaves = rng.randint(1, leaves - 1)
+    right_leaves = leaves - left_leaves
+    right = rng.randint(1, max_number * right_leaves)
+    op = rng.choice("+-*/")
+    if op == "+":
+        left = value - right
+    elif op == "-":
+        left = value + right
+    elif op == "*":
+        if value % right:
+            return None
+        left = value // right
+    else:
+        left = value * right
+    lhs = _split(rng, left, left_leaves, max_number)
+    rhs = lhs and _split(rng, right, right_leaves, max_number)
+    if not rhs:
+        return None
+    return f"({lhs[0]}{op}{rhs[0]})", lhs[1] + rhs[1]
+
+
+@register_task
+class Game24(Task):
+    name = "game24"
+    category = "arithmetic"
+    description = "Make 24 with + - * / using every given number exactly once."
+    params = (
+        Param("count", 2, 5, "numbers given (4 is the classic game)"),
+        Param("max_number", 9, 13, "largest given number"),
+    )
+
+    def make(self, rng, p):
+        while True:
+            built = _split(rng, 24, p["count"], p["max_number"])
+            if built:
+                expr, numbers = built
+                numbers = sorted(numbers)
+                question = f"make 24 from {' '.join(map(str, numbers))}, each exactly once"
+                return Example(question, {"target": 24, "numbers": numbers}, _strip_outer(expr))
+
+    def check(self, answer: str, problem: Problem):
+        return _score_expression(answer, problem.answer["numbers"], problem.answer["target"], exactly_once=True)
