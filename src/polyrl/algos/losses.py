@@ -49,13 +49,14 @@ def _row_chunks(logits: Tensor, temperature: float, chunk_rows: int):
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     flat = logits.reshape(-1, logits.shape[-1])
     for start in range(0, flat.shape[0], chunk_rows):
-        # float32 because bf16 log-softmax loses ~2 digits on the log-probs the ratio is built from.
-        chunk = flat[start : start + chunk_rows].float()
+        # At least float32: a bf16 log-softmax loses ~2 digits on the log-probs the ratio is built from.
+        chunk = flat[start : start + chunk_rows]
+        chunk = chunk.to(torch.promote_types(chunk.dtype, torch.float32))
         yield start, chunk / temperature if temperature != 1.0 else chunk
 
 
 def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Tensor:
-    """``log softmax(logits / temperature)[token]`` per position: ``Tensor[N, T]`` in float32.
+    """``log softmax(logits / temperature)[token]`` per position: ``Tensor[N, T]``, at least float32.
 
     ``logits[:, t]`` must already be the prediction *for* ``tokens[:, t]`` (shifted by the caller).
     Computed as ``logit[token] - logsumexp(logits)`` over chunks of rows so the full [N, T, V]
