@@ -1,1 +1,103 @@
-"""graph tasks."""
+"""Graph tasks on small labelled graphs; path-finding tasks live in ``graph_paths``.
+
+Nodes are the integers 0..n-1; an undirected graph is written as its edge list ``0-1 1-2 2-3`` and a
+directed one as ``0>1 1>2``. Answers that are node sequences are integers separated by spaces or commas.
+"""
+
+from __future__ import annotations
+
+from polyrl.tasks.base import Example, Param, Problem, Task
+from polyrl.tasks.builtin import graph_paths  # noqa: F401  (registers graph_distance, shortest_path, hamiltonian_path)
+from polyrl.tasks.builtin._parse import parse_int, parse_int_list
+from polyrl.tasks.builtin.graph_paths import edges_text
+from polyrl.tasks.registry import register_task
+
+
+@register_task
+class ConnectedComponents(Task):
+    name = "connected_components"
+    category = "graph"
+    description = "Count the connected components of an undirected graph (isolated nodes count too)."
+    params = (
+        Param("nodes", 4, 30, "number of nodes"),
+        Param("edge_share", 0.5, 0.9, "edges per node", integer=False),
+    )
+
+    def make(self, rng, p):
+        n = p["nodes"]
+        pairs = {tuple(sorted(rng.sample(range(n), 2))) for _ in range(round(p["edge_share"] * n))}
+        edges = sorted([a, b] for a, b in pairs)
+        parent = list(range(n))
+
+        def root(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for a, b in edges:
+            parent[root(a)] = root(b)
+        count = len({root(x) for x in range(n)})
+        return Example(f"components of {n} nodes: {edges_text(edges)}", count, str(count))
+
+    def check(self, answer: str, problem: Problem):
+        return float(parse_int(answer) == problem.answer)
+
+
+@register_task
+class GraphColoring(Task):
+    name = "graph_coloring"
+    category = "graph"
+    description = "Color the nodes with colors 1..k so that no edge joins two nodes of one color; any proper coloring counts."
+    params = (
+        Param("nodes", 4, 16, "number of nodes"),
+        Param("colors", 2, 4, "colors allowed"),
+        Param("edge_share", 0.4, 0.6, "share of the allowed node pairs that are edges", integer=False),
+    )
+
+    def make(self, rng, p):
+        n, k = p["nodes"], p["colors"]
+        # Plant a coloring with every color used, then draw edges only between differently colored nodes.
+        color = [i % k + 1 for i in range(n)]
+        rng.shuffle(color)
+        allowed = [[a, b] for a in range(n) for b in range(a + 1, n) if color[a] != color[b]]
+        edges = sorted(rng.sample(allowed, max(1, round(p["edge_share"] * len(allowed)))))
+        answer = {"nodes": n, "colors": k, "edges": edges}
+        return Example(f"{k}-color {n} nodes: {edges_text(edges)}", answer, " ".join(map(str, color)))
+
+    def check(self, answer: str, problem: Problem):
+        n, k, edges = problem.answer["nodes"], problem.answer["colors"], problem.answer["edges"]
+        color = parse_int_list(answer, n)
+        if len(color) != n or any(not 1 <= c <= k for c in color):
+            return 0.0, "malformed"
+        return float(all(color[a] != color[b] for a, b in edges))
+
+
+@register_task
+class TopologicalSort(Task):
+    name = "topological_sort"
+    category = "graph"
+    description = "Order the nodes of a directed acyclic graph so that every edge a>b has a before b; any valid order counts."
+    params = (
+        Param("nodes", 4, 20, "number of nodes"),
+        Param("edge_share", 1.0, 2.0, "edges per node", integer=False),
+    )
+
+    def make(self, rng, p):
+        n = p["nodes"]
+        order = rng.sample(range(n), n)
+        pairs = set()
+        for _ in range(round(p["edge_share"] * n)):
+            i, j = sorted(rng.sample(range(n), 2))
+            pairs.add((order[i], order[j]))
+        edges = sorted([a, b] for a, b in pairs)
+        answer = {"nodes": n, "edges": edges}
+        return Example(f"toposort {n} nodes: {edges_text(edges, '>')}", answer, " ".join(map(str, order)))
+
+    def check(self, answer: str, problem: Problem):
+        n, edges = problem.answer["nodes"], problem.answer["edges"]
+        order = parse_int_list(answer, n)
+        if sorted(order) != list(range(n)):
+            return 0.0, "malformed"
+        position = {node: i for i, node in enumerate(order)}
+        return float(all(position[a] < position[b] for a, b in edges))
