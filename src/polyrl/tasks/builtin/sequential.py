@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import string
 
 from polyrl.tasks.base import Example, Param, Problem, Task
-from polyrl.tasks.builtin._parse import parse_int_list
+from polyrl.tasks.builtin._parse import parse_int, parse_int_list, parse_letters
 from polyrl.tasks.registry import register_task
 
 
@@ -49,3 +50,206 @@ class SortDigits(Task):
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int_list(answer) == problem.answer)
+
+
+def _random_word(rng, lo: int, hi: int) -> str:
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(lo, hi)))
+
+
+@register_task
+class ReverseWords(Task):
+    name = "reverse_words"
+    category = "sequential"
+    description = "Write the words of a sentence in reverse order."
+    params = (Param("words", 3, 25, "words in the sentence"),)
+    partial_credit = True
+
+    def make(self, rng, p):
+        words = [_random_word(rng, 2, 6) for _ in range(p["words"])]
+        out = words[::-1]
+        return Example(f"reverse words: {' '.join(words)}", out, " ".join(out))
+
+    def check(self, answer: str, problem: Problem):
+        target = problem.answer
+        got = answer.split()
+        if got == target:
+            return 1.0
+        if len(got) != len(target):
+            return 0.0, "wrong"
+        # Partial credit: the share of words in place, halved so it never rivals a full solve.
+        return 0.5 * sum(a == b for a, b in zip(got, target)) / len(target)
+
+
+_RLE_COUNT_FIRST = re.compile(r"(?:\d{0,6}[a-z])+")
+_RLE_LETTER_FIRST = re.compile(r"(?:[a-z]\d{0,6})+")
+
+
+def _rle_runs(answer: str) -> list[list[tuple[int, str]]]:
+    """The run lists ``answer`` can be read as: ``3a1b`` (count first) and/or ``a3b1`` (letter first); count 1 may be omitted."""
+    s = re.sub(r"[\s,]+", "", answer)
+    readings = []
+    if _RLE_COUNT_FIRST.fullmatch(s):
+        readings.append([(int(n or 1), ch) for n, ch in re.findall(r"(\d*)([a-z])", s)])
+    if _RLE_LETTER_FIRST.fullmatch(s):
+        readings.append([(int(n or 1), ch) for ch, n in re.findall(r"([a-z])(\d*)", s)])
+    if not readings:
+        raise ValueError("not a run-length encoding")
+    return readings
+
+
+@register_task
+class RunLengthEncoding(Task):
+    name = "run_length_encoding"
+    category = "sequential"
+    description = "Run-length encode a string of letters as count-letter pairs (aaab -> 3a1b)."
+    params = (
+        Param("runs", 2, 16, "runs of equal letters"),
+        Param("max_run", 3, 12, "longest run"),
+    )
+
+    def make(self, rng, p):
+        runs: list[tuple[int, str]] = []
+        for _ in range(p["runs"]):
+            letter = rng.choice([c for c in "abcde" if not runs or c != runs[-1][1]])
+            runs.append((rng.randint(1, p["max_run"]), letter))
+        text = "".join(ch * n for n, ch in runs)
+        return Example(f"rle {text}", text, "".join(f"{n}{ch}" for n, ch in runs))
+
+    def check(self, answer: str, problem: Problem):
+        target = problem.answer
+        for runs in _rle_runs(answer):
+            # An encoding has maximal runs: "1a2a" spells "aaa" but is not its encoding.
+            if any(a[1] == b[1] for a, b in zip(runs, runs[1:])) or sum(n for n, _ in runs) != len(target):
+                continue
+            if "".join(ch * n for n, ch in runs) == target:
+                return 1.0
+        return 0.0, "wrong"
+
+
+def _apply_list_op(items: list[int], op: str) -> list[int]:
+    if op.startswith("rotl"):
+        k = int(op[4:]) % len(items) if items else 0
+        return items[k:] + items[:k]
+    if op.startswith("rotr"):
+        k = int(op[4:]) % len(items) if items else 0
+        return items[len(items) - k :] + items[: len(items) - k]
+    if op == "dedupe":  # keep the first occurrence of each value
+        return list(dict.fromkeys(items))
+    if op == "rev":
+        return items[::-1]
+    raise ValueError(op)
+
+
+@register_task
+class ListOps(Task):
+    name = "list_ops"
+    category = "sequential"
+    description = "Apply list operations (rotl k, rotr k, dedupe keeping first occurrences, rev) left to right."
+    params = (
+        Param("length", 4, 20, "list length"),
+        Param("ops", 1, 3, "operations applied in sequence"),
+    )
+
+    def make(self, rng, p):
+        items = [rng.randint(1, 9) for _ in range(p["length"])]
+        ops = [rng.choice((f"rotl{rng.randint(1, 3)}", f"rotr{rng.randint(1, 3)}", "dedupe", "rev")) for _ in range(p["ops"])]
+        out = items
+        for op in ops:
+            out = _apply_list_op(out, op)
+        return Example(f"{','.join(ops)}: {' '.join(map(str, items))}", out, " ".join(map(str, out)))
+
+    def check(self, answer: str, problem: Problem):
+        return float(parse_int_list(answer, len(problem.answer) + 1) == problem.answer)
+
+
+@register_task
+class TowerOfHanoi(Task):
+    name = "tower_of_hanoi"
+    category = "sequential"
+    description = "Move a tower of disks between pegs A, B, C; moves written from-to (AC AB CB). Longer legal solutions get partial credit."
+    params = (Param("disks", 2, 8, "disks in the tower"),)
+    partial_credit = True
+
+    def make(self, rng, p):
+        n = p["disks"]
+        source, target = rng.sample("ABC", 2)
+        spare = ({"A", "B", "C"} - {source, target}).pop()
+        moves = _hanoi_moves(n, source, target, spare)
+        answer = {"disks": n, "source": source, "target": target}
+        return Example(f"hanoi {n} {source}>{target}", answer, " ".join(moves))
+
+    def check(self, answer: str, problem: Problem):
+        n, source, target = problem.answer["disks"], problem.answer["source"], problem.answer["target"]
+        letters = parse_letters(answer, "ABC")
+        if len(letters) % 2:
+            raise ValueError("a move names two pegs")
+        pegs = {peg: [] for peg in "ABC"}
+        pegs[source] = list(range(n, 0, -1))
+        for i in range(0, len(letters), 2):
+            a, b = letters[i], letters[i + 1]
+            if a == b or not pegs[a] or (pegs[b] and pegs[b][-1] < pegs[a][-1]):
+                return 0.0, "wrong"
+            pegs[b].append(pegs[a].pop())
+        if len(pegs[target]) != n:
+            return 0.0, "wrong"
+        optimal, used = 2**n - 1, len(letters) // 2
+        # A legal but longer solution: credit shrinks with the wasted moves, below a full solve.
+        return 1.0 if used == optimal else 0.5 * optimal / used
+
+
+def _hanoi_moves(n: int, source: str, target: str, spare: str) -> list[str]:
+    if n == 0:
+        return []
+    return _hanoi_moves(n - 1, source, spare, target) + [source + target] + _hanoi_moves(n - 1, spare, target, source)
+
+
+def _next_term_candidates(terms: list[int]) -> set[int]:
+    """The next term under every rule family (arithmetic, geometric, quadratic, Fibonacci-like) that fits all ``terms``."""
+    out = set()
+    diffs = [b - a for a, b in zip(terms, terms[1:])]
+    if len(set(diffs)) == 1:
+        out.add(terms[-1] + diffs[0])
+    if terms[0] and terms[1] % terms[0] == 0:
+        ratio = terms[1] // terms[0]
+        if all(b == a * ratio for a, b in zip(terms, terms[1:])):
+            out.add(terms[-1] * ratio)
+    second = [b - a for a, b in zip(diffs, diffs[1:])]
+    if len(terms) >= 4 and len(set(second)) == 1:
+        out.add(terms[-1] + diffs[-1] + second[0])
+    if len(terms) >= 4 and all(terms[i] == terms[i - 1] + terms[i - 2] for i in range(2, len(terms))):
+        out.add(terms[-1] + terms[-2])
+    return out
+
+
+@register_task
+class NextTerm(Task):
+    name = "next_term"
+    category = "sequential"
+    description = "The next term of an arithmetic, geometric, quadratic or Fibonacci-like integer sequence."
+    params = (
+        Param("kinds", 1, 4, "rule families drawn from: arithmetic, +geometric, +quadratic, +Fibonacci-like"),
+        Param("scale", 9, 99, "largest first term and step"),
+    )
+
+    def make(self, rng, p):
+        kind, m = rng.randrange(p["kinds"]), p["scale"]
+        sign = rng.choice((1, -1)) if p["kinds"] > 1 else 1  # descending sequences only past the easy end
+        a = rng.randint(1, m)
+        if kind == 0:
+            d = sign * rng.randint(1, m)
+            seq = [a + d * i for i in range(5)]
+        elif kind == 1:
+            r = sign * rng.randint(2, 3)
+            seq = [a * r**i for i in range(5)]
+        elif kind == 2:
+            b, c = rng.randint(-m, m), rng.randint(1, 3)
+            seq = [a + b * i + c * i * i for i in range(6)]
+        else:
+            seq = [a, rng.randint(1, m)]
+            while len(seq) < 6:
+                seq.append(seq[-1] + seq[-2])
+        shown = seq[:-1]
+        return Example(f"next {' '.join(map(str, shown))}", shown, str(seq[-1]))
+
+    def check(self, answer: str, problem: Problem):
+        return float(parse_int(answer) in _next_term_candidates(problem.answer))
