@@ -42,9 +42,10 @@ def test_grpo_one_of_three_solved():
 
 
 def test_grpo_zero_variance_group_gets_exactly_zero_even_for_non_representable_rewards():
-    advantages = grpo(torch.tensor([0.1, 0.1, 0.1, 1.0, 0.0]), torch.tensor([0, 0, 0, 1, 1]))
-    assert advantages[:3].tolist() == [0.0, 0.0, 0.0]
-    close(advantages[3:], [1, -1])
+    # the float32 mean of seven 0.3s is off by 3e-8; naively divided by (std + eps) that becomes -0.03
+    advantages = grpo(torch.tensor([0.3] * 7 + [1.0, 0.0]), torch.tensor([0] * 7 + [1, 1]))
+    assert advantages[:7].tolist() == [0.0] * 7
+    close(advantages[7:], [1, -1])
 
 
 def test_grpo_handles_ragged_interleaved_groups_like_separate_calls():

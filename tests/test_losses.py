@@ -81,6 +81,11 @@ def test_entropy_matches_definition():
     close(entropy_from_logits(logits, chunk_rows=3), -(log_p.exp() * log_p).sum(-1))
 
 
+def test_entropy_ignores_masked_out_tokens():
+    logits = torch.tensor([[[0.0, 0.0, -math.inf, -math.inf]]])
+    close(entropy_from_logits(logits), [[LN2]])
+
+
 # --- clipped surrogate -------------------------------------------------------------------------------------
 
 
@@ -141,6 +146,13 @@ def test_padding_tokens_neither_change_the_loss_nor_receive_gradient():
     close(loss, -(math.exp(0.1) + math.exp(-0.2)) / 2)
     assert logprobs.grad[0, 2] == 0.0
     close(stats["ratio_max"], math.exp(0.1))
+
+
+def test_on_policy_call_with_the_same_tensor_still_has_a_gradient():
+    logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss, _ = policy_loss(logprobs, logprobs, torch.tensor([1.0]), torch.ones(1, 2))
+    loss.backward()
+    close(logprobs.grad, [[-0.5, -0.5]])
 
 
 def test_approx_kl_is_k3_of_the_ratio():

@@ -12,6 +12,7 @@ only there), so aggregations are registered by name like estimators::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -79,7 +80,9 @@ def entropy_from_logits(logits: Tensor, temperature: float = 1.0, chunk_rows: in
     pieces = []
     for _, chunk in _row_chunks(logits, temperature, chunk_rows):
         probs = torch.softmax(chunk, dim=-1)
-        pieces.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(-1))
+        # A -inf logit (a masked-out token) has p = 0 and contributes 0, not 0 * -inf = nan.
+        finite = torch.where(probs > 0, chunk, torch.zeros_like(chunk))
+        pieces.append(torch.logsumexp(chunk, dim=-1) - (probs * finite).sum(-1))
     return torch.cat(pieces).reshape(logits.shape[:-1])
 
 
@@ -209,7 +212,9 @@ def policy_loss(
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
     advantages = advantages.to(logprobs.dtype)
-    log_ratio = logprobs - old_logprobs
+    # Detached so that an on-policy caller passing ``old_logprobs = logprobs`` still gets a gradient
+    # (otherwise the ratio would be the constant 1 and the gradient silently 0).
+    log_ratio = logprobs - old_logprobs.detach()
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
@@ -233,9 +238,9 @@ def policy_loss(
         stats["clip_fraction_high"] = _masked_mean((is_clipped & (ratio > 1.0)).to(mask.dtype), mask)
         stats["approx_kl"] = _masked_mean(ratio - 1.0 - log_ratio, mask)
         stats["ratio_mean"] = _masked_mean(ratio, mask)
-        any_valid = bool(valid.any())
-        stats["ratio_max"] = ratio[valid].max() if any_valid else ratio.new_tensor(1.0)
-        stats["ratio_min"] = ratio[valid].min() if any_valid else ratio.new_tensor(1.0)
+        # masked_fill rather than ratio[valid]: boolean indexing would force a device sync per call.
+        stats["ratio_max"] = ratio.masked_fill(~valid, 0.0).max()
+        stats["ratio_min"] = ratio.masked_fill(~valid, math.inf).min()
     return loss, stats
 
 
