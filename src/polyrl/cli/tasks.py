@@ -52,7 +52,11 @@ def list_cmd(
 ) -> None:
     """A table of the registered tasks."""
     tasks = list_tasks(category, include_rg=rg)
-    table = Table("name", "category", "difficulty parameters", "description", title=f"{len(tasks)} tasks")
+    table = Table(title=f"{len(tasks)} tasks")
+    table.add_column("name", no_wrap=True)
+    table.add_column("category", no_wrap=True)
+    table.add_column("difficulty parameters")
+    table.add_column("description")
     for cls in tasks:
         params = ", ".join(p.name for p in cls.params) or "-"
         table.add_row(Text(cls.name), Text(cls.category), Text(params), Text(cls.description))
@@ -158,7 +162,10 @@ def score_cmd(
         s[2] += verdict.score
         s[3] += verdict.format_ok
         rows.append(verdict_row(problem, verdict))
-    table = Table("task", "n", "accuracy", "mean score", "format ok", title=f"{file} ({len(pairs)} responses)")
+    table = Table(title=f"{file} ({len(pairs)} responses)")
+    table.add_column("task", no_wrap=True)
+    for column in ("n", "accuracy", "mean score", "format ok"):
+        table.add_column(column, justify="right")
     for name in sorted(stats):
         count, correct, total, fmt = stats[name]
         table.add_row(Text(name), str(count), f"{correct / count:.3f}", f"{total / count:.3f}", f"{fmt / count:.3f}")
@@ -186,7 +193,10 @@ def check_leakage_cmd(
         f"LEAKAGE: {leak.shared_prompts} distinct prompts occur in both files "
         f"({leak.rows_a} rows of {a}, {leak.rows_b} rows of {b})"
     )
-    table = Table("id in A", "id in B", "prompt", title="examples")
+    table = Table(title="examples")
+    table.add_column("id in A", no_wrap=True)
+    table.add_column("id in B", no_wrap=True)
+    table.add_column("prompt")
     for id_a, id_b, prompt in leak.examples:
         table.add_row(Text(id_a), Text(id_b), Text(prompt[:200]))
     console.print(table)
