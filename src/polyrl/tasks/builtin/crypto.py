@@ -1,1 +1,177 @@
-"""crypto tasks."""
+"""Crypto tasks: classical ciphers to decode, letter codes, and cryptarithms.
+
+Plaintexts are random lowercase words rather than English, so a decoding is checked letter by letter
+and no dictionary can substitute for applying the cipher.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+from polyrl.tasks.base import Example, Param, Problem, Task
+from polyrl.tasks.builtin._parse import parse_assignment, parse_int
+from polyrl.tasks.registry import register_task
+
+_ALPHABET = string.ascii_lowercase
+
+
+def random_text(rng, letters: int) -> str:
+    """Words of 3-7 random lowercase letters, ``letters`` letters in all (spaces not counted)."""
+    words, left = [], letters
+    while left > 0:
+        size = left if left <= 7 else rng.randint(3, min(7, left - 3))
+        words.append("".join(rng.choice(_ALPHABET) for _ in range(size)))
+        left -= size
+    return " ".join(words)
+
+
+def shift_letters(text: str, shifts: list[int]) -> str:
+    """Shift the i-th letter by ``shifts[i % len(shifts)]``; spaces pass through and do not use a shift."""
+    out, i = [], 0
+    for c in text:
+        if c in _ALPHABET:
+            out.append(_ALPHABET[(_ALPHABET.index(c) + shifts[i % len(shifts)]) % 26])
+            i += 1
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def score_plaintext(answer: str, target: str):
+    """1 for the exact text (case and spacing aside); half the share of right letters at the right length."""
+    got, want = " ".join(answer.lower().split()), target
+    if got == want:
+        return 1.0
+    if len(got) != len(want):
+        return 0.0, "wrong"
+    return 0.5 * sum(a == b for a, b in zip(got, want)) / len(want), "partial"
+
+
+@register_task
+class Caesar(Task):
+    name = "caesar"
+    category = "crypto"
+    description = "Decode a Caesar cipher by shifting each letter back by the given amount."
+    params = (
+        Param("letters", 3, 60, "letters of plaintext"),
+        Param("max_shift", 3, 25, "largest shift"),
+    )
+    partial_credit = True
+
+    def make(self, rng, p):
+        plain = random_text(rng, p["letters"])
+        k = rng.randint(1, p["max_shift"])
+        return Example(f"caesar -{k} {shift_letters(plain, [k])}", plain, plain)
+
+    def check(self, answer: str, problem: Problem):
+        return score_plaintext(answer, problem.answer)
+
+
+@register_task
+class Vigenere(Task):
+    name = "vigenere"
+    category = "crypto"
+    description = "Decode a Vigenere cipher with the given key (key letters advance on letters only)."
+    params = (
+        Param("letters", 4, 60, "letters of plaintext"),
+        Param("key_length", 2, 8, "letters in the key"),
+    )
+    partial_credit = True
+
+    def make(self, rng, p):
+        plain = random_text(rng, p["letters"])
+        key = "".join(rng.choice(_ALPHABET) for _ in range(p["key_length"]))
+        cipher = shift_letters(plain, [_ALPHABET.index(c) for c in key])
+        return Example(f"vigenere key={key} {cipher}", plain, plain)
+
+    def check(self, answer: str, problem: Problem):
+        return score_plaintext(answer, problem.answer)
+
+
+_ATBASH = str.maketrans(_ALPHABET, _ALPHABET[::-1])
+
+
+@register_task
+class Atbash(Task):
+    name = "atbash"
+    category = "crypto"
+    description = "Decode an Atbash cipher (a<->z, b<->y, ...)."
+    params = (Param("letters", 3, 60, "letters of plaintext"),)
+    partial_credit = True
+
+    def make(self, rng, p):
+        plain = random_text(rng, p["letters"])
+        return Example(f"atbash {plain.translate(_ATBASH)}", plain, plain)
+
+    def check(self, answer: str, problem: Problem):
+        return score_plaintext(answer, problem.answer)
+
+
+_CODE_SEPARATORS_RE = re.compile(r"[\s,\-]+")
+
+
+@register_task
+class LetterNumbers(Task):
+    name = "letter_numbers"
+    category = "crypto"
+    description = "A1Z26: turn letters into their alphabet positions, or positions back into letters."
+    params = (Param("letters", 3, 30, "letters in the word"),)
+
+    def make(self, rng, p):
+        word = "".join(rng.choice(_ALPHABET) for _ in range(p["letters"]))
+        codes = [_ALPHABET.index(c) + 1 for c in word]
+        if rng.random() < 0.5:
+            return Example(f"a1z26 {word}", {"encode": True, "codes": codes}, " ".join(map(str, codes)))
+        return Example(f"a1z26 {'-'.join(map(str, codes))}", {"encode": False, "codes": codes}, word)
+
+    def check(self, answer: str, problem: Problem):
+        codes = problem.answer["codes"]
+        if problem.answer["encode"]:
+            parts = [s for s in _CODE_SEPARATORS_RE.split(answer.strip()) if s]
+            if len(parts) > len(codes) * 2:
+                return 0.0, "wrong"
+            return float([parse_int(s) for s in parts] == codes)
+        return float(answer.strip().lower() == "".join(_ALPHABET[c - 1] for c in codes))
+
+
+@register_task
+class Cryptarithm(Task):
+    name = "cryptarithm"
+    category = "crypto"
+    description = "Give each letter a distinct digit (no leading zeros) so the sum holds; any valid answer counts."
+    params = (
+        Param("digits", 2, 5, "digits per addend"),
+        Param("addends", 2, 3, "numbers added"),
+    )
+
+    def make(self, rng, p):
+        d = p["digits"]
+        addends = [rng.randint(10 ** (d - 1), 10**d - 1) for _ in range(p["addends"])]
+        total = sum(addends)
+        letters = rng.sample(string.ascii_uppercase, 10)  # letters[i] stands for digit i
+
+        def word(n: int) -> str:
+            return "".join(letters[int(c)] for c in str(n))
+
+        words = [word(n) for n in addends]
+        used = sorted({c for w in words + [word(total)] for c in w})
+        solution = " ".join(f"{c}={letters.index(c)}" for c in used)
+        return Example(f"cryptarithm {'+'.join(words)}={word(total)}", {"addends": words, "total": word(total)}, solution)
+
+    def check(self, answer: str, problem: Problem):
+        addends, total = problem.answer["addends"], problem.answer["total"]
+        words = addends + [total]
+        needed = {c for w in words for c in w}
+        digits = {k.upper(): parse_int(v) for k, v in parse_assignment(answer, max_pairs=30).items()}
+        if set(digits) != needed:
+            return 0.0, "wrong_letters"
+        if any(not 0 <= v <= 9 for v in digits.values()) or len(set(digits.values())) != len(digits):
+            return 0.0, "invalid_digits"
+        if any(len(w) > 1 and digits[w[0]] == 0 for w in words):
+            return 0.0, "leading_zero"
+
+        def value(w: str) -> int:
+            return int("".join(str(digits[c]) for c in w))
+
+        return float(sum(value(w) for w in addends) == value(total))
