@@ -1,12 +1,76 @@
-"""``polyrl train``: SFT warm start then multi-task RL."""
+"""``polyrl train``: SFT warm start then multi-task RL, with held-out evaluation before and after RL."""
 
 from __future__ import annotations
 
+import time
+from importlib.resources import files
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from polyrl.errors import UserError
+
+DEFAULT_CONFIG = "default"
+
+
+def default_config_path() -> Path:
+    return Path(str(files("polyrl") / "configs" / "default.yaml"))
+
+
+def print_results(results: dict, console: Console) -> None:
+    before, after = results["after_sft"], results.get("after_rl")
+    table = Table(title="Held-out accuracy (greedy) per task")
+    table.add_column("task")
+    table.add_column("after SFT", justify="right")
+    if after:
+        table.add_column("after RL", justify="right")
+        table.add_column("Δ (points)", justify="right")
+    for name, row in before.items():
+        cells = [f"{100 * row['accuracy']:.1f}%"]
+        if after:
+            a = after[name]["accuracy"]
+            cells += [f"{100 * a:.1f}%", f"{100 * (a - row['accuracy']):+.1f}"]
+        table.add_row(f"[bold]{name}[/]" if name == "mean" else name, *cells)
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def train() -> None:
-        """Train a policy (not yet available)."""
-        raise typer.Exit(1)
+    def train(
+        overrides: Optional[List[str]] = typer.Argument(None, help="Config overrides key=value, e.g. rl.steps=50."),
+        config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML config (default: the embedded default)."),
+        resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this run directory."),
+        run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Where to write the run (default: runs/<time>)."),
+    ) -> None:
+        """Train a policy: SFT warm start, then multi-task RL; prints held-out accuracy after each."""
+        from polyrl.train.config import load_config
+        from polyrl.train.trainer import TrainingError, Trainer
+
+        overrides = list(overrides or [])
+        if resume is not None:
+            if config is not None:
+                raise UserError("--resume continues a run with its saved config; do not pass --config")
+            cfg_file = resume / "config.yaml"
+            if not cfg_file.exists():
+                raise UserError(f"{str(resume)!r} is not a polyrl run directory (no config.yaml)")
+            cfg = load_config(cfg_file, overrides)
+            cfg = cfg.model_copy(update={"run_dir": str(resume)})
+        else:
+            path = default_config_path() if config in (None, DEFAULT_CONFIG) else Path(config)
+            base = {"run_dir": run_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}"}
+            cfg = load_config(path, overrides, base=base)
+            if run_dir is not None:
+                cfg = cfg.model_copy(update={"run_dir": run_dir})
+        console = Console()
+        console.print(f"[bold]polyrl train[/] → {cfg.run_dir}")
+        try:
+            results = Trainer(cfg, resume=resume is not None).run()
+        except TrainingError as exc:
+            console.print(f"[red]polyrl: training stopped:[/] {exc}")
+            raise typer.Exit(1)
+        print_results(results, console)
+        console.print(f"run directory: {cfg.run_dir}  (metrics.jsonl, tb/, sft_model/, final_model/, eval/)")

@@ -1,0 +1,11 @@
+"""Policies: model + tokenizer loading, the embedded tiny default, prompts and generation backends."""
+
+from polyrl.policy.generation import Generation, GenerationBackend, TransformersBackend
+from polyrl.policy.loading import Policy, load_policy
+from polyrl.policy.prompts import PromptBuilder
+from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
+
+__all__ = [
+    "Generation", "GenerationBackend", "TransformersBackend", "Policy", "load_policy", "PromptBuilder",
+    "TinyModelConfig", "build_tiny_policy",
+]

@@ -1,0 +1,124 @@
+"""Load a policy: the embedded tiny default or any local Hugging Face causal LM (optionally with LoRA)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from polyrl.errors import UserError
+from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
+
+TINY = "tiny"
+
+
+class LoraConfig(BaseModel):
+    """LoRA adapters through PEFT (only the adapters are trained)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="Train LoRA adapters instead of all weights.")
+    r: int = Field(16, ge=1, description="Adapter rank.")
+    alpha: int = Field(32, ge=1, description="Adapter scaling numerator (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on adapter inputs.")
+    target_modules: list[str] | str = Field("all-linear", description="Modules that get adapters.")
+
+
+class ModelConfig(BaseModel):
+    """Which policy to train."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(TINY, description="'tiny' for the embedded default, or a local Hugging Face model directory.")
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape of the embedded default.")
+    dtype: str = Field("float32", description="Weights dtype: float32, bfloat16 or float16.")
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
+
+
+@dataclass
+class Policy:
+    """A causal LM and its tokenizer (left padding, a pad token always set)."""
+
+    model: Any
+    tokenizer: Any
+
+    def save(self, path: str | Path) -> None:
+        """Save as a plain Hugging Face checkpoint (LoRA adapters merged in)."""
+        model = self.model
+        if hasattr(model, "merge_and_unload"):
+            import copy
+
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+
+def check_model_dir(path: str | Path) -> None:
+    """Raise UserError unless ``path`` holds a Hugging Face causal LM config."""
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    p = Path(path)
+    if not p.is_dir():
+        raise UserError(f"model path {str(path)!r} is not a directory (use 'tiny' for the embedded default)")
+    cfg_file = p / "config.json"
+    if not cfg_file.is_file():
+        raise UserError(f"model path {str(path)!r} has no config.json: not a Hugging Face model directory")
+    try:
+        model_type = json.loads(cfg_file.read_text()).get("model_type")
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read {cfg_file}: {exc}") from None
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise UserError(f"model at {str(path)!r} (model_type={model_type!r}) is not a causal language model")
+
+
+def _dtype(name: str):
+    import torch
+
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in table:
+        raise UserError(f"unknown dtype {name!r}; use one of {', '.join(table)}")
+    return table[name]
+
+
+def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = "cpu") -> Policy:
+    """Build or load the policy described by ``config`` on ``device``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = config or ModelConfig()
+    dtype = _dtype(config.dtype)
+    if config.path == TINY:
+        model, tokenizer = build_tiny_policy(config.tiny, seed=seed)
+        model = model.to(dtype)
+    else:
+        check_model_dir(config.path)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(config.path)
+            model = AutoModelForCausalLM.from_pretrained(config.path, dtype=dtype)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot load model from {config.path!r}: {str(exc).splitlines()[0]}") from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if config.lora.enabled:
+        model = _add_lora(model, config.lora)
+    return Policy(model.to(device), tokenizer)
+
+
+def _add_lora(model, cfg: LoraConfig):
+    try:
+        from peft import LoraConfig as PeftLoraConfig, get_peft_model
+    except ImportError:
+        raise UserError("LoRA needs PEFT: pip install 'polyrl[peft]'") from None
+    peft_cfg = PeftLoraConfig(
+        r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=cfg.target_modules, task_type="CAUSAL_LM"
+    )
+    return get_peft_model(model, peft_cfg)

@@ -1,0 +1,6 @@
+"""Rollouts: problems in, scored trajectories out."""
+
+from polyrl.rollout.batch import TokenBatch, collate, sequence_logprobs
+from polyrl.rollout.single_turn import Trajectory, rollout_problems
+
+__all__ = ["TokenBatch", "collate", "sequence_logprobs", "Trajectory", "rollout_problems"]

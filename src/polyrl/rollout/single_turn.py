@@ -1,0 +1,51 @@
+"""Single-turn rollouts: generate G completions per problem and score them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from polyrl.policy.generation import GenerationBackend
+from polyrl.policy.prompts import PromptBuilder
+from polyrl.rewards import RewardConfig, compute_rewards
+from polyrl.tasks import Problem, Task, Verdict
+
+
+@dataclass
+class Trajectory:
+    """One scored completion: the unit that flows from rollout to loss."""
+
+    task: str
+    group: int
+    """Index of the problem this completion answers, within the step."""
+    problem: Problem
+    prompt_ids: list[int]
+    response_ids: list[int]
+    text: str
+    finished: bool
+    reward: float
+    reward_terms: dict[str, float]
+    verdict: Verdict
+    policy_version: int = 0
+    policy_mask: list[int] | None = None
+    """Which response tokens the policy produced (None: all, as in single-turn)."""
+    info: dict = field(default_factory=dict)
+
+
+def rollout_problems(
+    problems: list[Problem], tasks: dict[str, Task], backend: GenerationBackend, prompts: PromptBuilder,
+    group_size: int, max_new_tokens: int, reward: RewardConfig, temperature: float = 1.0, top_p: float = 1.0,
+    greedy: bool = False, group_offset: int = 0, version: int = 0,
+) -> list[Trajectory]:
+    prompt_ids = [prompts.ids(p) for p in problems]
+    flat = [ids for ids in prompt_ids for _ in range(group_size)]
+    gens = backend.generate(flat, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy)
+    out = []
+    for k, gen in enumerate(gens):
+        g = k // group_size
+        problem = problems[g]
+        r = compute_rewards(reward, tasks[problem.task], problem, gen.text, len(gen.completion_ids), gen.finished, max_new_tokens)
+        out.append(
+            Trajectory(problem.task, group_offset + g, problem, gen.prompt_ids, gen.completion_ids, gen.text, gen.finished,
+                       r.total, r.terms, r.verdict, version)
+        )
+    return out

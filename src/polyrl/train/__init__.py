@@ -1,0 +1,1 @@
+"""Training: config, SFT warm start, multi-task RL, checkpoints, run directories."""

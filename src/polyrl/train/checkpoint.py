@@ -1,0 +1,123 @@
+"""Atomic checkpoints: model, optimizer, scheduler, RNG states, sampler state, stage and step.
+
+A checkpoint is written into a temporary directory and renamed into place; ``LATEST`` is then replaced
+atomically. A run killed at any moment leaves either the previous checkpoint or the new one, never a
+half-written one that would be loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from polyrl.train.run_dir import atomic_write_text
+
+STATE_FILE = "trainer_state.json"
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    stage: str
+    step: int
+    state: dict[str, Any]
+
+
+def _name(stage: str, step: int) -> str:
+    return f"{stage}-{step:06d}"
+
+
+def save_checkpoint(
+    root: Path, stage: str, step: int, model, optimizer, scheduler, extra: dict[str, Any], keep: int
+) -> Path:
+    final = root / _name(stage, step)
+    tmp = root / f".tmp-{_name(stage, step)}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    torch.save(
+        {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+        },
+        tmp / "optim.pt",
+    )
+    # trainer_state.json is written last: its presence marks a complete checkpoint
+    atomic_write_text(tmp / STATE_FILE, json.dumps({"stage": stage, "step": step, **extra}, indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    atomic_write_text(root / "LATEST", final.name + "\n")
+    _prune(root, keep)
+    return final
+
+
+def _complete(root: Path) -> list[Path]:
+    dirs = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".") and (d / STATE_FILE).exists()]
+    order = {"sft": 0, "rl": 1}
+    return sorted(dirs, key=lambda d: (order.get(d.name.split("-")[0], 2), d.name))
+
+
+def _prune(root: Path, keep: int) -> None:
+    for d in _complete(root)[:-keep]:
+        shutil.rmtree(d, ignore_errors=True)
+    for d in root.glob(".tmp-*"):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def latest_checkpoint(root: Path) -> Checkpoint | None:
+    if not root.exists():
+        return None
+    path = None
+    pointer = root / "LATEST"
+    if pointer.exists():
+        candidate = root / pointer.read_text().strip()
+        if (candidate / STATE_FILE).exists():
+            path = candidate
+    if path is None:
+        complete = _complete(root)
+        path = complete[-1] if complete else None
+    if path is None:
+        return None
+    state = json.loads((path / STATE_FILE).read_text())
+    return Checkpoint(path, state["stage"], int(state["step"]), state)
+
+
+def load_model_weights(model, directory: Path) -> None:
+    """Load weights written by ``save_pretrained`` into ``model`` in place (sharded, LoRA adapters too)."""
+    from safetensors.torch import load_file
+
+    if hasattr(model, "peft_config"):
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(str(directory / "adapter_model.safetensors")))
+        return
+    index = directory / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    weights: dict[str, torch.Tensor] = {}
+    for name in files:
+        weights.update(load_file(str(directory / name)))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    # tied embeddings are saved once; anything else missing is a real mismatch
+    tied = set(getattr(model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        raise RuntimeError(f"checkpoint {directory} does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+
+
+def load_training_state(ckpt: Checkpoint, model, optimizer, scheduler) -> None:
+    load_model_weights(model, ckpt.path / "model")
+    blob = torch.load(ckpt.path / "optim.pt", weights_only=False)
+    optimizer.load_state_dict(blob["optimizer"])
+    scheduler.load_state_dict(blob["scheduler"])
+    random.setstate(blob["rng"]["python"])
+    np.random.set_state(blob["rng"]["numpy"])
+    torch.set_rng_state(blob["rng"]["torch"])

@@ -1,0 +1,189 @@
+"""The training config: one YAML file, validated by pydantic; every field has a default and a docstring.
+
+``polyrl train --config FILE key=value …`` loads the file, applies dotted overrides
+(``rl.steps=50``, ``tasks=[addition,sort_digits]``), validates, and saves the resolved config in the run
+directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from polyrl.errors import UserError
+from polyrl.policy.loading import ModelConfig
+from polyrl.policy.prompts import PromptConfig
+from polyrl.rewards import RewardConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskSpec(_Strict):
+    """One task of the training mix."""
+
+    name: str = Field(description="Registered task name (see `polyrl tasks list`), or rg/<dataset>.")
+    difficulty: float | str | dict[str, Any] = Field("easy", description="Training difficulty: knob in [0, 1], preset, or parameters.")
+    eval_difficulty: float | str | dict[str, Any] | None = Field(None, description="Held-out difficulty (default: the training one).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value):
+        return {"name": value} if isinstance(value, str) else value
+
+
+class SamplerConfig(_Strict):
+    """Which task each prompt comes from."""
+
+    name: str = Field("uniform", description="Registered sampler name (uniform, weighted, …).")
+    options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for the sampler.")
+
+
+class SFTConfig(_Strict):
+    """Stage 1: supervised warm start on the generators' reference solutions."""
+
+    enabled: bool = Field(True, description="Run the SFT warm start before RL.")
+    steps: int = Field(300, ge=0, description="Optimizer steps.")
+    batch_size: int = Field(64, ge=1, description="Examples per step.")
+    lr: float = Field(1e-3, gt=0, description="Peak learning rate (linear warmup, cosine decay).")
+    warmup_steps: int = Field(20, ge=0, description="Linear warmup steps.")
+    difficulty: float | str | None = Field(None, description="SFT difficulty (default: each task's training difficulty).")
+    rejection_sampling_rounds: int = Field(0, ge=0, description="Rounds of rejection-sampling fine-tuning on the policy's own verified-correct samples.")
+    rejection_samples: int = Field(4, ge=1, description="Samples per problem in rejection sampling.")
+    rejection_problems: int = Field(256, ge=1, description="Problems per rejection-sampling round.")
+    rejection_steps: int = Field(50, ge=1, description="Optimizer steps per rejection-sampling round.")
+
+
+class RLConfig(_Strict):
+    """Stage 2: multi-task RL with verifiable rewards."""
+
+    enabled: bool = Field(True, description="Run the RL stage.")
+    steps: int = Field(150, ge=0, description="RL steps (one batch of rollouts each).")
+    prompts_per_step: int = Field(16, ge=1, description="Distinct problems per step.")
+    group_size: int = Field(8, ge=1, description="Completions per problem (G).")
+    max_new_tokens: int = Field(32, ge=1, description="Longest completion in tokens.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature for rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling for rollouts.")
+    lr: float = Field(2e-4, gt=0, description="Learning rate (constant after warmup).")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    epochs: int = Field(1, ge=1, description="Optimization passes over each batch (PPO epochs).")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split evenly).")
+    advantage: str = Field("grpo", description="Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline.")
+    task_normalize: bool = Field(False, description="Standardize advantages within each task across the batch (AgentRL).")
+    clip_ratio_low: float = Field(0.2, ge=0, description="PPO clip below 1 (1 - eps_low).")
+    clip_ratio_high: float = Field(0.28, ge=0, description="PPO clip above 1 (1 + eps_high; DAPO clip-higher).")
+    loss_aggregation: str = Field("token_mean", description="token_mean (DAPO), seq_mean_token_mean (GRPO), seq_mean_token_sum_norm (Dr. GRPO).")
+    dynamic_sampling: bool = Field(False, description="Drop zero-variance groups and refill the batch (DAPO).")
+    max_refills: int = Field(3, ge=0, description="Extra generation rounds per step to refill dropped groups.")
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference (0 disables it).")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
+    entropy_coef: float = Field(0.0, description="Entropy bonus weight.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    max_bad_steps: int = Field(5, ge=1, description="Consecutive NaN/inf steps that stop the run.")
+
+
+class EvalConfig(_Strict):
+    """Held-out evaluation on the eval seed space."""
+
+    problems_per_task: int = Field(64, ge=1, description="Held-out problems per task.")
+    every: int = Field(0, ge=0, description="Evaluate every N RL steps (0: only before and after RL).")
+    pass_k: int = Field(4, ge=1, description="Samples per problem for pass@k (1 disables sampling).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature for pass@k.")
+    max_new_tokens: int | None = Field(None, description="Longest completion (default: rl.max_new_tokens).")
+
+
+class TrainConfig(_Strict):
+    """Everything `polyrl train` does, in one file."""
+
+    seed: int = Field(0, description="Run seed: every random choice flows from it.")
+    run_dir: str = Field("runs/default", description="Run directory (config, metrics, checkpoints, models).")
+    device: str = Field("cpu", description="Torch device: cpu, cuda, cuda:1, mps.")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice).")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
+    prompt: PromptConfig = Field(default_factory=PromptConfig, description="How problems are shown.")
+    tasks: list[TaskSpec] = Field(description="The training mix.", min_length=1)
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="Task sampler.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward terms and weights.")
+    sft: SFTConfig = Field(default_factory=SFTConfig, description="Warm start.")
+    rl: RLConfig = Field(default_factory=RLConfig, description="RL stage.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    checkpoint_every: int = Field(25, ge=1, description="Save a checkpoint every N RL steps (and at stage ends).")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
+    tensorboard: bool = Field(True, description="Write TensorBoard event files.")
+    progress: bool = Field(True, description="Live progress display in the terminal.")
+
+    @field_validator("tasks")
+    @classmethod
+    def _unique(cls, tasks):
+        names = [t.name for t in tasks]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"tasks listed twice: {', '.join(dup)}")
+        return tasks
+
+
+def _set_dotted(data: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for p in parts[:-1]:
+        if not isinstance(node.get(p, {}), dict):
+            raise UserError(f"override {key!r}: {p!r} is not a section")
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    out = []
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"override {item!r} is not of the form key=value")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        out.append((key.strip(), value))
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None) -> TrainConfig:
+    """Load ``path`` (YAML) over ``base``, apply ``key=value`` overrides and validate."""
+    data: dict[str, Any] = dict(base or {})
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise UserError(f"cannot read config {str(path)!r}: {exc.strerror or exc}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark else ""
+            raise UserError(f"config {str(path)!r} is not valid YAML{where}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise UserError(f"config {str(path)!r} must be a mapping of fields, got {type(loaded).__name__}")
+        data.update(loaded)
+    for key, value in parse_overrides(overrides or []):
+        _set_dotted(data, key, value)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "config"
+        msg = err["msg"].replace("Value error, ", "")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown option"
+        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
+        raise UserError(f"invalid config: {loc}: {msg}{more}") from None
+
+
+def save_config(config: TrainConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -1,0 +1,177 @@
+"""One step of multi-task RL with verifiable rewards.
+
+sample tasks → generate problems → G completions each → rewards → advantages (group-relative, optionally
+task-normalized) → clipped policy-gradient epochs → metrics. Each piece is a function from polyrl.algos
+or polyrl.rollout; this file only wires them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import torch
+
+from polyrl.algos import (
+    aggregate, get_advantage_estimator, kl_penalty, policy_loss, task_normalize, zero_variance_groups,
+)
+from polyrl.rollout import Trajectory, collate, rollout_problems, sequence_logprobs
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return float(sum(xs) / len(xs)) if xs else float("nan")
+
+
+def collect_rollouts(trainer, step: int, rng: np.random.Generator) -> tuple[list[Trajectory], dict[str, Any]]:
+    """Generate and score a step's groups; with dynamic sampling, drop zero-variance groups and refill."""
+    cfg = trainer.config.rl
+    kept: list[Trajectory] = []
+    generated = dropped = gen_tokens = 0
+    gen_time = 0.0
+    rounds = 0
+    need = cfg.prompts_per_step
+    while need > 0:
+        names = trainer.sampler.sample(need, rng)
+        problems = [trainer.tasks[n].generate(int(rng.integers(2**62)), trainer.difficulty(n), split="train") for n in names]
+        t0 = time.perf_counter()
+        trajs = rollout_problems(
+            problems, trainer.tasks, trainer.backend, trainer.prompts, cfg.group_size, cfg.max_new_tokens,
+            trainer.config.reward, temperature=cfg.temperature, top_p=cfg.top_p, group_offset=generated,
+            version=trainer.policy_version,
+        )
+        gen_time += time.perf_counter() - t0
+        gen_tokens += sum(len(t.response_ids) for t in trajs)
+        generated += len(problems)
+        groups: dict[int, list[Trajectory]] = defaultdict(list)
+        for t in trajs:
+            groups[t.group].append(t)
+        for members in groups.values():
+            trainer.sampler.update(members[0].task, [m.verdict.score for m in members])
+            rewards = [m.reward for m in members]
+            if cfg.dynamic_sampling and max(rewards) - min(rewards) < 1e-9:
+                dropped += 1
+                continue
+            kept.extend(members)
+        rounds += 1
+        need = cfg.prompts_per_step - len({t.group for t in kept})
+        if not cfg.dynamic_sampling or rounds > cfg.max_refills:
+            break
+    info = {"gen_time": gen_time, "gen_tokens": gen_tokens, "groups_generated": generated,
+            "groups_dropped": dropped, "refill_rounds": rounds - 1}
+    return kept, info
+
+
+def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
+    """Advantages and PPO-style epochs over ``trajs``; returns loss statistics and per-sequence diagnostics."""
+    cfg = trainer.config.rl
+    model, optimizer, scheduler = trainer.policy.model, trainer.optimizer, trainer.scheduler
+    task_index = {name: i for i, name in enumerate(trainer.tasks)}
+    rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+    group_ids = torch.tensor([t.group for t in trajs])
+    task_ids = torch.tensor([task_index[t.task] for t in trajs])
+    advantages = get_advantage_estimator(cfg.advantage)(rewards, group_ids)
+    if cfg.task_normalize:
+        advantages = task_normalize(advantages, task_ids)
+    batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], trainer.policy.tokenizer.pad_token_id,
+                    [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None)
+    n = len(trajs)
+    needs_old = cfg.epochs > 1 or cfg.minibatches > 1
+    with torch.no_grad():
+        old_all = sequence_logprobs(model, batch, cfg.temperature)[0] if needs_old else None
+        ref_all = sequence_logprobs(trainer.reference, batch, cfg.temperature)[0] if trainer.reference is not None else None
+
+    seq_entropy = torch.zeros(n)
+    seq_kl = torch.zeros(n)
+    seq_clip = torch.zeros(n)
+    losses, grad_norms, skipped = [], [], 0
+    mb_size = math.ceil(n / cfg.minibatches)
+    for epoch in range(cfg.epochs):
+        perm = torch.randperm(n)
+        for start in range(0, n, mb_size):
+            idx = perm[start : start + mb_size]
+            mb = batch.select(idx)
+            mask = mb.loss_mask
+            width = mask.shape[1]
+            logp, ent = sequence_logprobs(model, mb, cfg.temperature, entropy=True, entropy_grad=cfg.entropy_coef != 0)
+            old = old_all[idx, :width] if old_all is not None else logp.detach()
+            loss, stats = policy_loss(
+                logp, old, advantages[idx], mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_aggregation,
+                max_tokens=cfg.max_new_tokens,
+            )
+            kl_tok = None
+            if ref_all is not None:
+                kl_tok = kl_penalty(logp, ref_all[idx, :width], cfg.kl_estimator)
+                loss = loss + cfg.kl_coef * aggregate(kl_tok, mask, cfg.loss_aggregation, cfg.max_new_tokens)
+            if cfg.entropy_coef:
+                loss = loss - cfg.entropy_coef * aggregate(ent, mask, cfg.loss_aggregation, cfg.max_new_tokens)
+            if epoch == 0:
+                with torch.no_grad():
+                    denom = mask.sum(1).clamp(min=1)
+                    seq_entropy[idx] = (ent.detach() * mask).sum(1) / denom
+                    if kl_tok is not None:
+                        seq_kl[idx] = (kl_tok.detach() * mask).sum(1) / denom
+                    ratio = torch.exp(logp.detach() - old)
+                    adv = advantages[idx].unsqueeze(1)
+                    clipped = ((adv > 0) & (ratio > 1 + cfg.clip_ratio_high)) | ((adv < 0) & (ratio < 1 - cfg.clip_ratio_low))
+                    seq_clip[idx] = (clipped.float() * mask).sum(1) / denom
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainer.trainable_parameters(), cfg.max_grad_norm)
+            if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+                optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                warnings.warn(f"non-finite loss or gradient at RL step {trainer.step}: update skipped", stacklevel=1)
+                continue
+            optimizer.step()
+            losses.append(float(loss))
+            grad_norms.append(float(grad_norm))
+    scheduler.step()
+    return {
+        "loss": _mean(losses), "grad_norm": _mean(grad_norms), "skipped_updates": skipped,
+        "updates": cfg.epochs * math.ceil(n / mb_size),
+        "seq_entropy": seq_entropy.tolist(), "seq_kl": seq_kl.tolist(), "seq_clip": seq_clip.tolist(),
+        "zero_variance": zero_variance_groups(rewards, group_ids).tolist(),
+    }
+
+
+def step_metrics(trajs: list[Trajectory], update: dict[str, Any], info: dict[str, Any], elapsed: float) -> dict[str, float]:
+    """Overall and per-task metrics for one RL step (per-task keys are ``<metric>/<task>``)."""
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(trajs):
+        by_task[t.task].append(i)
+
+    def summarize(idx: list[int]) -> dict[str, float]:
+        groups = {trajs[i].group for i in idx}
+        zero_var = {trajs[i].group for i in idx if update["zero_variance"][i]}
+        return {
+            "reward": _mean(trajs[i].reward for i in idx),
+            "accuracy": _mean(trajs[i].verdict.correct for i in idx),
+            "score": _mean(trajs[i].verdict.score for i in idx),
+            "format_rate": _mean(trajs[i].verdict.format_ok for i in idx),
+            "response_length": _mean(len(trajs[i].response_ids) for i in idx),
+            "entropy": _mean(update["seq_entropy"][i] for i in idx),
+            "kl": _mean(update["seq_kl"][i] for i in idx),
+            "clip_fraction": _mean(update["seq_clip"][i] for i in idx),
+            "zero_variance_frac": len(zero_var) / max(len(groups), 1),
+            "tokens": float(sum(len(trajs[i].response_ids) for i in idx)),
+        }
+
+    out = summarize(list(range(len(trajs)))) if trajs else {}
+    for name, idx in sorted(by_task.items()):
+        out.update({f"{k}/{name}": v for k, v in summarize(idx).items()})
+    if "zero_variance_frac" in out and info["groups_generated"]:
+        # with dynamic sampling, dropped groups count towards the fraction the sampler produced
+        kept_groups = len({t.group for t in trajs})
+        zero_kept = out["zero_variance_frac"] * kept_groups
+        out["zero_variance_frac"] = (zero_kept + info["groups_dropped"]) / info["groups_generated"]
+    out.update({k: update[k] for k in ("loss", "grad_norm", "skipped_updates")})
+    out["tokens_per_s"] = info["gen_tokens"] / max(info["gen_time"], 1e-9)
+    out["completions_per_s"] = len(trajs) / max(elapsed, 1e-9)
+    out["step_time"] = elapsed
+    out["groups_dropped"] = info["groups_dropped"]
+    return out

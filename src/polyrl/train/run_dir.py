@@ -1,0 +1,145 @@
+"""The run directory: resolved config, metrics (jsonl + TensorBoard), checkpoints, models, eval results.
+
+Layout::
+
+    RUN_DIR/config.yaml        the resolved config
+    RUN_DIR/metrics.jsonl      one JSON object per logged step
+    RUN_DIR/tb/                TensorBoard event files
+    RUN_DIR/checkpoints/       step directories + LATEST (see checkpoint.py)
+    RUN_DIR/sft_model/         Hugging Face checkpoint after the warm start
+    RUN_DIR/final_model/       Hugging Face checkpoint after RL
+    RUN_DIR/eval/*.json        held-out results
+
+Every file is written atomically (temp file + rename), so a killed run never leaves a half-written one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from polyrl.errors import UserError
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value
+
+
+class RunDir:
+    def __init__(self, path: str | Path, tensorboard: bool = True):
+        self.path = Path(path)
+        self.tensorboard = tensorboard
+        self._tb = None
+
+    # -- paths ----------------------------------------------------------------------------------------
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    def model_dir(self, name: str) -> Path:
+        return self.path / name
+
+    def eval_file(self, name: str) -> Path:
+        return self.path / "eval" / f"{name}.json"
+
+    # -- setup ----------------------------------------------------------------------------------------
+    def create(self, resume: bool) -> None:
+        """Make the directory (checking it is writable). A fresh run refuses a directory holding a run."""
+        if not resume and self.config_file.exists():
+            raise UserError(f"run directory {str(self.path)!r} already holds a run: use --resume {self.path} or another run_dir")
+        if resume and not self.config_file.exists():
+            raise UserError(f"{str(self.path)!r} is not a polyrl run directory (no config.yaml)")
+        try:
+            for d in (self.path, self.checkpoints, self.path / "eval"):
+                d.mkdir(parents=True, exist_ok=True)
+            probe = self.path / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            raise UserError(f"run directory {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
+
+    # -- metrics --------------------------------------------------------------------------------------
+    def log(self, record: dict[str, Any]) -> None:
+        """Append one metrics record (must contain ``stage`` and ``step``) to jsonl and TensorBoard."""
+        with open(self.metrics_file, "a") as f:
+            f.write(json.dumps(_clean(record)) + "\n")
+        tb = self._writer()
+        if tb is not None:
+            offset = 0 if record["stage"] == "sft" else 100_000
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
+                    tb.add_scalar(f"{record['stage']}/{key}", value, offset + record["step"])
+
+    def truncate_metrics(self, stage: str, step: int) -> None:
+        """Drop records logged after a checkpoint (they are re-logged when the resumed run redoes them)."""
+        if not self.metrics_file.exists():
+            return
+        order = {"sft": 0, "eval": 1, "rl": 2}
+        keep = []
+        for line in self.metrics_file.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a kill
+            if (order.get(rec.get("stage"), 1), rec.get("step", 0)) <= (order[stage], step):
+                keep.append(line)
+        atomic_write_text(self.metrics_file, "".join(k + "\n" for k in keep))
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        if not self.metrics_file.exists():
+            return []
+        out = []
+        for line in self.metrics_file.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
+    def _writer(self):
+        if not self.tensorboard:
+            return None
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.path / "tb"))
+        return self._tb
+
+    def save_json(self, path: Path, data: Any) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(_clean(data), indent=2))
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
