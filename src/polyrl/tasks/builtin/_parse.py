@@ -59,7 +59,10 @@ def parse_int_grid(text: str, n_rows: int, n_cols: int) -> list[list[int]]:
     """
     s = text.strip()
     if _ROW_SPLIT_RE.search(s):
-        rows = [parse_int_list(r, n_cols) for r in _ROW_SPLIT_RE.split(s) if r.strip()]
+        parts = [r for r in _ROW_SPLIT_RE.split(s) if r.strip()]
+        if len(parts) != n_rows:  # before parsing, so thousands of junk rows cost nothing
+            raise ValueError(f"expected {n_rows} rows")
+        rows = [parse_int_list(r, n_cols) for r in parts]
     else:
         flat = parse_int_list(s, n_rows * n_cols)
         rows = [flat[i : i + n_cols] for i in range(0, len(flat), n_cols)] if n_cols else []
