@@ -76,7 +76,8 @@ def test_vigenere_key_skips_spaces():
 def test_atbash_is_its_own_inverse():
     task = get_task("atbash")
     p = task.generate(5, "hard")
-    assert verdict(task, p, p.question.removeprefix("atbash ").translate(str.maketrans("abcdefghijklmnopqrstuvwxyz", "zyxwvutsrqponmlkjihgfedcba"))).score == 1.0
+    mirror = str.maketrans("abcdefghijklmnopqrstuvwxyz", "zyxwvutsrqponmlkjihgfedcba")
+    assert verdict(task, p, p.question.removeprefix("atbash ").translate(mirror)).score == 1.0
 
 
 def test_letter_numbers_accepts_any_separator_when_encoding():

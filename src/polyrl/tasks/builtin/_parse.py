@@ -151,7 +151,9 @@ def _apply(values: list[Fraction], op: str) -> None:
         values.append(a / b)  # ZeroDivisionError is the caller's "wrong", not a crash
 
 
-def evaluate_expression(text: str, max_chars: int = 200, max_depth: int = 16, max_digits: int = 12) -> tuple[Fraction, list[int]]:
+def evaluate_expression(
+    text: str, max_chars: int = 200, max_depth: int = 16, max_digits: int = 12
+) -> tuple[Fraction, list[int]]:
     """Value and operand list of an arithmetic expression over ``+ - * /`` and parentheses, exactly.
 
     Shunting-yard evaluation: iterative (no recursion on nesting), linear in the length, and bounded in the

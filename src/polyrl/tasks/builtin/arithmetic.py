@@ -14,8 +14,7 @@ from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import evaluate_expression, parse_int, parse_rational
 from polyrl.tasks.registry import register_task
 
-# Answers stay below 2**63 at every difficulty so that exported problems fit int64 columns.
-_INT64_LIMIT = 2**63
+# Every integer answer stays below 2**63 at the hard end too, so that exported problems fit int64 columns.
 
 
 def random_with_digits(rng, digits: int) -> int:
@@ -182,7 +181,7 @@ class LinearEquation(Task):
     description = "Solve a linear equation in x; the solution may be a fraction."
     params = (
         Param("coefficient", 9, 99, "largest absolute coefficient or constant"),
-        Param("both_sides", 0, 1, "1 puts x on both sides, making fractional solutions possible"),
+        Param("form", 0, 2, "0: ax+b=c with non-negative numbers; 1: any signs; 2: x on both sides, fractions"),
     )
 
     def make(self, rng, p):
@@ -191,7 +190,7 @@ class LinearEquation(Task):
         def nonzero() -> int:
             return rng.choice([-1, 1]) * rng.randint(1, k)
 
-        if p["both_sides"]:
+        if p["form"] == 2:
             a, c = nonzero(), nonzero()
             while c == a:
                 c = nonzero()
@@ -199,9 +198,10 @@ class LinearEquation(Task):
             x = Fraction(d - b, a - c)
             question = f"{_linear_side(a, b)}={_linear_side(c, d)}"
         else:
-            # knob 0 keeps everything positive, the form a beginner meets first
-            a, x = (rng.randint(1, k), Fraction(rng.randint(0, k))) if k <= 9 else (nonzero(), Fraction(rng.randint(-k, k)))
-            b = rng.randint(0, k) if k <= 9 else rng.randint(-k, k)
+            if p["form"] == 0:
+                a, x, b = rng.randint(1, k), Fraction(rng.randint(0, k)), rng.randint(0, k)
+            else:
+                a, x, b = nonzero(), Fraction(rng.randint(-k, k)), rng.randint(-k, k)
             question = f"{_linear_side(a, b)}={a * x + b}"
         solution = str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
         return Example(question, [x.numerator, x.denominator], solution)

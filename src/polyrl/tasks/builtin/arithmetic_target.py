@@ -20,16 +20,16 @@ def _strip_outer(expr: str) -> str:
     return expr[1:-1] if expr.startswith("(") and expr.endswith(")") else expr
 
 
-def _score_expression(answer: str, numbers: list[int], target: int, exactly_once: bool):
-    """Shared verifier: the expression's operands must be the given numbers (a sub-multiset, or all)."""
+def _expression_value(answer: str, numbers: list[int], exactly_once: bool):
+    """The answer's exact value, or None and the reason it does not count (foreign or reused numbers…)."""
     try:
         value, used = evaluate_expression(answer, max_chars=_MAX_EXPRESSION_CHARS, max_depth=16, max_digits=6)
     except ZeroDivisionError:
-        return 0.0, "division_by_zero"
+        return None, "division_by_zero"
     used_count, given = Counter(used), Counter(numbers)
     if used_count - given or (exactly_once and used_count != given):
-        return 0.0, "wrong_numbers"
-    return float(value == target)
+        return None, "wrong_numbers"
+    return value, None
 
 
 @register_task
@@ -64,13 +64,14 @@ class Countdown(Task):
                 return Example(question, {"target": target, "numbers": numbers}, _strip_outer(expr))
 
     def check(self, answer: str, problem: Problem):
-        target, numbers = problem.answer["target"], problem.answer["numbers"]
-        result = _score_expression(answer, numbers, target, exactly_once=False)
-        if isinstance(result, tuple) or result == 1.0:
-            return result
-        value, _ = evaluate_expression(answer, max_chars=_MAX_EXPRESSION_CHARS, max_depth=16, max_digits=6)
+        target = problem.answer["target"]
+        value, reason = _expression_value(answer, problem.answer["numbers"], exactly_once=False)
+        if value is None:
+            return 0.0, reason
         # The show's scoring: near misses (within 10) earn some credit, capped well below a solve.
         miss = abs(value - target)
+        if miss == 0:
+            return 1.0
         return (0.5 * float(1 - miss / 10), "partial") if miss < 10 else 0.0
 
 
@@ -122,4 +123,5 @@ class Game24(Task):
                 return Example(question, {"target": 24, "numbers": numbers}, _strip_outer(expr))
 
     def check(self, answer: str, problem: Problem):
-        return _score_expression(answer, problem.answer["numbers"], problem.answer["target"], exactly_once=True)
+        value, reason = _expression_value(answer, problem.answer["numbers"], exactly_once=True)
+        return (0.0, reason) if value is None else float(value == problem.answer["target"])

@@ -20,12 +20,14 @@ from polyrl.tasks.registry import register_task
 _BINARY = {"&": lambda a, b: a and b, "|": lambda a, b: a or b, "^": lambda a, b: a != b, "->": lambda a, b: (not a) or b}
 
 
-def random_formula(rng, names: list[str], operators: int, ops: str = "&|^", negation: float = 0.3) -> list:
+def random_formula(
+    rng, names: list[str], operators: int, ops: tuple[str, ...] = ("&", "|", "^"), negation: float = 0.3
+) -> list:
     if operators == 0:
         f = ["var", rng.choice(names)]
     else:
         left = rng.randint(0, operators - 1)
-        op = rng.choice(ops.split(",") if "," in ops else list(ops))
+        op = rng.choice(ops)
         a = random_formula(rng, names, left, ops, negation)
         b = random_formula(rng, names, operators - 1 - left, ops, negation)
         for _ in range(10):  # q&q or p|p teaches nothing; a few redraws almost always avoid it
@@ -139,6 +141,9 @@ class Satisfiability(Task):
         return float(all(any(values[abs(lit) - 1] == (lit > 0) for lit in c) for c in clauses))
 
 
+_ENTAILMENT_OPS = ("&", "|", "->")
+
+
 @register_task
 class Entailment(Task):
     name = "entailment"
@@ -155,13 +160,16 @@ class Entailment(Task):
         envs = [dict(zip(names, bits)) for bits in itertools.product((False, True), repeat=len(names))]
         want = rng.random() < 0.5  # balanced labels, so always answering "yes" earns half
         while True:
-            premises = [random_formula(rng, names, rng.randint(0, p["operators"]), "&,|,->", 0.25) for _ in range(p["premises"])]
+            premises = [
+                random_formula(rng, names, rng.randint(0, p["operators"]), _ENTAILMENT_OPS, 0.25)
+                for _ in range(p["premises"])
+            ]
             if any(all(evaluate(f, e) for e in envs) for f in premises):
                 continue  # a tautological premise (p->p) says nothing
             models = [e for e in envs if all(evaluate(f, e) for f in premises)]
             if not models:
                 continue  # contradictory premises entail everything: not a fair question
-            query = random_formula(rng, names, rng.randint(0, 1), "&,|,->", 0.3)
+            query = random_formula(rng, names, rng.randint(0, 1), _ENTAILMENT_OPS, 0.3)
             if all(evaluate(query, e) for e in envs):
                 continue  # a tautology follows from anything
             if all(evaluate(query, e) for e in models) == want:
