@@ -63,7 +63,7 @@ class GraphColoring(Task):
         allowed = [[a, b] for a in range(n) for b in range(a + 1, n) if color[a] != color[b]]
         edges = sorted(rng.sample(allowed, max(1, round(p["edge_share"] * len(allowed)))))
         answer = {"nodes": n, "colors": k, "edges": edges}
-        return Example(f"{k}-color {n} nodes: {edges_text(edges)}", answer, " ".join(map(str, color)))
+        return Example(f"colors 1-{k} for nodes 0-{n - 1}: {edges_text(edges)}", answer, " ".join(map(str, color)))
 
     def check(self, answer: str, problem: Problem):
         n, k, edges = problem.answer["nodes"], problem.answer["colors"], problem.answer["edges"]

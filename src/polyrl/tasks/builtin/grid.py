@@ -69,7 +69,7 @@ class MazePath(Task):
             rows = ["".join(row) for row in cells]
             moves = _maze_moves(rows, start, goal)
             if moves:
-                return Example(f"maze {'/'.join(rows)}", {"maze": rows, "steps": len(moves)}, moves)
+                return Example(f"maze {'/'.join(rows)}; moves U/D/L/R", {"maze": rows, "steps": len(moves)}, moves)
 
     def check(self, answer: str, problem: Problem):
         rows, steps = problem.answer["maze"], problem.answer["steps"]

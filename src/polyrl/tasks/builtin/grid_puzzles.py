@@ -132,7 +132,7 @@ class NQueens(Task):
         shown = set(rng.sample(range(n), min(p["given"], n)))
         spec = " ".join(str(cols[r] + 1) if r in shown else "?" for r in range(n))
         given = [cols[r] + 1 if r in shown else 0 for r in range(n)]
-        return Example(f"queens {n}: {spec}", {"given": given}, " ".join(str(c + 1) for c in cols))
+        return Example(f"queens {n}, column per row: {spec}", {"given": given}, " ".join(str(c + 1) for c in cols))
 
     def check(self, answer: str, problem: Problem):
         given = problem.answer["given"]

@@ -68,7 +68,7 @@ class Knapsack(Task):
         items = [[rng.randint(1, p["max_weight"]), rng.randint(1, p["max_value"])] for _ in range(p["items"])]
         capacity = max(max(w for w, _ in items), sum(w for w, _ in items) // 2)
         optimum, chosen = _knapsack_optimum(items, capacity)
-        question = f"knapsack cap {capacity}: {' '.join(f'w{w}v{v}' for w, v in items)}"
+        question = f"knapsack cap {capacity}: {' '.join(f'{i}=w{w}v{v}' for i, (w, v) in enumerate(items, 1))}"
         answer = {"items": items, "capacity": capacity, "optimum": optimum}
         return Example(question, answer, " ".join(map(str, chosen)))
 

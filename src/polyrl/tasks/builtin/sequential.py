@@ -176,7 +176,7 @@ class TowerOfHanoi(Task):
         spare = ({"A", "B", "C"} - {source, target}).pop()
         moves = _hanoi_moves(n, source, target, spare)
         answer = {"disks": n, "source": source, "target": target}
-        return Example(f"hanoi {n} {source}>{target}", answer, " ".join(moves))
+        return Example(f"hanoi {n} disks {source}>{target}; moves like AB", answer, " ".join(moves))
 
     def check(self, answer: str, problem: Problem):
         n, source, target = problem.answer["disks"], problem.answer["source"], problem.answer["target"]
