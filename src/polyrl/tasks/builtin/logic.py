@@ -119,11 +119,13 @@ class Satisfiability(Task):
         # repeated clauses are dropped while enough distinct ones exist (tiny formulas run out)
         distinct_possible = (2**size - 1) * math.comb(n, size)
         clauses: list[list[int]] = []
+        seen: set[tuple[int, ...]] = set()
         while len(clauses) < p["clauses"]:
             clause = sorted((i + 1) if rng.random() < 0.5 else -(i + 1) for i in rng.sample(range(n), size))
             satisfied = any(planted[abs(lit) - 1] == (lit > 0) for lit in clause)
-            if satisfied and (clause not in clauses or len(clauses) >= distinct_possible):
+            if satisfied and (tuple(clause) not in seen or len(clauses) >= distinct_possible):
                 clauses.append(clause)
+                seen.add(tuple(clause))
         formula = "&".join("(" + "|".join(("" if lit > 0 else "!") + names[abs(lit) - 1] for lit in c) + ")" for c in clauses)
         solution = " ".join(f"{names[i]}={int(planted[i])}" for i in range(n))
         return Example(f"sat {formula}", {"variables": n, "clauses": clauses}, solution)
