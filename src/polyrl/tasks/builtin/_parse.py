@@ -76,9 +76,8 @@ def parse_letters(text: str, alphabet: str) -> str:
 
     Raises ValueError on any other character.
     """
-    s = re.sub(r"[\s,>-]+", "", text).upper()
-    allowed = set(alphabet)
-    if not s or any(ch not in allowed for ch in s):
+    s = "".join(text.split()).replace(",", "").replace("-", "").replace(">", "").upper()  # faster than a regex
+    if not s or s.strip(alphabet):  # strip leaves nothing exactly when every letter is allowed
         raise ValueError(f"expected letters from {alphabet}")
     return s
 

@@ -185,11 +185,11 @@ class TowerOfHanoi(Task):
             raise ValueError("a move names two pegs")
         pegs = {peg: [] for peg in "ABC"}
         pegs[source] = list(range(n, 0, -1))
-        for i in range(0, len(letters), 2):
-            a, b = letters[i], letters[i + 1]
-            if a == b or not pegs[a] or (pegs[b] and pegs[b][-1] < pegs[a][-1]):
+        for a, b in zip(letters[::2], letters[1::2]):
+            src, dst = pegs[a], pegs[b]
+            if a == b or not src or (dst and dst[-1] < src[-1]):
                 return 0.0, "wrong"
-            pegs[b].append(pegs[a].pop())
+            dst.append(src.pop())
         if len(pegs[target]) != n:
             return 0.0, "wrong"
         optimal, used = 2**n - 1, len(letters) // 2
