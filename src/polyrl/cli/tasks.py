@@ -193,13 +193,9 @@ def check_leakage_cmd(
         f"LEAKAGE: {leak.shared_prompts} distinct prompts occur in both files "
         f"({leak.rows_a} rows of {a}, {leak.rows_b} rows of {b})"
     )
-    table = Table(title="examples")
-    table.add_column("id in A", no_wrap=True)
-    table.add_column("id in B", no_wrap=True)
-    table.add_column("prompt")
     for id_a, id_b, prompt in leak.examples:
-        table.add_row(Text(id_a), Text(id_b), Text(prompt[:200]))
-    console.print(table)
+        question = prompt.splitlines()[0] if prompt.strip() else prompt
+        _say(f"  {id_a}  =  {id_b}\n    {question[:120]}")
     if fail:
         raise typer.Exit(1)
     return 0
