@@ -1,11 +1,14 @@
 """Task samplers: which task each prompt of the next batch comes from.
 
-A sampler sees the per-task outcomes of every step through :meth:`TaskSampler.update` and can change its
-weights; its state is saved in checkpoints. Register new ones with :func:`register_sampler`.
+A sampler sees the per-task outcomes of every step through :meth:`TaskSampler.update`, learns the current
+RL step through :meth:`TaskSampler.set_step`, and can change its weights; its state is saved in
+checkpoints. Register new ones with :func:`register_sampler`; the adaptive ones live in
+:mod:`polyrl.curriculum.adaptive`.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import numpy as np
@@ -25,7 +28,7 @@ def register_sampler(name: str) -> Callable[[type["TaskSampler"]], type["TaskSam
 
 
 class TaskSampler:
-    """Base class: fixed weights over ``tasks``; subclasses adapt them in :meth:`update`."""
+    """Base class: fixed weights over ``tasks``; subclasses adapt them in :meth:`update` / :meth:`set_step`."""
 
     name = "base"
 
@@ -44,6 +47,9 @@ class TaskSampler:
     def update(self, task: str, scores: list[float]) -> None:
         """Outcomes (verifier scores in [0, 1]) of the latest completions of ``task``."""
 
+    def set_step(self, step: int) -> None:
+        """The RL step (0-based) whose batch is sampled next; schedules use it, others ignore it."""
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -56,6 +62,30 @@ class UniformSampler(TaskSampler):
     """Every task equally often."""
 
 
+def mixture_weights(tasks: list[str], weights: Any, what: str = "sampler weights") -> np.ndarray:
+    """``weights`` (mapping task -> weight, or a list in task order) as a probability vector over ``tasks``."""
+    if isinstance(weights, dict):
+        unknown = sorted(set(weights) - set(tasks))
+        if unknown:
+            raise UserError(f"{what} name unknown task(s) {', '.join(map(str, unknown))}")
+        raw = [weights.get(t, 0.0) for t in tasks]
+    elif isinstance(weights, (list, tuple)):
+        if len(weights) != len(tasks):
+            raise UserError(f"{what}: {len(weights)} values for {len(tasks)} tasks")
+        raw = list(weights)
+    else:
+        raise UserError(f"{what} must be a mapping task -> weight or a list, got {type(weights).__name__}")
+    try:
+        w = np.array([float(x) for x in raw])
+    except (TypeError, ValueError):
+        raise UserError(f"{what} must be numbers") from None
+    if (w < 0).any() or not np.isfinite(w).all():
+        raise UserError(f"{what} must be finite and non-negative")
+    if w.sum() <= 0:
+        raise UserError(f"{what} sum to zero")
+    return w / w.sum()
+
+
 @register_sampler("weighted")
 class WeightedSampler(TaskSampler):
     """Fixed weights, normalised to sum to one."""
@@ -64,26 +94,87 @@ class WeightedSampler(TaskSampler):
         super().__init__(tasks)
         if weights is None:
             raise UserError("sampler 'weighted' needs weights (a mapping task -> weight)")
-        if isinstance(weights, dict):
-            unknown = sorted(set(weights) - set(tasks))
-            if unknown:
-                raise UserError(f"sampler weights name unknown task(s) {', '.join(unknown)}")
-            w = np.array([float(weights.get(t, 0.0)) for t in tasks])
-        else:
-            if len(weights) != len(tasks):
-                raise UserError(f"sampler weights: {len(weights)} values for {len(tasks)} tasks")
-            w = np.array([float(x) for x in weights])
-        if (w < 0).any() or not np.isfinite(w).all():
-            raise UserError("sampler weights must be finite and non-negative")
-        if w.sum() <= 0:
-            raise UserError("sampler weights sum to zero")
-        self._w = w / w.sum()
+        self._w = mixture_weights(self.tasks, weights)
 
     def weights(self) -> np.ndarray:
         return self._w
 
 
+@register_sampler("staged")
+class StagedSampler(TaskSampler):
+    """Ordered phases of the task mix with step boundaries, replaying a share of earlier phases' tasks.
+
+    ``stages`` is a list of ``{tasks: [...], until: STEP}`` (the last stage needs no ``until``): during
+    stage k the sampler draws ``1 - replay`` of the prompts uniformly from stage k's tasks and ``replay``
+    uniformly from the tasks of stages 0..k-1. A hand-designed curriculum in the sense of Bengio et al.,
+    "Curriculum Learning" (ICML 2009); the replay share limits catastrophic forgetting as rehearsal does
+    (Robins, "Catastrophic forgetting, rehearsal and pseudorehearsal", 1995).
+    """
+
+    def __init__(self, tasks: list[str], stages: list[dict[str, Any]] | None = None, replay: float = 0.2):
+        super().__init__(tasks)
+        if not stages or not isinstance(stages, list):
+            raise UserError("sampler 'staged' needs stages: a list of {tasks: [...], until: STEP}")
+        if not 0.0 <= float(replay) <= 1.0:
+            raise UserError(f"sampler 'staged': replay {replay!r} is outside [0, 1]")
+        self.replay = float(replay)
+        self.stage_tasks: list[list[str]] = []
+        self.boundaries: list[int] = []
+        for k, stage in enumerate(stages):
+            if not isinstance(stage, dict) or not stage.get("tasks") or set(stage) - {"tasks", "until"}:
+                raise UserError(f"sampler 'staged': stage {k} must be {{tasks: [...], until: STEP}}")
+            names = [stage["tasks"]] if isinstance(stage["tasks"], str) else list(stage["tasks"])
+            unknown = sorted(set(names) - set(self.tasks))
+            if unknown:
+                raise UserError(f"sampler 'staged': stage {k} names unknown task(s) {', '.join(map(str, unknown))}")
+            self.stage_tasks.append(names)
+            last = k == len(stages) - 1
+            if "until" not in stage:
+                if not last:
+                    raise UserError(f"sampler 'staged': stage {k} needs until (the step it ends at)")
+                continue
+            until = stage["until"]
+            if not isinstance(until, int) or isinstance(until, bool) or until <= (self.boundaries[-1] if self.boundaries else 0):
+                raise UserError(f"sampler 'staged': stage {k} until must be an integer step after the previous stage's")
+            if not last:
+                self.boundaries.append(until)
+        self.step = 0
+
+    def stage(self) -> int:
+        """Index of the stage the current step falls in."""
+        return int(np.searchsorted(self.boundaries, self.step, side="right"))
+
+    def set_step(self, step: int) -> None:
+        self.step = int(step)
+
+    def weights(self) -> np.ndarray:
+        k = self.stage()
+        current = self.stage_tasks[k]
+        earlier = sorted({t for s in self.stage_tasks[:k] for t in s} - set(current))
+        w = np.zeros(len(self.tasks))
+        share = self.replay if earlier else 0.0
+        for t in current:
+            w[self.tasks.index(t)] += (1.0 - share) / len(current)
+        for t in earlier:
+            w[self.tasks.index(t)] += share / len(earlier)
+        return w
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state.get("step", 0))
+
+
 def make_sampler(name: str, tasks: list[str], options: dict[str, Any] | None = None) -> TaskSampler:
+    """Build the sampler registered as ``name``; unknown names and options are a :class:`UserError`."""
     if name not in SAMPLERS:
         raise UserError(f"unknown sampler {name!r}; known: {', '.join(sorted(SAMPLERS))}")
-    return SAMPLERS[name](tasks, **(options or {}))
+    cls, options = SAMPLERS[name], dict(options or {})
+    params = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(options) - set(params) - {"self", "tasks"})
+        if unknown:
+            known = ", ".join(p for p in params if p not in ("self", "tasks")) or "none"
+            raise UserError(f"sampler {name!r} has no option(s) {', '.join(unknown)}; known: {known}")
+    return cls(tasks, **options)

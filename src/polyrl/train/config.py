@@ -43,6 +43,27 @@ class SamplerConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for the sampler.")
 
 
+class DifficultyControlConfig(_Strict):
+    """Per-task difficulty control: move each task's knob to keep its pass rate in a target band."""
+
+    enabled: bool = Field(False, description="Move the training difficulty knob of each task during RL.")
+    tasks: list[str] | None = Field(None, description="Tasks to control (default: every task of the mix).")
+    target_low: float = Field(0.4, ge=0, le=1, description="Lower the knob when a task's pass rate falls below this.")
+    target_high: float = Field(0.8, ge=0, le=1, description="Raise the knob when a task's pass rate rises above this.")
+    step_size: float = Field(0.05, gt=0, le=1, description="Knob change per decision.")
+    window: int = Field(32, ge=1, description="Completions of a task per decision (its pass rate is measured over them).")
+    min_difficulty: float = Field(0.0, ge=0, le=1, description="Lowest knob the controller may set.")
+    max_difficulty: float = Field(1.0, ge=0, le=1, description="Highest knob the controller may set.")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.target_low > self.target_high:
+            raise ValueError(f"target_low {self.target_low} is above target_high {self.target_high}")
+        if self.min_difficulty > self.max_difficulty:
+            raise ValueError(f"min_difficulty {self.min_difficulty} is above max_difficulty {self.max_difficulty}")
+        return self
+
+
 class SFTConfig(_Strict):
     """Stage 1: supervised warm start on the generators' reference solutions."""
 
@@ -108,6 +129,7 @@ class TrainConfig(_Strict):
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="How problems are shown.")
     tasks: list[TaskSpec] = Field(description="The training mix.", min_length=1)
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="Task sampler.")
+    difficulty_control: DifficultyControlConfig = Field(default_factory=DifficultyControlConfig, description="Difficulty controller.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward terms and weights.")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Warm start.")
     rl: RLConfig = Field(default_factory=RLConfig, description="RL stage.")

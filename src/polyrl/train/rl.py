@@ -35,6 +35,7 @@ def collect_rollouts(trainer, step: int, rng: np.random.Generator) -> tuple[list
     gen_time = 0.0
     rounds = 0
     need = cfg.prompts_per_step
+    trainer.sampler.set_step(step)
     while need > 0:
         names = trainer.sampler.sample(need, rng)
         problems = [trainer.tasks[n].generate(int(rng.integers(2**62)), trainer.difficulty(n), split="train") for n in names]
@@ -52,6 +53,8 @@ def collect_rollouts(trainer, step: int, rng: np.random.Generator) -> tuple[list
             groups[t.group].append(t)
         for members in groups.values():
             trainer.sampler.update(members[0].task, [m.verdict.score for m in members])
+            if trainer.difficulty_controller is not None:
+                trainer.difficulty_controller.update(members[0].task, [m.verdict.score for m in members])
             rewards = [m.reward for m in members]
             if cfg.dynamic_sampling and max(rewards) - min(rewards) < 1e-9:
                 dropped += 1

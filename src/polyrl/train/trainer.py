@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from polyrl.algos import get_advantage_estimator, get_aggregation
-from polyrl.curriculum import make_sampler
+from polyrl.curriculum import curriculum_metrics, make_difficulty_controller, make_sampler
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
@@ -55,6 +55,7 @@ class Trainer:
             if config.sft.difficulty is not None:
                 space.resolve(config.sft.difficulty)
         self.sampler = make_sampler(config.sampler.name, list(self.tasks), config.sampler.options)
+        self.difficulty_controller = make_difficulty_controller(config.difficulty_control, self.tasks, self.specs)
         get_advantage_estimator(config.rl.advantage)
         get_aggregation(config.rl.loss_aggregation)
         if config.device.startswith("cuda") and not torch.cuda.is_available():
@@ -85,6 +86,9 @@ class Trainer:
         return self.tasks[name].generate(0, self.difficulty(name)).solution is not None
 
     def difficulty(self, name: str):
+        """The training difficulty of ``name`` now: a difficulty controller's knob when one is configured."""
+        if self.difficulty_controller is not None:
+            return self.difficulty_controller.difficulty(name)
         return self.specs[name].difficulty
 
     def sft_difficulty(self, name: str):
@@ -118,11 +122,14 @@ class Trainer:
     def _checkpoint(self, stage: str, step: int) -> None:
         save_checkpoint(self.run_dir.checkpoints, stage, step, self.policy.model, self.optimizer, self.scheduler,
                         {"sampler": self.sampler.state_dict(), "bad_steps": self.bad_steps,
+                         "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
                          "policy_version": self.policy_version}, self.config.keep_checkpoints)
 
     def _restore(self, ckpt) -> None:
         load_training_state(ckpt, self.policy.model, self.optimizer, self.scheduler)
         self.sampler.load_state_dict(ckpt.state.get("sampler", {}))
+        if self.difficulty_controller is not None:
+            self.difficulty_controller.load_state_dict(ckpt.state.get("difficulty", {}))
         self.bad_steps = ckpt.state.get("bad_steps", 0)
         self.policy_version = ckpt.state.get("policy_version", 0)
 
@@ -251,6 +258,7 @@ class Trainer:
                     self.backend.sync_weights(self.policy.model, self.policy_version)
             metrics = rl.step_metrics(trajs, update, info, time.perf_counter() - t0)
             metrics["lr"] = self.scheduler.get_last_lr()[0]
+            metrics.update(curriculum_metrics(self.sampler, self.difficulty_controller))
             self.run_dir.log({"stage": "rl", "step": step + 1, **metrics})
             self.progress.update(step + 1, {k: metrics[k] for k in ("reward", "accuracy", "entropy") if k in metrics})
             if self.config.eval.every and (step + 1) % self.config.eval.every == 0 and step + 1 < cfg.steps:
