@@ -100,3 +100,9 @@ def test_verify_never_raises_on_junk():
     p = task.generate(0)
     for junk in ["", "<answer>", "<answer>\x00\xff</answer>", "<answer>" + "(" * 5000 + "</answer>"]:
         assert 0.0 <= task.verify(p, junk).score <= 1.0
+
+
+def test_level_whose_config_fails_validation_falls_back_and_says_so():
+    # caesar_cipher's curriculum asks for rotations above 25 from level 2 on, which its config rejects
+    p = rg_task_class("caesar_cipher")().generate(0, "hard")
+    assert p.params["level"] == 3 and p.answer["rg_level"] == 1 and p.solution is not None

@@ -62,9 +62,10 @@ class ReasoningGymTask(Task):
         self._scorer = self._dataset_cls(config=self._config_cls(size=1, seed=0))
 
     def _config(self, rg_seed: int, level: int):
+        """The dataset config for ``level``, and the curriculum level it really uses (None: default config)."""
         defaults = {"seed": rg_seed, "size": 1}
         if self._curriculum is None:
-            return self._config_cls(**defaults)
+            return self._config_cls(**defaults), None
         from reasoning_gym.coaching.base_curriculum import DefaultCurriculumContext, RangeAttributeMode
 
         # INCLUSIVE (reasoning-gym's default) widens each range up to the level's bound. UPPER_BOUND would
@@ -80,8 +81,8 @@ class ReasoningGymTask(Task):
                     config.validate()
             except (AssertionError, ValueError):
                 continue
-            return config
-        return self._config_cls(**defaults)
+            return config, candidate
+        return self._config_cls(**defaults), None
 
     def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
         if split not in SPLITS:
@@ -92,9 +93,10 @@ class ReasoningGymTask(Task):
         space = self.difficulty_space()
         params = space.resolve(difficulty)
         rg_seed = 2 * seed + SPLITS.index(split)
-        dataset = self._dataset_cls(config=self._config(rg_seed, params.get("level", 0)))
-        item = dataset[0]
+        config, level_used = self._config(rg_seed, params.get("level", 0))
+        item = self._dataset_cls(config=config)[0]
         entry = _json_safe({"question": item["question"], "answer": item["answer"], "metadata": item["metadata"]})
+        entry["rg_level"] = level_used  # differs from params["level"] where the curriculum fell back
         problem = Problem(
             self.name,
             entry["question"],
