@@ -57,9 +57,9 @@ class ReasoningGymTask(Task):
         factory = _rg()
         self._dataset_cls, self._config_cls = factory.DATASETS[self.rg_dataset]
         self._curriculum = factory.create_curriculum(self.rg_dataset) if self.has_curriculum else None
-        # score_answer is an instance method but reads only its arguments (and fixed config), so one
-        # default instance scores every item; building a dataset per verify would cost a config validation.
-        self._scorer = self._dataset_cls(config=self._config_cls(size=1, seed=0))
+        # score_answer reads its arguments and, for a few datasets (decimal_arithmetic, time_intervals,
+        # puzzle24, polynomial_equations), the config; one scorer per curriculum level serves every seed.
+        self._scorers: dict[int | None, Any] = {}
 
     def _config(self, rg_seed: int, level: int):
         """The dataset config for ``level``, and the curriculum level it really uses (None: default config)."""
@@ -117,8 +117,15 @@ class ReasoningGymTask(Task):
                 problem.solution = None
         return problem
 
+    def _scorer(self, level: int | None):
+        if level not in self._scorers:
+            config = self._config(0, level)[0] if level is not None else self._config_cls(seed=0, size=1)
+            self._scorers[level] = self._dataset_cls(config=config)
+        return self._scorers[level]
+
     def check(self, answer: str, problem: Problem) -> float:
-        score = self._scorer.score_answer(answer, problem.answer)
+        level = problem.answer.get("rg_level") if isinstance(problem.answer, dict) else None
+        score = self._scorer(level if isinstance(level, int) else None).score_answer(answer, problem.answer)
         return float(score) if score is not None and math.isfinite(float(score)) else 0.0
 
 
