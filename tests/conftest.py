@@ -1,3 +1,36 @@
 import os
 
+import pytest
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TINY_TRAIN = {
+    "seed": 0,
+    "model": {"path": "tiny", "tiny": {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}},
+    "prompt": {"field": "question"},
+    "tasks": [{"name": "addition", "difficulty": "easy"}, {"name": "sort_digits", "difficulty": "easy"}],
+    "sft": {"steps": 6, "batch_size": 8, "warmup_steps": 1},
+    "rl": {"steps": 6, "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8, "epochs": 2, "minibatches": 2},
+    "eval": {"problems_per_task": 4, "pass_k": 2},
+    "checkpoint_every": 3,
+    "tensorboard": True,
+    "progress": False,
+}
+
+
+@pytest.fixture
+def tiny_train_config(tmp_path):
+    """A TrainConfig for a seconds-long run of the whole pipeline in a fresh run directory."""
+    from polyrl.train.config import TrainConfig
+
+    def make(**updates):
+        data = {**TINY_TRAIN, "run_dir": str(tmp_path / "run")}
+        for key, value in updates.items():
+            section, _, field = key.partition("__")
+            if field:
+                data[section] = {**data[section], field: value}
+            else:
+                data[key] = value
+        return TrainConfig.model_validate(data)
+
+    return make

@@ -38,7 +38,7 @@ def sft_step(trainer, sequences: list[Sequence]) -> float | None:
         return None
     trainer.optimizer.step()
     trainer.scheduler.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def rejection_samples(trainer, rng: np.random.Generator) -> tuple[list[Sequence], float]:

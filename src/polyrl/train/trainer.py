@@ -63,6 +63,9 @@ class Trainer:
         self.run_dir = RunDir(config.run_dir, tensorboard=config.tensorboard)
         self.run_dir.create(resume=resume)
         # -- the policy -------------------------------------------------------------------------------
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
         if config.threads:
             torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)

@@ -1,0 +1,3 @@
+from polyrl.cli import main
+
+main()

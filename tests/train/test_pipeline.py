@@ -1,0 +1,84 @@
+"""The training pipeline end to end on a tiny config: outputs, metrics, formats."""
+
+import json
+
+import torch
+
+from polyrl.train.trainer import Trainer
+
+PER_STEP_METRICS = ("reward", "accuracy", "response_length", "entropy", "kl", "clip_fraction", "zero_variance_frac")
+
+
+def test_pipeline_writes_models_metrics_eval_and_summary(tiny_train_config):
+    cfg = tiny_train_config(rl__kl_coef=0.05)
+    results = Trainer(cfg).run()
+    run = cfg.run_dir
+    from pathlib import Path
+
+    run = Path(run)
+    for name in ("config.yaml", "metrics.jsonl", "summary.md", "eval/after_sft.json", "eval/after_rl.json"):
+        assert (run / name).is_file(), name
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    assert set(results["after_rl"]) == {"addition", "sort_digits", "mean"}
+    assert {"accuracy", "pass@1", "pass@2", "format_rate"} <= set(results["after_rl"]["addition"])
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in records if r["stage"] == "rl"]
+    assert [r["step"] for r in rl] == [1, 2, 3, 4, 5, 6]
+    for key in PER_STEP_METRICS:
+        assert key in rl[-1] and f"{key}/addition" in rl[-1] and f"{key}/sort_digits" in rl[-1]
+    assert rl[-1]["kl"] >= 0 and rl[-1]["tokens_per_s"] > 0
+
+
+def test_trained_model_loads_and_generates_in_plain_transformers(tiny_train_config):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = tiny_train_config(rl__steps=1)
+    Trainer(cfg).run()
+    path = f"{cfg.run_dir}/final_model"
+    model = AutoModelForCausalLM.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path)
+    text = tok.apply_chat_template([{"role": "user", "content": "12+34="}], tokenize=False, add_generation_prompt=True)
+    ids = tok(text, return_tensors="pt", add_special_tokens=False)
+    out = model.generate(**ids, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] == ids.input_ids.shape[1] + 4 or tok.eos_token_id in out[0].tolist()
+
+
+def test_dynamic_sampling_drops_zero_variance_groups(tiny_train_config):
+    cfg = tiny_train_config(rl__dynamic_sampling=True, rl__max_refills=1, rl__steps=2, sft__enabled=False)
+    Trainer(cfg).run()
+    from pathlib import Path
+
+    rl = [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in rl if r["stage"] == "rl"]
+    # an untrained model fails everything: every group has zero variance and is dropped
+    assert all(r["groups_dropped"] > 0 for r in rl)
+
+
+def test_nonfinite_losses_skip_updates_then_stop_with_a_usable_checkpoint(tiny_train_config, monkeypatch):
+    import pytest
+
+    from polyrl.train import rl as rl_module
+    from polyrl.train.checkpoint import latest_checkpoint
+    from polyrl.train.trainer import TrainingError
+
+    real = rl_module.sequence_logprobs
+
+    def poisoned(model, batch, *args, **kwargs):
+        logp, ent = real(model, batch, *args, **kwargs)
+        return logp * float("nan"), ent
+
+    monkeypatch.setattr(rl_module, "sequence_logprobs", poisoned)
+    cfg = tiny_train_config(rl__max_bad_steps=2, rl__epochs=1, rl__minibatches=1)
+    trainer = Trainer(cfg)
+    before = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+    with pytest.warns(UserWarning, match="non-finite"), pytest.raises(TrainingError, match="consecutive"):
+        trainer.run()
+    ckpt = latest_checkpoint(trainer.run_dir.checkpoints)
+    assert ckpt.stage == "rl" and ckpt.step == 1
+    # the skipped updates did not touch the weights: they are the SFT weights
+    from polyrl.train.checkpoint import load_model_weights
+
+    sft_state = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+    load_model_weights(trainer.policy.model, ckpt.path / "model")
+    assert all(torch.equal(sft_state[k], v) for k, v in trainer.policy.model.state_dict().items())
+    assert any(not torch.equal(before[k], sft_state[k]) for k in before)  # SFT did train
