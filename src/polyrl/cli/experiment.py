@@ -1,0 +1,54 @@
+"""``polyrl experiment``: reproducible comparisons that train several runs and write a Markdown report."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Optional
+
+import typer
+
+app = typer.Typer(help="Run experiments that compare training strategies.", no_args_is_help=True)
+
+
+def _names(text: Optional[str]) -> Optional[list[str]]:
+    return [s.strip() for s in text.split(",") if s.strip()] if text else None
+
+
+@app.command()
+def curriculum(
+    config: str = typer.Option(..., "--config", "-c", help="Base training config (YAML; may define strategies:)."),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds per strategy (0..N-1)."),
+    samplers: Optional[str] = typer.Option(None, "--samplers", help="Comma-separated strategies: sampler names, "
+                                           "<sampler>+difficulty, or names under strategies: in the config."),
+    out: str = typer.Option("runs/curriculum", "--out", help="Output directory (runs, report.md, plots)."),
+    hard_difficulty: float = typer.Option(0.5, "--hard-difficulty", help="Hard-split knob for tasks without eval_difficulty."),
+    share_sft: bool = typer.Option(False, "--share-sft", help="One SFT warm start for all seeds (seeds differ only in RL)."),
+) -> None:
+    """Train the same budget with several samplers over several seeds; write report.md with plots."""
+    from polyrl.experiments.curriculum import plan_experiment, run_experiment
+
+    plan = plan_experiment(config, seeds, _names(samplers), out, hard_difficulty, share_sft)
+    command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
+    summary = run_experiment(plan, log=lambda m: print(m, flush=True), command=command)
+    for name, row in summary["strategies"].items():
+        easy, hard = row["easy"]["mean"], row["hard"]["mean"]
+        print(f"{name:32s} easy {100 * easy[0]:5.1f} ± {100 * easy[1]:4.1f}   hard {100 * hard[0]:5.1f} ± {100 * hard[1]:4.1f}")
+    print(f"report: {plan.out / 'report.md'}")
+
+
+@app.command("mixture-search")
+def mixture_search(
+    config: str = typer.Option(..., "--config", "-c", help="Base training config (YAML)."),
+    candidates: int = typer.Option(6, "--candidates", help="Proxy runs (candidate mixtures)."),
+    proxy_steps: int = typer.Option(10, "--proxy-steps", help="RL steps per proxy run."),
+    out: str = typer.Option("runs/mixture_search", "--out", help="Output directory (proxy runs, mixture.yaml)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the candidate mixtures and proxy runs."),
+) -> None:
+    """Short proxy runs over candidate mixtures, a ridge fit from weights to held-out score, the best mixture."""
+    from polyrl.curriculum.mixture_search import search_mixture
+
+    result = search_mixture(config, candidates, proxy_steps, out, seed, log=lambda m: print(m, flush=True))
+    weights = ", ".join(f"{t}: {w:.3f}" for t, w in result["weights"].items())
+    print(f"chosen mixture (predicted held-out score {result['predicted_score']:.3f}): {weights}")
+    print(f"written: {result['file']}  (use it as `sampler: {{name: weighted, options: {{weights: ...}}}}`)")

@@ -1,0 +1,172 @@
+"""The curriculum comparison: the same budget trained with several task samplers, over several seeds.
+
+Every strategy starts RL from the same SFT warm start of its seed (one SFT run per seed, copied into each
+strategy's run directory and resumed), so the comparison isolates what the curriculum does during RL.
+The final policy of each run is evaluated on two held-out splits: *easy* (each task's training
+difficulty) and *hard* (each task's ``eval_difficulty``, or ``hard_difficulty`` where none is given).
+
+    out/runs/sft/seed<k>/          the shared warm start
+    out/runs/<strategy>/seed<k>/   a full run directory (metrics.jsonl, eval/after_rl.json, eval/hard.json)
+    out/report.md, out/*.png, out/results.json
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from polyrl.curriculum import SAMPLERS, make_difficulty_controller, make_sampler
+from polyrl.errors import UserError
+from polyrl.train.config import TrainConfig, load_config, save_config
+
+DIFFICULTY_SUFFIX = "+difficulty"
+
+
+@dataclass
+class Strategy:
+    """A named curriculum: config sections merged over the experiment's base config."""
+
+    name: str
+    overrides: dict[str, Any]
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def parse_strategies(names: list[str], defined: dict[str, Any]) -> list[Strategy]:
+    """Strategies by name: one defined under ``strategies:`` in the experiment file, a registered sampler
+    name (its default options), or ``<sampler>+difficulty`` (that sampler plus the difficulty controller)."""
+    if not names:
+        raise UserError("no samplers to compare")
+    out = []
+    for name in names:
+        if name in defined:
+            if not isinstance(defined[name], dict):
+                raise UserError(f"strategy {name!r} must be a mapping of config sections")
+            out.append(Strategy(name, defined[name]))
+            continue
+        sampler, control = (name[: -len(DIFFICULTY_SUFFIX)], True) if name.endswith(DIFFICULTY_SUFFIX) else (name, False)
+        if sampler not in SAMPLERS:
+            known = ", ".join(sorted(set(SAMPLERS) | set(defined)))
+            raise UserError(f"unknown sampler or strategy {name!r}; known: {known} (append {DIFFICULTY_SUFFIX} for difficulty control)")
+        over: dict[str, Any] = {"sampler": {"name": sampler}}
+        if control:
+            over["difficulty_control"] = {"enabled": True}
+        out.append(Strategy(name, over))
+    if len({s.name for s in out}) != len(out):
+        raise UserError("a strategy is listed twice")
+    return out
+
+
+@dataclass
+class ExperimentPlan:
+    base: dict[str, Any]
+    strategies: list[Strategy]
+    seeds: list[int]
+    hard: dict[str, Any]
+    """Each task's hard-split difficulty."""
+    out: Path
+    share_sft: bool = False
+    """One SFT warm start (seed 0) for every seed: seeds then differ only in RL."""
+
+    def sft_dir(self, seed: int) -> Path:
+        return self.out / "runs" / "sft" / f"seed{0 if self.share_sft else seed}"
+
+    def run_dir(self, strategy: str, seed: int) -> Path:
+        return self.out / "runs" / strategy / f"seed{seed}"
+
+    def config(self, strategy: Strategy | None, seed: int) -> TrainConfig:
+        over = strategy.overrides if strategy is not None else {"rl": {"enabled": False}}
+        path = self.run_dir(strategy.name, seed) if strategy is not None else self.sft_dir(seed)
+        data = _merge(self.base, {**over, "seed": seed, "run_dir": str(path), "progress": False})
+        return load_config(None, base=data)
+
+
+def plan_experiment(config_path: str | Path, seeds: int, samplers: list[str] | None, out: str | Path,
+                    hard_difficulty: float = 0.5, share_sft: bool = False) -> ExperimentPlan:
+    """Read and check everything before any training: the base config, each strategy's config per seed,
+    its sampler and difficulty controller, and the hard split."""
+    from polyrl.tasks import get_task
+
+    if seeds < 1:
+        raise UserError(f"--seeds must be at least 1, got {seeds}")
+    try:
+        raw = yaml.safe_load(Path(config_path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"cannot read experiment config {str(config_path)!r}: {getattr(exc, 'strerror', None) or 'not valid YAML'}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"experiment config {str(config_path)!r} must be a mapping of fields")
+    defined = raw.pop("strategies", None) or {}
+    base = load_config(None, base=raw).model_dump(mode="json")
+    if not isinstance(defined, dict):
+        raise UserError("strategies must be a mapping name -> config sections")
+    names = samplers if samplers else (list(defined) or ["uniform", "learning_progress", "success_band+difficulty"])
+    strategies = parse_strategies(names, defined)
+    hard, tasks = {}, {}
+    for spec in base["tasks"]:
+        name = spec["name"]
+        tasks[name] = get_task(name)
+        hard[name] = spec["eval_difficulty"] if spec["eval_difficulty"] is not None else hard_difficulty
+        tasks[name].difficulty_space().resolve(hard[name])
+        spec["eval_difficulty"] = spec["difficulty"]  # the Trainer's own evals are the easy split
+    plan = ExperimentPlan(base, strategies, list(range(seeds)), hard, Path(out), share_sft)
+    for strategy in [None, *strategies]:
+        for seed in plan.seeds:
+            cfg = plan.config(strategy, seed)
+            make_sampler(cfg.sampler.name, list(tasks), cfg.sampler.options)
+            make_difficulty_controller(cfg.difficulty_control, tasks, {s.name: s for s in cfg.tasks})
+    return plan
+
+
+def _hard_eval(trainer, plan: ExperimentPlan) -> dict[str, dict[str, float]]:
+    from polyrl.eval import evaluate_policy
+
+    cfg = trainer.config
+    split = {n: (t, plan.hard[n]) for n, t in trainer.tasks.items()}
+    return evaluate_policy(trainer.backend, trainer.prompts, split, cfg.eval.problems_per_task,
+                           cfg.eval.max_new_tokens or cfg.rl.max_new_tokens, pass_k=1, seed=cfg.seed)
+
+
+def train_from_warm_start(config: TrainConfig, sft_run: Path):
+    """Run ``config``'s RL stage starting from the finished SFT run ``sft_run``: its directory is copied to
+    ``config.run_dir`` and resumed there with ``config``. Returns the finished Trainer."""
+    from polyrl.train.trainer import Trainer
+
+    run = Path(config.run_dir)
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.copytree(sft_run, run, ignore=shutil.ignore_patterns("tb", "metrics.jsonl"))
+    save_config(config, run / "config.yaml")
+    trainer = Trainer(config, resume=True)
+    trainer.run()
+    return trainer
+
+
+def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None) -> dict[str, Any]:
+    """Train every (strategy, seed) not yet finished, then write the report; returns the summary."""
+    from polyrl.experiments.report import write_report
+    from polyrl.train.trainer import Trainer
+
+    plan.out.mkdir(parents=True, exist_ok=True)
+    for seed in plan.seeds:
+        sft = plan.sft_dir(seed)
+        if not (sft / "eval" / "after_sft.json").exists():
+            log(f"SFT warm start, seed {seed} → {sft}")
+            Trainer(plan.config(None, seed), resume=(sft / "config.yaml").exists()).run()
+        for strategy in plan.strategies:
+            run = plan.run_dir(strategy.name, seed)
+            if (run / "eval" / "hard.json").exists():
+                continue
+            log(f"RL with {strategy.name}, seed {seed} → {run}")
+            trainer = train_from_warm_start(plan.config(strategy, seed), sft)
+            (run / "eval" / "hard.json").write_text(json.dumps(_hard_eval(trainer, plan), indent=2))
+    return write_report(plan, command)

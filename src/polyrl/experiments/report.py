@@ -1,0 +1,169 @@
+"""The curriculum comparison's report: held-out tables (mean ± std over seeds), forgetting, and plots of
+learning curves, sampler weights and difficulty knobs, all read back from the run directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polyrl.train.run_dir import RunDir, atomic_write_text
+
+
+def _mean_std(xs: list[float]) -> tuple[float, float]:
+    return float(np.mean(xs)), float(np.std(xs))
+
+
+def _fmt(ms: tuple[float, float]) -> str:
+    return f"{100 * ms[0]:.1f} ± {100 * ms[1]:.1f}"
+
+
+def load_run(run: Path) -> dict[str, Any]:
+    """One finished run: its RL metrics, its periodic and final easy-split evals, and its hard-split eval."""
+    evals = {p.stem: json.loads(p.read_text()) for p in sorted((run / "eval").glob("*.json"))}
+    rl = [r for r in RunDir(run).read_metrics() if r.get("stage") == "rl"]
+    return {"rl": rl, "evals": evals}
+
+
+def forgetting(evals: dict[str, Any], tasks: list[str]) -> dict[str, float]:
+    """Each task's drop (easy split) from its best eval during training (after SFT and periodic) to the end."""
+    during = [e for name, e in evals.items() if name == "after_sft" or name.startswith("rl_step_")]
+    return {t: max([e[t]["accuracy"] for e in during] + [evals["after_rl"][t]["accuracy"]]) - evals["after_rl"][t]["accuracy"]
+            for t in tasks}
+
+
+def summarize(plan) -> dict[str, Any]:
+    tasks = [s["name"] for s in plan.base["tasks"]]
+    out: dict[str, Any] = {"tasks": tasks, "seeds": plan.seeds, "hard": plan.hard, "strategies": {}}
+    for strategy in plan.strategies:
+        runs = [load_run(plan.run_dir(strategy.name, s)) for s in plan.seeds]
+        row: dict[str, Any] = {}
+        for split, key in (("easy", "after_rl"), ("hard", "hard")):
+            row[split] = {t: _mean_std([r["evals"][key][t]["accuracy"] for r in runs]) for t in [*tasks, "mean"]}
+        row["after_sft"] = {t: _mean_std([r["evals"]["after_sft"][t]["accuracy"] for r in runs]) for t in [*tasks, "mean"]}
+        drops = [forgetting(r["evals"], tasks) for r in runs]
+        row["forgetting"] = {t: _mean_std([d[t] for d in drops]) for t in tasks}
+        out["strategies"][strategy.name] = row
+    return out
+
+
+def _series(rl: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+    pts = [(r["step"], r[key]) for r in rl if r.get(key) is not None]
+    return (np.array([p[0] for p in pts]), np.array([p[1] for p in pts])) if pts else (np.array([]), np.array([]))
+
+
+def _smooth(y: np.ndarray, k: int = 5) -> np.ndarray:
+    return np.convolve(y, np.ones(k) / k, mode="valid") if len(y) >= k else y
+
+
+def plot(plan, summary: dict[str, Any]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks, names = summary["tasks"], list(summary["strategies"])
+    runs = {n: [load_run(plan.run_dir(n, s)) for s in plan.seeds] for n in names}
+    files = []
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    x = np.arange(len(tasks) + 1)
+    width = 0.8 / len(names)
+    for ax, split in zip(axes, ("easy", "hard")):
+        for i, n in enumerate(names):
+            ms = [summary["strategies"][n][split][t] for t in [*tasks, "mean"]]
+            ax.bar(x + i * width, [m[0] for m in ms], width, yerr=[m[1] for m in ms], capsize=2, label=n)
+        ax.set_xticks(x + width * (len(names) - 1) / 2, [*tasks, "mean"], rotation=30, ha="right")
+        ax.set_title(f"held-out accuracy, {split} split (mean ± std over seeds)")
+    axes[0].set_ylabel("greedy accuracy")
+    axes[0].legend(fontsize=8)
+    files.append(_save(fig, plan.out / "heldout.png"))
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for n in names:
+        curves = [_series(r["rl"], "accuracy") for r in runs[n]]
+        steps = curves[0][0]
+        ys = np.array([c[1] for c in curves if len(c[1]) == len(steps)])
+        axes[0].plot(steps[len(steps) - len(_smooth(ys.mean(0))):], _smooth(ys.mean(0)), label=n)
+        evals = [sorted((int(k.rsplit("_", 1)[1]), v["mean"]["accuracy"]) for k, v in r["evals"].items() if k.startswith("rl_step_"))
+                 + [(int(steps[-1]), r["evals"]["after_rl"]["mean"]["accuracy"])] for r in runs[n]]
+        axes[1].plot([p[0] for p in evals[0]], np.mean([[p[1] for p in e] for e in evals], 0), marker="o", label=n)
+    axes[0].set_title("training accuracy (rollouts, moving average)")
+    axes[1].set_title("held-out accuracy during RL (easy split, mean of tasks)")
+    for ax in axes:
+        ax.set_xlabel("RL step")
+        ax.legend(fontsize=8)
+    files.append(_save(fig, plan.out / "learning_curves.png"))
+
+    for prefix, title, fname in (("sampler_weight", "sampler weight", "sampler_weights.png"),
+                                 ("difficulty", "difficulty knob", "difficulty.png")):
+        shown = [n for n in names if any(f"{prefix}/{t}" in runs[n][0]["rl"][0] for t in tasks)] if names else []
+        if not shown:
+            continue
+        fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.4), sharey=True, squeeze=False)
+        for ax, n in zip(axes[0], shown):
+            for t in tasks:
+                curves = [_series(r["rl"], f"{prefix}/{t}") for r in runs[n]]
+                if len(curves[0][0]):
+                    ax.plot(curves[0][0], np.mean([c[1] for c in curves], 0), label=t)
+            ax.set_title(f"{n}: {title} (mean over seeds)", fontsize=9)
+            ax.set_xlabel("RL step")
+        axes[0][0].legend(fontsize=7)
+        files.append(_save(fig, plan.out / fname))
+    return files
+
+
+def _save(fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path.name
+
+
+def verdict(summary: dict[str, Any]) -> str:
+    """Whether an adaptive strategy beats uniform on the hard split by more than the seed-to-seed spread."""
+    rows = summary["strategies"]
+    if "uniform" not in rows or len(rows) < 2:
+        return "No `uniform` baseline in this comparison."
+    base_mean, base_std = rows["uniform"]["hard"]["mean"]
+    lines = []
+    for name, row in rows.items():
+        if name == "uniform":
+            continue
+        m, s = row["hard"]["mean"]
+        gap, spread = m - base_mean, max(s, base_std)
+        beats = "beats" if gap > spread else ("does not beat")
+        lines.append(f"- `{name}` {beats} uniform on the hard split: {100 * gap:+.1f} points "
+                     f"(spread: largest seed std {100 * spread:.1f}).")
+    return "\n".join(lines)
+
+
+def write_report(plan, command: str | None = None) -> dict[str, Any]:
+    summary = summarize(plan)
+    figures = plot(plan, summary)
+    tasks, rows = summary["tasks"], summary["strategies"]
+    head = "| strategy | " + " | ".join([*tasks, "**mean**"]) + " |\n|---|" + "---:|" * (len(tasks) + 1)
+    lines = ["# Curriculum comparison", ""]
+    if command:
+        lines += ["```", command, "```", ""]
+    lines += [f"Seeds: {len(plan.seeds)}. Each strategy starts RL from the same SFT warm start per seed. "
+              f"Easy split: each task's training difficulty; hard split: {', '.join(f'{t} at {d}' for t, d in plan.hard.items())}. "
+              "Greedy accuracy in %, mean ± std over seeds.", ""]
+    for title, key in (("After SFT (shared start)", "after_sft"), ("Held-out, easy split", "easy"), ("Held-out, hard split", "hard")):
+        lines += [f"## {title}", "", head]
+        for name, row in rows.items():
+            lines.append(f"| {name} | " + " | ".join(_fmt(row[key][t]) for t in [*tasks, "mean"]) + " |")
+        lines.append("")
+    lines += ["## Forgetting", "", "Drop (points, easy split) from each task's best eval during training to the final one.", "",
+              "| strategy | " + " | ".join(tasks) + " |", "|---|" + "---:|" * len(tasks)]
+    for name, row in rows.items():
+        lines.append(f"| {name} | " + " | ".join(_fmt(row["forgetting"][t]) for t in tasks) + " |")
+    lines += ["", "## Verdict", "", verdict(summary), ""]
+    lines += [f"![{f}]({f})" for f in figures]
+    atomic_write_text(plan.out / "report.md", "\n".join(lines) + "\n")
+    atomic_write_text(plan.out / "results.json", json.dumps(summary, indent=2))
+    return summary
