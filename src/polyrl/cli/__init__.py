@@ -9,6 +9,7 @@ import sys
 
 import typer
 
+from polyrl.cli import experiment as _experiment
 from polyrl.cli import tasks as _tasks
 from polyrl.cli import train as _train
 from polyrl.errors import UserError
@@ -21,6 +22,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(_tasks.app, name="tasks")
+app.add_typer(_experiment.app, name="experiment")
 _train.register(app)
 
 
