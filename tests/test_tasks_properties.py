@@ -15,7 +15,7 @@ from polyrl.tasks import Problem, get_task, list_tasks
 TASKS = [cls.name for cls in list_tasks()]
 SEEDS = st.integers(min_value=0, max_value=2**31 - 1)
 LEVELS = st.sampled_from(["easy", "medium", "hard"])
-FEW = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 ADVERSARIAL = [
     "",
@@ -99,7 +99,7 @@ def test_adversarial_responses_never_raise_and_are_fast(name):
 
 
 @pytest.mark.parametrize("name", TASKS)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(text=st.text(max_size=300), wrap=st.booleans())
 def test_random_text_never_raises(name, text, wrap):
     task = get_task(name)

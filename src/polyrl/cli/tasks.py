@@ -119,9 +119,9 @@ def export_cmd(
     seed_start: int = typer.Option(0, help="Seeds are seed_start … seed_start+n-1 for every task."),
 ) -> None:
     """Write problems of several tasks to a jsonl or parquet file (loadable with `datasets`)."""
-    from polyrl.tasks.io import _format_of, export_problems
+    from polyrl.tasks.io import export_problems, file_format
 
-    _format_of(out)  # fail on a bad extension before generating anything
+    file_format(out)  # fail on a bad extension before generating anything
     _check_split(split)
     names = [t.strip() for t in tasks.split(",") if t.strip()]
     if not names:
@@ -140,14 +140,12 @@ def score_cmd(
     answer_format: str = typer.Option("tags", help="How responses mark answers: tags, boxed or last_line."),
 ) -> None:
     """Score responses: per-task accuracy, mean score and format compliance."""
-    from polyrl.tasks.io import load_responses, verdict_row, write_rows
+    from polyrl.tasks.io import file_format, load_responses, verdict_row, write_rows
 
     if answer_format not in ("tags", "boxed", "last_line"):
         raise UserError(f"unknown answer format {answer_format!r}: use tags, boxed or last_line")
     if out is not None:
-        from polyrl.tasks.io import _format_of
-
-        _format_of(out)
+        file_format(out)  # fail before scoring, not after
     pairs = load_responses(file)
     instances: dict[str, object] = {}
     stats: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0])  # n, correct, score sum, format ok

@@ -24,7 +24,8 @@ JSON_COLUMNS = ("answer", "params")
 _STRING_COLUMNS = ("id", "task", "question", "prompt", "answer", "solution", "split", "params")
 
 
-def _format_of(path: Path) -> str:
+def file_format(path: Path) -> str:
+    """``.jsonl`` or ``.parquet`` for ``path`` (``.json`` counts as JSON lines); anything else is a UserError."""
     suffix = path.suffix.lower()
     if suffix == ".json":
         suffix = ".jsonl"
@@ -57,7 +58,7 @@ def _features(rows: list[Mapping[str, Any]]):
 def write_rows(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Path:
     """Write ``rows`` (flat dicts, same keys) to ``path`` (.jsonl or .parquet), atomically."""
     path = Path(path)
-    fmt = _format_of(path)
+    fmt = file_format(path)
     rows = list(rows)
     if not path.parent.exists():
         raise UserError(f"{path}: directory {path.parent} does not exist")
@@ -88,7 +89,7 @@ def write_rows(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Pa
 def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The rows of a .jsonl or .parquet file; unreadable or malformed files raise one-line UserErrors."""
     path = Path(path)
-    fmt = _format_of(path)
+    fmt = file_format(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     if fmt == ".parquet":
