@@ -129,3 +129,25 @@ def test_check_leakage_finds_planted_overlap(capsys, tmp_path):
     assert run(["tasks", "check-leakage", str(a), str(b), "--fail"]) == 1
     capsys.readouterr()
     assert "no leakage" in _ok(capsys, ["tasks", "check-leakage", str(a), str(clean), "--fail"])
+
+
+def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "set.jsonl"
+    export_problems(path, [get_task("addition").generate(0)])
+    before = path.read_bytes()
+    with pytest.raises(TypeError):
+        write_rows(path, [{"task": "addition"}, {"task": object()}])  # the second row cannot be written
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["set.jsonl"]
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_round_trip_is_exact_for_any_knob(tmp_path, suffix):
+    problems = [get_task("sort_digits").generate(s, 1 / 3, "eval") for s in range(3)]
+    export_problems(tmp_path / f"p.{suffix}", problems)
+    assert load_problems(tmp_path / f"p.{suffix}") == problems
+
+
+def test_corrupt_parquet_is_a_user_error(capsys, tmp_path):
+    path = tmp_path / "bad.parquet"
+    path.write_bytes(b"PAR1 not really")
+    assert "not a readable parquet file" in _user_error(capsys, ["tasks", "check-leakage", str(path), str(path)])
