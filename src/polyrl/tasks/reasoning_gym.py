@@ -71,8 +71,9 @@ class ReasoningGymTask(Task):
         # INCLUSIVE (reasoning-gym's default) widens each range up to the level's bound. UPPER_BOUND would
         # target the level more sharply but produces configs more datasets reject.
         context = DefaultCurriculumContext(mode=RangeAttributeMode.INCLUSIVE)
-        # A few curricula produce configs their own validate() rejects at some levels (caesar_cipher above
-        # level 0, knight_swap at level 0): use the nearest level below that validates, else the default.
+        # A few curricula produce configs their own validate() rejects at some levels (caesar_cipher and
+        # survo above level 1, rubiks_cube at 4, knight_swap at all): use the nearest level below that
+        # validates, else the default config.
         for candidate in range(level, -1, -1):
             self._curriculum.set_global_level(candidate)
             config = self._curriculum.generate_configuration(defaults, context)
