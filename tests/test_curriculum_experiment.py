@@ -1,0 +1,97 @@
+"""The curriculum comparison end to end at CI size, its input checks, and the mixture search's pieces."""
+
+import json
+
+import numpy as np
+import pytest
+
+from polyrl.cli import run as cli
+from polyrl.curriculum.mixture_search import choose_mixture, fit_ridge, search_mixture
+from polyrl.errors import UserError
+from polyrl.experiments.curriculum import parse_strategies
+from polyrl.experiments.report import forgetting
+
+TINY = """
+model: {path: tiny}
+prompt: {field: question}
+threads: 1
+tensorboard: false
+tasks:
+  - {name: sort_digits, difficulty: 0.0, eval_difficulty: 0.2}
+  - {name: boolean_evaluation, difficulty: 0.0}
+sft: {steps: 20, batch_size: 16}
+rl: {steps: 5, prompts_per_step: 4, group_size: 4, max_new_tokens: 16}
+eval: {problems_per_task: 8, pass_k: 1, every: 2}
+difficulty_control: {window: 8}
+"""
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(TINY)
+    return path
+
+
+def test_ci_sized_comparison_writes_report_plots_and_runs(tiny_config, tmp_path):
+    out = tmp_path / "out"
+    rc = cli(["experiment", "curriculum", "--config", str(tiny_config), "--seeds", "1",
+              "--samplers", "uniform,success_band+difficulty", "--out", str(out)])
+    assert rc == 0
+    report = (out / "report.md").read_text()
+    for heading in ("Held-out, easy split", "Held-out, hard split", "Forgetting", "Verdict"):
+        assert heading in report
+    for png in ("heldout.png", "learning_curves.png", "sampler_weights.png", "difficulty.png"):
+        assert (out / png).stat().st_size > 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["strategies"]) == {"uniform", "success_band+difficulty"}
+    assert results["hard"] == {"sort_digits": 0.2, "boolean_evaluation": 0.5}  # --hard-difficulty default
+    records = [json.loads(line) for line in (out / "runs" / "success_band+difficulty" / "seed0" / "metrics.jsonl").open()]
+    rl = [r for r in records if r["stage"] == "rl"]
+    assert "difficulty/sort_digits" in rl[-1] and "sampler_weight/boolean_evaluation" in rl[-1]
+    # both strategies start RL from the same warm start
+    sft = [json.loads((out / "runs" / s / "seed0" / "eval" / "after_sft.json").read_text()) for s in ("uniform", "success_band+difficulty")]
+    assert sft[0] == sft[1]
+
+
+def test_unknown_sampler_exits_2_before_any_training(tiny_config, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = cli(["experiment", "curriculum", "--config", str(tiny_config), "--seeds", "1", "--samplers", "uniform,nope", "--out", str(out)])
+    assert rc == 2
+    assert "unknown sampler or strategy 'nope'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_strategies_by_sampler_name_suffix_and_definition():
+    defined = {"mine": {"sampler": {"name": "weighted", "options": {"weights": {"a": 1}}}}}
+    got = {s.name: s.overrides for s in parse_strategies(["uniform", "learning_progress+difficulty", "mine"], defined)}
+    assert got["uniform"] == {"sampler": {"name": "uniform"}}
+    assert got["learning_progress+difficulty"] == {"sampler": {"name": "learning_progress"}, "difficulty_control": {"enabled": True}}
+    assert got["mine"] == defined["mine"]
+    with pytest.raises(UserError, match="twice"):
+        parse_strategies(["uniform", "uniform"], {})
+
+
+def test_forgetting_is_the_drop_from_the_best_eval_during_training():
+    ev = lambda a, b: {"a": {"accuracy": a}, "b": {"accuracy": b}}  # noqa: E731
+    evals = {"after_sft": ev(0.5, 0.1), "rl_step_000010": ev(0.8, 0.2), "after_rl": ev(0.6, 0.4)}
+    assert forgetting(evals, ["a", "b"]) == pytest.approx({"a": 0.2, "b": 0.0})
+
+
+def test_ridge_recovers_a_linear_score_and_the_choice_leans_to_the_best_task():
+    rng = np.random.default_rng(0)
+    x = rng.dirichlet(np.ones(3), size=12)
+    coef, intercept = fit_ridge(x, x @ np.array([0.1, 0.5, 0.2]) + 0.3, alpha=1e-9)
+    # on the simplex only differences of coefficients are identified: compare predictions
+    assert x @ coef + intercept == pytest.approx(x @ np.array([0.1, 0.5, 0.2]) + 0.3, abs=1e-6)
+    best, _ = choose_mixture(coef, intercept, rng)
+    assert best.argmax() == 1 and best.sum() == pytest.approx(1.0)
+
+
+def test_mixture_search_writes_a_weighted_sampler(tiny_config, tmp_path):
+    result = search_mixture(tiny_config, candidates=2, proxy_steps=1, out=tmp_path / "mix", log=lambda m: None)
+    assert result["sampler"]["name"] == "weighted"
+    assert sum(result["weights"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert len(result["proxy_runs"]) == 2 and (tmp_path / "mix" / "mixture.yaml").exists()
+    with pytest.raises(UserError, match="at least 2"):
+        search_mixture(tiny_config, candidates=1, out=tmp_path / "mix2")
