@@ -62,7 +62,7 @@ class Policy:
 
 def check_model_dir(path: str | Path) -> None:
     """Raise UserError unless ``path`` holds a Hugging Face causal LM config."""
-    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     p = Path(path)
     if not p.is_dir():
