@@ -1,7 +1,8 @@
 """The curriculum comparison: the same budget trained with several task samplers, over several seeds.
 
-Every strategy starts RL from the same SFT warm start of its seed (one SFT run per seed, copied into each
-strategy's run directory and resumed), so the comparison isolates what the curriculum does during RL.
+Every strategy starts RL from the same SFT warm start of its seed (one SFT run per seed, or one for all
+seeds with ``share_sft``, copied into each strategy's run directory and resumed), so the comparison
+isolates what the curriculum does during RL.
 The final policy of each run is evaluated on two held-out splits: *easy* (each task's training
 difficulty) and *hard* (each task's ``eval_difficulty``, or ``hard_difficulty`` where none is given).
 
@@ -161,7 +162,9 @@ def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None) 
         sft = plan.sft_dir(seed)
         if not (sft / "eval" / "after_sft.json").exists():
             log(f"SFT warm start, seed {seed} → {sft}")
-            Trainer(plan.config(None, seed), resume=(sft / "config.yaml").exists()).run()
+            trainer = Trainer(plan.config(None, seed), resume=(sft / "config.yaml").exists())
+            trainer.run()
+            (sft / "eval" / "hard_sft.json").write_text(json.dumps(_hard_eval(trainer, plan), indent=2))
         for strategy in plan.strategies:
             run = plan.run_dir(strategy.name, seed)
             if (run / "eval" / "hard.json").exists():

@@ -36,13 +36,16 @@ def forgetting(evals: dict[str, Any], tasks: list[str]) -> dict[str, float]:
 
 def summarize(plan) -> dict[str, Any]:
     tasks = [s["name"] for s in plan.base["tasks"]]
-    out: dict[str, Any] = {"tasks": tasks, "seeds": plan.seeds, "hard": plan.hard, "strategies": {}}
+    out: dict[str, Any] = {"tasks": tasks, "seeds": plan.seeds, "hard": plan.hard, "strategies": {}, "after_sft": {}}
+    sft_evals = [load_run(d)["evals"] for d in dict.fromkeys(plan.sft_dir(s) for s in plan.seeds)]
+    for split, key in (("easy", "after_sft"), ("hard", "hard_sft")):
+        if all(key in e for e in sft_evals):
+            out["after_sft"][split] = {t: _mean_std([e[key][t]["accuracy"] for e in sft_evals]) for t in [*tasks, "mean"]}
     for strategy in plan.strategies:
         runs = [load_run(plan.run_dir(strategy.name, s)) for s in plan.seeds]
         row: dict[str, Any] = {}
         for split, key in (("easy", "after_rl"), ("hard", "hard")):
             row[split] = {t: _mean_std([r["evals"][key][t]["accuracy"] for r in runs]) for t in [*tasks, "mean"]}
-        row["after_sft"] = {t: _mean_std([r["evals"]["after_sft"][t]["accuracy"] for r in runs]) for t in [*tasks, "mean"]}
         drops = [forgetting(r["evals"], tasks) for r in runs]
         row["forgetting"] = {t: _mean_std([d[t] for d in drops]) for t in tasks}
         out["strategies"][strategy.name] = row
@@ -150,10 +153,15 @@ def write_report(plan, command: str | None = None) -> dict[str, Any]:
     lines = ["# Curriculum comparison", ""]
     if command:
         lines += ["```", command, "```", ""]
-    lines += [f"Seeds: {len(plan.seeds)}. Each strategy starts RL from the same SFT warm start per seed. "
+    start = "one SFT warm start (seed 0) shared by all seeds" if plan.share_sft else "the same SFT warm start per seed"
+    lines += [f"Seeds: {len(plan.seeds)}. Every strategy starts RL from {start}. "
               f"Easy split: each task's training difficulty; hard split: {', '.join(f'{t} at {d}' for t, d in plan.hard.items())}. "
               "Greedy accuracy in %, mean ± std over seeds.", ""]
-    for title, key in (("After SFT (shared start)", "after_sft"), ("Held-out, easy split", "easy"), ("Held-out, hard split", "hard")):
+    lines += ["## After SFT (where RL starts)", "", head.replace("strategy", "split")]
+    for split, row in summary["after_sft"].items():
+        lines.append(f"| {split} | " + " | ".join(_fmt(row[t]) for t in [*tasks, "mean"]) + " |")
+    lines.append("")
+    for title, key in (("Held-out, easy split", "easy"), ("Held-out, hard split", "hard")):
         lines += [f"## {title}", "", head]
         for name, row in rows.items():
             lines.append(f"| {name} | " + " | ".join(_fmt(row[key][t]) for t in [*tasks, "mean"]) + " |")
