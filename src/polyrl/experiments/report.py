@@ -90,7 +90,8 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
         steps = curves[0][0]
         ys = np.array([c[1] for c in curves if len(c[1]) == len(steps)])
         axes[0].plot(steps[len(steps) - len(_smooth(ys.mean(0))):], _smooth(ys.mean(0)), label=n)
-        evals = [sorted((int(k.rsplit("_", 1)[1]), v["mean"]["accuracy"]) for k, v in r["evals"].items() if k.startswith("rl_step_"))
+        evals = [[(0, r["evals"]["after_sft"]["mean"]["accuracy"])]
+                 + sorted((int(k.rsplit("_", 1)[1]), v["mean"]["accuracy"]) for k, v in r["evals"].items() if k.startswith("rl_step_"))
                  + [(int(steps[-1]), r["evals"]["after_rl"]["mean"]["accuracy"])] for r in runs[n]]
         axes[1].plot([p[0] for p in evals[0]], np.mean([[p[1] for p in e] for e in evals], 0), marker="o", label=n)
     axes[0].set_title("training accuracy (rollouts, moving average)")
