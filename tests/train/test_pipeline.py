@@ -82,3 +82,40 @@ def test_nonfinite_losses_skip_updates_then_stop_with_a_usable_checkpoint(tiny_t
     load_model_weights(trainer.policy.model, ckpt.path / "model")
     assert all(torch.equal(sft_state[k], v) for k, v in trainer.policy.model.state_dict().items())
     assert any(not torch.equal(before[k], sft_state[k]) for k in before)  # SFT did train
+
+
+def test_lora_training_saves_a_merged_plain_checkpoint(tiny_train_config):
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    cfg = tiny_train_config(model={**tiny_train_config().model.model_dump(), "lora": {"enabled": True, "r": 4, "alpha": 8}},
+                            rl__steps=2, sft__steps=2)
+    trainer = Trainer(cfg)
+    trainable = sum(p.numel() for p in trainer.trainable_parameters())
+    total = sum(p.numel() for p in trainer.policy.model.parameters())
+    assert 0 < trainable < total / 2
+    trainer.run()
+    model = AutoModelForCausalLM.from_pretrained(Path(cfg.run_dir) / "final_model")
+    assert not any("lora" in name for name, _ in model.named_parameters())
+
+
+def test_rejection_sampling_round_is_logged(tiny_train_config):
+    from pathlib import Path
+
+    cfg = tiny_train_config(sft__rejection_sampling_rounds=1, sft__rejection_problems=8, sft__rejection_steps=2,
+                            rl__enabled=False)
+    results = Trainer(cfg).run()
+    assert "after_rl" not in results
+    records = [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    rft = [r for r in records if "rft_round" in r]
+    assert len(rft) == 1 and 0.0 <= rft[0]["rft_pass_rate"] <= 1.0
+
+
+def test_periodic_evaluation_during_rl(tiny_train_config):
+    from pathlib import Path
+
+    cfg = tiny_train_config(eval__every=2, sft__steps=2)
+    Trainer(cfg).run()
+    files = sorted(p.name for p in (Path(cfg.run_dir) / "eval").glob("rl_step_*.json"))
+    assert files == ["rl_step_000002.json", "rl_step_000004.json"]

@@ -77,11 +77,15 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
     rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     group_ids = torch.tensor([t.group for t in trajs])
     task_ids = torch.tensor([task_index[t.task] for t in trajs])
-    advantages = get_advantage_estimator(cfg.advantage)(rewards, group_ids)
-    if cfg.task_normalize:
-        advantages = task_normalize(advantages, task_ids)
     batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], trainer.policy.tokenizer.pad_token_id,
                     [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None)
+    critic_stats: dict[str, float] = {}
+    if cfg.advantage == "gae":  # token-level [N, T] advantages from the critic (polyrl.critic)
+        advantages, returns, critic_stats = trainer.critic.advantages(batch, rewards)
+    else:
+        advantages = get_advantage_estimator(cfg.advantage)(rewards, group_ids)
+        if cfg.task_normalize:
+            advantages = task_normalize(advantages, task_ids)
     n = len(trajs)
     needs_old = cfg.epochs > 1 or cfg.minibatches > 1
     with torch.no_grad():
@@ -91,7 +95,7 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
     seq_entropy = torch.zeros(n)
     seq_kl = torch.zeros(n)
     seq_clip = torch.zeros(n)
-    losses, grad_norms, skipped = [], [], 0
+    losses, grad_norms, value_losses, skipped = [], [], [], 0
     mb_size = math.ceil(n / cfg.minibatches)
     for epoch in range(cfg.epochs):
         perm = torch.randperm(n)
@@ -102,8 +106,9 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
             width = mask.shape[1]
             logp, ent = sequence_logprobs(model, mb, cfg.temperature, entropy=True, entropy_grad=cfg.entropy_coef != 0)
             old = old_all[idx, :width] if old_all is not None else logp.detach()
+            adv_mb = advantages[idx] if advantages.dim() == 1 else advantages[idx, :width]
             loss, stats = policy_loss(
-                logp, old, advantages[idx], mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_aggregation,
+                logp, old, adv_mb, mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_aggregation,
                 max_tokens=cfg.max_new_tokens,
             )
             kl_tok = None
@@ -119,9 +124,11 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
                     if kl_tok is not None:
                         seq_kl[idx] = (kl_tok.detach() * mask).sum(1) / denom
                     ratio = torch.exp(logp.detach() - old)
-                    adv = advantages[idx].unsqueeze(1)
+                    adv = adv_mb if adv_mb.dim() == 2 else adv_mb.unsqueeze(1)
                     clipped = ((adv > 0) & (ratio > 1 + cfg.clip_ratio_high)) | ((adv < 0) & (ratio < 1 - cfg.clip_ratio_low))
                     seq_clip[idx] = (clipped.float() * mask).sum(1) / denom
+            if cfg.advantage == "gae":
+                value_losses.append(trainer.critic.update(mb, returns[idx]))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(trainer.trainable_parameters(), cfg.max_grad_norm)
@@ -131,7 +138,7 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
                 warnings.warn(f"non-finite loss or gradient at RL step {trainer.step}: update skipped", stacklevel=1)
                 continue
             optimizer.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             grad_norms.append(float(grad_norm))
     scheduler.step()
     return {
@@ -139,6 +146,7 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
         "updates": cfg.epochs * math.ceil(n / mb_size),
         "seq_entropy": seq_entropy.tolist(), "seq_kl": seq_kl.tolist(), "seq_clip": seq_clip.tolist(),
         "zero_variance": zero_variance_groups(rewards, group_ids).tolist(),
+        "critic": {**critic_stats, "value_loss": _mean(v for v in value_losses if v is not None)} if critic_stats else {},
     }
 
 
@@ -162,6 +170,8 @@ def step_metrics(trajs: list[Trajectory], update: dict[str, Any], info: dict[str
             "clip_fraction": _mean(update["seq_clip"][i] for i in idx),
             "zero_variance_frac": len(zero_var) / max(len(groups), 1),
             "tokens": float(sum(len(trajs[i].response_ids) for i in idx)),
+            **{f"reward_terms/{term}": _mean(trajs[i].reward_terms.get(term, 0.0) for i in idx)
+               for term in sorted({k for i in idx for k in trajs[i].reward_terms})},
         }
 
     out = summarize(list(range(len(trajs)))) if trajs else {}
@@ -173,6 +183,7 @@ def step_metrics(trajs: list[Trajectory], update: dict[str, Any], info: dict[str
         zero_kept = out["zero_variance_frac"] * kept_groups
         out["zero_variance_frac"] = (zero_kept + info["groups_dropped"]) / info["groups_generated"]
     out.update({k: update[k] for k in ("loss", "grad_norm", "skipped_updates")})
+    out.update(update.get("critic", {}))
     out["tokens_per_s"] = info["gen_tokens"] / max(info["gen_time"], 1e-9)
     out["completions_per_s"] = len(trajs) / max(elapsed, 1e-9)
     out["step_time"] = elapsed
