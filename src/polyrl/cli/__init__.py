@@ -9,6 +9,7 @@ import sys
 
 import typer
 
+from polyrl.cli import eval as _eval
 from polyrl.cli import experiment as _experiment
 from polyrl.cli import tasks as _tasks
 from polyrl.cli import train as _train
@@ -23,6 +24,7 @@ app = typer.Typer(
 )
 app.add_typer(_tasks.app, name="tasks")
 app.add_typer(_experiment.app, name="experiment")
+app.add_typer(_eval.app, name="eval")
 _train.register(app)
 
 

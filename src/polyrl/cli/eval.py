@@ -1,0 +1,104 @@
+"""``polyrl eval``: evaluate a checkpoint or an OpenAI-compatible endpoint on a suite; ``polyrl eval compare``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from polyrl.errors import UserError
+
+app = typer.Typer(help="Evaluate a checkpoint or an endpoint on a task suite; compare results.",
+                  invoke_without_command=True, no_args_is_help=True)
+
+
+def _source(model: Optional[str], endpoint: Optional[str], api_key_env: Optional[str], model_name: Optional[str],
+            concurrency: int, timeout: float, field: str, suite):
+    if (model is None) == (endpoint is None):
+        raise UserError("give exactly one of --model PATH or --endpoint URL")
+    if model is not None:
+        from polyrl.eval.sources import LocalModelSource
+        from polyrl.policy.loading import ModelConfig, load_policy
+
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        policy = load_policy(ModelConfig(path=model), seed=suite.seed)
+        return LocalModelSource(policy, field, suite.system, seed=suite.seed), f"checkpoint {model}"
+    from polyrl.eval.endpoint import EndpointSource
+
+    api_key = None
+    if api_key_env:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise UserError(f"--api-key-env {api_key_env}: that environment variable is not set")
+    name = model_name or "default"
+    return EndpointSource(endpoint, name, api_key, concurrency, timeout), f"endpoint {endpoint} model {name}"
+
+
+@app.callback()
+def eval_cmd(
+    ctx: typer.Context,
+    model: Optional[str] = typer.Option(None, "--model", help="Local Hugging Face checkpoint (e.g. RUN_DIR/final_model)."),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable holding the API key."),
+    model_name: Optional[str] = typer.Option(None, "--model-name", help="Model name sent to the endpoint."),
+    suite_file: Optional[Path] = typer.Option(None, "--suite", help="Suite YAML (tasks, difficulties, n, seeds, samples)."),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="Comma-separated tasks (instead of --suite)."),
+    difficulty: str = typer.Option("medium", "--difficulty", help="With --tasks: comma-separated knobs or presets."),
+    n: int = typer.Option(50, "--n", min=1, help="With --tasks: problems per task and difficulty."),
+    samples: int = typer.Option(1, "--samples", min=1, help="With --tasks: sampled completions per problem (pass@k, maj@k)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: evals/<time>)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted evaluation in --out."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Endpoint requests in flight."),
+    timeout: float = typer.Option(60.0, "--timeout", min=0.1, help="Per-request timeout in seconds (endpoint)."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Override the suite's response limit."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, help="Override the suite's sampling temperature."),
+) -> None:
+    """Evaluate --model or --endpoint on --suite (or --tasks); writes results.json, results.md, samples.jsonl."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from polyrl.eval.results import results_markdown
+    from polyrl.eval.runner import run_suite
+    from polyrl.eval.sources import run_prompt_field
+    from polyrl.eval.suite import load_suite, parse_suite, suite_from_options
+
+    if (suite_file is None) == (tasks is None):
+        raise UserError("give exactly one of --suite FILE or --tasks a,b,c")
+    overrides = {"max_new_tokens": max_new_tokens, "temperature": temperature}
+    if suite_file is not None:
+        suite = load_suite(suite_file)
+        data = {**suite.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
+        suite = parse_suite(data, repr(str(suite_file)))
+    else:
+        suite = suite_from_options(tasks, difficulty, n, samples, **overrides)
+    field = suite.prompt_field or (run_prompt_field(model) if model else None) or "prompt"
+    if out is None:
+        import time
+
+        out = Path("evals") / time.strftime("%Y%m%d-%H%M%S")
+    source, description = _source(model, endpoint, api_key_env, model_name, concurrency, timeout, field, suite)
+    results = run_suite(suite, source, out, field, description, resume, log=lambda m: print(m, flush=True))
+    print(results_markdown(results))
+    print(f"written: {out / 'results.json'}, {out / 'results.md'}, {out / 'samples.jsonl'}")
+
+
+@app.command("compare")
+def compare_cmd(
+    files: List[Path] = typer.Argument(..., help="results.json files (or their directories); the first is the baseline."),
+    metric: str = typer.Option("accuracy", "--metric", help="accuracy, pass@1, pass@K, maj@K, mean_length, format_failure_rate."),
+) -> None:
+    """Side-by-side table of one metric per task, with differences (points) against the first file."""
+    from polyrl.eval.results import compare_table, load_results
+
+    if len(files) < 2:
+        raise UserError("compare needs at least two results files")
+    loaded = {}
+    for path in files:
+        label = path.parent.name if path.name == "results.json" else path.name
+        while label in loaded:
+            label += "'"
+        loaded[label] = load_results(path)
+    print(compare_table(loaded, metric))

@@ -1,0 +1,99 @@
+"""Where completions come from during evaluation: a local checkpoint or an OpenAI-compatible endpoint.
+
+Both take a list of :class:`SampleRequest` and call ``on_done(request, completion)`` as each one finishes,
+so the caller can append it to disk at once and lose at most the requests in flight when interrupted.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+import torch
+import yaml
+
+from polyrl.policy.prompts import PromptBuilder, PromptConfig
+from polyrl.tasks.base import Problem
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """One completion to produce: sample ``index`` of a problem (index 0 is the greedy one)."""
+
+    key: str
+    problem: Problem
+    messages: list[dict[str, str]]
+    greedy: bool
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    tokens: int | None
+    """Completion length in tokens (None when an endpoint does not report usage)."""
+    finished: bool
+    """False when the response was cut at ``max_new_tokens``."""
+
+
+OnDone = Callable[[SampleRequest, Completion], None]
+
+
+class CompletionSource(Protocol):
+    description: str
+
+    def complete(self, requests: Sequence[SampleRequest], on_done: OnDone) -> None: ...
+
+
+def chat_messages(problem: Problem, field: str, system: str | None) -> list[dict[str, str]]:
+    """The chat a model is shown for ``problem`` (the same one PromptBuilder renders for training)."""
+    messages = [{"role": "user", "content": getattr(problem, field)}]
+    if system:
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
+
+
+def run_prompt_field(model_path: str | Path) -> str | None:
+    """The prompt field a polyrl run trained with, when ``model_path`` is a model inside a run directory."""
+    config = Path(model_path).resolve().parent / "config.yaml"
+    if not config.is_file():
+        return None
+    try:
+        data = yaml.safe_load(config.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    field = (data or {}).get("prompt", {}).get("field") if isinstance(data, dict) else None
+    return field if field in ("prompt", "question") else None
+
+
+class LocalModelSource:
+    """Batched ``model.generate`` on a loaded checkpoint; greedy and sampled requests go in separate batches."""
+
+    def __init__(self, policy, field: str, system: str | None, batch_size: int = 64, seed: int = 0):
+        from polyrl.policy.generation import TransformersBackend
+
+        self.backend = TransformersBackend(policy.model, policy.tokenizer, batch_size=batch_size)
+        self.prompts = PromptBuilder(policy.tokenizer, PromptConfig(field=field, system=system))
+        self.batch_size = batch_size
+        self.seed = seed
+        self.description = "local checkpoint"
+
+    def complete(self, requests: Sequence[SampleRequest], on_done: OnDone) -> None:
+        for greedy in (True, False):
+            todo = [r for r in requests if r.greedy == greedy]
+            for start in range(0, len(todo), self.batch_size):
+                self._batch(todo[start : start + self.batch_size], on_done)
+
+    def _batch(self, batch: list[SampleRequest], on_done: OnDone) -> None:
+        first = batch[0]
+        with torch.random.fork_rng():
+            # seeded by the batch's first key, so a resumed evaluation samples the same way for that batch
+            torch.manual_seed(self.seed + zlib.crc32(first.key.encode()))
+            gens = self.backend.generate([self.prompts.ids(r.problem) for r in batch], max_new_tokens=first.max_new_tokens,
+                                         temperature=first.temperature, top_p=first.top_p, greedy=first.greedy)
+        for request, gen in zip(batch, gens):
+            on_done(request, Completion(gen.text, len(gen.completion_ids), gen.finished))
