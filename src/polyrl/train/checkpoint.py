@@ -35,8 +35,10 @@ def _name(stage: str, step: int) -> str:
 
 
 def save_checkpoint(
-    root: Path, stage: str, step: int, model, optimizer, scheduler, extra: dict[str, Any], keep: int
+    root: Path, stage: str, step: int, model, optimizer, scheduler, extra: dict[str, Any], keep: int,
+    tensors: dict[str, Any] | None = None,
 ) -> Path:
+    """``extra`` goes to JSON; ``tensors`` (e.g. the critic's state) to ``optim.pt``."""
     final = root / _name(stage, step)
     tmp = root / f".tmp-{_name(stage, step)}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -47,6 +49,7 @@ def save_checkpoint(
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+            "tensors": tensors or {},
         },
         tmp / "optim.pt",
     )
@@ -113,7 +116,8 @@ def load_model_weights(model, directory: Path) -> None:
         raise RuntimeError(f"checkpoint {directory} does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
 
 
-def load_training_state(ckpt: Checkpoint, model, optimizer, scheduler) -> None:
+def load_training_state(ckpt: Checkpoint, model, optimizer, scheduler) -> dict[str, Any]:
+    """Restore model, optimizer, scheduler and RNG states; returns the ``tensors`` saved with them."""
     load_model_weights(model, ckpt.path / "model")
     blob = torch.load(ckpt.path / "optim.pt", weights_only=False)
     optimizer.load_state_dict(blob["optimizer"])
@@ -121,3 +125,4 @@ def load_training_state(ckpt: Checkpoint, model, optimizer, scheduler) -> None:
     random.setstate(blob["rng"]["python"])
     np.random.set_state(blob["rng"]["numpy"])
     torch.set_rng_state(blob["rng"]["torch"])
+    return blob.get("tensors", {})

@@ -13,6 +13,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from polyrl.critic import CriticConfig
+from polyrl.envs.registry import EnvConfig
 from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
@@ -94,7 +96,8 @@ class RLConfig(_Strict):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     epochs: int = Field(1, ge=1, description="Optimization passes over each batch (PPO epochs).")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split evenly).")
-    advantage: str = Field("grpo", description="Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline.")
+    advantage: str = Field("grpo", description="Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, or gae (PPO with the critic below).")
+    critic: CriticConfig = Field(default_factory=CriticConfig, description="Value model and value loss (used when advantage is gae).")
     task_normalize: bool = Field(False, description="Standardize advantages within each task across the batch (AgentRL).")
     clip_ratio_low: float = Field(0.2, ge=0, description="PPO clip below 1 (1 - eps_low).")
     clip_ratio_high: float = Field(0.28, ge=0, description="PPO clip above 1 (1 + eps_high; DAPO clip-higher).")
@@ -131,6 +134,7 @@ class TrainConfig(_Strict):
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="Task sampler.")
     difficulty_control: DifficultyControlConfig = Field(default_factory=DifficultyControlConfig, description="Difficulty controller.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward terms and weights.")
+    env: EnvConfig = Field(default_factory=EnvConfig, description="Limits of multi-turn environments (env/... tasks).")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Warm start.")
     rl: RLConfig = Field(default_factory=RLConfig, description="RL stage.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")

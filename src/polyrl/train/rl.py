@@ -19,7 +19,8 @@ import torch
 from polyrl.algos import (
     aggregate, get_advantage_estimator, kl_penalty, policy_loss, task_normalize, zero_variance_groups,
 )
-from polyrl.rollout import Trajectory, collate, rollout_problems, sequence_logprobs
+from polyrl.rollout import Trajectory, collate, sequence_logprobs
+from polyrl.rollout.multi_turn import episode_metrics, rollout_mixed
 
 
 def _mean(xs) -> float:
@@ -40,10 +41,10 @@ def collect_rollouts(trainer, step: int, rng: np.random.Generator) -> tuple[list
         names = trainer.sampler.sample(need, rng)
         problems = [trainer.tasks[n].generate(int(rng.integers(2**62)), trainer.difficulty(n), split="train") for n in names]
         t0 = time.perf_counter()
-        trajs = rollout_problems(
+        trajs = rollout_mixed(
             problems, trainer.tasks, trainer.backend, trainer.prompts, cfg.group_size, cfg.max_new_tokens,
-            trainer.config.reward, temperature=cfg.temperature, top_p=cfg.top_p, group_offset=generated,
-            version=trainer.policy_version,
+            trainer.config.reward, trainer.config.env.max_episode_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+            group_offset=generated, version=trainer.policy_version,
         )
         gen_time += time.perf_counter() - t0
         gen_tokens += sum(len(t.response_ids) for t in trajs)
@@ -182,6 +183,7 @@ def step_metrics(trajs: list[Trajectory], update: dict[str, Any], info: dict[str
         kept_groups = len({t.group for t in trajs})
         zero_kept = out["zero_variance_frac"] * kept_groups
         out["zero_variance_frac"] = (zero_kept + info["groups_dropped"]) / info["groups_generated"]
+    out.update(episode_metrics(trajs))
     out.update({k: update[k] for k in ("loss", "grad_norm", "skipped_updates")})
     out.update(update.get("critic", {}))
     out["tokens_per_s"] = info["gen_tokens"] / max(info["gen_time"], 1e-9)

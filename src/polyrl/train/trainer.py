@@ -23,7 +23,7 @@ from polyrl.curriculum import curriculum_metrics, make_difficulty_controller, ma
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
-from polyrl.tasks import get_task
+from polyrl.envs import resolve_task
 from polyrl.train import rl, sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
@@ -45,7 +45,7 @@ class Trainer:
         self.config = config
         self.resume = resume
         # -- everything a user can get wrong, before training starts --------------------------------
-        self.tasks = {spec.name: get_task(spec.name) for spec in config.tasks}
+        self.tasks = {spec.name: resolve_task(spec.name, config.env) for spec in config.tasks}
         self.specs = {spec.name: spec for spec in config.tasks}
         for spec in config.tasks:
             space = self.tasks[spec.name].difficulty_space()
@@ -56,7 +56,10 @@ class Trainer:
                 space.resolve(config.sft.difficulty)
         self.sampler = make_sampler(config.sampler.name, list(self.tasks), config.sampler.options)
         self.difficulty_controller = make_difficulty_controller(config.difficulty_control, self.tasks, self.specs)
-        get_advantage_estimator(config.rl.advantage)
+        if config.rl.advantage != "gae":
+            get_advantage_estimator(config.rl.advantage)
+        elif config.rl.task_normalize:
+            raise UserError("rl.task_normalize applies to group advantages; with rl.advantage=gae the critic's advantages are normalized by rl.critic.normalize_advantages")
         get_aggregation(config.rl.loss_aggregation)
         if config.device.startswith("cuda") and not torch.cuda.is_available():
             raise UserError(f"device {config.device!r} requested but CUDA is not available")
@@ -76,6 +79,7 @@ class Trainer:
         if config.sft.enabled and config.sft.steps and not any(self.has_references.values()):
             raise UserError("sft is enabled but no task in the mix provides reference solutions")
         self.reference = None
+        self.critic = None
         self.policy_version = 0
         self.step = 0
         self.bad_steps = 0
@@ -126,10 +130,13 @@ class Trainer:
         save_checkpoint(self.run_dir.checkpoints, stage, step, self.policy.model, self.optimizer, self.scheduler,
                         {"sampler": self.sampler.state_dict(), "bad_steps": self.bad_steps,
                          "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
-                         "policy_version": self.policy_version}, self.config.keep_checkpoints)
+                         "policy_version": self.policy_version}, self.config.keep_checkpoints,
+                        tensors={"critic": self.critic.state_dict()} if self.critic is not None else None)
 
     def _restore(self, ckpt) -> None:
-        load_training_state(ckpt, self.policy.model, self.optimizer, self.scheduler)
+        tensors = load_training_state(ckpt, self.policy.model, self.optimizer, self.scheduler)
+        if self.critic is not None and "critic" in tensors:
+            self.critic.load_state_dict(tensors["critic"])
         self.sampler.load_state_dict(ckpt.state.get("sampler", {}))
         if self.difficulty_controller is not None:
             self.difficulty_controller.load_state_dict(ckpt.state.get("difficulty", {}))
@@ -223,6 +230,7 @@ class Trainer:
         results = evaluate_policy(
             self.backend, self.prompts, self.eval_tasks(), cfg.problems_per_task,
             cfg.max_new_tokens or self.config.rl.max_new_tokens, cfg.pass_k, cfg.temperature, seed=self.config.seed,
+            max_episode_tokens=self.config.env.max_episode_tokens,
         )
         self.run_dir.save_json(path, results)
         self.run_dir.log({"stage": "eval", "step": self.step, "name": name,
@@ -237,6 +245,10 @@ class Trainer:
             sft_dir = self.run_dir.model_dir("sft_model")
             if ckpt is not None and sft_dir.exists():
                 load_model_weights(self.reference, sft_dir)
+        if cfg.advantage == "gae":
+            from polyrl.critic import Critic
+
+            self.critic = Critic(cfg.critic, self.policy.model)
         start = 0
         if ckpt is not None:
             self._restore(ckpt)

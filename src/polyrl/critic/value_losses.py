@@ -1,0 +1,88 @@
+"""Value losses for a PPO critic: regression (MSE) or classification over a fixed support.
+
+Classification critics predict a categorical distribution over ``num_bins`` bins that evenly cover
+``[v_min, v_max]``; the value is the expectation of the bin centres under it, and the loss is the
+cross-entropy to a target distribution built from the scalar return:
+
+* ``hl_gauss`` — Imani & White 2018, "Improving Regression Performance with Distributional Losses"
+  (the histogram loss with a Gaussian target, their eq. 4); Farebrother et al. 2024, "Stop Regressing",
+  section 3.1: ``p_i = (Φ((e_{i+1} - y)/σ) - Φ((e_i - y)/σ)) / (Φ((v_max - y)/σ) - Φ((v_min - y)/σ))``
+  over bin edges ``e_0 < … < e_B``, with ``σ = sigma_ratio · bin_width`` (they recommend 0.75).
+* ``two_hot`` — Schrittwieser et al. 2020 (MuZero, appendix F): all mass on the two centres around
+  ``y``, split linearly so the expectation is exactly ``y`` (clipped into the span of the centres).
+* ``mse`` — ``(V - y)^2`` on a scalar head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+VALUE_LOSSES = ("mse", "hl_gauss", "two_hot")
+
+
+def bin_edges(v_min: float, v_max: float, num_bins: int) -> Tensor:
+    """``num_bins + 1`` evenly spaced edges of the support."""
+    return torch.linspace(v_min, v_max, num_bins + 1)
+
+
+def bin_centers(v_min: float, v_max: float, num_bins: int) -> Tensor:
+    edges = bin_edges(v_min, v_max, num_bins)
+    return (edges[:-1] + edges[1:]) / 2
+
+
+def hl_gauss_targets(y: Tensor, v_min: float, v_max: float, num_bins: int, sigma_ratio: float = 0.75) -> Tensor:
+    """HL-Gauss target distribution ``[..., num_bins]`` for returns ``y`` (Farebrother et al. 2024, §3.1)."""
+    edges = bin_edges(v_min, v_max, num_bins).to(y.device, torch.float64)
+    sigma = sigma_ratio * (v_max - v_min) / num_bins
+    z = (edges - y.double().unsqueeze(-1)) / (sigma * math.sqrt(2.0))
+    cdf = 0.5 * (1.0 + torch.erf(z))
+    mass = cdf[..., 1:] - cdf[..., :-1]
+    total = (cdf[..., -1] - cdf[..., 0]).unsqueeze(-1)
+    return (mass / total.clamp(min=1e-12)).float()
+
+
+def two_hot_targets(y: Tensor, v_min: float, v_max: float, num_bins: int) -> Tensor:
+    """Two-hot target distribution ``[..., num_bins]`` whose mean over the bin centres equals ``y`` (clipped)."""
+    centers = bin_centers(v_min, v_max, num_bins).to(y.device)
+    y = y.float().clamp(float(centers[0]), float(centers[-1]))
+    width = (v_max - v_min) / num_bins
+    pos = (y - float(centers[0])) / width
+    low = pos.floor().long().clamp(0, num_bins - 1)
+    high = (low + 1).clamp(max=num_bins - 1)
+    frac = pos - low.float()
+    out = torch.zeros(*y.shape, num_bins, device=y.device)
+    out.scatter_add_(-1, low.unsqueeze(-1), (1 - frac).unsqueeze(-1))
+    out.scatter_add_(-1, high.unsqueeze(-1), frac.unsqueeze(-1))
+    return out
+
+
+def expected_value(logits: Tensor, v_min: float, v_max: float) -> Tensor:
+    """Mean of the bin centres under ``softmax(logits)``; ``[..., B] -> [...]``."""
+    centers = bin_centers(v_min, v_max, logits.shape[-1]).to(logits.device)
+    return torch.softmax(logits.float(), dim=-1) @ centers
+
+
+def value_loss(
+    outputs: Tensor, returns: Tensor, mask: Tensor, kind: str, v_min: float = -1.0, v_max: float = 1.5,
+    sigma_ratio: float = 0.75,
+) -> Tensor:
+    """Mean over ``mask`` of the per-token value loss.
+
+    ``outputs`` is ``[N, T]`` (scalar values) for ``mse`` and ``[N, T, B]`` (logits) for the categorical
+    losses; ``returns`` and ``mask`` are ``[N, T]``.
+    """
+    if kind == "mse":
+        per_token = (outputs.float() - returns) ** 2
+    else:
+        num_bins = outputs.shape[-1]
+        if kind == "hl_gauss":
+            target = hl_gauss_targets(returns, v_min, v_max, num_bins, sigma_ratio)
+        elif kind == "two_hot":
+            target = two_hot_targets(returns, v_min, v_max, num_bins)
+        else:
+            raise ValueError(f"unknown value loss {kind!r}; use one of {', '.join(VALUE_LOSSES)}")
+        per_token = -(target * torch.log_softmax(outputs.float(), dim=-1)).sum(-1)
+    return (per_token * mask).sum() / mask.sum().clamp(min=1)
