@@ -11,6 +11,7 @@ import typer
 
 from polyrl.cli import eval as _eval
 from polyrl.cli import experiment as _experiment
+from polyrl.cli import experiment_critic as _experiment_critic
 from polyrl.cli import tasks as _tasks
 from polyrl.cli import train as _train
 from polyrl.errors import UserError
@@ -24,6 +25,7 @@ app = typer.Typer(
 )
 app.add_typer(_tasks.app, name="tasks")
 app.add_typer(_experiment.app, name="experiment")
+_experiment.app.command("critic")(_experiment_critic.critic)
 app.add_typer(_eval.app, name="eval")
 _train.register(app)
 
