@@ -45,7 +45,7 @@ def choose_mixture(coef: np.ndarray, intercept: float, rng: np.random.Generator,
 def search_mixture(config_path: str | Path, candidates: int = 6, proxy_steps: int = 10, out: str | Path = "runs/mixture_search",
                    seed: int = 0, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the proxy runs of a mixture search and write ``out/mixture.yaml``; returns what it wrote."""
-    from polyrl.experiments.curriculum import train_from_warm_start
+    from polyrl.experiments.curriculum import read_experiment_config, train_from_warm_start
     from polyrl.train.config import load_config
     from polyrl.train.trainer import Trainer
 
@@ -54,14 +54,16 @@ def search_mixture(config_path: str | Path, candidates: int = 6, proxy_steps: in
     if proxy_steps < 1:
         raise UserError(f"--proxy-steps must be at least 1, got {proxy_steps}")
     out = Path(out)
-    base = load_config(config_path, base={"run_dir": str(out / "sft")}).model_copy(update={"seed": seed, "progress": False})
+    raw, _ = read_experiment_config(config_path)  # an experiment file's strategies: are not used here
+    base = load_config(None, base={**raw, "run_dir": str(out / "sft"), "seed": seed, "progress": False})
     tasks = [t.name for t in base.tasks]
     rng = np.random.default_rng(seed)
     mixtures = candidate_mixtures(len(tasks), candidates, rng)
     sft = out / "sft"
     if not (sft / "eval" / "after_sft.json").exists():
         log(f"SFT warm start → {sft}")
-        Trainer(base.model_copy(update={"rl": base.rl.model_copy(update={"enabled": False})})).run()
+        sft_config = base.model_copy(update={"rl": base.rl.model_copy(update={"enabled": False})})
+        Trainer(sft_config, resume=(sft / "config.yaml").exists()).run()
     scores = []
     for i, w in enumerate(mixtures):
         cfg = base.model_copy(update={

@@ -93,6 +93,17 @@ class ExperimentPlan:
         return load_config(None, base=data)
 
 
+def read_experiment_config(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An experiment file: a training config plus an optional ``strategies:`` mapping; returns both."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"cannot read experiment config {str(path)!r}: {getattr(exc, 'strerror', None) or 'not valid YAML'}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"experiment config {str(path)!r} must be a mapping of fields")
+    return raw, raw.pop("strategies", None) or {}
+
+
 def plan_experiment(config_path: str | Path, seeds: int, samplers: list[str] | None, out: str | Path,
                     hard_difficulty: float = 0.5, share_sft: bool = False) -> ExperimentPlan:
     """Read and check everything before any training: the base config, each strategy's config per seed,
@@ -101,13 +112,7 @@ def plan_experiment(config_path: str | Path, seeds: int, samplers: list[str] | N
 
     if seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {seeds}")
-    try:
-        raw = yaml.safe_load(Path(config_path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"cannot read experiment config {str(config_path)!r}: {getattr(exc, 'strerror', None) or 'not valid YAML'}") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"experiment config {str(config_path)!r} must be a mapping of fields")
-    defined = raw.pop("strategies", None) or {}
+    raw, defined = read_experiment_config(config_path)
     base = load_config(None, base=raw).model_dump(mode="json")
     if not isinstance(defined, dict):
         raise UserError("strategies must be a mapping name -> config sections")
