@@ -78,7 +78,7 @@ def search_mixture(config_path: str | Path, candidates: int = 6, proxy_steps: in
     best, predicted = choose_mixture(coef, intercept, rng)
     weights = {t: round(float(x), 4) for t, x in zip(tasks, best)}
     result = {
-        "sampler": {"name": "weighted", "options": {"weights": weights}},
+        "sampler": {"name": "weighted", "options": {"weights": dict(weights)}},
         "weights": weights, "predicted_score": predicted,
         "proxy_runs": [{"weights": dict(zip(tasks, w.tolist())), "score": s} for w, s in zip(mixtures, scores)],
         "ridge": {"coef": dict(zip(tasks, coef.tolist())), "intercept": intercept},
