@@ -10,22 +10,24 @@ from polyrl.eval.metrics import pass_at_k
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rewards import RewardConfig
-from polyrl.rollout.single_turn import rollout_problems
+from polyrl.rollout.multi_turn import rollout_mixed
 from polyrl.tasks import Task
 
 
 def evaluate_policy(
     backend: GenerationBackend, prompts: PromptBuilder, tasks: dict[str, tuple[Task, Any]], problems_per_task: int,
-    max_new_tokens: int, pass_k: int = 1, temperature: float = 1.0, seed: int = 0,
+    max_new_tokens: int, pass_k: int = 1, temperature: float = 1.0, seed: int = 0, max_episode_tokens: int = 384,
 ) -> dict[str, dict[str, float]]:
     """Per task: ``accuracy`` (greedy), ``score`` (mean verifier score, greedy), ``format_rate``,
-    ``mean_length`` and, with ``pass_k > 1``, ``pass@1`` (sampled) and ``pass@k``. Adds a ``mean`` row."""
+    ``mean_length`` and, with ``pass_k > 1``, ``pass@1`` (sampled) and ``pass@k``. Adds a ``mean`` row.
+    Environments (``env/...`` tasks) are played as episodes of at most ``max_episode_tokens``; their
+    accuracy is the success rate."""
     results: dict[str, dict[str, float]] = {}
     instances = {name: task for name, (task, _) in tasks.items()}
     reward = RewardConfig()
     for name, (task, difficulty) in tasks.items():
         problems = [task.generate(i, difficulty, split="eval") for i in range(problems_per_task)]
-        greedy = rollout_problems(problems, instances, backend, prompts, 1, max_new_tokens, reward, greedy=True)
+        greedy = rollout_mixed(problems, instances, backend, prompts, 1, max_new_tokens, reward, max_episode_tokens, greedy=True)
         row = {
             "accuracy": sum(t.verdict.correct for t in greedy) / len(greedy),
             "score": sum(t.verdict.score for t in greedy) / len(greedy),
@@ -35,8 +37,8 @@ def evaluate_policy(
         if pass_k > 1:
             with torch.random.fork_rng():
                 torch.manual_seed(seed)
-                sampled = rollout_problems(problems, instances, backend, prompts, pass_k, max_new_tokens, reward,
-                                           temperature=temperature)
+                sampled = rollout_mixed(problems, instances, backend, prompts, pass_k, max_new_tokens, reward,
+                                        max_episode_tokens, temperature=temperature)
             correct = [0] * len(problems)
             for t in sampled:
                 correct[t.group] += int(t.verdict.correct)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from polyrl.envs import is_environment
 from polyrl.rollout import collate, rollout_problems, sequence_logprobs
+from polyrl.rollout.multi_turn import reference_episode
 
-Sequence = tuple[list[int], list[int]]
+Sequence = tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]
+"""``(prompt_ids, response_ids)``, or with a policy mask for multi-turn references (environment tokens 0)."""
 
 
 def reference_batch(trainer, rng: np.random.Generator, batch_size: int) -> list[Sequence]:
@@ -17,6 +20,11 @@ def reference_batch(trainer, rng: np.random.Generator, batch_size: int) -> list[
     for k in rng.integers(len(names), size=batch_size):
         task = trainer.tasks[names[k]]
         problem = task.generate(int(rng.integers(2**62)), trainer.sft_difficulty(names[k]), split="train")
+        if is_environment(task):
+            episode = reference_episode(task, problem, trainer.prompts, trainer.policy.tokenizer.eos_token_id)
+            if episode is not None:
+                out.append(episode)
+            continue
         response = task.reference_response(problem)
         if response is not None:
             out.append((trainer.prompts.ids(problem), trainer.prompts.response_ids(response)))
@@ -26,7 +34,8 @@ def reference_batch(trainer, rng: np.random.Generator, batch_size: int) -> list[
 def sft_step(trainer, sequences: list[Sequence]) -> float | None:
     """One optimizer step of next-token cross-entropy on the responses. None when the step was skipped."""
     model = trainer.policy.model
-    batch = collate(sequences, trainer.policy.tokenizer.pad_token_id)
+    masks = [s[2] if len(s) == 3 else [1] * len(s[1]) for s in sequences]
+    batch = collate([s[:2] for s in sequences], trainer.policy.tokenizer.pad_token_id, masks)
     logp, _ = sequence_logprobs(model, batch)
     mask = batch.loss_mask
     loss = -(logp * mask).sum() / mask.sum().clamp(min=1)

@@ -1,0 +1,167 @@
+"""Tools in the OpenAI function-calling format, the ``<tool_call>`` parser, and a tool-using environment.
+
+A tool is a JSON Schema declaration plus a Python function of its arguments. The model calls one by
+writing ``<tool_call>{"name": "calculator", "arguments": {"expression": "12*34"}}</tool_call>``: the
+plain tagged format for models without a native tool format (the tiny model has single tokens for the
+tags), and the format Hermes/Qwen chat templates teach when ``tools=`` is passed to
+``apply_chat_template`` — the same parser reads both. Anything wrong with a call becomes a tool message
+that states the reason; nothing a model writes can crash a rollout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from polyrl.envs.base import Environment, Message, StepResult
+from polyrl.tasks.base import Problem, Task
+
+_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+MAX_CALLS_PER_TURN = 4
+MAX_RESULT_CHARS = 2000
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
+
+
+@dataclass
+class Tool:
+    """A callable tool: ``run(arguments, timeout_s) -> str`` raises ToolError for errors the model caused."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON Schema of the arguments object."""
+    run: Callable[[dict[str, Any], float], str]
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+
+class ToolError(Exception):
+    """A failed tool call; its message goes back to the model."""
+
+
+@dataclass
+class ToolCall:
+    name: str | None
+    arguments: dict[str, Any] | None
+    error: str | None
+    """Why the call could not be parsed (None when it parsed)."""
+
+
+def parse_tool_calls(text: str) -> list[ToolCall]:
+    """Every ``<tool_call>`` in ``text``, parsed or with the reason it failed. An unclosed tag is one bad call."""
+    calls = []
+    for body in _CALL_RE.findall(text):
+        calls.append(_parse_call(body))
+    if text.count("<tool_call>") > len(calls):
+        calls.append(ToolCall(None, None, "unclosed <tool_call> tag"))
+    return calls
+
+
+def _parse_call(body: str) -> ToolCall:
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return ToolCall(None, None, "tool call is not valid JSON")
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return ToolCall(None, None, 'tool call must be a JSON object with a "name" string')
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):  # OpenAI sends arguments as a JSON string
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return ToolCall(obj["name"], None, "arguments are not valid JSON")
+    if not isinstance(args, dict):
+        return ToolCall(obj["name"], None, "arguments must be a JSON object")
+    return ToolCall(obj["name"], args, None)
+
+
+def check_arguments(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
+    """The first way ``args`` violates the (flat) object ``schema``, or None."""
+    props = schema.get("properties", {})
+    for name in schema.get("required", []):
+        if name not in args:
+            return f"missing argument {name!r}"
+    for name, value in args.items():
+        if name not in props:
+            if schema.get("additionalProperties", True) is False:
+                return f"unknown argument {name!r}"
+            continue
+        want = props[name].get("type")
+        ok = isinstance(value, _JSON_TYPES.get(want, object)) and not (want in ("integer", "number") and isinstance(value, bool))
+        if not ok:
+            return f"argument {name!r} must be of type {want}"
+    return None
+
+
+def call_tool(tools: dict[str, Tool], call: ToolCall, timeout_s: float) -> tuple[str, bool]:
+    """Run one call; returns ``(result text, ok)``. Errors are results too, prefixed ``error:``."""
+    if call.error:
+        return f"error: {call.error}", False
+    if call.name not in tools:
+        return f"error: unknown tool {call.name!r}; available: {', '.join(tools)}", False
+    tool = tools[call.name]
+    problem = check_arguments(tool.parameters, call.arguments or {})
+    if problem:
+        return f"error: {problem}", False
+    try:
+        result = tool.run(call.arguments or {}, timeout_s)
+    except ToolError as exc:
+        return f"error: {exc}", False
+    if len(result) > MAX_RESULT_CHARS:
+        result = result[:MAX_RESULT_CHARS] + "…[truncated]"
+    return result, True
+
+
+def describe_tools(tools: list[Tool]) -> str:
+    """A compact text listing for models without a native tool format (every character is a token)."""
+    signatures = ", ".join(f"{t.name}({', '.join(t.parameters.get('properties', {}))})" for t in tools)
+    return f'Tools: {signatures}. Call: <tool_call>{{"name":...,"arguments":{{...}}}}</tool_call>'
+
+
+
+class ToolEnvironment(Environment):
+    """A single-turn task played with tools: call tools for some turns, then answer in the task's format.
+
+    An action with tool calls runs them (at most ``MAX_CALLS_PER_TURN``) and returns their results as
+    ``tool`` messages; an action with an answer and no tool call ends the episode with the task's verdict;
+    an answer together with a tool call is an answer at the wrong moment (an error observation); an
+    action with neither is an invalid action. The final reward is the verifier score.
+    """
+
+    def __init__(self, problem: Problem, task: Task, tools: list[Tool], max_turns: int, tool_timeout_s: float):
+        super().__init__(problem, max_turns)
+        self.task = task
+        self.tool_list = tools
+        self.by_name = {t.name: t for t in tools}
+        self.tools = [t.schema() for t in tools]
+        self.tool_timeout_s = tool_timeout_s
+
+    def reset(self) -> list[Message]:
+        return [{"role": "user", "content": self.problem.prompt}]
+
+    def step(self, action: str) -> StepResult:
+        self.turn += 1
+        calls = parse_tool_calls(action)
+        has_answer = self.task.answer_format.extract(action).answer is not None
+        if not calls:
+            if has_answer or self.turn >= self.max_turns:
+                verdict = self.task.verify(self.problem, action)
+                return self.end(verdict.score, verdict.correct, verdict.score, verdict.reason if has_answer else "max_turns", verdict.answer)
+            self.stats["invalid_actions"] += 1
+            return StepResult([{"role": "user", "content": "error: no tool call and no answer. Call a tool or answer."}], 0.0, False)
+        observation = []
+        if has_answer:
+            self.stats["invalid_actions"] += 1
+            observation.append({"role": "user", "content": "error: answer given together with a tool call; answer after reading the result."})
+        for call in calls[:MAX_CALLS_PER_TURN]:
+            self.stats["tool_calls"] += 1
+            result, ok = call_tool(self.by_name, call, self.tool_timeout_s)
+            self.stats["tool_errors"] += not ok
+            observation.append({"role": "tool", "name": call.name or "invalid", "content": result})
+        if len(calls) > MAX_CALLS_PER_TURN:
+            self.stats["tool_errors"] += 1
+            observation.append({"role": "tool", "name": "invalid", "content": f"error: at most {MAX_CALLS_PER_TURN} tool calls per turn"})
+        return self.out_of_turns() or StepResult(observation, 0.0, False)

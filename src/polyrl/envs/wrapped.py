@@ -1,0 +1,28 @@
+"""An EnvTask that plays the problems of a single-turn task (its generator, difficulty and verifier)."""
+
+from __future__ import annotations
+
+from polyrl.envs.base import EnvTask
+from polyrl.tasks.base import DifficultySpace, Task
+
+
+class WrappedTask(EnvTask):
+    """Problems come from ``inner``; subclasses decide how an episode over one of them is played."""
+
+    category = "agent"
+
+    def __init__(self, inner: Task, max_turns: int):
+        super().__init__(inner.answer_format)
+        self.inner = inner
+        self.max_turns = max_turns
+        self.description = f"{inner.name} as an episode"
+        self.partial_credit = inner.partial_credit
+
+    def difficulty_space(self) -> DifficultySpace:  # type: ignore[override]
+        return self.inner.difficulty_space()
+
+    def make(self, rng, params):
+        return self.inner.make(rng, params)
+
+    def check(self, answer, problem):
+        return self.inner.check(answer, problem)

@@ -1,0 +1,273 @@
+"""Multi-turn rollouts: many concurrent episodes, one batched ``generate`` call per turn.
+
+Token-in, token-out: the policy's own tokens are kept exactly as sampled (policy_mask 1); everything the
+environment adds between turns — the end of the assistant turn when the policy did not close it, the
+rendered observation messages and the next generation prompt — is tokenized from the chat template's
+text and masked out of the loss (policy_mask 0). Observations are rendered as the *difference* between
+the template applied with and without them, so any chat template (tiny, Qwen, Llama) works.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from polyrl.envs.base import EnvTask, Environment, Message, StepResult
+from polyrl.envs.tools import Tool, describe_tools
+from polyrl.policy.generation import GenerationBackend
+from polyrl.policy.prompts import PromptBuilder
+from polyrl.rewards import RewardConfig
+from polyrl.rollout.single_turn import Trajectory
+from polyrl.tasks import Problem, Verdict
+
+_PLACEHOLDER = "\x00polyrl\x00"
+
+
+class ChatCodec:
+    """Renders episode messages into token ids with the tokenizer's chat template (or plain text)."""
+
+    def __init__(self, prompts: PromptBuilder):
+        self.tok = prompts.tokenizer
+        self.system = prompts.config.system
+        self.use_chat = prompts.use_chat
+        self.bare_question = prompts.config.field == "question"
+        self.native_tools = self.use_chat and "tools" in (self.tok.chat_template or "")
+        if self.use_chat:
+            user = [{"role": "user", "content": "q"}]
+            with_turn = self._render(user + [{"role": "assistant", "content": _PLACEHOLDER}])
+            self.turn_end = with_turn[with_turn.rindex(_PLACEHOLDER) + len(_PLACEHOLDER):]
+        eos = self.tok.eos_token or ""
+        self.eos_text = eos
+
+    def _render(self, messages: list[Message], tools=None, generation_prompt: bool = False) -> str:
+        kwargs = {"tools": tools} if tools else {}
+        return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs)
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False).input_ids
+
+    def start(self, messages: list[Message], tools: list[dict], problem: Problem | None = None) -> list[int]:
+        """Prompt ids of the first turn; tools go through the template when it has a native format.
+        With ``prompt.field: question`` a first message that is the problem's prompt shows the bare question."""
+        if self.bare_question and problem is not None and messages and messages[0]["content"] == problem.prompt:
+            messages = [{**messages[0], "content": problem.question}, *messages[1:]]
+        system = [self.system] if self.system else []
+        if tools and not self.native_tools:
+            system.append(describe_tools([Tool(t["function"]["name"], t["function"]["description"], t["function"]["parameters"], None)
+                                          for t in tools]))
+        if not self.use_chat:
+            text = "\n".join(system + [m["content"] for m in messages]) + "\n"
+            return self.tok(text).input_ids
+        head = [{"role": "system", "content": "\n".join(system)}] if system else []
+        return self._ids(self._render(head + messages, tools if self.native_tools else None, generation_prompt=True))
+
+    def between_turns(self, observation: list[Message], finished: bool) -> list[int]:
+        """Environment ids after a policy turn: close the turn, the observation, the next generation prompt."""
+        if not self.use_chat:
+            return self._ids("".join(f"\n[{m['role']}] {m['content']}" for m in observation) + "\n")
+        closing = self.turn_end
+        if finished and closing.startswith(self.eos_text):
+            closing = closing[len(self.eos_text):]  # the policy already produced the end-of-turn token
+        head = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _PLACEHOLDER}]
+        before = self._render(head)
+        after = self._render(head + [_as_template_message(m) for m in observation], generation_prompt=True)
+        return self._ids(closing + after[len(before):])
+
+
+def _as_template_message(m: Message) -> Message:
+    # templates without a tool role would drop the message; the tiny and Hermes/Qwen ones have it
+    return {"role": m["role"], "content": m["content"], **({"name": m["name"]} if "name" in m else {})}
+
+
+@dataclass
+class Episode:
+    task: EnvTask
+    env: Environment
+    problem: Problem
+    group: int
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    policy_mask: list[int] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    """[start, end) of each policy turn within the response."""
+    finished: bool = True
+    text: str = ""
+    info: dict = field(default_factory=dict)
+    done: bool = False
+
+    def add(self, ids: list[int], policy: bool) -> None:
+        self.response_ids += ids
+        self.policy_mask += [int(policy)] * len(ids)
+
+
+def _step(episode: Episode, action: str) -> StepResult:
+    try:
+        return episode.env.step(action)
+    except Exception as exc:  # noqa: BLE001 - a third-party environment must not take the whole step down
+        warnings.warn(f"{episode.problem.task}: environment error ends the episode: {exc!r}", stacklevel=2)
+        return StepResult([], 0.0, True, {"success": False, "score": 0.0, "end_reason": "env_error"})
+
+
+def _finish(ep: Episode, result: StepResult | None, reason: str | None = None) -> None:
+    ep.done = True
+    info = dict(result.info) if result is not None else {}
+    info.setdefault("success", False)
+    info.setdefault("score", 0.0)
+    if reason is not None:
+        info["end_reason"] = reason
+    ep.info = info
+    ep.env.close()
+
+
+def rollout_episodes(
+    problems: list[Problem], tasks: dict, backend: GenerationBackend, prompts: PromptBuilder, group_size: int,
+    max_new_tokens: int, reward: RewardConfig, max_episode_tokens: int = 384, temperature: float = 1.0,
+    top_p: float = 1.0, greedy: bool = False, group_offset: int = 0, version: int = 0,
+) -> list[Trajectory]:
+    """Play ``group_size`` episodes per problem; every turn, all live episodes generate in one call.
+
+    ``max_new_tokens`` bounds one policy turn; ``max_episode_tokens`` the whole response (policy and
+    environment tokens). Every episode ends with a reason in ``info["end_reason"]``; none is dropped.
+    """
+    codec = ChatCodec(prompts)
+    episodes = []
+    for g, problem in enumerate(problems):
+        task = tasks[problem.task]
+        for _ in range(group_size):
+            env = task.make_env(problem)
+            first = env.reset()
+            episodes.append(Episode(task, env, problem, group_offset + g, codec.start(first, env.tools, problem)))
+    live = list(episodes)
+    while live:
+        gens = backend.generate([e.prompt_ids + e.response_ids for e in live], max_new_tokens=max_new_tokens,
+                                temperature=temperature, top_p=top_p, greedy=greedy)
+        for ep, gen in zip(live, gens):
+            room = max_episode_tokens - len(ep.response_ids)
+            start = len(ep.response_ids)
+            ep.add(gen.completion_ids[:room], policy=True)
+            ep.turn_spans.append((start, len(ep.response_ids)))
+            ep.text += gen.text
+            ep.finished = gen.finished
+            if len(gen.completion_ids) > room:
+                ep.turn_rewards.append(0.0)
+                _finish(ep, None, "token_budget")
+                continue
+            result = _step(ep, gen.text)
+            ep.turn_rewards.append(float(result.reward))
+            if result.done:
+                _finish(ep, result)
+                continue
+            env_ids = codec.between_turns(result.observation, gen.finished)
+            if len(ep.response_ids) + len(env_ids) >= max_episode_tokens:
+                _finish(ep, result, "token_budget")
+                continue
+            ep.add(env_ids, policy=False)
+            ep.text += "".join(f"\n[{m['role']}] {m['content']}\n" for m in result.observation)
+        live = [e for e in live if not e.done]
+    return [_trajectory(ep, reward, version) for ep in episodes]
+
+
+def _trajectory(ep: Episode, reward: RewardConfig, version: int) -> Trajectory:
+    info = ep.info
+    ret = sum(ep.turn_rewards)
+    verdict = Verdict(float(info["score"]), bool(info["success"]), str(info.get("end_reason", "unknown")),
+                      info.get("answer") is not None, info.get("answer"))
+    stats = ep.env.stats
+    info.update({"turns": len(ep.turn_spans), "turn_rewards": ep.turn_rewards, "turn_spans": ep.turn_spans,
+                 "policy_tokens": sum(ep.policy_mask), "env_tokens": len(ep.policy_mask) - sum(ep.policy_mask), **stats})
+    return Trajectory(ep.problem.task, ep.group, ep.problem, ep.prompt_ids, ep.response_ids, ep.text, ep.finished,
+                      reward.verifier * ret, {"env_return": ret}, verdict, version, ep.policy_mask, info)
+
+
+def reference_episode(task: EnvTask, problem: Problem, prompts: PromptBuilder, eos_id: int) -> tuple[list[int], list[int], list[int]] | None:
+    """``(prompt_ids, response_ids, policy_mask)`` of the environment's reference trajectory, or None."""
+    actions = task.reference_actions(problem)
+    if not actions:
+        return None
+    codec = ChatCodec(prompts)
+    env = task.make_env(problem)
+    try:
+        ep = Episode(task, env, problem, 0, codec.start(env.reset(), env.tools, problem))
+        for k, action in enumerate(actions):
+            ep.add(prompts.tokenizer(action, add_special_tokens=False).input_ids + [eos_id], policy=True)
+            result = env.step(action)
+            if result.done:
+                return (ep.prompt_ids, ep.response_ids, ep.policy_mask) if result.info.get("success") else None
+            ep.add(codec.between_turns(result.observation, finished=True), policy=False)
+        return None
+    finally:
+        env.close()
+
+
+def turn_advantages(trajs: list[Trajectory], width: int, eps: float = 1e-6) -> torch.Tensor:
+    """Per-token advantages ``[N, width]`` aligned with ``TokenBatch.loss_mask``: the tokens of turn ``k``
+    get the episode's return-to-go from turn ``k``, minus the group's mean return, over the group's std
+    (GRPO's normalization applied to reward-to-go; REINFORCE with a group baseline, Williams 1992)."""
+    out = torch.zeros(len(trajs), width)
+    groups: dict[int, list[float]] = {}
+    for t in trajs:
+        groups.setdefault(t.group, []).append(t.reward)
+    for i, t in enumerate(trajs):
+        returns = torch.tensor(groups[t.group])
+        mean, std = returns.mean(), returns.std(unbiased=False)
+        rewards = t.info.get("turn_rewards") or [t.reward]
+        spans = t.info.get("turn_spans") or [(0, len(t.response_ids))]
+        scale = t.reward / sum(rewards) if sum(rewards) else 1.0  # reward-config weight on the return
+        offset = len(t.prompt_ids) - 1
+        for k, (a, b) in enumerate(spans):
+            to_go = scale * sum(rewards[k:])
+            out[i, offset + a : offset + b] = (to_go - mean) / (std + eps)
+    return out
+
+
+def rollout_mixed(problems: list[Problem], tasks: dict, backend: GenerationBackend, prompts: PromptBuilder, group_size: int,
+                  max_new_tokens: int, reward: RewardConfig, max_episode_tokens: int = 384, group_offset: int = 0,
+                  **sampling) -> list[Trajectory]:
+    """Single-turn problems through :func:`rollout_problems`, environment problems through
+    :func:`rollout_episodes`; trajectories come back in problem order with their group indices."""
+    from polyrl.envs.base import is_environment
+    from polyrl.rollout.single_turn import rollout_problems
+
+    env_idx = [i for i, p in enumerate(problems) if is_environment(tasks[p.task])]
+    if not env_idx:
+        return rollout_problems(problems, tasks, backend, prompts, group_size, max_new_tokens, reward,
+                                group_offset=group_offset, **sampling)
+    single_idx = [i for i in range(len(problems)) if i not in set(env_idx)]
+    out: dict[int, list[Trajectory]] = {}
+    for idx, multi in ((single_idx, False), (env_idx, True)):
+        if not idx:
+            continue
+        chosen = [problems[i] for i in idx]
+        if multi:
+            trajs = rollout_episodes(chosen, tasks, backend, prompts, group_size, max_new_tokens, reward,
+                                     max_episode_tokens=max_episode_tokens, **sampling)
+        else:
+            trajs = rollout_problems(chosen, tasks, backend, prompts, group_size, max_new_tokens, reward, **sampling)
+        for t in trajs:
+            t.group = group_offset + idx[t.group]
+            out.setdefault(t.group, []).append(t)
+    return [t for g in sorted(out) for t in out[g]]
+
+
+EPISODE_METRICS = ("turns", "tool_calls", "tool_errors", "invalid_actions", "policy_tokens", "env_tokens")
+
+
+def episode_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Per environment: ``success``, mean turns, tool calls, tool errors, invalid actions and tokens, and the
+    fraction of episodes ending for each reason (``end/<reason>/<env>``)."""
+    by_env: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        if "turn_spans" in t.info:
+            by_env.setdefault(t.task, []).append(t)
+    out: dict[str, float] = {}
+    for name, ts in sorted(by_env.items()):
+        n = len(ts)
+        out[f"success/{name}"] = sum(t.verdict.correct for t in ts) / n
+        for key in EPISODE_METRICS:
+            out[f"{key}/{name}"] = sum(t.info.get(key, 0) for t in ts) / n
+        for reason in sorted({t.verdict.reason for t in ts}):
+            out[f"end/{reason}/{name}"] = sum(t.verdict.reason == reason for t in ts) / n
+    return out
