@@ -1,0 +1,259 @@
+"""polyrl vs TRL's GRPOTrainer on CPU: RL throughput (completions/s) and held-out accuracy, same model, same
+problems, same hyperparameters, in one run.
+
+    .venv/bin/python benchmarks/vs_trl.py [--steps 60] [--prompts 16] [--group-size 8] [--tasks a,b]
+                                          [--sft-steps 200] [--eval-problems 100] [--quick] [--markdown]
+
+1. SFT warm start with polyrl (the default tasks' reference solutions), saved as a Hugging Face directory.
+2. polyrl RL from that directory (``model.path=<dir>``, ``sft.enabled=false``); ``Trainer.run_rl`` is timed.
+3. TRL GRPOTrainer from the same directory (``AutoModelForCausalLM``), on a ``datasets.Dataset`` holding
+   the very problems polyrl drew at each step (same seeds), shown the same chat-template prompt, rewarded by
+   the same polyrl reward (task verifier + format term, ``polyrl.rewards.compute_rewards``); ``train()`` is
+   timed.
+4. Both final models, and the SFT start, are scored by ``polyrl.eval.evaluate_policy`` (greedy) on the eval
+   split.
+
+Matched settings: group size (``num_generations``), completions per optimizer step
+(``per_device_train_batch_size = prompts * G``, no gradient accumulation), ``max_new_tokens``
+(``max_completion_length``), temperature, top-p/top-k off, learning rate (constant, no warmup), AdamW, grad
+clip 1.0, no KL (``beta=0``), one epoch per batch (``num_iterations=1``), clip 0.2 / 0.28 (``epsilon``,
+``epsilon_high``), token-mean loss (TRL ``loss_type="dapo"``), group-std advantages (``scale_rewards="group"``),
+fp32, no gradient checkpointing. Known differences: TRL's group std is the sample std (n-1) with eps 1e-4,
+polyrl's the population std with eps 1e-6 (advantages differ by a constant factor sqrt(G/(G-1)) per group,
+which AdamW nearly cancels); polyrl writes one checkpoint at the end of RL (inside the timed region), TRL saves
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from polyrl.cli.train import default_config_path
+from polyrl.eval import evaluate_policy
+from polyrl.policy import PromptBuilder, TransformersBackend
+from polyrl.rewards import compute_rewards
+from polyrl.tasks.io import problem_row, row_problem
+from polyrl.train.config import TrainConfig, load_config
+from polyrl.train.trainer import Trainer, _step_seed
+
+GOAL_SPEEDUP = 2.0
+
+
+def polyrl_config(args, run_dir: Path, overrides: list[str]) -> TrainConfig:
+    """default.yaml with the benchmark's sizes (and ``overrides`` for the stage)."""
+    base = [
+        f"run_dir={run_dir}", f"seed={args.seed}", "tensorboard=false", "progress=false",
+        f"rl.steps={args.steps}", f"rl.prompts_per_step={args.prompts}", f"rl.group_size={args.group_size}",
+        f"rl.max_new_tokens={args.max_new_tokens}", f"rl.lr={args.lr}", f"sft.steps={args.sft_steps}",
+        f"checkpoint_every={max(args.steps, args.sft_steps, 1)}", "keep_checkpoints=1", f"threads={args.threads}",
+    ]
+    if args.tasks:
+        base.append(f"tasks=[{args.tasks}]")
+    return load_config(default_config_path(), base + overrides)
+
+
+def sft_warm_start(args, work: Path) -> tuple[Path, dict]:
+    """polyrl's SFT stage once; returns the saved model directory and its held-out accuracy."""
+    cfg = polyrl_config(args, work / "sft", ["rl.enabled=false"])
+    trainer = Trainer(cfg)
+    trainer.run_sft(None)
+    trainer.run_dir.close()
+    return trainer.run_dir.model_dir("sft_model"), held_out(trainer.backend, trainer.prompts, trainer, args)
+
+
+def held_out(backend, prompts: PromptBuilder, trainer: Trainer, args) -> dict:
+    return evaluate_policy(backend, prompts, trainer.eval_tasks(), args.eval_problems, args.max_new_tokens,
+                           pass_k=1, seed=args.seed)
+
+
+def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
+    cfg = polyrl_config(args, work / "polyrl", [f"model.path={sft_dir}", "sft.enabled=false"])
+    trainer = Trainer(cfg)
+    wall, cpu = time.perf_counter(), time.process_time()
+    trainer.run_rl(None)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    trainer.run_dir.close()
+    steps = [json.loads(line) for line in trainer.run_dir.metrics_file.read_text().splitlines()]
+    steps = [r for r in steps if r.get("stage") == "rl"]
+    step_time = sum(r["step_time"] for r in steps)
+    gen_time = sum(r["tokens"] / r["tokens_per_s"] for r in steps if r.get("tokens_per_s"))
+    return {"wall": wall, "cpu": cpu, "step_time": step_time, "gen_time": gen_time, "trainer": trainer,
+            "accuracy": held_out(trainer.backend, trainer.prompts, trainer, args)}
+
+
+def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
+    """The problems polyrl's RL loop draws, step by step (the rng sequence of ``rl.collect_rollouts``)."""
+    problems = []
+    for step in range(cfg.rl.steps):
+        rng = np.random.default_rng(_step_seed(cfg.seed, "rl", step))
+        for name in trainer.sampler.sample(cfg.rl.prompts_per_step, rng):
+            problems.append(trainer.tasks[name].generate(int(rng.integers(2**62)), trainer.difficulty(name), split="train"))
+    return problems
+
+
+def run_trl(args, work: Path, sft_dir: Path, polyrl_trainer: Trainer) -> dict:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    cfg = polyrl_trainer.config
+    tasks = polyrl_trainer.tasks
+    problems = step_problems(cfg, polyrl_trainer)
+    field = cfg.prompt.field
+    data = Dataset.from_list([
+        {"prompt": [{"role": "user", "content": getattr(p, field)}], "problem": json.dumps(problem_row(p))}
+        for p in problems
+    ])
+
+    def polyrl_reward(completions, problem, completion_ids, **_):
+        out = []
+        for completion, row, ids in zip(completions, problem, completion_ids):
+            p = row_problem(json.loads(row), "trl dataset")
+            text = completion[0]["content"]
+            out.append(compute_rewards(cfg.reward, tasks[p.task], p, text, len(ids), True, cfg.rl.max_new_tokens).total)
+        return out
+
+    model = AutoModelForCausalLM.from_pretrained(sft_dir)
+    tokenizer = AutoTokenizer.from_pretrained(sft_dir)
+    rl = cfg.rl
+    trl_args = GRPOConfig(
+        output_dir=str(work / "trl"), use_cpu=True, report_to=[], save_strategy="no", disable_tqdm=True,
+        logging_steps=max(rl.steps, 1), seed=args.seed, bf16=False, gradient_checkpointing=False,
+        max_steps=rl.steps, per_device_train_batch_size=rl.prompts_per_step * rl.group_size,
+        gradient_accumulation_steps=1, num_generations=rl.group_size, shuffle_dataset=False,
+        max_completion_length=rl.max_new_tokens, temperature=rl.temperature, top_p=rl.top_p, top_k=0,
+        learning_rate=rl.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=rl.weight_decay,
+        max_grad_norm=rl.max_grad_norm, beta=0.0, num_iterations=rl.epochs, epsilon=rl.clip_ratio_low,
+        epsilon_high=rl.clip_ratio_high, loss_type="dapo", scale_rewards="group",
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=polyrl_reward, args=trl_args, train_dataset=data,
+                          processing_class=tokenizer)
+    check_same_prompt_ids(tokenizer, polyrl_trainer.prompts, problems[0], data[0]["prompt"])
+    trainer.remove_callback(PrinterCallback)  # its per-log dict printing; the metrics stay in trainer.state
+    wall, cpu = time.perf_counter(), time.process_time()
+    trainer.train()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    # the same tokenizer and PromptBuilder polyrl evaluates with (the SFT directory holds a copy of it)
+    backend = TransformersBackend(trainer.model, polyrl_trainer.policy.tokenizer)
+    return {"wall": wall, "cpu": cpu, "accuracy": held_out(backend, polyrl_trainer.prompts, polyrl_trainer, args)}
+
+
+def check_same_prompt_ids(tokenizer, prompts: PromptBuilder, problem, messages) -> None:
+    """TRL tokenizes conversational prompts with ``apply_chat_template``; polyrl with its PromptBuilder."""
+    trl_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    if list(trl_ids) != prompts.ids(problem):
+        raise SystemExit(f"prompt token ids differ:\n  TRL    {list(trl_ids)}\n  polyrl {prompts.ids(problem)}")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=60, help="RL steps for each trainer.")
+    parser.add_argument("--prompts", type=int, default=16, help="Distinct problems per RL step.")
+    parser.add_argument("--group-size", type=int, default=8, help="Completions per problem (G).")
+    parser.add_argument("--tasks", default="", help="Comma-separated task names (default: default.yaml's six).")
+    parser.add_argument("--sft-steps", type=int, default=200, help="SFT warm-start steps (batch 64).")
+    parser.add_argument("--eval-problems", type=int, default=100, help="Held-out problems per task (greedy).")
+    parser.add_argument("--max-new-tokens", type=int, default=16, help="Longest completion in tokens.")
+    parser.add_argument("--lr", type=float, default=2e-4, help="RL learning rate.")
+    parser.add_argument("--seed", type=int, default=0, help="Seed for both trainers.")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for both (1: on a shared machine more threads oversubscribe the cores).")
+    parser.add_argument("--quick", action="store_true", help="Smoke size: 20 RL steps, 60 SFT steps, 30 eval problems.")
+    parser.add_argument("--markdown", action="store_true", help="Print a markdown table instead.")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.sft_steps, args.eval_problems = 20, 60, 30
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    console = Console(stderr=True)
+
+    with tempfile.TemporaryDirectory(prefix="polyrl-vs-trl-") as tmp:
+        work = Path(tmp)
+        load = [os.getloadavg()[0]]
+        t0 = time.perf_counter()
+        with console.status("SFT warm start (polyrl)…"):
+            sft_dir, sft_acc = sft_warm_start(args, work)
+        console.log(f"SFT warm start and its evaluation: {time.perf_counter() - t0:.0f} s")
+        with console.status("RL with polyrl…"):
+            ours = run_polyrl(args, work, sft_dir)
+        console.log(f"polyrl RL: {ours['wall']:.0f} s; total so far {time.perf_counter() - t0:.0f} s")
+        with console.status("RL with TRL GRPOTrainer…"):
+            theirs = run_trl(args, work, sft_dir, ours["trainer"])
+        console.log(f"TRL RL: {theirs['wall']:.0f} s; total {time.perf_counter() - t0:.0f} s")
+        load.append(os.getloadavg()[0])
+
+    completions = args.steps * args.prompts * args.group_size
+    speedup = theirs["wall"] / ours["wall"]
+    machine = (f"{_cpu_model()}, {os.cpu_count()} cores shared with other jobs (load average {load[0]:.1f} at start, "
+               f"{load[1]:.1f} at end), torch {torch.__version__} with {args.threads} thread(s), "
+               f"transformers {_version('transformers')}, TRL {_version('trl')}, Python {platform.python_version()}")
+    setup = (f"{args.steps} RL steps × {args.prompts} prompts × G={args.group_size} "
+             f"({completions:,} completions per trainer), ≤{args.max_new_tokens} new tokens, lr {args.lr}, "
+             f"tasks {', '.join(n for n in sft_acc if n != 'mean')}; both start from one polyrl SFT warm start "
+             f"({args.sft_steps} steps); held-out: {args.eval_problems} eval-split problems per task, greedy")
+    speed_header = ["trainer", "RL wall s", "RL CPU s", "compl./s", "compl./CPU-s", "held-out mean"]
+    speed_rows = [
+        [label, f"{r['wall']:.1f}", f"{r['cpu']:.1f}", f"{completions / r['wall']:.1f}", f"{completions / r['cpu']:.1f}",
+         f"{100 * r['accuracy']['mean']['accuracy']:.1f}%"]
+        for label, r in (("polyrl", ours), ("TRL GRPOTrainer", theirs))
+    ]
+    acc_header = ["task", "SFT start", "polyrl", "TRL GRPOTrainer"]
+    acc_rows = [[n, *(f"{100 * acc[n]['accuracy']:.1f}%" for acc in (sft_acc, ours["accuracy"], theirs["accuracy"]))]
+                for n in sft_acc]
+    d_acc = 100 * (ours["accuracy"]["mean"]["accuracy"] - theirs["accuracy"]["mean"]["accuracy"])
+    verdict = (f"polyrl/TRL throughput: {speedup:.2f}× wall, {theirs['cpu'] / ours['cpu']:.2f}× CPU "
+               f"(goal ≥ {GOAL_SPEEDUP:.0f}×: {'met' if speedup >= GOAL_SPEEDUP else 'NOT met'}); held-out mean accuracy "
+               f"polyrl − TRL: {d_acc:+.1f} points. polyrl's RL steps took {ours['step_time']:.1f} s, "
+               f"{100 * ours['gen_time'] / max(ours['step_time'], 1e-9):.0f}% of it in generation")
+    if args.markdown:
+        print(f"Machine: {machine}.\n\nSetup: {setup}.\n")
+        for header, rows in ((speed_header, speed_rows), (acc_header, acc_rows)):
+            print("| " + " | ".join(header) + " |")
+            print("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+            for row in rows:
+                print("| " + " | ".join(row) + " |")
+            print()
+        print(f"{verdict}.")
+        return
+    out = Console()
+    speed = Table(*speed_header, title="polyrl vs TRL GRPOTrainer: RL throughput", caption=setup)
+    for row in speed_rows:
+        speed.add_row(*row)
+    accuracy = Table(*acc_header, title="Held-out accuracy (greedy)", caption=machine)
+    for row in acc_rows:
+        accuracy.add_row(*row)
+    out.print(speed, accuracy)
+    out.print(verdict)
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+if __name__ == "__main__":
+    main()
