@@ -46,6 +46,7 @@ def collect_rollouts(trainer, step: int, rng: np.random.Generator) -> tuple[list
             trainer.config.reward, trainer.config.env.max_episode_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
             group_offset=generated, version=trainer.policy_version,
         )
+        trainer.reward_scorer.score(trajs)  # reward-model, judge and majority-vote terms, batched
         gen_time += time.perf_counter() - t0
         gen_tokens += sum(len(t.response_ids) for t in trajs)
         generated += len(problems)
@@ -173,6 +174,8 @@ def step_metrics(trajs: list[Trajectory], update: dict[str, Any], info: dict[str
             "tokens": float(sum(len(trajs[i].response_ids) for i in idx)),
             **{f"reward_terms/{term}": _mean(trajs[i].reward_terms.get(term, 0.0) for i in idx)
                for term in sorted({k for i in idx for k in trajs[i].reward_terms})},
+            **{f"reward_failures/{term}": float(sum(term in trajs[i].info.get("reward_failures", {}) for i in idx))
+               for term in sorted({k for i in idx for k in trajs[i].info.get("reward_failures", {})})},
         }
 
     out = summarize(list(range(len(trajs)))) if trajs else {}

@@ -23,6 +23,7 @@ from polyrl.curriculum import curriculum_metrics, make_difficulty_controller, ma
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
+from polyrl.rewards import RewardScorer
 from polyrl.envs import resolve_task
 from polyrl.train import rl, sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
@@ -56,6 +57,7 @@ class Trainer:
                 space.resolve(config.sft.difficulty)
         self.sampler = make_sampler(config.sampler.name, list(self.tasks), config.sampler.options)
         self.difficulty_controller = make_difficulty_controller(config.difficulty_control, self.tasks, self.specs)
+        self.reward_scorer = RewardScorer(config.reward, list(self.tasks), config.device)
         if config.rl.advantage != "gae":
             get_advantage_estimator(config.rl.advantage)
         elif config.rl.task_normalize:
