@@ -13,6 +13,7 @@ from polyrl.cli import eval as _eval
 from polyrl.cli import experiment as _experiment
 from polyrl.cli import experiment_critic as _experiment_critic
 from polyrl.cli import rm as _rm
+from polyrl.cli import report as _report
 from polyrl.cli import serve as _serve
 from polyrl.cli import tasks as _tasks
 from polyrl.cli import train as _train
@@ -32,6 +33,7 @@ app.add_typer(_rm.app, name="rm")
 app.add_typer(_eval.app, name="eval")
 _train.register(app)
 _serve.register(app)
+_report.register(app)
 
 
 def run(argv: list[str] | None = None) -> int:
