@@ -34,8 +34,10 @@ class EndpointSource:
 
     def __init__(self, url: str, model: str, api_key: str | None = None, concurrency: int = 8, timeout: float = 60.0,
                  retries: int = 4, backoff: float = 0.5, max_backoff: float = 8.0):
-        from openai import OpenAI
-
+        try:
+            from openai import OpenAI
+        except ImportError:
+            raise UserError("evaluating an endpoint needs the openai client: pip install 'polyrl[serve]'") from None
         self.url = normalize_base_url(url)
         self.model = model
         self.concurrency = concurrency
