@@ -205,7 +205,8 @@ def reference_episode(task: EnvTask, problem: Problem, prompts: PromptBuilder, e
 def turn_advantages(trajs: list[Trajectory], width: int, eps: float = 1e-6) -> torch.Tensor:
     """Per-token advantages ``[N, width]`` aligned with ``TokenBatch.loss_mask``: the tokens of turn ``k``
     get the episode's return-to-go from turn ``k``, minus the group's mean return, over the group's std
-    (GRPO's normalization applied to reward-to-go; REINFORCE with a group baseline, Williams 1992)."""
+    (GRPO's normalization applied to reward-to-go; REINFORCE with a group baseline, Williams 1992). A group
+    whose returns are all equal is not scaled (dividing by a zero std would blow up later turns' credit)."""
     out = torch.zeros(len(trajs), width)
     groups: dict[int, list[float]] = {}
     for t in trajs:
@@ -213,13 +214,14 @@ def turn_advantages(trajs: list[Trajectory], width: int, eps: float = 1e-6) -> t
     for i, t in enumerate(trajs):
         returns = torch.tensor(groups[t.group])
         mean, std = returns.mean(), returns.std(unbiased=False)
+        std = std if std > eps else torch.tensor(1.0)
         rewards = t.info.get("turn_rewards") or [t.reward]
         spans = t.info.get("turn_spans") or [(0, len(t.response_ids))]
         scale = t.reward / sum(rewards) if sum(rewards) else 1.0  # reward-config weight on the return
         offset = len(t.prompt_ids) - 1
         for k, (a, b) in enumerate(spans):
             to_go = scale * sum(rewards[k:])
-            out[i, offset + a : offset + b] = (to_go - mean) / (std + eps)
+            out[i, offset + a : offset + b] = (to_go - mean) / std
     return out
 
 
@@ -246,6 +248,8 @@ def rollout_mixed(problems: list[Problem], tasks: dict, backend: GenerationBacke
                                      max_episode_tokens=max_episode_tokens, **sampling)
         else:
             trajs = rollout_problems(chosen, tasks, backend, prompts, group_size, max_new_tokens, reward, **sampling)
+            for t in trajs:  # explicit all-policy masks, so a mixed batch collates with one mask per row
+                t.policy_mask = [1] * len(t.response_ids)
         for t in trajs:
             t.group = group_offset + idx[t.group]
             out.setdefault(t.group, []).append(t)

@@ -99,6 +99,7 @@ class RLConfig(_Strict):
     minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split evenly).")
     advantage: str = Field("grpo", description="Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, or gae (PPO with the critic below).")
     critic: CriticConfig = Field(default_factory=CriticConfig, description="Value model and value loss (used when advantage is gae).")
+    advantage_level: Literal["episode", "turn"] = Field("episode", description="Multi-turn credit: one advantage per episode, or per turn from the group-normalized reward-to-go.")
     task_normalize: bool = Field(False, description="Standardize advantages within each task across the batch (AgentRL).")
     clip_ratio_low: float = Field(0.2, ge=0, description="PPO clip below 1 (1 - eps_low).")
     clip_ratio_high: float = Field(0.28, ge=0, description="PPO clip above 1 (1 + eps_high; DAPO clip-higher).")

@@ -20,7 +20,7 @@ from polyrl.algos import (
     aggregate, get_advantage_estimator, kl_penalty, policy_loss, task_normalize, zero_variance_groups,
 )
 from polyrl.rollout import Trajectory, collate, sequence_logprobs
-from polyrl.rollout.multi_turn import episode_metrics, rollout_mixed
+from polyrl.rollout.multi_turn import episode_metrics, rollout_mixed, turn_advantages
 
 
 def _mean(xs) -> float:
@@ -88,6 +88,8 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
         advantages = get_advantage_estimator(cfg.advantage)(rewards, group_ids)
         if cfg.task_normalize:
             advantages = task_normalize(advantages, task_ids)
+        if cfg.advantage_level == "turn":  # [N, T]: each turn of an episode credited with its reward-to-go
+            advantages = turn_advantages(trajs, batch.loss_mask.shape[1])
     n = len(trajs)
     needs_old = cfg.epochs > 1 or cfg.minibatches > 1
     with torch.no_grad():

@@ -1,0 +1,138 @@
+import pytest
+
+from polyrl.envs import get_env_task, list_envs, resolve_task
+from polyrl.envs.games import wordle_feedback
+from polyrl.envs.search import SearchIndex
+from polyrl.envs.tools import ToolError
+from polyrl.errors import UserError
+
+WITH_REFERENCES = ["env/calculator:multiplication", "env/python:addition", "env/retry:sort_digits", "env/search",
+                   "env/wordle", "env/twenty_questions", "env/grid_nav"]
+
+
+def play(task, problem, actions):
+    env = task.make_env(problem)
+    try:
+        env.reset()
+        for action in actions:
+            result = env.step(action)
+            if result.done:
+                return result, env
+        return result, env
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("name", WITH_REFERENCES)
+@pytest.mark.parametrize("difficulty", ["easy", "hard"])
+def test_reference_trajectory_wins(name, difficulty):
+    task = get_env_task(name)
+    for seed in range(3):
+        problem = task.generate(seed, difficulty)
+        actions = task.reference_actions(problem)
+        if actions is None:  # e.g. a wordle solver needing more than six guesses
+            continue
+        result, _ = play(task, problem, actions)
+        assert result.done and result.info["success"], (name, seed, actions)
+
+
+def test_every_builtin_environment_is_listed():
+    assert {"env/search", "env/wordle", "env/grid_nav", "env/twenty_questions", "env/retry:<argument>",
+            "env/calculator:<argument>", "env/python:<argument>", "env/textarena:<argument>"} <= set(list_envs())
+
+
+def test_bad_environment_names_are_user_errors():
+    with pytest.raises(UserError, match="unknown environment"):
+        resolve_task("env/wordel")
+    with pytest.raises(UserError, match="needs an argument"):
+        resolve_task("env/retry")
+    with pytest.raises(UserError, match="takes no argument"):
+        resolve_task("env/wordle:x")
+    with pytest.raises(UserError, match="unknown task"):
+        resolve_task("env/retry:no_such_task")
+
+
+def test_retry_discounts_later_successes_and_gives_feedback():
+    task = get_env_task("env/retry:addition")
+    problem = task.generate(0, "easy")
+    result, env = play(task, problem, ["<answer>-1</answer>", "nothing", f"<answer>{problem.solution}</answer>"])
+    assert result.info["success"] and result.reward == pytest.approx(0.25)  # 0.5 ** 2
+    assert env.stats["invalid_actions"] == 1
+    first = task.make_env(problem)
+    first.reset()
+    assert first.step("<answer>-1</answer>").observation[0]["content"] == "-1 is wrong. Try again."
+
+
+def test_retry_ends_when_attempts_are_exhausted():
+    task = get_env_task("env/retry:addition")
+    result, _ = play(task, task.generate(0, "easy"), ["<answer>-1</answer>"] * 3)
+    assert result.done and result.info["end_reason"] == "attempts_exhausted" and result.reward == 0.0
+
+
+def test_wordle_feedback_counts_repeated_letters_once():
+    assert wordle_feedback("eagle", "eerie") == "G...G"
+    assert wordle_feedback("crane", "nacre") == "YYYYG"
+    assert wordle_feedback("apple", "apple") == "GGGGG"
+
+
+def test_wordle_rejects_malformed_guesses_as_invalid_actions():
+    task = get_env_task("env/wordle")
+    result, env = play(task, task.generate(0), ["<answer>toolong</answer>"])
+    assert not result.done and "5-letter" in result.observation[0]["content"] and env.stats["invalid_actions"] == 1
+
+
+def test_grid_walls_bump_and_offsets_update():
+    task = get_env_task("env/grid_nav")
+    problem = task.generate(1, "hard")
+    env = task.make_env(problem)
+    first = env.reset()[0]["content"]
+    assert "Goal:" in first and "north" in first
+
+
+def test_twenty_questions_answers_one_attribute_at_a_time():
+    task = get_env_task("env/twenty_questions")
+    problem = task.generate(0, "easy")
+    env = task.make_env(problem)
+    env.reset()
+    assert env.step("Is it green or blue?").observation[0]["content"].startswith("I can only answer")
+    assert env.step("Is it an animal?").observation[0]["content"] in ("yes", "no")
+
+
+def test_search_tolerates_fts_syntax_and_finds_the_entity():
+    task = get_env_task("env/search")
+    problem = task.generate(0, "hard")
+    index = SearchIndex(problem.answer["docs"])
+    try:
+        hits = index.search(f'"{problem.answer["person"]} AND (NEAR* ^', 1.0)
+        assert hits[0]["title"] == problem.answer["person"]
+        with pytest.raises(ToolError):
+            index.search("!!! ???", 1.0)
+    finally:
+        index.close()
+
+
+def test_one_response_is_verified_as_a_one_turn_episode():
+    task = get_env_task("env/calculator:multiplication")
+    problem = task.generate(0)
+    assert task.verify(problem, f"<answer>{problem.solution}</answer>").correct
+    assert task.verify(problem, "garbage").reason == "not_finished"
+
+
+def test_textarena_games_play_offline_or_fail_with_a_clear_error():
+    pytest.importorskip("textarena")
+    task = get_env_task("env/textarena:GuessTheNumber-v0")
+    problem = task.generate(0)
+    env = task.make_env(problem)
+    first = env.reset()[0]["content"]
+    assert "Guess The Number" in first
+    lo, hi, result = 1, 20, None
+    for _ in range(task.max_turns):
+        guess = (lo + hi) // 2
+        result = env.step(f"[{guess}]")
+        if result.done:
+            break
+        text = result.observation[0]["content"].lower()
+        lo, hi = (guess + 1, hi) if "higher" in text else (lo, guess - 1)
+    assert result.done and result.info["success"]
+    with pytest.raises(UserError, match="not supported offline"):
+        get_env_task("env/textarena:Wordle-v0")

@@ -1,0 +1,96 @@
+import json
+
+import pytest
+import torch
+
+from polyrl.envs import get_env_task
+from polyrl.rewards import RewardConfig
+from polyrl.rollout import collate
+from polyrl.rollout.multi_turn import episode_metrics, reference_episode, rollout_episodes, rollout_mixed, turn_advantages
+from polyrl.rollout.single_turn import Trajectory
+from polyrl.tasks import Verdict, get_task
+
+
+def calc_call(expr):
+    return "<tool_call>" + json.dumps({"name": "calculator", "arguments": {"expression": expr}}) + "</tool_call>"
+
+
+def tool_user(prompt_text):
+    """Calls the calculator on the question, then copies the tool result into an answer."""
+    if "<|tool|>" in prompt_text:
+        result = prompt_text.rsplit("<|tool|>", 1)[1].split("<|assistant|>")[0]
+        return f"<answer>{result}</answer>"
+    question = prompt_text.rsplit("<|user|>", 1)[1].split("<|assistant|>")[0]
+    return calc_call(question.rstrip("="))
+
+
+def test_episodes_generate_in_one_batched_call_per_turn_and_mask_environment_tokens(prompts, scripted, tiny_tokenizer):
+    task = get_env_task("env/calculator:multiplication")
+    problems = [task.generate(s, {"digits_a": 4, "digits_b": 4}) for s in range(3)]
+    backend = scripted(tool_user)
+    trajs = rollout_episodes(problems, {task.name: task}, backend, prompts, 2, 80, RewardConfig(), 200)
+    assert backend.calls == [6, 6]  # two turns, all six episodes in each generate call
+    for t in trajs:
+        assert t.verdict.correct and t.reward == 1.0 and t.info["turns"] == 2 and t.info["tool_calls"] == 1
+        env_text = tiny_tokenizer.decode([i for i, m in zip(t.response_ids, t.policy_mask) if m == 0])
+        assert env_text == f"<|tool|>{t.problem.solution}<|assistant|>"
+        assert len(t.policy_mask) == len(t.response_ids)
+    batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], 0, [t.policy_mask for t in trajs])
+    assert batch.num_policy_tokens == sum(sum(t.policy_mask) for t in trajs)
+
+
+def test_the_episode_token_budget_ends_an_episode_with_a_reason(prompts, scripted):
+    task = get_env_task("env/calculator:multiplication")
+    problem = task.generate(0, {"digits_a": 4, "digits_b": 4})
+    trajs = rollout_episodes([problem], {task.name: task}, scripted(lambda _: "x" * 50), prompts, 2, 60, RewardConfig(), 100)
+    assert [t.verdict.reason for t in trajs] == ["token_budget"] * 2
+    assert all(len(t.response_ids) <= 100 and t.reward == 0.0 for t in trajs)
+
+
+def test_garbage_every_turn_ends_at_the_turn_limit_and_is_counted(prompts, scripted):
+    task = get_env_task("env/calculator:multiplication")
+    problem = task.generate(0)
+    (t,) = rollout_episodes([problem], {task.name: task}, scripted(lambda _: "<tool_call>{oops</tool_call>"), prompts, 1, 40,
+                            RewardConfig(), 1000)
+    assert t.verdict.reason == "max_turns" and t.info["tool_errors"] == 3 and t.info["turns"] == 3
+    metrics = episode_metrics([t])
+    assert metrics[f"tool_errors/{task.name}"] == 3 and metrics[f"end/max_turns/{task.name}"] == 1.0
+
+
+def test_mixed_batches_keep_problem_order_and_group_indices(prompts, scripted):
+    env = get_env_task("env/retry:addition")
+    single = get_task("addition")
+    tasks = {env.name: env, "addition": single}
+    problems = [single.generate(0), env.generate(1), single.generate(2)]
+    trajs = rollout_mixed(problems, tasks, scripted(lambda _: "<answer>0</answer>"), prompts, 2, 16, RewardConfig(),
+                          group_offset=10)
+    assert [(t.task, t.group) for t in trajs] == [("addition", 10)] * 2 + [(env.name, 11)] * 2 + [("addition", 12)] * 2
+    assert trajs[2].info["turns"] == 3 and trajs[0].policy_mask == [1] * len(trajs[0].response_ids)
+
+
+def test_reference_episode_masks_the_tool_result(prompts, tiny_tokenizer):
+    task = get_env_task("env/calculator:multiplication")
+    problem = task.generate(0)
+    prompt_ids, response_ids, mask = reference_episode(task, problem, prompts, tiny_tokenizer.eos_token_id)
+    policy = tiny_tokenizer.decode([i for i, m in zip(response_ids, mask) if m])
+    assert policy == f'{calc_call(problem.question.rstrip("=")).replace(" ", "")}</s><answer>{problem.solution}</answer></s>'
+
+
+def _traj(group, turn_rewards, spans, prompt_len=2):
+    width = spans[-1][1]
+    info = {"turn_rewards": turn_rewards, "turn_spans": spans}
+    return Trajectory("t", group, None, [0] * prompt_len, [1] * width, "", True, sum(turn_rewards), {},
+                      Verdict(0, False, "x"), info=info)
+
+
+def test_turn_advantages_credit_each_turn_with_its_reward_to_go():
+    # group returns 1 and 0: mean 0.5, std 0.5. Episode a: turn rewards (0, 1) -> both turns have to-go 1 -> +1.
+    # Episode b: (0,) -> -1. Episode c alone in its group (zero std, not scaled): turn 1 to-go 0.5 - 0.5 = 0,
+    # turn 2 to-go 0 - 0.5 = -0.5. Token t of the loss mask predicts response token t - (prompt_len - 1).
+    a = _traj(0, [0.0, 1.0], [(0, 2), (3, 4)])
+    b = _traj(0, [0.0], [(0, 3)])
+    c = _traj(1, [0.5, 0.0], [(0, 1), (1, 2)])
+    adv = turn_advantages([a, b, c], width=6)
+    assert adv[0].tolist() == pytest.approx([0, 1, 1, 0, 1, 0], abs=1e-5)  # response token 2 of a is the environment's
+    assert adv[1].tolist() == pytest.approx([0, -1, -1, -1, 0, 0], abs=1e-5)
+    assert adv[2].tolist() == pytest.approx([0, 0, -0.5, 0, 0, 0], abs=1e-5)
