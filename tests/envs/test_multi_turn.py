@@ -94,3 +94,28 @@ def test_turn_advantages_credit_each_turn_with_its_reward_to_go():
     assert adv[0].tolist() == pytest.approx([0, 1, 1, 0, 1, 0], abs=1e-5)  # response token 2 of a is the environment's
     assert adv[1].tolist() == pytest.approx([0, -1, -1, -1, 0, 0], abs=1e-5)
     assert adv[2].tolist() == pytest.approx([0, 0, -0.5, 0, 0, 0], abs=1e-5)
+
+
+NATIVE_TEMPLATE = (  # Hermes/Qwen-like: tools declared by the template, a newline after each turn
+    "{% if tools %}<|system|>{% for t in tools %}{{ t | tojson }}{% endfor %}\n{% endif %}"
+    "{% for m in messages %}{% if m['role'] == 'assistant' %}<|assistant|>{{ m['content'] }}</s>\n"
+    "{% else %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_a_template_with_native_tools_gets_the_schemas_and_closes_turns_its_way(scripted):
+    from polyrl.policy.prompts import PromptBuilder, PromptConfig
+    from polyrl.policy.tiny import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    tok.chat_template = NATIVE_TEMPLATE
+    prompts = PromptBuilder(tok, PromptConfig(field="question"))
+    task = get_env_task("env/calculator:multiplication")
+    problem = task.generate(0)
+    (t,) = rollout_episodes([problem], {task.name: task}, scripted(tool_user), prompts, 1, 80, RewardConfig(), 200)
+    prompt = tok.decode(t.prompt_ids)
+    assert '"name": "calculator"' in prompt and "Tools:" not in prompt
+    env_text = tok.decode([i for i, m in zip(t.response_ids, t.policy_mask) if m == 0])
+    assert env_text == f"\n<|tool|>{problem.solution}\n<|assistant|>"  # the newline after </s> is the template's
+    assert t.verdict.correct
