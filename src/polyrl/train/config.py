@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from polyrl.critic import CriticConfig
 from polyrl.envs.registry import EnvConfig
-from polyrl.envs.registry import EnvConfig
 from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
@@ -136,7 +135,6 @@ class TrainConfig(_Strict):
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="Task sampler.")
     difficulty_control: DifficultyControlConfig = Field(default_factory=DifficultyControlConfig, description="Difficulty controller.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward terms and weights.")
-    env: EnvConfig = Field(default_factory=EnvConfig, description="Limits of multi-turn environments (env/... tasks).")
     env: EnvConfig = Field(default_factory=EnvConfig, description="Limits of multi-turn environments (env/... tasks).")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Warm start.")
     rl: RLConfig = Field(default_factory=RLConfig, description="RL stage.")
