@@ -9,8 +9,8 @@ from polyrl.train.trainer import Trainer
 def test_a_mix_of_environments_and_single_turn_tasks_trains_end_to_end(tiny_train_config):
     config = tiny_train_config(
         tasks=[{"name": "env/calculator:addition", "difficulty": "easy"}, {"name": "env/retry:sort_digits"}, "addition"],
-        env={"max_turns": 2, "max_episode_tokens": 96}, rl__max_new_tokens=40, rl__advantage_level="turn",
-        rl__steps=2, rl__prompts_per_step=6, eval={"problems_per_task": 2, "pass_k": 1},
+        env={"max_turns": 2, "max_episode_tokens": 64}, rl__max_new_tokens=24, rl__advantage_level="turn",
+        rl__steps=2, rl__prompts_per_step=6, rl__group_size=2, sft__steps=2, eval={"problems_per_task": 2, "pass_k": 1},
     )
     results = Trainer(config).run()
     assert set(results["after_rl"]) == {"env/calculator:addition", "env/retry:sort_digits", "addition", "mean"}
