@@ -85,8 +85,12 @@ def test_grid_walls_bump_and_offsets_update():
     task = get_env_task("env/grid_nav")
     problem = task.generate(1, "hard")
     env = task.make_env(problem)
-    first = env.reset()[0]["content"]
-    assert "Goal:" in first and "north" in first
+    env.reset()
+    env.pos = (1, 1)  # the top-left cell: north is the border wall
+    assert env.step("<answer>north</answer>").observation[0]["content"].startswith("bump. north wall")
+    assert env.pos == (1, 1)
+    gr, gc = problem.answer["goal"]
+    assert env.view().endswith(f"Goal: {gr - 1} south, {gc - 1} east.")
 
 
 def test_twenty_questions_answers_one_attribute_at_a_time():

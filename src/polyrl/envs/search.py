@@ -13,12 +13,11 @@ import re
 import sqlite3
 import time
 
-from polyrl.envs.base import Environment
+from polyrl.envs.base import EnvTask, Environment
 from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.envs.tool_use import tool_call_text
 from polyrl.envs.tools import Tool, ToolEnvironment, ToolError
 from polyrl.tasks.base import Example, Param, Problem, Task
-from polyrl.envs.base import EnvTask
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "kr", "st", "th")
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ei", "ou")
@@ -141,7 +140,8 @@ class SearchTask(EnvTask):
         return SearchEnvironment(problem, self, self.max_turns, self.tool_timeout_s)
 
     def verify(self, problem, response):
-        return Task.verify(self, problem, response)  # one response: score the answer it contains
+        # the episode's final answer is scored here, so this cannot be EnvTask.verify (which plays an episode)
+        return Task.verify(self, problem, response)
 
     def reference_actions(self, problem: Problem) -> list[str]:
         a = problem.answer

@@ -38,8 +38,7 @@ class ChatCodec:
             user = [{"role": "user", "content": "q"}]
             with_turn = self._render(user + [{"role": "assistant", "content": _PLACEHOLDER}])
             self.turn_end = with_turn[with_turn.rindex(_PLACEHOLDER) + len(_PLACEHOLDER):]
-        eos = self.tok.eos_token or ""
-        self.eos_text = eos
+        self.eos_text = self.tok.eos_token or ""
 
     def _render(self, messages: list[Message], tools=None, generation_prompt: bool = False) -> str:
         kwargs = {"tools": tools} if tools else {}
@@ -72,13 +71,8 @@ class ChatCodec:
             closing = closing[len(self.eos_text):]  # the policy already produced the end-of-turn token
         head = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _PLACEHOLDER}]
         before = self._render(head)
-        after = self._render(head + [_as_template_message(m) for m in observation], generation_prompt=True)
+        after = self._render(head + observation, generation_prompt=True)
         return self._ids(closing + after[len(before):])
-
-
-def _as_template_message(m: Message) -> Message:
-    # templates without a tool role would drop the message; the tiny and Hermes/Qwen ones have it
-    return {"role": m["role"], "content": m["content"], **({"name": m["name"]} if "name" in m else {})}
 
 
 @dataclass
@@ -237,7 +231,7 @@ def rollout_mixed(problems: list[Problem], tasks: dict, backend: GenerationBacke
     if not env_idx:
         return rollout_problems(problems, tasks, backend, prompts, group_size, max_new_tokens, reward,
                                 group_offset=group_offset, **sampling)
-    single_idx = [i for i in range(len(problems)) if i not in set(env_idx)]
+    single_idx = sorted(set(range(len(problems))) - set(env_idx))
     out: dict[int, list[Trajectory]] = {}
     for idx, multi in ((single_idx, False), (env_idx, True)):
         if not idx:
