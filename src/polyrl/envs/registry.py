@@ -3,13 +3,16 @@
 An environment is registered as a factory ``(argument, options) -> EnvTask``; the argument is what follows
 the colon (a wrapped task for ``retry``/``calculator``/``python``, a game id for ``textarena``).
 :func:`resolve_task` is what the trainer calls for every task name, so ``env/...`` names work wherever a
-task name does.
+task name does. A plugin package registers its environments on import and names the module in an
+entry point: ``[project.entry-points."polyrl.envs"] my_env = "my_package.envs"``.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import sys
+from importlib.metadata import entry_points
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +24,7 @@ from polyrl.tasks import Task, get_task
 ENV_PREFIX = "env/"
 _FACTORIES: dict[str, tuple[Callable[..., EnvTask], bool]] = {}
 _BUILTIN_MODULES = ("tool_use", "retry", "search", "games", "textarena_adapter")
+_LOADED = False
 
 
 class EnvConfig(BaseModel):
@@ -44,8 +48,17 @@ def register_env(name: str, needs_argument: bool = False):
 
 
 def _load() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
     for mod in _BUILTIN_MODULES:
         importlib.import_module(f"polyrl.envs.{mod}")
+    for ep in entry_points(group="polyrl.envs"):
+        try:
+            ep.load()
+        except Exception as exc:  # a broken plugin must not take the built-ins down with it
+            print(f"polyrl: warning: environment plugin {ep.name!r} ({ep.value}) failed to load: {exc}", file=sys.stderr)
 
 
 def list_envs() -> list[str]:
