@@ -6,8 +6,8 @@ import numpy as np
 import torch
 
 from polyrl.envs import is_environment
-from polyrl.rollout import collate, rollout_problems, sequence_logprobs
-from polyrl.rollout.multi_turn import reference_episode
+from polyrl.rollout import collate, sequence_logprobs
+from polyrl.rollout.multi_turn import reference_episode, rollout_mixed
 
 Sequence = tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]
 """``(prompt_ids, response_ids)``, or with a policy mask for multi-turn references (environment tokens 0)."""
@@ -57,12 +57,13 @@ def rejection_samples(trainer, rng: np.random.Generator) -> tuple[list[Sequence]
     problems = []
     for k in rng.integers(len(names), size=cfg.rejection_problems):
         problems.append(trainer.tasks[names[k]].generate(int(rng.integers(2**62)), trainer.sft_difficulty(names[k])))
-    trajs = rollout_problems(problems, trainer.tasks, trainer.backend, trainer.prompts, cfg.rejection_samples,
-                             trainer.config.rl.max_new_tokens, trainer.config.reward, temperature=trainer.config.rl.temperature)
+    trajs = rollout_mixed(problems, trainer.tasks, trainer.backend, trainer.prompts, cfg.rejection_samples,
+                          trainer.config.rl.max_new_tokens, trainer.config.reward, trainer.config.env.max_episode_tokens,
+                          temperature=trainer.config.rl.temperature)
     seen, out = set(), []
     for t in trajs:
         key = (tuple(t.prompt_ids), tuple(t.response_ids))
         if t.verdict.correct and t.finished and key not in seen:
             seen.add(key)
-            out.append((t.prompt_ids, t.response_ids))
+            out.append((t.prompt_ids, t.response_ids) if t.policy_mask is None else (t.prompt_ids, t.response_ids, t.policy_mask))
     return out, sum(t.verdict.correct for t in trajs) / max(len(trajs), 1)
