@@ -140,3 +140,9 @@ def test_textarena_games_play_offline_or_fail_with_a_clear_error():
     assert result.done and result.info["success"]
     with pytest.raises(UserError, match="not supported offline"):
         get_env_task("env/textarena:Wordle-v0")
+
+
+def test_textarena_missing_is_a_user_error_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "textarena", None)  # import textarena now raises ImportError
+    with pytest.raises(UserError, match=r"pip install 'polyrl\[envs\]'"):
+        get_env_task("env/textarena:GuessTheNumber-v0")
