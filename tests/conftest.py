@@ -28,7 +28,7 @@ def tiny_train_config(tmp_path):
         for key, value in updates.items():
             section, _, field = key.partition("__")
             if field:
-                data[section] = {**data[section], field: value}
+                data[section] = {**data.get(section, {}), field: value}
             else:
                 data[key] = value
         return TrainConfig.model_validate(data)

@@ -68,7 +68,8 @@ def test_nonfinite_losses_skip_updates_then_stop_with_a_usable_checkpoint(tiny_t
         return logp * float("nan"), ent
 
     monkeypatch.setattr(rl_module, "sequence_logprobs", poisoned)
-    cfg = tiny_train_config(rl__max_bad_steps=2, rl__epochs=1, rl__minibatches=1)
+    # an entropy bonus keeps zero-advantage sequences in the update, so every step runs a (poisoned) update
+    cfg = tiny_train_config(rl__max_bad_steps=2, rl__epochs=1, rl__minibatches=1, rl__entropy_coef=0.01)
     trainer = Trainer(cfg)
     before = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
     with pytest.warns(UserWarning, match="non-finite"), pytest.raises(TrainingError, match="consecutive"):
@@ -119,3 +120,34 @@ def test_periodic_evaluation_during_rl(tiny_train_config):
     Trainer(cfg).run()
     files = sorted(p.name for p in (Path(cfg.run_dir) / "eval").glob("rl_step_*.json"))
     assert files == ["rl_step_000002.json", "rl_step_000004.json"]
+
+
+def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_train_config):
+    import copy
+
+    import numpy as np
+
+    from polyrl.train import rl as rl_module
+
+    cfg = tiny_train_config(sft__steps=4, rl__epochs=1, rl__minibatches=1, rl__group_size=4, rl__prompts_per_step=8)
+    trainer = Trainer(cfg)
+    trainer.run_sft(None)
+    trainer._make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
+    torch.manual_seed(0)
+    trajs, _ = rl_module.collect_rollouts(trainer, 0, np.random.default_rng(0))
+    for k, t in enumerate(trajs):  # mixed rewards in the first two groups, all-zero rewards elsewhere
+        t.reward = float(k % 2) if t.group < 2 else 0.0
+    start = copy.deepcopy(trainer.policy.model.state_dict())
+
+    def update(skip: bool):
+        trainer.policy.model.load_state_dict(start)
+        trainer._make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
+        trainer.config = cfg.model_copy(update={"rl": cfg.rl.model_copy(update={"skip_zero_advantage": skip})})
+        out = rl_module.rl_update(trainer, trajs)
+        return out, {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+
+    skipped, w_skip = update(True)
+    full, w_full = update(False)
+    assert 0 < skipped["trained_sequences"] < full["trained_sequences"] == len(trajs)
+    assert all(torch.allclose(w_skip[k], w_full[k], atol=1e-6) for k in w_full)
+    assert abs(skipped["loss"] - full["loss"]) < 1e-5

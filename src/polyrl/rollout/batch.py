@@ -24,7 +24,7 @@ class TokenBatch:
     def select(self, index: torch.Tensor | slice) -> "TokenBatch":
         b = TokenBatch(self.input_ids[index], self.attention_mask[index], self.loss_mask[index])
         # trim columns that are padding in every selected row
-        width = int(b.attention_mask.sum(1).max())
+        width = int(b.attention_mask.sum(1).max()) if len(b) else 1
         return TokenBatch(b.input_ids[:, :width], b.attention_mask[:, :width], b.loss_mask[:, : width - 1])
 
     @property

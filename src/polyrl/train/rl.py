@@ -90,18 +90,33 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
             advantages = task_normalize(advantages, task_ids)
         if cfg.advantage_level == "turn":  # [N, T]: each turn of an episode credited with its reward-to-go
             advantages = turn_advantages(trajs, batch.loss_mask.shape[1])
-    n = len(trajs)
+    n_all = len(trajs)
+    # Sequences with zero advantage contribute nothing to the clipped surrogate (their per-token loss is
+    # 0 * ratio). Without KL or entropy terms they are dropped from the forward/backward, and the loss is
+    # rescaled by the kept share of tokens (token aggregation) or sequences, so that with one minibatch the
+    # gradient is exactly the full batch's. All-correct and all-wrong groups are common: this saves a lot.
+    active = torch.arange(n_all)
+    loss_scale = 1.0
+    if cfg.skip_zero_advantage and advantages.dim() == 1 and cfg.kl_coef == 0 and cfg.entropy_coef == 0:
+        active = torch.nonzero(advantages != 0).flatten()
+        if cfg.loss_aggregation == "token_mean":
+            tokens = batch.loss_mask.sum(1)
+            loss_scale = float(tokens[active].sum() / tokens.sum().clamp(min=1))
+        else:
+            loss_scale = len(active) / n_all
+        batch, advantages = batch.select(active), advantages[active]
+    n = len(active)
     needs_old = cfg.epochs > 1 or cfg.minibatches > 1
     with torch.no_grad():
-        old_all = sequence_logprobs(model, batch, cfg.temperature)[0] if needs_old else None
-        ref_all = sequence_logprobs(trainer.reference, batch, cfg.temperature)[0] if trainer.reference is not None else None
+        old_all = sequence_logprobs(model, batch, cfg.temperature)[0] if needs_old and n else None
+        ref_all = sequence_logprobs(trainer.reference, batch, cfg.temperature)[0] if trainer.reference is not None and n else None
 
-    seq_entropy = torch.zeros(n)
-    seq_kl = torch.zeros(n)
-    seq_clip = torch.zeros(n)
+    seq_entropy = torch.full((n_all,), float("nan"))
+    seq_kl = torch.zeros(n_all)
+    seq_clip = torch.zeros(n_all)
     losses, grad_norms, value_losses, skipped = [], [], [], 0
-    mb_size = math.ceil(n / cfg.minibatches)
-    for epoch in range(cfg.epochs):
+    mb_size = math.ceil(n_all / cfg.minibatches)
+    for epoch in range(cfg.epochs if n else 0):
         perm = torch.randperm(n)
         for start in range(0, n, mb_size):
             idx = perm[start : start + mb_size]
@@ -121,16 +136,18 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
                 loss = loss + cfg.kl_coef * aggregate(kl_tok, mask, cfg.loss_aggregation, cfg.max_new_tokens)
             if cfg.entropy_coef:
                 loss = loss - cfg.entropy_coef * aggregate(ent, mask, cfg.loss_aggregation, cfg.max_new_tokens)
+            loss = loss * loss_scale
             if epoch == 0:
                 with torch.no_grad():
                     denom = mask.sum(1).clamp(min=1)
-                    seq_entropy[idx] = (ent.detach() * mask).sum(1) / denom
+                    orig = active[idx]  # positions in the step's full list of trajectories
+                    seq_entropy[orig] = (ent.detach() * mask).sum(1) / denom
                     if kl_tok is not None:
-                        seq_kl[idx] = (kl_tok.detach() * mask).sum(1) / denom
+                        seq_kl[orig] = (kl_tok.detach() * mask).sum(1) / denom
                     ratio = torch.exp(logp.detach() - old)
                     adv = adv_mb if adv_mb.dim() == 2 else adv_mb.unsqueeze(1)
                     clipped = ((adv > 0) & (ratio > 1 + cfg.clip_ratio_high)) | ((adv < 0) & (ratio < 1 - cfg.clip_ratio_low))
-                    seq_clip[idx] = (clipped.float() * mask).sum(1) / denom
+                    seq_clip[orig] = (clipped.float() * mask).sum(1) / denom
             if cfg.advantage == "gae":
                 value_losses.append(trainer.critic.update(mb, returns[idx]))
             optimizer.zero_grad(set_to_none=True)
@@ -147,7 +164,7 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
     scheduler.step()
     return {
         "loss": _mean(losses), "grad_norm": _mean(grad_norms), "skipped_updates": skipped,
-        "updates": cfg.epochs * math.ceil(n / mb_size),
+        "updates": cfg.epochs * math.ceil(n / mb_size), "trained_sequences": n,
         "seq_entropy": seq_entropy.tolist(), "seq_kl": seq_kl.tolist(), "seq_clip": seq_clip.tolist(),
         "zero_variance": zero_variance_groups(rewards, group_ids).tolist(),
         "critic": {**critic_stats, "value_loss": _mean(v for v in value_losses if v is not None)} if critic_stats else {},
@@ -169,7 +186,8 @@ def step_metrics(trajs: list[Trajectory], update: dict[str, Any], info: dict[str
             "score": _mean(trajs[i].verdict.score for i in idx),
             "format_rate": _mean(trajs[i].verdict.format_ok for i in idx),
             "response_length": _mean(len(trajs[i].response_ids) for i in idx),
-            "entropy": _mean(update["seq_entropy"][i] for i in idx),
+            # entropy is measured on the sequences that were trained on (zero-advantage ones are skipped)
+            "entropy": _mean(x for x in (update["seq_entropy"][i] for i in idx) if x == x),
             "kl": _mean(update["seq_kl"][i] for i in idx),
             "clip_fraction": _mean(update["seq_clip"][i] for i in idx),
             "zero_variance_frac": len(zero_var) / max(len(groups), 1),

@@ -267,7 +267,9 @@ class Trainer:
                           "seq_entropy": [], "seq_kl": [], "seq_clip": []}
             else:
                 update = rl.rl_update(self, trajs)
-                if update["skipped_updates"] == update["updates"]:
+                if update["updates"] == 0:
+                    pass  # every advantage was zero: nothing to learn from this batch
+                elif update["skipped_updates"] == update["updates"]:
                     self._nonfinite("rl", step)
                 else:
                     self.bad_steps = 0
