@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from polyrl.critic import CriticConfig
+from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import EnvConfig
 from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig
@@ -140,6 +141,8 @@ class TrainConfig(_Strict):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Warm start.")
     rl: RLConfig = Field(default_factory=RLConfig, description="RL stage.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    backend: Literal["local", "ray"] = Field("local", description="Where rollouts run: in this process, or on Ray worker actors (see the ray section).")
+    ray: RayConfig = Field(default_factory=RayConfig, description="Ray workers, cluster address and asynchronous mode (used when backend is ray).")
     checkpoint_every: int = Field(25, ge=1, description="Save a checkpoint every N RL steps (and at stage ends).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
     tensorboard: bool = Field(True, description="Write TensorBoard event files.")

@@ -71,6 +71,18 @@ def collect_rollouts(trainer, step: int, rng: np.random.Generator) -> tuple[list
     return kept, info
 
 
+def behaviour_logprobs(trajs: list[Trajectory], width: int) -> torch.Tensor | None:
+    """``[N, width]`` behaviour log-probs aligned with ``TokenBatch.loss_mask`` (from Ray rollout workers),
+    or None when the trajectories do not carry them (in-process rollouts share the trainer's weights)."""
+    if not trajs or any("behaviour_logprobs" not in t.info for t in trajs):
+        return None
+    out = torch.zeros(len(trajs), width)
+    for i, t in enumerate(trajs):
+        start = len(t.prompt_ids) - 1
+        out[i, start : start + len(t.response_ids)] = torch.tensor(t.info["behaviour_logprobs"])
+    return out
+
+
 def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
     """Advantages and PPO-style epochs over ``trajs``; returns loss statistics and per-sequence diagnostics."""
     cfg = trainer.config.rl
@@ -81,6 +93,7 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
     task_ids = torch.tensor([task_index[t.task] for t in trajs])
     batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], trainer.policy.tokenizer.pad_token_id,
                     [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None)
+    behaviour_all = behaviour_logprobs(trajs, batch.loss_mask.shape[1])
     critic_stats: dict[str, float] = {}
     if cfg.advantage == "gae":  # token-level [N, T] advantages from the critic (polyrl.critic)
         advantages, returns, critic_stats = trainer.critic.advantages(batch, rewards)
@@ -106,7 +119,10 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
             loss_scale = len(active) / n_all
         batch, advantages = batch.select(active), advantages[active]
     n = len(active)
-    needs_old = cfg.epochs > 1 or cfg.minibatches > 1
+    # Rollouts from Ray workers carry the behaviour policy's log-probs: old log-probs are then the trainer's
+    # current policy, and truncated importance sampling corrects for the gap (asynchronous staleness).
+    behaviour = behaviour_all[active, : batch.loss_mask.shape[1]] if behaviour_all is not None else None
+    needs_old = cfg.epochs > 1 or cfg.minibatches > 1 or behaviour is not None
     with torch.no_grad():
         old_all = sequence_logprobs(model, batch, cfg.temperature)[0] if needs_old and n else None
         ref_all = sequence_logprobs(trainer.reference, batch, cfg.temperature)[0] if trainer.reference is not None and n else None
@@ -129,6 +145,8 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
             loss, stats = policy_loss(
                 logp, old, adv_mb, mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_aggregation,
                 max_tokens=cfg.max_new_tokens,
+                behaviour_logprobs=behaviour[idx, :width] if behaviour is not None else None,
+                tis_cap=trainer.config.ray.tis_cap if behaviour is not None else None,
             )
             kl_tok = None
             if ref_all is not None:

@@ -77,6 +77,13 @@ class Trainer:
         self.policy = load_policy(config.model, seed=config.seed, device=config.device)
         self.prompts = PromptBuilder(self.policy.tokenizer, config.prompt)
         self.backend = TransformersBackend(self.policy.model, self.policy.tokenizer)
+        self.rollout_pool = None
+        if config.backend == "ray":  # joins or starts Ray and checks its CPUs now, before any training
+            from polyrl.distributed.pool import RolloutPool
+
+            self.rollout_pool = RolloutPool(config.ray, model_config=config.model, seed=config.seed,
+                                            prompt_config=config.prompt, reward_config=config.reward,
+                                            max_episode_tokens=config.env.max_episode_tokens, tasks=self.tasks)
         self.has_references = {n: self._has_reference(n) for n in self.tasks}
         if config.sft.enabled and config.sft.steps and not any(self.has_references.values()):
             raise UserError("sft is enabled but no task in the mix provides reference solutions")
@@ -172,6 +179,8 @@ class Trainer:
         finally:
             self.progress.stop()
             self.run_dir.close()
+            if self.rollout_pool is not None:
+                self.rollout_pool.shutdown()
         if "after_rl" in results:
             table = format_comparison(results["after_sft"], results["after_rl"])
             atomic_write_text(self.run_dir.path / "summary.md", f"# Held-out accuracy\n\n{table}\n")
@@ -256,11 +265,18 @@ class Trainer:
             self._restore(ckpt)
             start = ckpt.step
         self.progress.start("RL", cfg.steps, start)
+        if self.rollout_pool is not None:
+            from polyrl.distributed.rollouts import collect_rollouts_ray
+
+            self.rollout_pool.sync_weights(self.policy.model, self.policy_version)
         for step in range(start, cfg.steps):
             self.step = step + 1
             rng = self._seed_step("rl", step)
             t0 = time.perf_counter()
-            trajs, info = rl.collect_rollouts(self, step, rng)
+            if self.rollout_pool is not None:
+                trajs, info = collect_rollouts_ray(self, step, rng)
+            else:
+                trajs, info = rl.collect_rollouts(self, step, rng)
             if not trajs:
                 self.scheduler.step()
                 update = {"loss": float("nan"), "grad_norm": float("nan"), "skipped_updates": 0, "zero_variance": [],
@@ -275,8 +291,11 @@ class Trainer:
                     self.bad_steps = 0
                     self.policy_version += 1
                     self.backend.sync_weights(self.policy.model, self.policy_version)
+                    if self.rollout_pool is not None:
+                        self.rollout_pool.sync_weights(self.policy.model, self.policy_version)
             metrics = rl.step_metrics(trajs, update, info, time.perf_counter() - t0)
             metrics["lr"] = self.scheduler.get_last_lr()[0]
+            metrics.update({k: info[k] for k in ("staleness_mean", "staleness_max", "failed_groups", "reruns") if k in info})
             metrics.update(curriculum_metrics(self.sampler, self.difficulty_controller))
             self.run_dir.log({"stage": "rl", "step": step + 1, **metrics})
             self.progress.update(step + 1, {k: metrics[k] for k in ("reward", "accuracy", "entropy") if k in metrics})

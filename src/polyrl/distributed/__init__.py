@@ -1,0 +1,8 @@
+"""Scale-out on Ray: rollout and environment worker actors, synchronous or asynchronous generation.
+
+Nothing here imports Ray at module import time; ``backend: ray`` loads it when the trainer starts.
+"""
+
+from polyrl.distributed.config import RayConfig
+
+__all__ = ["RayConfig"]

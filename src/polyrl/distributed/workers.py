@@ -1,0 +1,149 @@
+"""Ray actors: rollout workers that hold a policy copy, and environment workers that run episode steps.
+
+A rollout worker plays one group (one problem, G completions or episodes) per request, at the policy
+version the request names, and returns scored :class:`Trajectory` objects whose ``info`` carries the
+behaviour log-probs of every response token (a forward pass at the sampling temperature). Requests run
+in threads (``rollout_concurrency``), so while one group waits on a slow environment, others generate.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from polyrl.envs.base import Environment, EnvTask, StepResult, is_environment
+from polyrl.tasks import Problem
+
+
+class EnvWorker:
+    """Holds live environments by id and runs their ``reset``/``step`` away from generation."""
+
+    def __init__(self):
+        self.envs: dict[str, Environment] = {}
+
+    def start(self, task: EnvTask, problem: Problem) -> tuple[str, list, list]:
+        env = task.make_env(problem)
+        key = uuid.uuid4().hex
+        self.envs[key] = env
+        return key, env.reset(), list(env.tools)
+
+    def step(self, key: str, action: str) -> tuple[StepResult, dict]:
+        env = self.envs[key]
+        return env.step(action), dict(env.stats)
+
+    def close(self, key: str) -> None:
+        env = self.envs.pop(key, None)
+        if env is not None:
+            env.close()
+
+    def ping(self) -> bool:
+        return True
+
+
+class RemoteEnvironment(Environment):
+    """An episode whose environment lives in an :class:`EnvWorker`; a dead worker ends it with env_error
+    (the rollout catches the raised error), so no episode disappears."""
+
+    def __init__(self, task: EnvTask, problem: Problem, worker):
+        super().__init__(problem, task.max_turns)
+        self.task, self.worker, self.key = task, worker, None
+
+    def reset(self):
+        import ray
+
+        self.key, messages, self.tools = ray.get(self.worker.start.remote(self.task, self.problem))
+        return messages
+
+    def step(self, action: str) -> StepResult:
+        import ray
+
+        result, self.stats = ray.get(self.worker.step.remote(self.key, action))
+        return result
+
+    def close(self) -> None:
+        if self.key is not None:
+            self.worker.close.remote(self.key)  # fire and forget: a dead worker has nothing left to close
+
+
+class RemoteEnvTask:
+    """Wraps an EnvTask so that ``make_env`` builds a :class:`RemoteEnvironment` on one of ``workers``."""
+
+    def __init__(self, task: EnvTask, workers: list):
+        self.task, self.workers = task, workers
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def make_env(self, problem: Problem) -> Environment:
+        with self._lock:
+            worker = self.workers[self._next % len(self.workers)]
+            self._next += 1
+        return RemoteEnvironment(self.task, problem, worker)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.task, name)
+
+
+def behaviour_logprobs(model, trajs, pad_id: int, temperature: float) -> None:
+    """Store in ``t.info["behaviour_logprobs"]`` the log-prob of each response token under ``model``."""
+    from polyrl.rollout import collate, sequence_logprobs
+
+    if not trajs:
+        return
+    batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], pad_id)
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(model, batch, temperature)
+    for i, t in enumerate(trajs):
+        start = len(t.prompt_ids) - 1
+        t.info["behaviour_logprobs"] = logp[i, start : start + len(t.response_ids)].tolist()
+
+
+class RolloutWorker:
+    """A policy copy per recent version (kept by reference while a thread uses it), generation and scoring."""
+
+    def __init__(self, model_config, seed: int, prompt_config, reward_config, max_episode_tokens: int,
+                 tasks: dict, env_workers: list, keep_versions: int, threads: int | None = None):
+        from polyrl.policy import PromptBuilder, load_policy
+
+        torch.set_num_threads(threads or 1)
+        self.policy = load_policy(model_config, seed=seed)
+        self.policy.model.eval()
+        self.prompts = PromptBuilder(self.policy.tokenizer, prompt_config)
+        self.reward = reward_config
+        self.max_episode_tokens = max_episode_tokens
+        self.tasks = {n: RemoteEnvTask(t, env_workers) if env_workers and is_environment(t) else t for n, t in tasks.items()}
+        self.keep_versions = keep_versions
+        self.models: OrderedDict[int, Any] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def _model(self, version: int, weights: list):
+        with self.lock:
+            if version not in self.models:
+                import ray
+
+                model = copy.deepcopy(self.policy.model)
+                model.load_state_dict(ray.get(weights[0]))
+                self.models[version] = model.eval()
+                while len(self.models) > self.keep_versions:
+                    self.models.popitem(last=False)  # a thread still using it holds its own reference
+            return self.models[version]
+
+    def rollout(self, problem: Problem, version: int, weights: list, group_size: int, max_new_tokens: int,
+                temperature: float, top_p: float) -> list:
+        """Play one group at policy ``version`` (``weights`` is ``[ObjectRef]`` of its state dict)."""
+        from polyrl.policy import TransformersBackend
+        from polyrl.rollout.multi_turn import rollout_mixed
+
+        model = self._model(version, weights)
+        backend = TransformersBackend(model, self.policy.tokenizer)
+        trajs = rollout_mixed([problem], self.tasks, backend, self.prompts, group_size, max_new_tokens, self.reward,
+                              self.max_episode_tokens, temperature=temperature, top_p=top_p, version=version)
+        behaviour_logprobs(model, trajs, self.policy.tokenizer.pad_token_id, temperature)
+        return trajs
+
+    def ping(self) -> bool:
+        return True
