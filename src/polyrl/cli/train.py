@@ -45,12 +45,16 @@ def register(app: typer.Typer) -> None:
         config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML config (default: the embedded default)."),
         resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this run directory."),
         run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Where to write the run (default: runs/<time>)."),
+        ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS",
+                                          help="Roll out on Ray workers: 'local' starts a local instance, host:port joins a cluster."),
     ) -> None:
         """Train a policy: SFT warm start, then multi-task RL; prints held-out accuracy after each."""
         from polyrl.train.config import load_config
         from polyrl.train.trainer import TrainingError, Trainer
 
         overrides = list(overrides or [])
+        if ray is not None:  # same as backend=ray [ray.address=ADDRESS]; later key=value overrides still apply
+            overrides = ["backend=ray"] + ([f"ray.address={ray}"] if ray != "local" else []) + overrides
         if resume is not None:
             if config is not None:
                 raise UserError("--resume continues a run with its saved config; do not pass --config")
