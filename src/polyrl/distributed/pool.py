@@ -64,6 +64,8 @@ class Request:
     problem: Problem
     version: int
     attempt: int = 0
+    worker: int = -1
+    failed_on: int = -1
 
 
 @dataclass
@@ -115,9 +117,11 @@ class RolloutPool:
 
     # -- groups ---------------------------------------------------------------------------------------
     def _submit(self, req: Request) -> None:
-        worker = self.workers[self._next_worker % len(self.workers)]
+        req.worker = self._next_worker % len(self.workers)
         self._next_worker += 1
-        ref = worker.rollout.remote(req.problem, req.version, [self.weights], **self.sampling)
+        if req.attempt and req.worker == req.failed_on and len(self.workers) > 1:
+            req.worker = (req.worker + 1) % len(self.workers)  # a re-run goes to another actor than the one that died
+        ref = self.workers[req.worker].rollout.remote(req.problem, req.version, [self.weights], **self.sampling)
         self.inflight[ref] = req
 
     def _fill(self, target: int, make_problems: Callable[[int], list[Problem]]) -> None:
@@ -145,7 +149,7 @@ class RolloutPool:
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError):
                 if req.attempt < self.cfg.max_reruns:
                     self.stats.reruns += 1
-                    self._submit(Request(req.problem, self.version, req.attempt + 1))
+                    self._submit(Request(req.problem, self.version, req.attempt + 1, failed_on=req.worker))
                 else:
                     self.stats.failed_groups += 1
                 continue

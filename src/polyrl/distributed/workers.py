@@ -25,21 +25,28 @@ class EnvWorker:
 
     def __init__(self):
         self.envs: dict[str, Environment] = {}
+        self.started = self.steps = 0
 
     def start(self, task: EnvTask, problem: Problem) -> tuple[str, list, list]:
         env = task.make_env(problem)
         key = uuid.uuid4().hex
         self.envs[key] = env
+        self.started += 1
         return key, env.reset(), list(env.tools)
 
     def step(self, key: str, action: str) -> tuple[StepResult, dict]:
         env = self.envs[key]
+        self.steps += 1
         return env.step(action), dict(env.stats)
 
     def close(self, key: str) -> None:
         env = self.envs.pop(key, None)
         if env is not None:
             env.close()
+
+    def counts(self) -> dict[str, int]:
+        """Episodes started and steps run here; environments still open."""
+        return {"started": self.started, "steps": self.steps, "open": len(self.envs)}
 
     def ping(self) -> bool:
         return True
