@@ -1,0 +1,122 @@
+"""Episodes per second of RL on a slow tool environment: in-process synchronous (the reference), Ray
+synchronous with environment workers, and Ray asynchronous with bounded staleness — in one run.
+
+Every environment step sleeps ``--latency`` seconds (a simulated tool call), so the question is how much
+of that waiting the Ray backend hides.
+
+    python benchmarks/async_rollouts.py --steps 4 --latency 0.2 --env-workers 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import platform
+import tempfile
+import time
+
+import ray
+
+from polyrl.envs import resolve_task
+from polyrl.envs.base import Environment
+from polyrl.train.config import TrainConfig
+from polyrl.train.trainer import Trainer
+
+TASK = "env/retry:addition"
+
+
+class SlowToolEnv(Environment):
+    """The inner environment, with ``latency`` seconds of simulated tool time per step."""
+
+    def __init__(self, inner: Environment, latency: float):
+        self.inner, self.latency = inner, latency
+        self.tools = inner.tools
+
+    @property
+    def stats(self):
+        return self.inner.stats
+
+    def reset(self):
+        return self.inner.reset()
+
+    def step(self, action):
+        time.sleep(self.latency)
+        return self.inner.step(action)
+
+    def close(self):
+        self.inner.close()
+
+
+class SlowTask:
+    """``TASK`` with :class:`SlowToolEnv` episodes (same name, problems, difficulty and verifier)."""
+
+    def __init__(self, inner, latency: float):
+        self.inner, self.latency = inner, latency
+
+    def make_env(self, problem):
+        return SlowToolEnv(self.inner.make_env(problem), self.latency)
+
+    def __getattr__(self, name):
+        if name in ("inner", "latency"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def run(mode: str, args) -> dict:
+    data = {
+        "seed": 0, "run_dir": tempfile.mkdtemp(prefix=f"async-bench-{mode}-"), "progress": False, "tensorboard": False,
+        "tasks": [TASK], "sft": {"enabled": False},
+        "rl": {"steps": args.steps, "prompts_per_step": args.prompts, "group_size": args.group_size, "max_new_tokens": 12},
+        "backend": "local" if mode == "local-sync" else "ray",
+        "ray": {"num_rollout_workers": 2, "rollout_concurrency": args.concurrency, "num_env_workers": args.env_workers,
+                "async": mode == "ray-async", "max_staleness": args.max_staleness},
+    }
+    trainer = Trainer(TrainConfig.model_validate(data))
+    trainer.tasks[TASK] = SlowTask(trainer.tasks[TASK], args.latency)
+    if trainer.rollout_pool is not None:  # the workers were built with the plain task: rebuild them with the slow one
+        trainer.rollout_pool.shutdown()
+        from polyrl.distributed.pool import RolloutPool
+
+        c = trainer.config
+        trainer.rollout_pool = RolloutPool(c.ray, model_config=c.model, seed=c.seed, prompt_config=c.prompt,
+                                           reward_config=c.reward, max_episode_tokens=c.env.max_episode_tokens,
+                                           tasks=trainer.tasks)
+    t0 = time.perf_counter()
+    trainer.run_rl(None)
+    wall = time.perf_counter() - t0
+    records = [json.loads(line) for line in (trainer.run_dir.path / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in records if r["stage"] == "rl"]
+    episodes = args.steps * args.prompts * args.group_size
+    out = {"mode": mode, "episodes": episodes, "wall_s": round(wall, 2), "episodes_per_s": round(episodes / wall, 2),
+           "turns_mean": round(sum(r.get(f"turns/{TASK}", 0) for r in rl) / len(rl), 2)}
+    if trainer.rollout_pool is not None:
+        stats = trainer.rollout_pool.stats
+        out["staleness"] = dict(sorted(collections.Counter(stats.staleness).items()))
+        out["reruns"], out["failed_groups"] = stats.reruns, stats.failed_groups
+        trainer.rollout_pool.shutdown()
+    trainer.run_dir.close()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--prompts", type=int, default=8, help="groups per RL step")
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--latency", type=float, default=0.2, help="seconds per environment step")
+    p.add_argument("--env-workers", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=8, help="groups each of the 2 rollout actors plays at once")
+    p.add_argument("--max-staleness", type=int, default=1)
+    args = p.parse_args()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    print(f"machine: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores; args: {vars(args)}")
+    results = [run(mode, args) for mode in ("local-sync", "ray-sync", "ray-async")]
+    ray.shutdown()
+    base = results[0]["episodes_per_s"]
+    for r in results:
+        print(json.dumps({**r, "speedup_vs_local_sync": round(r["episodes_per_s"] / base, 2)}))
+
+
+if __name__ == "__main__":
+    main()
