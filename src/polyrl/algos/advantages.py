@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from polyrl.errors import UserError
+from polyrl.registry import Registry
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -47,29 +48,17 @@ class AdvantageEstimator(Protocol):
     def __call__(self, rewards: Tensor, group_ids: Ids, eps: float = 1e-6) -> Tensor: ...
 
 
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+ADVANTAGE_ESTIMATORS = Registry("advantage estimator")
 
 
 def register_advantage(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
     """Decorator: make an estimator available as ``get_advantage_estimator(name)``."""
-
-    def decorator(fn: AdvantageEstimator) -> AdvantageEstimator:
-        existing = ADVANTAGE_ESTIMATORS.get(name)
-        if existing is not None and existing is not fn:
-            raise ValueError(f"advantage estimator {name!r} is already registered by {existing.__module__}")
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return decorator
+    return ADVANTAGE_ESTIMATORS.register(name)
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
     """The estimator registered as ``name``; a UserError listing the known names otherwise."""
-    try:
-        return ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
-        raise UserError(f"unknown advantage estimator {name!r}; known: {known}") from None
+    return ADVANTAGE_ESTIMATORS.lookup(name)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from polyrl.errors import UserError
+from polyrl.registry import Registry
 
 __all__ = [
     "AGGREGATIONS",
@@ -94,28 +95,17 @@ class Aggregation(Protocol):
     def __call__(self, values: Tensor, mask: Tensor, max_tokens: int | None = None) -> Tensor: ...
 
 
-AGGREGATIONS: dict[str, Aggregation] = {}
+AGGREGATIONS = Registry("loss aggregation")
 
 
 def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
     """Decorator: make a token-to-scalar aggregation available by ``name``."""
-
-    def decorator(fn: Aggregation) -> Aggregation:
-        existing = AGGREGATIONS.get(name)
-        if existing is not None and existing is not fn:
-            raise ValueError(f"loss aggregation {name!r} is already registered by {existing.__module__}")
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return decorator
+    return AGGREGATIONS.register(name)
 
 
 def get_aggregation(name: str) -> Aggregation:
     """The aggregation registered as ``name``; a UserError listing the known names otherwise."""
-    try:
-        return AGGREGATIONS[name]
-    except KeyError:
-        raise UserError(f"unknown loss aggregation {name!r}; known: {', '.join(sorted(AGGREGATIONS))}") from None
+    return AGGREGATIONS.lookup(name)
 
 
 def aggregate(values: Tensor, mask: Tensor, aggregation: str = "token_mean", max_tokens: int | None = None) -> Tensor:

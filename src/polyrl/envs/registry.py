@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import sys
-from importlib.metadata import entry_points
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.envs.base import EnvTask
 from polyrl.errors import UserError
+from polyrl.registry import load_plugins
 from polyrl.tasks import Task, get_task
 
 ENV_PREFIX = "env/"
@@ -54,11 +53,7 @@ def _load() -> None:
     _LOADED = True
     for mod in _BUILTIN_MODULES:
         importlib.import_module(f"polyrl.envs.{mod}")
-    for ep in entry_points(group="polyrl.envs"):
-        try:
-            ep.load()
-        except Exception as exc:  # a broken plugin must not take the built-ins down with it
-            print(f"polyrl: warning: environment plugin {ep.name!r} ({ep.value}) failed to load: {exc}", file=sys.stderr)
+    load_plugins("polyrl.envs", "environment")  # plugins register themselves with @register_env on import
 
 
 def list_envs() -> list[str]:

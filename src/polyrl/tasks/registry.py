@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import sys
-from importlib.metadata import entry_points
 from typing import Any
 
 from polyrl.errors import UserError
+from polyrl.registry import load_plugins
 from polyrl.tasks.base import CATEGORIES, Task
 
 _REGISTRY: dict[str, type[Task]] = {}
@@ -49,12 +48,7 @@ def _load() -> None:
     _LOADED = True
     for mod in _BUILTIN_MODULES:
         importlib.import_module(f"polyrl.tasks.builtin.{mod}")
-    for ep in entry_points(group="polyrl.tasks"):
-        try:
-            obj = ep.load()
-        except Exception as exc:  # a broken plugin must not take the built-ins down with it
-            print(f"polyrl: warning: task plugin {ep.name!r} ({ep.value}) failed to load: {exc}", file=sys.stderr)
-            continue
+    for obj in load_plugins("polyrl.tasks", "task"):
         if isinstance(obj, type) and issubclass(obj, Task):
             register_task(obj)
 
