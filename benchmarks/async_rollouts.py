@@ -18,7 +18,6 @@ import time
 
 import ray
 
-from polyrl.envs import resolve_task
 from polyrl.envs.base import Environment
 from polyrl.train.config import TrainConfig
 from polyrl.train.trainer import Trainer

@@ -7,7 +7,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from polyrl.distributed.config import RayConfig  # noqa: E402
-from polyrl.distributed.pool import RolloutPool, connect  # noqa: E402
+from polyrl.distributed.pool import connect  # noqa: E402
 from polyrl.errors import UserError  # noqa: E402
 
 

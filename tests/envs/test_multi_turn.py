@@ -1,7 +1,6 @@
 import json
 
 import pytest
-import torch
 
 from polyrl.envs import get_env_task
 from polyrl.rewards import RewardConfig

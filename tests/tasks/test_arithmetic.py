@@ -19,31 +19,6 @@ def problem_for(name, answer, question="q"):
     return Problem(name, question, question, answer, None, 0, "train", None, {})
 
 
-@pytest.mark.parametrize("name", TASKS)
-@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
-def test_reference_solution_scores_one(name, difficulty):
-    task = get_task(name)
-    for seed in range(20):
-        p = task.generate(seed, difficulty)
-        assert task.verify(p, task.reference_response(p)).score == 1.0, (p.question, p.solution)
-
-
-@pytest.mark.parametrize("name", TASKS)
-def test_difficulty_params_grow_monotonically(name):
-    space = get_task(name).difficulty_space()
-    rows = [space.resolve(k / 10) for k in range(11)]
-    for param in space.params:
-        values = [r[param.name] for r in rows]
-        assert values == sorted(values, reverse=param.hard < param.easy)
-        assert values[0] != values[-1]
-
-
-@pytest.mark.parametrize("name", TASKS)
-def test_easy_questions_are_short(name):
-    task = get_task(name)
-    assert max(len(task.generate(s, "easy").question) for s in range(30)) <= 45
-
-
 def test_integer_answers_accept_plain_formatting_and_reject_others():
     task = get_task("multiplication")
     p = problem_for("multiplication", 1234567)

@@ -18,30 +18,6 @@ def problem_for(name, answer):
 
 
 @pytest.mark.parametrize("name", TASKS)
-@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
-def test_reference_solution_scores_one(name, difficulty):
-    task = get_task(name)
-    for seed in range(20):
-        p = task.generate(seed, difficulty)
-        assert task.verify(p, task.reference_response(p)).score == 1.0, (p.question, p.solution)
-
-
-@pytest.mark.parametrize("name", TASKS)
-def test_difficulty_params_grow_monotonically(name):
-    space = get_task(name).difficulty_space()
-    rows = [space.resolve(k / 10) for k in range(11)]
-    for param in space.params:
-        values = [r[param.name] for r in rows]
-        assert values == sorted(values) and values[0] < values[-1]
-
-
-@pytest.mark.parametrize("name", TASKS)
-def test_easy_questions_are_short(name):
-    task = get_task(name)
-    assert max(len(task.generate(s, "easy").question) for s in range(30)) <= 30
-
-
-@pytest.mark.parametrize("name", TASKS)
 def test_garbage_scores_zero(name):
     task = get_task(name)
     p = task.generate(0, "medium")

@@ -5,8 +5,6 @@ import pytest
 from polyrl import get_task
 from polyrl.tasks import Problem
 
-GRID_TASKS = ["sudoku", "n_queens", "maze_path", "count_islands", "grid_transform"]
-
 
 def score(name, problem, answer):
     v = get_task(name).verify(problem, f"<answer>{answer}</answer>")
@@ -15,29 +13,6 @@ def score(name, problem, answer):
 
 def problem(name, answer, question="hand-written"):
     return Problem.from_dict({"task": name, "question": question, "answer": answer})
-
-
-@pytest.mark.parametrize("name", GRID_TASKS)
-@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
-def test_reference_solution_scores_one(name, difficulty):
-    t = get_task(name)
-    for seed in range(5):
-        p = t.generate(seed, difficulty)
-        assert t.verify(p, t.reference_response(p)).score == 1.0, p.question
-
-
-@pytest.mark.parametrize("name", GRID_TASKS)
-def test_difficulty_params_grow_monotonically(name):
-    space = get_task(name).difficulty_space()
-    steps = [space.resolve(k / 10) for k in range(11)]
-    for param in space.params:
-        values = [s[param.name] for s in steps]
-        assert values == sorted(values, reverse=param.hard < param.easy) and values[0] != values[-1]
-
-
-@pytest.mark.parametrize("name", GRID_TASKS)
-def test_easy_questions_are_short(name):
-    assert max(len(get_task(name).generate(s, "easy").question) for s in range(20)) <= 40
 
 
 # -- sudoku -----------------------------------------------------------------------------------------

@@ -5,8 +5,6 @@ import pytest
 from polyrl import get_task
 from polyrl.tasks import Problem
 
-SEARCH_TASKS = ["subset_sum", "knapsack", "magic_square", "letter_count"]
-
 
 def score(name, problem, answer):
     v = get_task(name).verify(problem, f"<answer>{answer}</answer>")
@@ -15,29 +13,6 @@ def score(name, problem, answer):
 
 def problem(name, answer):
     return Problem.from_dict({"task": name, "question": "hand-written", "answer": answer})
-
-
-@pytest.mark.parametrize("name", SEARCH_TASKS)
-@pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
-def test_reference_solution_scores_one(name, difficulty):
-    t = get_task(name)
-    for seed in range(5):
-        p = t.generate(seed, difficulty)
-        assert t.verify(p, t.reference_response(p)).score == 1.0, p.question
-
-
-@pytest.mark.parametrize("name", SEARCH_TASKS)
-def test_difficulty_params_grow_monotonically(name):
-    space = get_task(name).difficulty_space()
-    steps = [space.resolve(k / 10) for k in range(11)]
-    for param in space.params:
-        values = [s[param.name] for s in steps]
-        assert values == sorted(values) and values[0] < values[-1]
-
-
-@pytest.mark.parametrize("name", SEARCH_TASKS)
-def test_easy_questions_are_short(name):
-    assert max(len(get_task(name).generate(s, "easy").question) for s in range(20)) <= 40
 
 
 def test_subset_sum_accepts_any_subset_reaching_the_target():

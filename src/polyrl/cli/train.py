@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
