@@ -58,6 +58,7 @@ def polyrl_config(args, run_dir: Path, overrides: list[str]) -> TrainConfig:
         f"rl.steps={args.steps}", f"rl.prompts_per_step={args.prompts}", f"rl.group_size={args.group_size}",
         f"rl.max_new_tokens={args.max_new_tokens}", f"rl.lr={args.lr}", f"sft.steps={args.sft_steps}",
         f"checkpoint_every={max(args.steps, args.sft_steps, 1)}", "keep_checkpoints=1", f"threads={args.threads}",
+        "rl.dynamic_sampling=false",  # TRL has no dynamic sampling: same number of generations per step
     ]
     if args.tasks:
         base.append(f"tasks=[{args.tasks}]")
