@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import platform
+import os
 import tempfile
 import time
 
 import ray
 
+from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
 from polyrl.envs.base import Environment
 from polyrl.train.config import TrainConfig
 from polyrl.train.trainer import Trainer
@@ -109,7 +110,7 @@ def main() -> None:
     p.add_argument("--max-staleness", type=int, default=1)
     args = p.parse_args()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    print(f"machine: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores; args: {vars(args)}")
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; args: {vars(args)}")
     results = [run(mode, args) for mode in ("local-sync", "ray-sync", "ray-async")]
     ray.shutdown()
     base = results[0]["episodes_per_s"]

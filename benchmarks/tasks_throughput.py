@@ -17,6 +17,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
 from polyrl.tasks import get_task, list_tasks
 
 GOAL_GENERATE = 1_000
@@ -84,14 +85,6 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else ("n/a" if x != x else f"{x:,.0f}")
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=0.5, help="Seconds per measurement.")
@@ -125,7 +118,7 @@ def main() -> None:
         misses = [w for w, ok in (("generate", gen >= GOAL_GENERATE), ("verify", ver >= GOAL_VERIFY)) if not ok]
         rows.append([name, _fmt(gen), _fmt(ver), rg or "-", _fmt(rg_gen), _fmt(rg_ver), ", ".join(misses) or "-"])
 
-    machine = f"{_cpu_model()}, Python {platform.python_version()}, 1 core"
+    machine = f"{cpu_model()}, Python {platform.python_version()}, 1 core"
     if args.markdown:
         print(f"Machine: {machine}; budget {args.budget} s per figure; difficulty medium.\n")
         print("| " + " | ".join(header) + " |")

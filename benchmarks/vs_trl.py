@@ -40,6 +40,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
 from polyrl.cli.train import default_config_path
 from polyrl.eval import evaluate_policy
 from polyrl.policy import PromptBuilder, TransformersBackend
@@ -158,14 +159,6 @@ def check_same_prompt_ids(tokenizer, prompts: PromptBuilder, problem, messages) 
         raise SystemExit(f"prompt token ids differ:\n  TRL    {list(trl_ids)}\n  polyrl {prompts.ids(problem)}")
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="RL steps for each trainer.")
@@ -209,7 +202,7 @@ def main() -> None:
 
     completions = args.steps * args.prompts * args.group_size
     speedup = theirs["wall"] / ours["wall"]
-    machine = (f"{_cpu_model()}, {os.cpu_count()} cores shared with other jobs (load average {load[0]:.1f} at start, "
+    machine = (f"{cpu_model()}, {os.cpu_count()} cores shared with other jobs (load average {load[0]:.1f} at start, "
                f"{load[1]:.1f} at end), torch {torch.__version__} with {args.threads} thread(s), "
                f"transformers {_version('transformers')}, TRL {_version('trl')}, Python {platform.python_version()}")
     setup = (f"{args.steps} RL steps × {args.prompts} prompts × G={args.group_size} "
