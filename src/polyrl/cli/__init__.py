@@ -38,7 +38,12 @@ _report.register(app)
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv`` and return the exit code (what tests call)."""
+    import os
+
     import click
+
+    # progress bars of `datasets` would bury one-line errors on stderr; polyrl shows its own progress
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
     try:
         result = app(args=argv, standalone_mode=False)
