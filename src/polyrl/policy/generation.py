@@ -6,8 +6,10 @@ so a different engine (vLLM, a Ray worker pool) can be dropped in by implementin
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 
@@ -36,6 +38,18 @@ class GenerationBackend(Protocol):
         ...
 
 
+def forward_args(model) -> dict:
+    """Which keyword names this model's ``forward`` takes for the cache and for keeping only the last logits
+    (they changed across transformers versions), and whether it takes ``position_ids``."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(base.forward).parameters
+    return {
+        "cache": "cache" if "cache" in params else "past_key_values",
+        "keep_last": next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None),
+        "positions": "position_ids" in params,
+    }
+
+
 def eos_ids(model, tokenizer) -> list[int]:
     ids = model.generation_config.eos_token_id
     ids = [ids] if isinstance(ids, int) else list(ids or [])
@@ -45,12 +59,19 @@ def eos_ids(model, tokenizer) -> list[int]:
 
 
 class TransformersBackend:
-    """Batched sampling with ``model.generate`` (KV cache, left padding), in chunks of ``batch_size``."""
+    """Batched sampling with a transformers causal LM, in chunks of ``batch_size`` sequences.
 
-    def __init__(self, model, tokenizer, batch_size: int = 256):
+    Prompts that occur several times in a chunk (the G completions of a group) are prefilled once and their
+    KV cache is copied to each row; rows that have finished are dropped from the batch as decoding goes on.
+    Sampling (temperature, top-p, greedy) is the same as ``model.generate``'s; models whose cache can't be
+    indexed by batch row fall back to ``model.generate`` itself (``shared_prefill=False`` forces that).
+    """
+
+    def __init__(self, model, tokenizer, batch_size: int = 256, shared_prefill: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.shared_prefill = shared_prefill
         self.version = 0
         self._eos = eos_ids(model, tokenizer)
 
@@ -65,33 +86,96 @@ class TransformersBackend:
         self.model.eval()
         try:
             for start in range(0, len(prompts), self.batch_size):
-                out += self._generate_chunk(prompts[start : start + self.batch_size], max_new_tokens, temperature, top_p, greedy)
+                chunk = prompts[start : start + self.batch_size]
+                rows = None
+                if self.shared_prefill and forward_args(self.model)["positions"]:
+                    rows = self._decode_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
+                if rows is None:
+                    rows = self._hf_generate_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
+                out += [self._generation(p, row) for p, row in zip(chunk, rows)]
         finally:
             self.model.train(was_training)
         return out
 
-    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy):
+    def _generation(self, prompt, row: list[int]) -> Generation:
+        completion, finished = [], False
+        for tok in row:
+            completion.append(tok)
+            if tok in self._eos:
+                finished = True
+                break
+        text = self.tokenizer.decode(completion, skip_special_tokens=True)
+        return Generation(list(prompt), completion, text, finished)
+
+    def _left_padded(self, prompts):
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
-        device = next(self.model.parameters()).device
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):
             input_ids[i, width - len(p) :] = torch.tensor(p)
             attention[i, width - len(p) :] = 1
+        return input_ids, attention
+
+    def _hf_generate_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy) -> list[list[int]]:
+        input_ids, attention = self._left_padded(prompts)
+        device = next(self.model.parameters()).device
         sampling = {} if greedy else {"temperature": temperature, "top_p": top_p, "top_k": 0}
         seqs = self.model.generate(
             input_ids=input_ids.to(device), attention_mask=attention.to(device), max_new_tokens=max_new_tokens,
-            do_sample=not greedy, pad_token_id=pad, eos_token_id=self._eos, **sampling,
+            do_sample=not greedy, pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self._eos, **sampling,
         )
-        gens = []
-        for prompt, row in zip(prompts, seqs[:, width:].tolist()):
-            completion, finished = [], False
-            for tok in row:
-                completion.append(tok)
-                if tok in self._eos:
-                    finished = True
-                    break
-            text = self.tokenizer.decode(completion, skip_special_tokens=True)
-            gens.append(Generation(list(prompt), completion, text, finished))
-        return gens
+        return seqs[:, input_ids.shape[1] :].tolist()
+
+    def _decode_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy) -> list[list[int]] | None:
+        """Prefill each distinct prompt once, then sample token by token; None if the model's cache can't
+        be indexed by row (the caller then uses ``model.generate``)."""
+        device = next(self.model.parameters()).device
+        args = forward_args(self.model)
+        unique: dict[tuple[int, ...], int] = {}
+        source = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device)
+        input_ids, attention = (t.to(device) for t in self._left_padded([list(p) for p in unique]))
+        positions = (attention.cumsum(1) - 1).clamp(min=0)
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                         **({args["keep_last"]: 1} if args["keep_last"] else {}))
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        if not hasattr(cache, "batch_select_indices"):
+            return None
+        cache.batch_select_indices(source)  # one copy of the prompt's cache per completion
+        logits = out.logits[source, -1]
+        attention, positions = attention[source], positions[source, -1:] + 1
+        n = len(prompts)
+        tokens = torch.full((n, max_new_tokens), self.tokenizer.pad_token_id, dtype=torch.long, device=device)
+        rows = torch.arange(n, device=device)  # which completion each batch row is, in cache order
+        running = torch.ones(n, dtype=torch.bool, device=device)
+        eos = torch.tensor(self._eos, device=device)
+        for step in range(max_new_tokens):
+            nxt = self._sample(logits, temperature, top_p, greedy)
+            tokens[rows[running], step] = nxt[running]
+            running &= ~torch.isin(nxt, eos)
+            alive = int(running.sum())
+            if step == max_new_tokens - 1 or alive == 0:
+                break
+            if alive <= 0.75 * len(rows):  # drop finished rows from the batch and the cache (a copy, so not each step)
+                keep = torch.nonzero(running).flatten()
+                rows, nxt, attention, positions, running = rows[keep], nxt[keep], attention[keep], positions[keep], running[keep]
+                cache.batch_select_indices(keep)
+            attention = torch.cat([attention, attention.new_ones(len(rows), 1)], 1)
+            out = self.model(input_ids=nxt.unsqueeze(1), attention_mask=attention, position_ids=positions,
+                             use_cache=True, **{args["cache"]: cache})
+            positions = positions + 1
+            logits = out.logits[:, -1]
+        return tokens.tolist()
+
+
+    @staticmethod
+    def _sample(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool) -> torch.Tensor:
+        if greedy:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits.float() / temperature, -1)
+        if top_p < 1.0:  # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
+            sorted_probs, order = probs.sort(-1, descending=True)
+            before = sorted_probs.cumsum(-1) - sorted_probs
+            sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
+            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        return torch.multinomial(probs, 1).squeeze(1)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from polyrl.algos import entropy_from_logits, token_logprobs
+from polyrl.policy.generation import forward_args
 
 
 @dataclass
@@ -17,15 +18,18 @@ class TokenBatch:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     loss_mask: torch.Tensor
+    prompt_lengths: torch.Tensor | None = None
+    """Length of each row's prompt (the part that rows answering the same problem share), when known."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
-    def select(self, index: torch.Tensor | slice) -> "TokenBatch":
+    def select(self, index: torch.Tensor | slice) -> TokenBatch:
         b = TokenBatch(self.input_ids[index], self.attention_mask[index], self.loss_mask[index])
         # trim columns that are padding in every selected row
         width = int(b.attention_mask.sum(1).max()) if len(b) else 1
-        return TokenBatch(b.input_ids[:, :width], b.attention_mask[:, :width], b.loss_mask[:, : width - 1])
+        lengths = self.prompt_lengths[index] if self.prompt_lengths is not None else None
+        return TokenBatch(b.input_ids[:, :width], b.attention_mask[:, :width], b.loss_mask[:, : width - 1], lengths)
 
     @property
     def num_policy_tokens(self) -> int:
@@ -50,12 +54,22 @@ def collate(sequences: list[tuple[list[int], list[int]]], pad_id: int, policy_ma
         m = policy_masks[i] if policy_masks is not None else [1] * len(r)
         # target position t predicts token t+1: response token j sits at len(p)+j, predicted from len(p)+j-1
         loss_mask[i, len(p) - 1 : len(p) - 1 + len(r)] = torch.tensor(m, dtype=torch.float32)
-    return TokenBatch(input_ids, attention, loss_mask)
+    return TokenBatch(input_ids, attention, loss_mask, torch.tensor([len(p) for p, _ in sequences]))
 
 
-def sequence_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False, entropy_grad: bool = False):
+def sequence_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False, entropy_grad: bool = False,
+                      share_prompts: bool = True):
     """Per-token log-probs ``[N, L-1]`` of each next token (and the entropies if asked; detached unless
-    ``entropy_grad``, for an entropy bonus)."""
+    ``entropy_grad``, for an entropy bonus).
+
+    When rows share prompts (the G completions of a group) and ``share_prompts`` is on, each distinct prompt
+    goes through the model once and its KV cache is reused by every row that continues it: the same numbers
+    as one forward over the padded batch (up to float rounding), for a fraction of the compute.
+    """
+    if share_prompts and batch.prompt_lengths is not None and not _checkpointing(model):
+        shared = _shared_prompt_logprobs(model, batch, temperature, entropy, entropy_grad)
+        if shared is not None:
+            return shared
     device = next(model.parameters()).device
     out = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device), use_cache=False)
     logits = out.logits[:, :-1].float()
@@ -63,3 +77,68 @@ def sequence_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entrop
     logp = token_logprobs(logits, targets, temperature=temperature)
     ent = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature=temperature) if entropy else None
     return logp, ent
+
+
+def _checkpointing(model) -> bool:
+    """Activation checkpointing recomputes layers without a cache: the shared-prompt path can't use it."""
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # renamed in transformers 5
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False
+
+
+def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool, entropy_grad: bool):
+    """``sequence_logprobs`` with one forward per distinct prompt, or None when too few rows share one (or
+    the model's cache can't be indexed by row)."""
+    lengths = batch.prompt_lengths.tolist()
+    rows = batch.input_ids.tolist()
+    unique: dict[tuple[int, ...], int] = {}
+    source_list = [unique.setdefault(tuple(row[:n]), len(unique)) for row, n in zip(rows, lengths)]
+    if len(unique) > 0.75 * len(rows):
+        return None
+    args = forward_args(model)
+    if not args["positions"]:
+        return None
+    device = next(model.parameters()).device
+    n_rows, width = batch.input_ids.shape
+    source = torch.tensor(source_list, device=device)
+    # distinct prompts, left-padded so that each one's last token sits in the last column
+    p_width = max(len(p) for p in unique)
+    prompt_ids = torch.zeros((len(unique), p_width), dtype=torch.long)
+    prompt_mask = torch.zeros((len(unique), p_width), dtype=torch.long)
+    for i, p in enumerate(unique):
+        prompt_ids[i, p_width - len(p) :] = torch.tensor(p)
+        prompt_mask[i, p_width - len(p) :] = 1
+    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=(prompt_mask.cumsum(1) - 1).clamp(min=0),
+                use_cache=True)
+    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    if not hasattr(cache, "batch_select_indices"):
+        return None
+    cache.batch_select_indices(source)
+    # the continuations (responses), right-padded
+    lengths_t = batch.prompt_lengths.to(device)
+    total = batch.attention_mask.sum(1).to(device)
+    r_width = int((total - lengths_t).max())
+    cols = torch.arange(r_width, device=device)
+    gather_cols = (lengths_t.unsqueeze(1) + cols).clamp(max=width - 1)
+    resp_mask = (cols < (total - lengths_t).unsqueeze(1)).long()
+    resp_ids = batch.input_ids.to(device).gather(1, gather_cols) * resp_mask
+    logits = out.logits[source, -1:]  # predicts each response's first token
+    if r_width > 1:
+        cont = model(input_ids=resp_ids[:, :-1], attention_mask=torch.cat([prompt_mask[source], resp_mask[:, :-1]], 1),
+                     position_ids=lengths_t.unsqueeze(1) + cols[:-1], use_cache=True, **{args["cache"]: cache})
+        logits = torch.cat([logits, cont.logits], 1)
+    logits = logits.float()
+    logp = token_logprobs(logits, resp_ids, temperature=temperature)
+    ent = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature=temperature) if entropy else None
+
+    def scatter(values: torch.Tensor) -> torch.Tensor:
+        """Response positions back to the padded layout: token j of row i is predicted at column len(p_i)-1+j."""
+        target = (lengths_t - 1).unsqueeze(1) + cols
+        full = values.new_zeros(n_rows, width - 1 + r_width)
+        full = full.scatter(1, target, values * resp_mask)
+        return full[:, : width - 1]
+
+    return scatter(logp), scatter(ent) if ent is not None else None

@@ -110,6 +110,7 @@ class RLConfig(_Strict):
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
     entropy_coef: float = Field(0.0, description="Entropy bonus weight.")
     skip_zero_advantage: bool = Field(True, description="Leave zero-advantage sequences out of the update when no KL/entropy term needs them (same gradient, less compute).")
+    share_prompts: bool = Field(True, description="Run each distinct prompt through the model once per group, in generation and in the update (same numbers, less compute; off: one full forward per completion).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     max_bad_steps: int = Field(5, ge=1, description="Consecutive NaN/inf steps that stop the run.")
 

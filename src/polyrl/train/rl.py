@@ -124,8 +124,8 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
     behaviour = behaviour_all[active, : batch.loss_mask.shape[1]] if behaviour_all is not None else None
     needs_old = cfg.epochs > 1 or cfg.minibatches > 1 or behaviour is not None
     with torch.no_grad():
-        old_all = sequence_logprobs(model, batch, cfg.temperature)[0] if needs_old and n else None
-        ref_all = sequence_logprobs(trainer.reference, batch, cfg.temperature)[0] if trainer.reference is not None and n else None
+        old_all = sequence_logprobs(model, batch, cfg.temperature, share_prompts=cfg.share_prompts)[0] if needs_old and n else None
+        ref_all = sequence_logprobs(trainer.reference, batch, cfg.temperature, share_prompts=cfg.share_prompts)[0] if trainer.reference is not None and n else None
 
     seq_entropy = torch.full((n_all,), float("nan"))
     seq_kl = torch.zeros(n_all)
@@ -139,7 +139,8 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
             mb = batch.select(idx)
             mask = mb.loss_mask
             width = mask.shape[1]
-            logp, ent = sequence_logprobs(model, mb, cfg.temperature, entropy=True, entropy_grad=cfg.entropy_coef != 0)
+            logp, ent = sequence_logprobs(model, mb, cfg.temperature, entropy=True, entropy_grad=cfg.entropy_coef != 0,
+                                         share_prompts=cfg.share_prompts)
             old = old_all[idx, :width] if old_all is not None else logp.detach()
             adv_mb = advantages[idx] if advantages.dim() == 1 else advantages[idx, :width]
             loss, stats = policy_loss(

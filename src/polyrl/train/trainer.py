@@ -76,7 +76,7 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.policy = load_policy(config.model, seed=config.seed, device=config.device)
         self.prompts = PromptBuilder(self.policy.tokenizer, config.prompt)
-        self.backend = TransformersBackend(self.policy.model, self.policy.tokenizer)
+        self.backend = TransformersBackend(self.policy.model, self.policy.tokenizer, shared_prefill=config.rl.share_prompts)
         self.rollout_pool = None
         if config.backend == "ray":  # joins or starts Ray and checks its CPUs now, before any training
             from polyrl.distributed.pool import RolloutPool
