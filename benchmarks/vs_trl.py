@@ -2,7 +2,8 @@
 problems, same hyperparameters, in one run.
 
     .venv/bin/python benchmarks/vs_trl.py [--steps 60] [--prompts 16] [--group-size 8] [--tasks a,b]
-                                          [--sft-steps 200] [--eval-problems 100] [--quick] [--markdown]
+                                          [--sft-steps 200] [--eval-problems 100] [--seeds 0,1,2] [--quick]
+                                          [--markdown]
 
 1. SFT warm start with polyrl (the default tasks' reference solutions), saved as a Hugging Face directory.
 2. polyrl RL from that directory (``model.path=<dir>``, ``sft.enabled=false``); ``Trainer.run_rl`` is timed.
@@ -37,10 +38,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
 from rich.console import Console
 from rich.table import Table
 
-from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
 from polyrl.cli.train import default_config_path
 from polyrl.eval import evaluate_policy
 from polyrl.policy import PromptBuilder, TransformersBackend
@@ -159,6 +160,29 @@ def check_same_prompt_ids(tokenizer, prompts: PromptBuilder, problem, messages) 
         raise SystemExit(f"prompt token ids differ:\n  TRL    {list(trl_ids)}\n  polyrl {prompts.ids(problem)}")
 
 
+def run_seed(args, console: Console) -> dict:
+    """One comparison (SFT warm start, polyrl RL, TRL RL, three evaluations) at ``args.seed``."""
+    with tempfile.TemporaryDirectory(prefix="polyrl-vs-trl-") as tmp:
+        work = Path(tmp)
+        t0 = time.perf_counter()
+        with console.status(f"seed {args.seed}: SFT warm start (polyrl)…"):
+            sft_dir, sft_acc = sft_warm_start(args, work)
+        console.log(f"seed {args.seed}: SFT warm start and its evaluation: {time.perf_counter() - t0:.0f} s")
+        with console.status(f"seed {args.seed}: RL with polyrl…"):
+            ours = run_polyrl(args, work, sft_dir)
+        console.log(f"seed {args.seed}: polyrl RL {ours['wall']:.0f} s")
+        with console.status(f"seed {args.seed}: RL with TRL GRPOTrainer…"):
+            theirs = run_trl(args, work, sft_dir, ours["trainer"])
+        console.log(f"seed {args.seed}: TRL RL {theirs['wall']:.0f} s; seed total {time.perf_counter() - t0:.0f} s")
+    ours.pop("trainer")
+    return {"seed": args.seed, "sft": sft_acc, "polyrl": ours, "trl": theirs}
+
+
+def _mean_std(xs: list[float], fmt: str = "{:.1f}") -> str:
+    xs = np.asarray(xs, dtype=float)
+    return fmt.format(xs.mean()) + (f" ± {fmt.format(xs.std(ddof=1))}" if len(xs) > 1 else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="RL steps for each trainer.")
@@ -169,14 +193,20 @@ def main() -> None:
     parser.add_argument("--eval-problems", type=int, default=100, help="Held-out problems per task (greedy).")
     parser.add_argument("--max-new-tokens", type=int, default=16, help="Longest completion in tokens.")
     parser.add_argument("--lr", type=float, default=2e-4, help="RL learning rate.")
-    parser.add_argument("--seed", type=int, default=0, help="Seed for both trainers.")
+    parser.add_argument("--seeds", default="0", help="Comma-separated seeds; each runs the whole comparison.")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for both (1: on a shared machine more threads oversubscribe the cores).")
     parser.add_argument("--quick", action="store_true", help="Smoke size: 20 RL steps, 60 SFT steps, 30 eval problems.")
-    parser.add_argument("--markdown", action="store_true", help="Print a markdown table instead.")
+    parser.add_argument("--markdown", action="store_true", help="Print markdown tables instead.")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.sft_steps, args.eval_problems = 20, 60, 30
+    try:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    except ValueError:
+        parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
+    if not seeds:
+        parser.error("--seeds is empty")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging
@@ -185,47 +215,57 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     console = Console(stderr=True)
 
-    with tempfile.TemporaryDirectory(prefix="polyrl-vs-trl-") as tmp:
-        work = Path(tmp)
-        load = [os.getloadavg()[0]]
-        t0 = time.perf_counter()
-        with console.status("SFT warm start (polyrl)…"):
-            sft_dir, sft_acc = sft_warm_start(args, work)
-        console.log(f"SFT warm start and its evaluation: {time.perf_counter() - t0:.0f} s")
-        with console.status("RL with polyrl…"):
-            ours = run_polyrl(args, work, sft_dir)
-        console.log(f"polyrl RL: {ours['wall']:.0f} s; total so far {time.perf_counter() - t0:.0f} s")
-        with console.status("RL with TRL GRPOTrainer…"):
-            theirs = run_trl(args, work, sft_dir, ours["trainer"])
-        console.log(f"TRL RL: {theirs['wall']:.0f} s; total {time.perf_counter() - t0:.0f} s")
-        load.append(os.getloadavg()[0])
+    load = [os.getloadavg()[0]]
+    results = []
+    for seed in seeds:
+        args.seed = seed
+        results.append(run_seed(args, console))
+    load.append(os.getloadavg()[0])
 
     completions = args.steps * args.prompts * args.group_size
-    speedup = theirs["wall"] / ours["wall"]
     machine = (f"{cpu_model()}, {os.cpu_count()} cores shared with other jobs (load average {load[0]:.1f} at start, "
                f"{load[1]:.1f} at end), torch {torch.__version__} with {args.threads} thread(s), "
                f"transformers {_version('transformers')}, TRL {_version('trl')}, Python {platform.python_version()}")
+    task_names = [n for n in results[0]["sft"] if n != "mean"]
     setup = (f"{args.steps} RL steps × {args.prompts} prompts × G={args.group_size} "
              f"({completions:,} completions per trainer), ≤{args.max_new_tokens} new tokens, lr {args.lr}, "
-             f"tasks {', '.join(n for n in sft_acc if n != 'mean')}; both start from one polyrl SFT warm start "
-             f"({args.sft_steps} steps); held-out: {args.eval_problems} eval-split problems per task, greedy")
+             f"tasks {', '.join(task_names)}; both start from one polyrl SFT warm start per seed "
+             f"({args.sft_steps} steps); held-out: {args.eval_problems} eval-split problems per task, greedy; "
+             f"seeds {', '.join(map(str, seeds))}")
+
+    def acc(r: dict, who: str, task: str = "mean") -> float:
+        return 100 * (r[who] if who == "sft" else r[who]["accuracy"])[task]["accuracy"]
+
+    per_seed_header = ["seed", "polyrl RL s", "TRL RL s", "speed-up", "SFT start", "polyrl held-out", "TRL held-out"]
+    per_seed_rows = [
+        [str(r["seed"]), f"{r['polyrl']['wall']:.1f}", f"{r['trl']['wall']:.1f}", f"{r['trl']['wall'] / r['polyrl']['wall']:.2f}×",
+         f"{acc(r, 'sft'):.1f}%", f"{acc(r, 'polyrl'):.1f}%", f"{acc(r, 'trl'):.1f}%"]
+        for r in results
+    ]
     speed_header = ["trainer", "RL wall s", "RL CPU s", "compl./s", "compl./CPU-s", "held-out mean"]
     speed_rows = [
-        [label, f"{r['wall']:.1f}", f"{r['cpu']:.1f}", f"{completions / r['wall']:.1f}", f"{completions / r['cpu']:.1f}",
-         f"{100 * r['accuracy']['mean']['accuracy']:.1f}%"]
-        for label, r in (("polyrl", ours), ("TRL GRPOTrainer", theirs))
+        [label, _mean_std([r[who]["wall"] for r in results]), _mean_std([r[who]["cpu"] for r in results]),
+         _mean_std([completions / r[who]["wall"] for r in results]), _mean_std([completions / r[who]["cpu"] for r in results]),
+         _mean_std([acc(r, who) for r in results]) + "%"]
+        for label, who in (("polyrl", "polyrl"), ("TRL GRPOTrainer", "trl"))
     ]
     acc_header = ["task", "SFT start", "polyrl", "TRL GRPOTrainer"]
-    acc_rows = [[n, *(f"{100 * acc[n]['accuracy']:.1f}%" for acc in (sft_acc, ours["accuracy"], theirs["accuracy"]))]
-                for n in sft_acc]
-    d_acc = 100 * (ours["accuracy"]["mean"]["accuracy"] - theirs["accuracy"]["mean"]["accuracy"])
-    verdict = (f"polyrl/TRL throughput: {speedup:.2f}× wall, {theirs['cpu'] / ours['cpu']:.2f}× CPU "
-               f"(goal ≥ {GOAL_SPEEDUP:.0f}×: {'met' if speedup >= GOAL_SPEEDUP else 'NOT met'}); held-out mean accuracy "
-               f"polyrl − TRL: {d_acc:+.1f} points. polyrl's RL steps took {ours['step_time']:.1f} s, "
-               f"{100 * ours['gen_time'] / max(ours['step_time'], 1e-9):.0f}% of it in generation")
+    acc_rows = [[n, *(_mean_std([acc(r, who, n) for r in results]) + "%" for who in ("sft", "polyrl", "trl"))]
+                for n in [*task_names, "mean"]]
+    speedups = [r["trl"]["wall"] / r["polyrl"]["wall"] for r in results]
+    cpu_speedups = [r["trl"]["cpu"] / r["polyrl"]["cpu"] for r in results]
+    diffs = [acc(r, "polyrl") - acc(r, "trl") for r in results]
+    gen_share = [100 * r["polyrl"]["gen_time"] / max(r["polyrl"]["step_time"], 1e-9) for r in results]
+    verdict = (f"polyrl/TRL throughput: {_mean_std(speedups, '{:.2f}')}× wall, {_mean_std(cpu_speedups, '{:.2f}')}× CPU "
+               f"(goal ≥ {GOAL_SPEEDUP:.0f}×: {'met' if min(speedups) >= GOAL_SPEEDUP else 'NOT met'} in "
+               f"{sum(s >= GOAL_SPEEDUP for s in speedups)}/{len(speedups)} seeds); held-out mean accuracy polyrl − TRL: "
+               f"{_mean_std(diffs)} points over {len(results)} seed(s); {_mean_std(gen_share, '{:.0f}')}% of polyrl's RL "
+               f"step time in generation")
+    tables = [("Per seed", per_seed_header, per_seed_rows), ("Throughput (mean ± std over seeds)", speed_header, speed_rows),
+              ("Held-out accuracy, greedy (mean ± std over seeds)", acc_header, acc_rows)]
     if args.markdown:
         print(f"Machine: {machine}.\n\nSetup: {setup}.\n")
-        for header, rows in ((speed_header, speed_rows), (acc_header, acc_rows)):
+        for _, header, rows in tables:
             print("| " + " | ".join(header) + " |")
             print("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
             for row in rows:
@@ -234,13 +274,13 @@ def main() -> None:
         print(f"{verdict}.")
         return
     out = Console()
-    speed = Table(*speed_header, title="polyrl vs TRL GRPOTrainer: RL throughput", caption=setup)
-    for row in speed_rows:
-        speed.add_row(*row)
-    accuracy = Table(*acc_header, title="Held-out accuracy (greedy)", caption=machine)
-    for row in acc_rows:
-        accuracy.add_row(*row)
-    out.print(speed, accuracy)
+    for title, header, rows in tables:
+        table = Table(*header, title=title)
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+    out.print(setup)
+    out.print(machine)
     out.print(verdict)
 
 

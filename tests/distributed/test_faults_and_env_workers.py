@@ -82,3 +82,117 @@ def test_environment_steps_run_on_env_workers(local_ray):
         assert sum(c["steps"] for c in counts) == sum(t.info["turns"] for t in trajs)
     finally:
         pool.shutdown()
+
+
+def test_groups_older_than_max_staleness_are_rerun_at_the_current_version(local_ray):
+    task = resolve_task("addition")
+    pool = _pool({"addition": task}, num_rollout_workers=1, rollout_concurrency=2, max_staleness=1, **{"async": True})
+    try:
+        model = load_policy(MODEL, seed=0).model
+        make = _problems(task)
+        pool.sampling = SAMPLING
+        pool._fill(4, make)  # four groups in flight at version 0
+        pool.sync_weights(model, 1)
+        pool.sync_weights(model, 2)  # the trainer is now two updates ahead of them
+        groups = pool.groups(2, make, **SAMPLING)
+        stats = pool.stats
+        assert len(groups) == 2
+        assert all(t.policy_version == 2 for g in groups for t in g), "nothing older than max_staleness is trained on"
+        assert stats.stale_reruns >= 2 and set(stats.staleness) == {0}
+        # every group is accounted for: completed, or still in flight (re-runs are new requests of the same group)
+        assert stats.submitted == stats.completed + len(pool.inflight) + stats.failed_groups
+    finally:
+        pool.shutdown()
+
+
+class _SlowEnv:
+    """Wraps an environment: every step takes ``latency`` seconds (a tool call)."""
+
+    def __init__(self, inner, latency):
+        self.inner, self.latency = inner, latency
+
+    def __getattr__(self, name):
+        if name in ("inner", "latency"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def step(self, action):
+        import time
+
+        time.sleep(self.latency)
+        return self.inner.step(action)
+
+
+class _SlowTask:
+    def __init__(self, inner, latency):
+        self.inner, self.latency = inner, latency
+
+    def make_env(self, problem):
+        return _SlowEnv(self.inner.make_env(problem), self.latency)
+
+    def __getattr__(self, name):
+        if name in ("inner", "latency"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_goes_on(local_ray):
+    import sys
+    import time
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the slow wrappers live in this test module
+    name = "env/retry:addition"
+    task = _SlowTask(resolve_task(name), 0.4)
+    pool = _pool({name: task}, num_rollout_workers=1, num_env_workers=1, rollout_concurrency=4, max_restarts=2)
+    try:
+        make = _problems(task)
+        pool.sampling = SAMPLING
+        pool._fill(4, make)
+        deadline = time.time() + 30
+        while ray.get(pool.env_workers[0].counts.remote())["steps"] == 0 and time.time() < deadline:
+            time.sleep(0.05)  # wait until episodes are mid-way (a step has run)
+        ray.kill(pool.env_workers[0], no_restart=False)
+        groups = pool.groups(4, make, **SAMPLING)
+        trajs = [t for g in groups for t in g]
+        assert len(groups) == 4 and len(trajs) == 8, "no episode is lost"
+        reasons = [t.info.get("end_reason") for t in trajs]
+        assert "env_error" in reasons, reasons
+        assert all(t.reward == 0 for t in trajs if t.info.get("end_reason") == "env_error")
+        assert pool.stats.completed == 4 and pool.stats.failed_groups == 0
+        # the restarted environment actor serves new episodes
+        later = [t for g in pool.groups(2, make, **SAMPLING) for t in g]
+        assert len(later) == 4 and all(t.info.get("end_reason") != "env_error" for t in later)
+    finally:
+        pool.shutdown()
+
+
+class _BrokenTask:
+    """A task whose problems can't be played: ``make_env`` raises (a bug in a plugin)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def make_env(self, problem):
+        raise RuntimeError("sandbox image not found")
+
+    def __getattr__(self, name):
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def test_a_rollout_that_raises_is_rerun_then_counted_never_crashes_the_pool(local_ray):
+    import sys
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    name = "env/retry:addition"
+    task = _BrokenTask(resolve_task(name))
+    pool = _pool({name: task}, num_rollout_workers=1, max_reruns=1)
+    try:
+        with pytest.warns(UserWarning, match="sandbox image not found"):
+            groups = pool.groups(2, _problems(task), **SAMPLING)
+        stats = pool.stats
+        assert groups == [] and stats.failed_groups == 2 and stats.task_errors == 4 and stats.reruns == 2
+        assert "sandbox image not found" in stats.last_error
+    finally:
+        pool.shutdown()

@@ -4,12 +4,14 @@ Synchronous mode (the reference): every step submits its groups at the current p
 for them. Asynchronous mode: ``(1 + max_staleness)`` steps' worth of groups stay in flight, so workers
 keep generating while the trainer updates; a group whose version is more than ``max_staleness`` behind
 the trainer when it is consumed is re-run at the current version (counted in ``stale_reruns``).
-A group whose actor died is re-run up to ``max_reruns`` times, then counted in ``failed_groups``.
+A group whose actor died, or whose rollout raised (a broken environment or task), is re-run up to
+``max_reruns`` times, then counted in ``failed_groups``.
 """
 
 from __future__ import annotations
 
 import socket
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -77,6 +79,9 @@ class PoolStats:
     reruns: int = 0
     stale_reruns: int = 0
     failed_groups: int = 0
+    task_errors: int = 0
+    """Groups whose rollout raised inside a live actor (re-run like a dead actor's, then failed)."""
+    last_error: str = ""
     abandoned: int = 0
     """Groups still in flight when the pool shut down (asynchronous mode generates ahead)."""
     staleness: list[int] = field(default_factory=list)
@@ -146,7 +151,13 @@ class RolloutPool:
             req = self.inflight.pop(ready[0])
             try:
                 trajs = self.ray.get(ready[0])
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError):
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError,
+                    self.ray.exceptions.RayTaskError) as exc:
+                if isinstance(exc, self.ray.exceptions.RayTaskError):
+                    self.stats.task_errors += 1
+                    self.stats.last_error = str(exc).strip().splitlines()[-1][:300]
+                    warnings.warn(f"rollout of a {req.problem.task} group raised (attempt {req.attempt + 1}): "
+                                  f"{self.stats.last_error}", stacklevel=2)
                 if req.attempt < self.cfg.max_reruns:
                     self.stats.reruns += 1
                     self._submit(Request(req.problem, self.version, req.attempt + 1, failed_on=req.worker))

@@ -52,5 +52,6 @@ def collect_rollouts_ray(trainer, step: int, rng: np.random.Generator) -> tuple[
             "groups_generated": generated, "groups_dropped": dropped, "refill_rounds": 0,
             "staleness_mean": float(np.mean(staleness)) if staleness else 0.0,
             "staleness_max": float(max(staleness)) if staleness else 0.0,
-            "failed_groups": pool.stats.failed_groups, "reruns": pool.stats.reruns}
+            "failed_groups": pool.stats.failed_groups, "reruns": pool.stats.reruns,
+            "stale_reruns": pool.stats.stale_reruns, "task_errors": pool.stats.task_errors}
     return kept, info

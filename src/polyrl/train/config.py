@@ -125,6 +125,19 @@ class EvalConfig(_Strict):
     max_new_tokens: int | None = Field(None, description="Longest completion (default: rl.max_new_tokens).")
 
 
+class GenerationConfig(BaseModel):
+    """Which engine samples completions (RL, rejection sampling, evaluation) in the trainer process."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Literal["transformers", "vllm"] = Field("transformers", description="transformers (CPU or GPU, the default) or vllm (optional extra polyrl[vllm], CUDA only; weights synced after every update).")
+    batch_size: int = Field(256, ge=1, description="transformers: sequences generated together.")
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm: share of GPU memory vLLM may take (weights + KV cache); the trainer's model and optimizer need the rest.")
+    vllm_max_model_len: int | None = Field(None, ge=16, description="vllm: longest prompt + completion (default: the model's).")
+    vllm_enforce_eager: bool = Field(False, description="vllm: skip CUDA graph capture (faster start, slower steps).")
+    vllm_dtype: str = Field("auto", description="vllm: weights dtype (auto follows the checkpoint).")
+
+
 class TrainConfig(_Strict):
     """Everything `polyrl train` does, in one file."""
 
@@ -142,6 +155,7 @@ class TrainConfig(_Strict):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Warm start.")
     rl: RLConfig = Field(default_factory=RLConfig, description="RL stage.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    generation: GenerationConfig = Field(default_factory=GenerationConfig, description="Generation engine.")
     backend: Literal["local", "ray"] = Field("local", description="Where rollouts run: in this process, or on Ray worker actors (see the ray section).")
     ray: RayConfig = Field(default_factory=RayConfig, description="Ray workers, cluster address and asynchronous mode (used when backend is ray).")
     checkpoint_every: int = Field(25, ge=1, description="Save a checkpoint every N RL steps (and at stage ends).")

@@ -65,6 +65,14 @@ class Trainer:
         get_aggregation(config.rl.loss_aggregation)
         if config.device.startswith("cuda") and not torch.cuda.is_available():
             raise UserError(f"device {config.device!r} requested but CUDA is not available")
+        if config.generation.engine == "vllm":
+            if config.backend == "ray":
+                raise UserError("generation.engine: vllm samples in the trainer process; with backend: ray the rollout workers generate with transformers")
+            if not config.device.startswith("cuda"):
+                raise UserError(f"generation.engine: vllm needs a CUDA device (device=cuda), not {config.device!r}")
+            from polyrl.policy.vllm_backend import require_vllm
+
+            require_vllm()
         self.run_dir = RunDir(config.run_dir, tensorboard=config.tensorboard)
         self.run_dir.create(resume=resume)
         # -- the policy -------------------------------------------------------------------------------
@@ -76,7 +84,7 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.policy = load_policy(config.model, seed=config.seed, device=config.device)
         self.prompts = PromptBuilder(self.policy.tokenizer, config.prompt)
-        self.backend = TransformersBackend(self.policy.model, self.policy.tokenizer, shared_prefill=config.rl.share_prompts)
+        self.backend = self._make_backend()
         self.rollout_pool = None
         if config.backend == "ray":  # joins or starts Ray and checks its CPUs now, before any training
             from polyrl.distributed.pool import RolloutPool
@@ -98,6 +106,21 @@ class Trainer:
             save_config(config, self.run_dir.config_file)
 
     # -- helpers ------------------------------------------------------------------------------------
+    def _make_backend(self):
+        gen = self.config.generation
+        if gen.engine == "vllm":
+            from polyrl.policy.vllm_backend import VLLMBackend
+
+            return VLLMBackend(self.policy.model, self.policy.tokenizer, gpu_memory_utilization=gen.vllm_gpu_memory_utilization,
+                               max_model_len=gen.vllm_max_model_len, enforce_eager=gen.vllm_enforce_eager,
+                               dtype=gen.vllm_dtype, seed=self.config.seed)
+        return TransformersBackend(self.policy.model, self.policy.tokenizer, batch_size=gen.batch_size,
+                                   shared_prefill=self.config.rl.share_prompts)
+
+    def _sync_backend(self) -> None:
+        """Give the generation backend the current weights (a no-op for transformers, which shares them)."""
+        self.backend.sync_weights(self.policy.model, self.policy_version)
+
     def _has_reference(self, name: str) -> bool:
         return self.tasks[name].generate(0, self.difficulty(name)).solution is not None
 
@@ -181,6 +204,8 @@ class Trainer:
             self.run_dir.close()
             if self.rollout_pool is not None:
                 self.rollout_pool.shutdown()
+            if hasattr(self.backend, "close"):
+                self.backend.close()
         if "after_rl" in results:
             table = format_comparison(results["after_sft"], results["after_rl"])
             atomic_write_text(self.run_dir.path / "summary.md", f"# Held-out accuracy\n\n{table}\n")
@@ -220,6 +245,7 @@ class Trainer:
     def _rejection_round(self, rnd: int) -> None:
         cfg = self.config.sft
         rng = self._seed_step("rft", rnd)
+        self._sync_backend()
         data, pass_rate = sft.rejection_samples(self, rng)
         losses = []
         for k in range(cfg.rejection_steps if data else 0):
@@ -238,6 +264,7 @@ class Trainer:
             return json.loads(path.read_text())
         cfg = self.config.eval
         self.progress.stop()
+        self._sync_backend()
         results = evaluate_policy(
             self.backend, self.prompts, self.eval_tasks(), cfg.problems_per_task,
             cfg.max_new_tokens or self.config.rl.max_new_tokens, cfg.pass_k, cfg.temperature, seed=self.config.seed,
@@ -265,6 +292,7 @@ class Trainer:
             self._restore(ckpt)
             start = ckpt.step
         self.progress.start("RL", cfg.steps, start)
+        self._sync_backend()
         if self.rollout_pool is not None:
             from polyrl.distributed.rollouts import collect_rollouts_ray
 
@@ -290,12 +318,13 @@ class Trainer:
                 else:
                     self.bad_steps = 0
                     self.policy_version += 1
-                    self.backend.sync_weights(self.policy.model, self.policy_version)
+                    self._sync_backend()
                     if self.rollout_pool is not None:
                         self.rollout_pool.sync_weights(self.policy.model, self.policy_version)
             metrics = rl.step_metrics(trajs, update, info, time.perf_counter() - t0)
             metrics["lr"] = self.scheduler.get_last_lr()[0]
-            metrics.update({k: info[k] for k in ("staleness_mean", "staleness_max", "failed_groups", "reruns") if k in info})
+            metrics.update({k: info[k] for k in ("staleness_mean", "staleness_max", "failed_groups", "reruns",
+                                                    "stale_reruns", "task_errors") if k in info})
             metrics.update(curriculum_metrics(self.sampler, self.difficulty_controller))
             self.run_dir.log({"stage": "rl", "step": step + 1, **metrics})
             self.progress.update(step + 1, {k: metrics[k] for k in ("reward", "accuracy", "entropy") if k in metrics})
