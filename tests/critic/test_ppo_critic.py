@@ -91,3 +91,42 @@ def test_resumed_gae_run_matches_uninterrupted(tiny_train_config, tmp_path, monk
     a = load_file(str(tmp_path / "full" / "final_model" / "model.safetensors"))
     b = load_file(str(tmp_path / "crashed" / "final_model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_critic_warmup_trains_the_value_model_and_leaves_the_policy_alone(tiny_train_config, monkeypatch):
+    import copy
+    import json
+
+    from polyrl.train import rl as rl_module
+
+    rl = {**tiny_train_config().rl.model_dump(), "advantage": "gae", "steps": 1, "critic": {"warmup_steps": 3}}
+    cfg = tiny_train_config(rl=rl)
+    seen = {}
+    original = rl_module.rl_update
+
+    def first_update(trainer, trajs):  # the state right after the warm-up, before the first policy update
+        if not seen:
+            seen["policy"] = copy.deepcopy(trainer.policy.model.state_dict())
+            seen["head"] = trainer.critic.model.head.weight.detach().clone()
+        return original(trainer, trajs)
+
+    monkeypatch.setattr(rl_module, "rl_update", first_update)
+    trainer = Trainer(cfg)
+    trainer.run_sft(None)
+    after_sft = copy.deepcopy(trainer.policy.model.state_dict())
+    trainer.run_rl(None)
+    trainer.run_dir.close()
+    assert all(torch.equal(after_sft[k], seen["policy"][k]) for k in after_sft), "warm-up must not move the policy"
+    assert seen["head"].abs().sum() > 0, "the zero-initialised value head was trained"
+    rows = [json.loads(line) for line in Path(cfg.run_dir, "metrics.jsonl").read_text().splitlines()]
+    warm = [r for r in rows if r.get("stage") == "critic_warmup"]
+    assert [r["step"] for r in warm] == [1, 2, 3]
+    assert all(r["value_loss"] == r["value_loss"] and "value_explained_variance" in r for r in warm)
+    assert [r["step"] for r in rows if r.get("stage") == "rl"] == [1]
+
+
+def test_negative_critic_warmup_is_a_config_error(tiny_train_config):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        tiny_train_config(rl={**tiny_train_config().rl.model_dump(), "critic": {"warmup_steps": -1}})

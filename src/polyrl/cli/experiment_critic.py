@@ -27,7 +27,8 @@ def critic(
     names = [s.strip() for s in arms.split(",") if s.strip()] if arms else None
     plan = plan_experiment(config, seeds, names, out, share_sft=share_sft)
     command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
-    summary = run_experiment(plan, log=lambda m: print(m, flush=True), command=command)
+    summary = run_experiment(plan, log=lambda m: print(m, flush=True), command=command,
+                             title="PPO critics (MSE, HL-Gauss) vs GRPO", baseline="grpo", verdict_split="easy")
     for name, row in summary["strategies"].items():
         easy = row["easy"]["mean"]
         print(f"{name:16s} held-out accuracy {100 * easy[0]:5.1f} ± {100 * easy[1]:4.1f}")

@@ -42,6 +42,7 @@ class CriticConfig(BaseModel):
     lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (1: Monte-Carlo returns minus the value baseline).")
     normalize_advantages: bool = Field(True, description="Standardize token advantages over the batch's policy tokens.")
     max_grad_norm: float = Field(1.0, gt=0, description="Critic gradient clipping norm.")
+    warmup_steps: int = Field(0, ge=0, description="Critic-only steps before RL: the starting policy's rollouts train the value model, the policy is not updated (VAPO's value pretraining).")
 
     @model_validator(mode="after")
     def _support(self):

@@ -157,7 +157,7 @@ def train_from_warm_start(config: TrainConfig, sft_run: Path):
     return trainer
 
 
-def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None) -> dict[str, Any]:
+def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None, **report) -> dict[str, Any]:
     """Train every (strategy, seed) not yet finished, then write the report; returns the summary."""
     from polyrl.experiments.report import write_report
     from polyrl.train.trainer import Trainer
@@ -177,4 +177,4 @@ def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None) 
             log(f"RL with {strategy.name}, seed {seed} → {run}")
             trainer = train_from_warm_start(plan.config(strategy, seed), sft)
             (run / "eval" / "hard.json").write_text(json.dumps(_hard_eval(trainer, plan), indent=2))
-    return write_report(plan, command)
+    return write_report(plan, command, **report)

@@ -23,8 +23,30 @@ def _fmt(ms: tuple[float, float]) -> str:
 def load_run(run: Path) -> dict[str, Any]:
     """One finished run: its RL metrics, its periodic and final easy-split evals, and its hard-split eval."""
     evals = {p.stem: json.loads(p.read_text()) for p in sorted((run / "eval").glob("*.json"))}
-    rl = [r for r in RunDir(run).read_metrics() if r.get("stage") == "rl"]
-    return {"rl": rl, "evals": evals}
+    metrics = RunDir(run).read_metrics()
+    rl = [r for r in metrics if r.get("stage") == "rl"]
+    warmup = [r for r in metrics if r.get("stage") == "critic_warmup"]
+    return {"rl": rl, "evals": evals, "critic_warmup": warmup}
+
+
+DIAGNOSTICS = ("reward", "entropy", "value_explained_variance", "value_loss")
+"""RL metrics averaged over each run's last ``LAST_STEPS`` steps in the report (those a run logs)."""
+LAST_STEPS = 10
+
+
+def diagnostics(runs: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Mean ± std over seeds of each diagnostic's average over the last steps; the critic's explained
+    variance at the end of its warm-up when there was one."""
+    out = {}
+    for key in DIAGNOSTICS:
+        per_run = [[r[key] for r in run["rl"][-LAST_STEPS:] if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
+                   for run in runs]
+        if all(per_run):
+            out[key] = _mean_std([float(np.mean(v)) for v in per_run])
+    warm = [run["critic_warmup"][-1].get("value_explained_variance") for run in runs if run["critic_warmup"]]
+    if warm and len(warm) == len(runs) and all(isinstance(w, (int, float)) for w in warm):
+        out["warmup_explained_variance"] = _mean_std(warm)
+    return out
 
 
 def forgetting(evals: dict[str, Any], tasks: list[str]) -> dict[str, float]:
@@ -48,6 +70,7 @@ def summarize(plan) -> dict[str, Any]:
             row[split] = {t: _mean_std([r["evals"][key][t]["accuracy"] for r in runs]) for t in [*tasks, "mean"]}
         drops = [forgetting(r["evals"], tasks) for r in runs]
         row["forgetting"] = {t: _mean_std([d[t] for d in drops]) for t in tasks}
+        row["diagnostics"] = diagnostics(runs)
         out["strategies"][strategy.name] = row
     return out
 
@@ -128,30 +151,31 @@ def _save(fig, path: Path) -> str:
     return path.name
 
 
-def verdict(summary: dict[str, Any]) -> str:
-    """Whether an adaptive strategy beats uniform on the hard split by more than the seed-to-seed spread."""
+def verdict(summary: dict[str, Any], baseline: str = "uniform", split: str = "hard") -> str:
+    """Whether each strategy beats ``baseline`` on ``split`` by more than the seed-to-seed spread."""
     rows = summary["strategies"]
-    if "uniform" not in rows or len(rows) < 2:
-        return "No `uniform` baseline in this comparison."
-    base_mean, base_std = rows["uniform"]["hard"]["mean"]
+    if baseline not in rows or len(rows) < 2:
+        return f"No `{baseline}` baseline in this comparison."
+    base_mean, base_std = rows[baseline][split]["mean"]
     lines = []
     for name, row in rows.items():
-        if name == "uniform":
+        if name == baseline:
             continue
-        m, s = row["hard"]["mean"]
+        m, s = row[split]["mean"]
         gap, spread = m - base_mean, max(s, base_std)
-        beats = "beats" if gap > spread else ("does not beat")
-        lines.append(f"- `{name}` {beats} uniform on the hard split: {100 * gap:+.1f} points "
+        beats = "beats" if gap > spread else ("is beaten by" if -gap > spread else "does not beat")
+        lines.append(f"- `{name}` {beats} {baseline} on the {split} split: {100 * gap:+.1f} points "
                      f"(spread: largest seed std {100 * spread:.1f}).")
     return "\n".join(lines)
 
 
-def write_report(plan, command: str | None = None) -> dict[str, Any]:
+def write_report(plan, command: str | None = None, title: str = "Curriculum comparison", baseline: str = "uniform",
+                 verdict_split: str = "hard") -> dict[str, Any]:
     summary = summarize(plan)
     figures = plot(plan, summary)
     tasks, rows = summary["tasks"], summary["strategies"]
     head = "| strategy | " + " | ".join([*tasks, "**mean**"]) + " |\n|---|" + "---:|" * (len(tasks) + 1)
-    lines = ["# Curriculum comparison", ""]
+    lines = [f"# {title}", ""]
     if command:
         lines += ["```", command, "```", ""]
     start = "one SFT warm start (seed 0) shared by all seeds" if plan.share_sft else "the same SFT warm start per seed"
@@ -171,7 +195,16 @@ def write_report(plan, command: str | None = None) -> dict[str, Any]:
               "| strategy | " + " | ".join(tasks) + " |", "|---|" + "---:|" * len(tasks)]
     for name, row in rows.items():
         lines.append(f"| {name} | " + " | ".join(_fmt(row["forgetting"][t]) for t in tasks) + " |")
-    lines += ["", "## Verdict", "", verdict(summary), ""]
+    keys = [k for k in (*DIAGNOSTICS, "warmup_explained_variance") if any(k in r["diagnostics"] for r in rows.values())]
+    if keys:
+        lines += ["", "## Training diagnostics", "",
+                  f"RL metrics averaged over each run's last {LAST_STEPS} steps (mean ± std over seeds); "
+                  "`warmup_explained_variance`: the critic's at the end of its warm-up.", "",
+                  "| strategy | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
+        for name, row in rows.items():
+            d = row["diagnostics"]
+            lines.append(f"| {name} | " + " | ".join(f"{d[k][0]:.3f} ± {d[k][1]:.3f}" if k in d else "—" for k in keys) + " |")
+    lines += ["", "## Verdict", "", verdict(summary, baseline, verdict_split), ""]
     lines += [f"![{f}]({f})" for f in figures]
     atomic_write_text(plan.out / "report.md", "\n".join(lines) + "\n")
     atomic_write_text(plan.out / "results.json", json.dumps(summary, indent=2))

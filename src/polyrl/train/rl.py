@@ -190,6 +190,24 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
     }
 
 
+def critic_only_update(trainer, trajs: list[Trajectory]) -> dict[str, float]:
+    """One pass of value-loss updates over ``trajs`` (``rl.minibatches`` minibatches); the policy is untouched."""
+    cfg = trainer.config.rl
+    batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], trainer.policy.tokenizer.pad_token_id,
+                    [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None)
+    rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+    _, returns, stats = trainer.critic.advantages(batch, rewards)
+    losses = []
+    mb_size = math.ceil(len(trajs) / cfg.minibatches)
+    perm = torch.randperm(len(trajs))
+    for start in range(0, len(trajs), mb_size):
+        idx = perm[start : start + mb_size]
+        loss = trainer.critic.update(batch.select(idx), returns[idx])
+        if loss is not None:
+            losses.append(loss)
+    return {**stats, "value_loss": _mean(losses), "reward": _mean(t.reward for t in trajs)}
+
+
 def step_metrics(trajs: list[Trajectory], update: dict[str, Any], info: dict[str, Any], elapsed: float) -> dict[str, float]:
     """Overall and per-task metrics for one RL step (per-task keys are ``<metric>/<task>``)."""
     by_task: dict[str, list[int]] = defaultdict(list)

@@ -121,6 +121,28 @@ class Trainer:
         """Give the generation backend the current weights (a no-op for transformers, which shares them)."""
         self.backend.sync_weights(self.policy.model, self.policy_version)
 
+    def _collect(self, step: int, rng: np.random.Generator):
+        if self.rollout_pool is not None:
+            from polyrl.distributed.rollouts import collect_rollouts_ray
+
+            return collect_rollouts_ray(self, step, rng)
+        return rl.collect_rollouts(self, step, rng)
+
+    def _critic_warmup(self, steps: int) -> None:
+        """Value-model updates on the starting policy's rollouts before any policy update, so that GAE starts
+        from a critic that predicts something (a zero-initialised head predicts a constant)."""
+        self.progress.start("critic warm-up", steps, 0)
+        for k in range(steps):
+            t0 = time.perf_counter()
+            trajs, _ = self._collect(k, self._seed_step("critic_warmup", k))
+            record = {"stage": "critic_warmup", "step": k + 1, "sequences": len(trajs)}
+            if trajs:
+                record.update(rl.critic_only_update(self, trajs))
+            record["step_time"] = time.perf_counter() - t0
+            self.run_dir.log(record)
+            self.progress.update(k + 1, {"value_loss": record.get("value_loss", float("nan")),
+                                         "explained_var": record.get("value_explained_variance", float("nan"))})
+
     def _has_reference(self, name: str) -> bool:
         return self.tasks[name].generate(0, self.difficulty(name)).solution is not None
 
@@ -291,20 +313,17 @@ class Trainer:
         if ckpt is not None:
             self._restore(ckpt)
             start = ckpt.step
-        self.progress.start("RL", cfg.steps, start)
         self._sync_backend()
         if self.rollout_pool is not None:
-            from polyrl.distributed.rollouts import collect_rollouts_ray
-
             self.rollout_pool.sync_weights(self.policy.model, self.policy_version)
+        if self.critic is not None and start == 0 and cfg.critic.warmup_steps:
+            self._critic_warmup(cfg.critic.warmup_steps)
+        self.progress.start("RL", cfg.steps, start)
         for step in range(start, cfg.steps):
             self.step = step + 1
             rng = self._seed_step("rl", step)
             t0 = time.perf_counter()
-            if self.rollout_pool is not None:
-                trajs, info = collect_rollouts_ray(self, step, rng)
-            else:
-                trajs, info = rl.collect_rollouts(self, step, rng)
+            trajs, info = self._collect(step, rng)
             if not trajs:
                 self.scheduler.step()
                 update = {"loss": float("nan"), "grad_norm": float("nan"), "skipped_updates": 0, "zero_variance": [],
