@@ -1,21 +1,21 @@
-"""LLM-as-judge: verdict parsing, and a fake OpenAI-compatible server on 127.0.0.1 that answers well, garbage, or too slowly."""
+"""LLM-as-judge: verdict parsing, the fake OpenAI-compatible server of conftest.py (answers well, garbage, or
+too slowly), and position-swapped pairwise judging."""
 
-import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import re
 
 import pytest
 
 from polyrl.errors import UserError
 from polyrl.rewards import JudgeConfig, JudgeSource, parse_verdict
 
+_SECTIONS = re.compile(r"## Response A\n(.*?)\n\n## Response B\n(.*?)\n\nWhich response", re.DOTALL)
 
-@pytest.fixture(scope="module")
-def rubric(tmp_path_factory):
-    path = tmp_path_factory.mktemp("rubrics") / "r.md"
-    path.write_text("# Rubric\nCorrect answers score high.\n")
-    return str(path)
+
+def pairwise_sections(prompt: str) -> tuple[str, str]:
+    """The texts shown as Response A and Response B in a pairwise judge prompt."""
+    found = _SECTIONS.search(prompt)
+    assert found, "not a pairwise judge prompt"
+    return found.group(1), found.group(2)
 
 
 def _cfg(rubric, **kw):
@@ -35,47 +35,9 @@ def test_pairwise_verdict(rubric):
     assert parse_verdict(cfg, "A is better")[1] == "unparseable_verdict"
 
 
-class _Judge(BaseHTTPRequestHandler):
-    calls = 0
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).calls += 1
-        text = body["messages"][0]["content"]
-        if "SLOW" in text:
-            time.sleep(2.0)
-            answer = "Score: 9"
-        elif "GARBAGE" in text:
-            answer = "the vibes are immaculate"
-        else:
-            answer = "Looks right. Score: 10"
-        payload = {"id": "x", "object": "chat.completion", "created": 0, "model": "fake",
-                   "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}]}
-        data = json.dumps(payload).encode()
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client timed out and hung up, as the slow case intends
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture(scope="module")
-def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-
-
-def test_endpoint_judge_scores_caches_and_counts_failures(rubric, server):
-    source = JudgeSource(_cfg(rubric, base_url=server, timeout_s=0.5, retries=1, max_concurrency=4))
+def test_endpoint_judge_scores_caches_and_counts_failures(rubric, judge_server):
+    server = judge_server()
+    source = JudgeSource(_cfg(rubric, base_url=server.url, timeout_s=0.5, retries=1, max_concurrency=4))
     prompts = ["1+1=", "1+1=", "2+2=", "3+3="]
     responses = ["<answer>2</answer>", "<answer>2</answer>", "GARBAGE", "SLOW"]
     got = source.score(prompts, responses, [None] * 4)
@@ -83,9 +45,9 @@ def test_endpoint_judge_scores_caches_and_counts_failures(rubric, server):
     assert got[2] == (0.0, "unparseable_verdict")
     assert got[3] == (0.0, "timeout")
     assert source.calls == 3  # the identical pair was asked once
-    before = _Judge.calls
+    before = server.calls
     assert source.score(["1+1="], ["<answer>2</answer>"], [None]) == [(1.0, None)]
-    assert _Judge.calls == before  # served from the cache
+    assert server.calls == before  # served from the cache
 
 
 def test_missing_rubric_and_missing_endpoint_are_user_errors(rubric, tmp_path, monkeypatch):
@@ -94,3 +56,119 @@ def test_missing_rubric_and_missing_endpoint_are_user_errors(rubric, tmp_path, m
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(UserError, match="base_url"):
         JudgeSource(_cfg(rubric))
+
+
+# -- position-swapped pairwise judging ------------------------------------------------------------------
+
+class FakeClient:
+    """An in-process judge client: ``answer(prompt)`` is the text, or a ``(None, reason)`` failure; records each batch."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.batches: list[list[str]] = []
+
+    def complete_many(self, prompts):
+        self.batches.append(list(prompts))
+        out = [self.answer(p) for p in prompts]
+        return [a if isinstance(a, tuple) else (a, None) for a in out]
+
+
+def _pairwise(rubric, client, **kw):
+    return JudgeSource(_cfg(rubric, mode="pairwise", **kw), client=client)
+
+
+PROBLEMS = ["1+1=", "2+2=", "3+3="]
+REFERENCES = ["2", "4", "6"]
+
+
+def _quality(text: str, right: str) -> tuple[bool, bool]:
+    """Correct first, then inside answer tags: the references are bare numbers, so a tagged right answer beats them."""
+    return re.sub(r"</?answer>", "", text).strip() == right, text.startswith("<answer>")
+
+
+def _fair_judge(prompt: str) -> str:
+    question = re.search(r"## Problem\n(.*?)\n", prompt).group(1)
+    right = str(sum(int(x) for x in question.rstrip("=").split("+")))
+    a, b = (_quality(x, right) for x in pairwise_sections(prompt))
+    return "[[A]]" if a > b else "[[B]]" if b > a else "Equally good. [[C]]"
+
+
+def test_swapping_cancels_a_judge_that_always_prefers_the_first_answer(rubric):
+    responses = ["<answer>2</answer>", "<answer>5</answer>", "6"]
+    client = FakeClient(lambda p: "Response A is better. [[A]]")
+    source = _pairwise(rubric, client)
+    assert source.score(PROBLEMS, responses, REFERENCES) == [(0.5, None)] * 3
+    assert len(client.batches) == 1 and len(client.batches[0]) == 6  # both orders of every pair in one call
+    assert [pairwise_sections(p) for p in client.batches[0][:2]] == [(responses[0], "2"), ("2", responses[0])]
+    assert (source.calls, source.position_checked, source.position_inconsistent) == (6, 3, 3)
+
+    unswapped = _pairwise(rubric, FakeClient(lambda p: "[[A]]"), swap_positions=False)
+    assert unswapped.score(PROBLEMS, responses, REFERENCES) == [(1.0, None)] * 3
+    assert (unswapped.calls, unswapped.position_checked, unswapped.position_inconsistent) == (3, 0, 0)
+
+
+def test_swapped_fair_judge_at_an_endpoint_pays_wins_losses_and_ties(rubric, judge_server):
+    server = judge_server(_fair_judge)
+    source = JudgeSource(_cfg(rubric, mode="pairwise", base_url=server.url, max_concurrency=3))
+    # right and tagged (beats the bare reference), wrong (loses), right but bare (ties with the reference)
+    got = source.score(PROBLEMS, ["<answer>2</answer>", "<answer>5</answer>", "6"], REFERENCES)
+    assert got == [(1.0, None), (0.0, None), (0.5, None)]
+    assert server.calls == 6 and source.position_inconsistent == 0 and source.position_checked == 3
+    # in the swapped order the response is B, and [[B]] is its win
+    assert sorted(pairwise_sections(p) for p in server.requests if p.count("<answer>2</answer>")) == [
+        ("2", "<answer>2</answer>"), ("<answer>2</answer>", "2")]
+
+
+@pytest.mark.parametrize("failure, reason", [("no idea", "unparseable_verdict"), ((None, "timeout"), "timeout")])
+def test_a_failed_swapped_call_zeroes_the_sample_with_its_reason(rubric, failure, reason):
+    def answer(prompt):
+        _, b = pairwise_sections(prompt)
+        return failure if "FLAKY" in b else "[[C]]"  # fails only when the flaky response is shown second
+
+    client = FakeClient(answer)
+    source = _pairwise(rubric, client)
+    flaky = "<answer>2</answer> FLAKY"
+    assert source.score(["1+1=", "2+2="], [flaky, "<answer>4</answer>"], ["2", "4"]) == [(0.0, reason), (0.5, None)]
+    assert source.position_checked == 1 and source.position_inconsistent == 0
+    # the first order's verdict was cached, the failure was not: asking again re-sends only the swapped prompt
+    assert source.score(["1+1="], [flaky], ["2"]) == [(0.0, reason)]
+    assert [pairwise_sections(p) for p in client.batches[-1]] == [("2", flaky)]
+
+
+def test_a_repeated_pair_is_judged_once_per_order(rubric):
+    client = FakeClient(lambda p: "[[A]]")
+    source = _pairwise(rubric, client)
+    assert source.key("1+1=", "x", "2") != source.key("1+1=", "x", "2", swapped=True)
+    assert source.score(["1+1=", "1+1="], ["x", "x"], ["2", "2"]) == [(0.5, None)] * 2
+    assert len(client.batches[0]) == 2  # the duplicate pair: two prompts, not four
+    assert source.score(["1+1="], ["x"], ["2"]) == [(0.5, None)]
+    assert len(client.batches) == 1 and source.calls == 2  # no new call
+    assert source.position_inconsistent == 3  # every sample scored, cached ones included
+
+    uncached = _pairwise(rubric, FakeClient(lambda p: "[[A]]"), cache=False)
+    uncached.score(["1+1="], ["x"], ["2"])
+    uncached.score(["1+1="], ["x"], ["2"])
+    assert uncached.calls == 4
+
+
+def test_scorer_marks_position_inconsistent_samples_without_failing_them(rubric, judge_server):
+    from polyrl.rewards import RewardConfig, RewardScorer
+    from polyrl.rollout import Trajectory
+    from polyrl.tasks import get_task
+
+    server = judge_server(lambda p: "[[A]]")
+    task = get_task("addition")
+    trajs = []
+    for seed in range(3):
+        problem = task.generate(seed, "easy")
+        text = f"<answer>{problem.solution}</answer>"
+        verdict = task.verify(problem, text)
+        trajs.append(Trajectory("addition", seed, problem, [1], [2], text, True, verdict.score,
+                                {"verifier": verdict.score}, verdict))
+    config = RewardConfig(judge=0.5, judge_source=_cfg(rubric, mode="pairwise", base_url=server.url))
+    scorer = RewardScorer(config, ["addition"])
+    scorer.score(trajs)
+    for t in trajs:
+        assert t.reward_terms["judge"] == 0.5 and t.reward == pytest.approx(1.0 + 0.5 * 0.5)
+        assert t.info["reward_failures"] == {"judge_position_inconsistent": "position_inconsistent"}
+    assert scorer.sources["judge"].judge_source.position_inconsistent == 3 and server.calls == 6

@@ -3,15 +3,21 @@
 * ``pointwise``: the judge ends with ``Score: N`` on a ``score_min``–``score_max`` scale; the reward is
   ``(N - score_min) / (score_max - score_min)`` (Zheng et al. 2023, "Judging LLM-as-a-Judge", single-answer
   grading).
-* ``pairwise``: the judge compares the response (A) with the task's reference (B) and ends with
-  ``[[A]]``, ``[[B]]`` or ``[[C]]`` (tie); the reward is 1, 0 or 0.5 (the MT-Bench pairwise format).
+* ``pairwise``: the judge compares the response with the task's reference and ends with ``[[A]]``,
+  ``[[B]]`` or ``[[C]]`` (tie), the MT-Bench pairwise format; the response's preference is 1 for a win,
+  0.5 for a tie, 0 for a loss. LLM judges favour whichever answer is shown first (position bias; Zheng
+  et al. 2023 judge both orders and call a tie when they disagree). With ``swap_positions`` (the
+  default) each pair is judged twice, the response as A and then as B, both prompts in one batched call,
+  and the reward is the mean of the two preferences. Pairs whose two verdicts differ are counted
+  (``JudgeSource.position_inconsistent``, metric ``reward_failures/judge_position_inconsistent``) but keep
+  their averaged reward.
 
 The judge is a local checkpoint (``backend: local``, loaded by :func:`polyrl.policy.loading.load_policy`
 and sampled greedily) or any OpenAI-compatible endpoint (``backend: openai`` through the ``openai``
-client). Identical judgments are cached (key: hash of mode, rubric, prompt, response); endpoint calls
-run ``max_concurrency`` at a time, each with a timeout and ``retries`` retries. A verdict that cannot be
-parsed, a refusal, a timeout or an exhausted retry budget is a zero reward with a reason, counted in
-the metrics — never an exception.
+client). Identical judgments are cached (key: hash of mode, order of the pair, rubric, prompt, response,
+reference); endpoint calls run ``max_concurrency`` at a time, each with a timeout and ``retries``
+retries. A verdict that cannot be parsed, a refusal, a timeout or an exhausted retry budget (in either
+order of a swapped pair) is a zero reward with a reason, counted in the metrics — never an exception.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -50,6 +57,7 @@ class JudgeConfig(BaseModel):
     retries: int = Field(2, ge=0, description="Retries of a failed call (exponential backoff from 0.5 s).")
     max_tokens: int = Field(256, ge=1, description="Longest judge answer in tokens.")
     cache: bool = Field(True, description="Reuse judgments of identical (rubric, prompt, response).")
+    swap_positions: bool = Field(True, description="Pairwise: judge each pair in both orders and average the two (cancels position bias; two calls per sample).")
 
     @model_validator(mode="after")
     def _scale(self):
@@ -68,12 +76,15 @@ def load_rubric(path: str | Path) -> str:
     return text
 
 
-def judge_prompt(config: JudgeConfig, rubric: str, prompt: str, response: str, reference: str | None) -> str:
+def judge_prompt(config: JudgeConfig, rubric: str, prompt: str, response: str, reference: str | None,
+                 swapped: bool = False) -> str:
+    """The judge's prompt; pairwise, the response is A and the reference B (``swapped``: the other way round)."""
     if config.mode == "pointwise":
         return (f"{rubric}\n\n## Problem\n{prompt}\n\n## Response\n{response}\n\n"
                 f"Grade the response with the rubric. End with a line `Score: N`, N from "
                 f"{config.score_min:g} to {config.score_max:g}.")
-    return (f"{rubric}\n\n## Problem\n{prompt}\n\n## Response A\n{response}\n\n## Response B\n{reference or ''}\n\n"
+    a, b = (reference or "", response) if swapped else (response, reference or "")
+    return (f"{rubric}\n\n## Problem\n{prompt}\n\n## Response A\n{a}\n\n## Response B\n{b}\n\n"
             "Which response is better under the rubric? End with [[A]], [[B]] or [[C]] for a tie.")
 
 
@@ -162,26 +173,53 @@ class LocalJudgeClient:
         return [(g.text, None) for g in gens]
 
 
-class JudgeSource:
-    """Scores (prompt, response[, reference]) triples with the configured judge; caches identical judgments."""
+@dataclass(frozen=True)
+class Judgment:
+    """One sample's judge reward in [0, 1], its failure reason, and whether a swapped pair's two verdicts differed."""
 
-    def __init__(self, config: JudgeConfig, device: str = "cpu"):
+    value: float
+    reason: str | None = None
+    position_inconsistent: bool = False
+
+
+class JudgeSource:
+    """Scores (prompt, response[, reference]) triples with the configured judge; caches identical judgments.
+
+    Counters: ``calls`` (judge prompts sent), ``position_checked`` (swapped pairs with both verdicts
+    parsed) and ``position_inconsistent`` (those whose two verdicts prefer the response differently,
+    e.g. ``[[A]]`` in both orders), over every sample scored, cached ones included.
+    """
+
+    def __init__(self, config: JudgeConfig, device: str = "cpu", client=None):
         self.config = config
         self.rubric = load_rubric(config.rubric)
-        self.client = OpenAIJudgeClient(config) if config.backend == "openai" else LocalJudgeClient(config, device)
+        if client is None:
+            client = OpenAIJudgeClient(config) if config.backend == "openai" else LocalJudgeClient(config, device)
+        self.client = client  # anything with complete_many(prompts) -> [(text, failure reason)]
         self.cache: dict[str, tuple[float, str | None]] = {}
         self.calls = 0
+        self.position_checked = 0
+        self.position_inconsistent = 0
 
-    def key(self, prompt: str, response: str, reference: str | None) -> str:
-        blob = "\x00".join([self.config.mode, self.rubric, prompt, response, reference or ""])
+    @property
+    def orders(self) -> tuple[bool, ...]:
+        """``swapped`` flags each sample is judged with: (False, True) for swapped pairwise, else (False,)."""
+        return (False, True) if self.config.mode == "pairwise" and self.config.swap_positions else (False,)
+
+    def key(self, prompt: str, response: str, reference: str | None, swapped: bool = False) -> str:
+        order = "reference_first" if swapped else "response_first"
+        blob = "\x00".join([self.config.mode, order, self.rubric, prompt, response, reference or ""])
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def score(self, prompts: list[str], responses: list[str], references: list[str | None]) -> list[tuple[float, str | None]]:
-        keys = [self.key(p, r, ref) for p, r, ref in zip(prompts, responses, references)]
+    def judge(self, prompts: list[str], responses: list[str], references: list[str | None]) -> list[Judgment]:
+        """One :class:`Judgment` per sample; every uncached prompt (both orders of a pair) goes in one batch."""
+        orders = self.orders
+        keys = [[self.key(p, r, ref, s) for s in orders] for p, r, ref in zip(prompts, responses, references)]
         todo = {}
-        for k, p, r, ref in zip(keys, prompts, responses, references):
-            if k not in todo and not (self.config.cache and k in self.cache):
-                todo[k] = judge_prompt(self.config, self.rubric, p, r, ref)
+        for ks, p, r, ref in zip(keys, prompts, responses, references):
+            for k, swapped in zip(ks, orders):
+                if k not in todo and not (self.config.cache and k in self.cache):
+                    todo[k] = judge_prompt(self.config, self.rubric, p, r, ref, swapped)
         answers = self.client.complete_many(list(todo.values())) if todo else []
         self.calls += len(todo)
         fresh = {}
@@ -190,4 +228,20 @@ class JudgeSource:
             # failures are not cached: the same pair is asked again next time
             if self.config.cache and fresh[k][1] is None:
                 self.cache[k] = fresh[k]
-        return [fresh.get(k) or self.cache[k] for k in keys]
+        out = []
+        for ks in keys:
+            verdicts = [fresh[k] if k in fresh else self.cache[k] for k in ks]
+            reason = next((r for _, r in verdicts if r is not None), None)
+            if reason is not None:  # either order failing fails the sample
+                out.append(Judgment(0.0, reason))
+                continue
+            # the verdict is A's share; swapped, the response is B
+            prefs = [1.0 - v if swapped else v for (v, _), swapped in zip(verdicts, orders)]
+            out.append(Judgment(sum(prefs) / len(prefs), None, len(prefs) == 2 and prefs[0] != prefs[1]))
+        if len(orders) == 2:
+            self.position_checked += sum(j.reason is None for j in out)
+            self.position_inconsistent += sum(j.position_inconsistent for j in out)
+        return out
+
+    def score(self, prompts: list[str], responses: list[str], references: list[str | None]) -> list[tuple[float, str | None]]:
+        return [(j.value, j.reason) for j in self.judge(prompts, responses, references)]

@@ -9,7 +9,9 @@ model scores them in forward passes, a judge in concurrent calls, majority vote 
 Each source returns ``(value, failure reason or None)`` per trajectory. The scorer writes
 ``reward_terms[<term>]``, adds ``weight * value`` to ``reward`` (with ``gate: verifier`` only for
 verified-correct completions) and records failures in ``info["reward_failures"]`` (a failure is a
-zero value with a reason; the trainer logs ``reward_failures/<term>`` counts).
+zero value with a reason; the trainer logs ``reward_failures/<term>`` counts). A swapped pairwise judge
+also marks samples whose two verdicts disagree (``reward_failures/judge_position_inconsistent``); those
+keep their judge reward.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from polyrl.rewards.compose import MODEL_TERMS, RewardConfig
 
 Scores = list[tuple[float, "str | None"]]
 SourceFactory = Callable[[RewardConfig, str], Callable[[list], Scores]]
+# A swapped pairwise judgment whose two orders disagree: not a failure (the sample keeps its averaged judge
+# reward), but counted the same way, so the step metrics show how position-biased the judge is.
+POSITION_INCONSISTENT = "judge_position_inconsistent"
 REWARD_SOURCES: dict[str, SourceFactory] = {}
 
 
@@ -87,11 +92,14 @@ def _judge(config: RewardConfig, device: str):
         pairwise = config.judge_source.mode == "pairwise"
         idx = [i for i, t in enumerate(trajs) if not pairwise or t.problem.solution is not None]
         refs = [str(trajs[i].problem.solution) if trajs[i].problem.solution is not None else None for i in idx]
-        scored = source.score([_prompt_text(trajs[i]) for i in idx], [trajs[i].text for i in idx], refs) if idx else []
-        for i, s in zip(idx, scored):
-            out[i] = s
+        judged = source.judge([_prompt_text(trajs[i]) for i in idx], [trajs[i].text for i in idx], refs) if idx else []
+        for i, j in zip(idx, judged):
+            out[i] = (j.value, j.reason)
+            if j.position_inconsistent:  # counted per step as reward_failures/judge_position_inconsistent
+                trajs[i].info.setdefault("reward_failures", {})[POSITION_INCONSISTENT] = "position_inconsistent"
         return out
 
+    score.judge_source = source  # its counters (calls, position_inconsistent) for callers and tests
     return score
 
 
