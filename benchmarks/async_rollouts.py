@@ -2,9 +2,11 @@
 synchronous with environment workers, and Ray asynchronous with bounded staleness — in one run.
 
 Every environment step sleeps ``--latency`` seconds (a simulated tool call), so the question is how much
-of that waiting the Ray backend hides.
+of that waiting the Ray backend hides. With ``--sft-steps N`` every mode starts from one SFT warm start on
+the task (reference episodes), so groups have reward variance, the policy is updated at every step and
+the asynchronous mode's staleness is exercised (an untrained policy never succeeds: no update happens).
 
-    python benchmarks/async_rollouts.py --steps 4 --latency 0.2 --env-workers 8
+    python benchmarks/async_rollouts.py --steps 6 --latency 0.2 --env-workers 8 --sft-steps 200
 """
 
 from __future__ import annotations
@@ -17,13 +19,11 @@ import tempfile
 import time
 
 import ray
-
 from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
+
 from polyrl.envs.base import Environment
 from polyrl.train.config import TrainConfig
 from polyrl.train.trainer import Trainer
-
-TASK = "env/retry:addition"
 
 
 class SlowToolEnv(Environment):
@@ -49,7 +49,7 @@ class SlowToolEnv(Environment):
 
 
 class SlowTask:
-    """``TASK`` with :class:`SlowToolEnv` episodes (same name, problems, difficulty and verifier)."""
+    """The task with :class:`SlowToolEnv` episodes (same name, problems, difficulty and verifier)."""
 
     def __init__(self, inner, latency: float):
         self.inner, self.latency = inner, latency
@@ -63,17 +63,31 @@ class SlowTask:
         return getattr(self.inner, name)
 
 
-def run(mode: str, args) -> dict:
+def warm_start(args) -> str:
+    """SFT on the task's reference episodes (no latency: the environment is not stepped); returns the model dir."""
+    data = {"seed": 0, "run_dir": tempfile.mkdtemp(prefix="async-bench-sft-"), "progress": False, "tensorboard": False,
+            "threads": 1, "prompt": {"field": "question"}, "tasks": [args.task], "rl": {"enabled": False},
+            "sft": {"steps": args.sft_steps, "batch_size": 32, "lr": 0.003}, "eval": {"problems_per_task": 32, "pass_k": 1}}
+    trainer = Trainer(TrainConfig.model_validate(data))
+    result = trainer.run()
+    print(f"warm start: {args.sft_steps} SFT steps, held-out success {100 * result['after_sft']['mean']['accuracy']:.1f}%",
+          flush=True)
+    return str(trainer.run_dir.model_dir("sft_model"))
+
+
+def run(mode: str, args, model_path: str) -> dict:
+    task = args.task
     data = {
         "seed": 0, "run_dir": tempfile.mkdtemp(prefix=f"async-bench-{mode}-"), "progress": False, "tensorboard": False,
-        "tasks": [TASK], "sft": {"enabled": False},
+        "threads": 1, "model": {"path": model_path}, "prompt": {"field": "question"},
+        "tasks": [task], "sft": {"enabled": False}, "eval": {"problems_per_task": 1, "pass_k": 1},
         "rl": {"steps": args.steps, "prompts_per_step": args.prompts, "group_size": args.group_size, "max_new_tokens": 12},
         "backend": "local" if mode == "local-sync" else "ray",
         "ray": {"num_rollout_workers": 2, "rollout_concurrency": args.concurrency, "num_env_workers": args.env_workers,
                 "async": mode == "ray-async", "max_staleness": args.max_staleness},
     }
     trainer = Trainer(TrainConfig.model_validate(data))
-    trainer.tasks[TASK] = SlowTask(trainer.tasks[TASK], args.latency)
+    trainer.tasks[task] = SlowTask(trainer.tasks[task], args.latency)
     if trainer.rollout_pool is not None:  # the workers were built with the plain task: rebuild them with the slow one
         trainer.rollout_pool.shutdown()
         from polyrl.distributed.pool import RolloutPool
@@ -89,11 +103,12 @@ def run(mode: str, args) -> dict:
     rl = [r for r in records if r["stage"] == "rl"]
     episodes = args.steps * args.prompts * args.group_size
     out = {"mode": mode, "episodes": episodes, "wall_s": round(wall, 2), "episodes_per_s": round(episodes / wall, 2),
-           "turns_mean": round(sum(r.get(f"turns/{TASK}", 0) for r in rl) / len(rl), 2)}
+           "turns_mean": round(sum(r.get(f"turns/{task}", 0) for r in rl) / len(rl), 2),
+           "success": round(sum(r.get("accuracy", 0) for r in rl) / len(rl), 3), "updates": trainer.policy_version}
     if trainer.rollout_pool is not None:
         stats = trainer.rollout_pool.stats
         out["staleness"] = dict(sorted(collections.Counter(stats.staleness).items()))
-        out["reruns"], out["failed_groups"] = stats.reruns, stats.failed_groups
+        out["reruns"], out["stale_reruns"], out["failed_groups"] = stats.reruns, stats.stale_reruns, stats.failed_groups
         trainer.rollout_pool.shutdown()
     trainer.run_dir.close()
     return out
@@ -108,14 +123,19 @@ def main() -> None:
     p.add_argument("--env-workers", type=int, default=8)
     p.add_argument("--concurrency", type=int, default=8, help="groups each of the 2 rollout actors plays at once")
     p.add_argument("--max-staleness", type=int, default=1)
+    p.add_argument("--task", default="env/retry:addition", help="an env/... task (its environment gets the latency)")
+    p.add_argument("--sft-steps", type=int, default=0, help="SFT warm start on the task first (0: the untrained policy)")
     args = p.parse_args()
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; args: {vars(args)}", flush=True)
+    model_path = warm_start(args) if args.sft_steps else "tiny"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; args: {vars(args)}")
-    results = [run(mode, args) for mode in ("local-sync", "ray-sync", "ray-async")]
+    results = [run(mode, args, model_path) for mode in ("local-sync", "ray-sync", "ray-async")]
     ray.shutdown()
     base = results[0]["episodes_per_s"]
+    sync = results[1]["episodes_per_s"]
     for r in results:
-        print(json.dumps({**r, "speedup_vs_local_sync": round(r["episodes_per_s"] / base, 2)}))
+        print(json.dumps({**r, "speedup_vs_local_sync": round(r["episodes_per_s"] / base, 2),
+                          "speedup_vs_ray_sync": round(r["episodes_per_s"] / sync, 2)}))
 
 
 if __name__ == "__main__":

@@ -170,5 +170,21 @@ def test_scorer_marks_position_inconsistent_samples_without_failing_them(rubric,
     scorer.score(trajs)
     for t in trajs:
         assert t.reward_terms["judge"] == 0.5 and t.reward == pytest.approx(1.0 + 0.5 * 0.5)
-        assert t.info["reward_failures"] == {"judge_position_inconsistent": "position_inconsistent"}
+        assert t.info["judge_position_inconsistent"] is True and "reward_failures" not in t.info
     assert scorer.sources["judge"].judge_source.position_inconsistent == 3 and server.calls == 6
+
+
+def test_local_judge_failures_are_reasons_not_crashes(rubric, monkeypatch):
+    from polyrl.rewards.judge import JudgeConfig, LocalJudgeClient
+
+    client = LocalJudgeClient(JudgeConfig(rubric=str(rubric), backend="local", model="tiny", max_tokens=8))
+    limit = client.policy.model.config.max_position_embeddings
+    answers = client.complete_many(["short question", "x" * (limit + 10)])
+    assert answers[0][1] is None and answers[1] == (None, "judge_prompt_too_long")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(client.backend, "generate", broken)
+    with pytest.warns(UserWarning, match="local judge failed"):
+        assert client.complete_many(["a", "b"]) == [(None, "judge_error"), (None, "judge_error")]

@@ -81,13 +81,13 @@ def test_training_run_with_a_judge_term_at_an_endpoint(mode, tiny_train_config, 
             assert r["reward_terms/judge/addition"] == pytest.approx(judged)
             assert "reward_failures/judge/addition" not in r
             # pairwise: the always-[[A]] judge contradicts itself on every swapped pair
-            assert ("reward_failures/judge_position_inconsistent/addition" in r) == (mode == "pairwise")
+            assert ("judge_position_inconsistent/addition" in r) == (mode == "pairwise")
         if "reward/sort_digits" in r:
             assert r["reward_terms/judge/sort_digits"] == 0.0
             assert r["reward_failures/judge/sort_digits"] > 0
             assert r["reward_failures/judge"] == r["reward_failures/judge/sort_digits"]
-            assert "reward_failures/judge_position_inconsistent/sort_digits" not in r
+            assert "judge_position_inconsistent/sort_digits" not in r
         if mode == "pairwise":  # every sample either failed (sort_digits) or was judged inconsistently (addition)
-            counted = r.get("reward_failures/judge", 0) + r.get("reward_failures/judge_position_inconsistent", 0)
+            counted = r.get("reward_failures/judge", 0) + r.get("judge_position_inconsistent", 0)
             assert counted == cfg.rl.prompts_per_step * cfg.rl.group_size
     assert seen == {"addition", "sort_digits"}

@@ -42,8 +42,11 @@ def run(argv: list[str] | None = None) -> int:
 
     import click
 
-    # progress bars of `datasets` would bury one-line errors on stderr; polyrl shows its own progress
+    # progress bars of `datasets` would bury one-line errors on stderr; polyrl shows its own progress.
+    # The variable is read when `datasets` is imported; if something imported it already, switch them off.
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    if "datasets" in sys.modules and os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1":
+        sys.modules["datasets"].disable_progress_bars()
 
     try:
         result = app(args=argv, standalone_mode=False)

@@ -26,6 +26,7 @@ import hashlib
 import os
 import re
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,8 +170,20 @@ class LocalJudgeClient:
         ids = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
                if getattr(tok, "chat_template", None) else p for p in prompts]
         ids = [tok(t, add_special_tokens=False).input_ids for t in ids]
-        gens = self.backend.generate(ids, max_new_tokens=self.config.max_tokens, greedy=True)
-        return [(g.text, None) for g in gens]
+        limit = getattr(self.policy.model.config, "max_position_embeddings", None)
+        fits = [limit is None or len(x) + self.config.max_tokens <= limit for x in ids]
+        out: list[tuple[str | None, str | None]] = [(None, "judge_prompt_too_long")] * len(ids)
+        todo = [i for i, ok in enumerate(fits) if ok]
+        if not todo:
+            return out
+        try:
+            gens = self.backend.generate([ids[i] for i in todo], max_new_tokens=self.config.max_tokens, greedy=True)
+        except Exception as exc:  # noqa: BLE001 - a judge failure is a counted zero reward, never a crashed run
+            warnings.warn(f"local judge failed on {len(todo)} prompts: {exc!r}", stacklevel=2)
+            return [(None, "judge_error") for _ in ids]
+        for i, g in zip(todo, gens):
+            out[i] = (g.text, None)
+        return out
 
 
 @dataclass(frozen=True)

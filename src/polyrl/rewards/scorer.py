@@ -10,8 +10,8 @@ Each source returns ``(value, failure reason or None)`` per trajectory. The scor
 ``reward_terms[<term>]``, adds ``weight * value`` to ``reward`` (with ``gate: verifier`` only for
 verified-correct completions) and records failures in ``info["reward_failures"]`` (a failure is a
 zero value with a reason; the trainer logs ``reward_failures/<term>`` counts). A swapped pairwise judge
-also marks samples whose two verdicts disagree (``reward_failures/judge_position_inconsistent``); those
-keep their judge reward.
+also marks samples whose two verdicts disagree (``info["judge_position_inconsistent"]``, logged per step
+as ``judge_position_inconsistent``); those keep their judge reward.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from polyrl.rewards.compose import MODEL_TERMS, RewardConfig
 Scores = list[tuple[float, "str | None"]]
 SourceFactory = Callable[[RewardConfig, str], Callable[[list], Scores]]
 # A swapped pairwise judgment whose two orders disagree: not a failure (the sample keeps its averaged judge
-# reward), but counted the same way, so the step metrics show how position-biased the judge is.
+# reward), but counted per step, so the metrics show how position-biased the judge is.
 POSITION_INCONSISTENT = "judge_position_inconsistent"
 REWARD_SOURCES: dict[str, SourceFactory] = {}
 
@@ -95,8 +95,8 @@ def _judge(config: RewardConfig, device: str):
         judged = source.judge([_prompt_text(trajs[i]) for i in idx], [trajs[i].text for i in idx], refs) if idx else []
         for i, j in zip(idx, judged):
             out[i] = (j.value, j.reason)
-            if j.position_inconsistent:  # counted per step as reward_failures/judge_position_inconsistent
-                trajs[i].info.setdefault("reward_failures", {})[POSITION_INCONSISTENT] = "position_inconsistent"
+            if j.position_inconsistent:  # counted per step as judge_position_inconsistent
+                trajs[i].info[POSITION_INCONSISTENT] = True
         return out
 
     score.judge_source = source  # its counters (calls, position_inconsistent) for callers and tests

@@ -233,6 +233,9 @@ def step_metrics(trajs: list[Trajectory], update: dict[str, Any], info: dict[str
                for term in sorted({k for i in idx for k in trajs[i].reward_terms})},
             **{f"reward_failures/{term}": float(sum(term in trajs[i].info.get("reward_failures", {}) for i in idx))
                for term in sorted({k for i in idx for k in trajs[i].info.get("reward_failures", {})})},
+            # a swapped pairwise judge whose two verdicts disagreed (position bias; the sample keeps its reward)
+            **({"judge_position_inconsistent": float(sum(bool(trajs[i].info.get("judge_position_inconsistent")) for i in idx))}
+               if any("judge_position_inconsistent" in trajs[i].info for i in idx) else {}),
         }
 
     out = summarize(list(range(len(trajs)))) if trajs else {}
