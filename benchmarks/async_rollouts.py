@@ -21,46 +21,9 @@ import time
 import ray
 from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
 
-from polyrl.envs.base import Environment
+from polyrl.envs.latency import with_latency
 from polyrl.train.config import TrainConfig
 from polyrl.train.trainer import Trainer
-
-
-class SlowToolEnv(Environment):
-    """The inner environment, with ``latency`` seconds of simulated tool time per step."""
-
-    def __init__(self, inner: Environment, latency: float):
-        self.inner, self.latency = inner, latency
-        self.tools = inner.tools
-
-    @property
-    def stats(self):
-        return self.inner.stats
-
-    def reset(self):
-        return self.inner.reset()
-
-    def step(self, action):
-        time.sleep(self.latency)
-        return self.inner.step(action)
-
-    def close(self):
-        self.inner.close()
-
-
-class SlowTask:
-    """The task with :class:`SlowToolEnv` episodes (same name, problems, difficulty and verifier)."""
-
-    def __init__(self, inner, latency: float):
-        self.inner, self.latency = inner, latency
-
-    def make_env(self, problem):
-        return SlowToolEnv(self.inner.make_env(problem), self.latency)
-
-    def __getattr__(self, name):
-        if name in ("inner", "latency"):
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
 
 def warm_start(args) -> str:
@@ -87,7 +50,7 @@ def run(mode: str, args, model_path: str) -> dict:
                 "async": mode == "ray-async", "max_staleness": args.max_staleness},
     }
     trainer = Trainer(TrainConfig.model_validate(data))
-    trainer.tasks[task] = SlowTask(trainer.tasks[task], args.latency)
+    trainer.tasks[task] = with_latency(trainer.tasks[task], args.latency)
     if trainer.rollout_pool is not None:  # the workers were built with the plain task: rebuild them with the slow one
         trainer.rollout_pool.shutdown()
         from polyrl.distributed.pool import RolloutPool

@@ -105,44 +105,13 @@ def test_groups_older_than_max_staleness_are_rerun_at_the_current_version(local_
         pool.shutdown()
 
 
-class _SlowEnv:
-    """Wraps an environment: every step takes ``latency`` seconds (a tool call)."""
-
-    def __init__(self, inner, latency):
-        self.inner, self.latency = inner, latency
-
-    def __getattr__(self, name):
-        if name in ("inner", "latency"):
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def step(self, action):
-        import time
-
-        time.sleep(self.latency)
-        return self.inner.step(action)
-
-
-class _SlowTask:
-    def __init__(self, inner, latency):
-        self.inner, self.latency = inner, latency
-
-    def make_env(self, problem):
-        return _SlowEnv(self.inner.make_env(problem), self.latency)
-
-    def __getattr__(self, name):
-        if name in ("inner", "latency"):
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-
 def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_goes_on(local_ray):
-    import sys
     import time
 
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the slow wrappers live in this test module
+    from polyrl.envs.latency import with_latency
+
     name = "env/retry:addition"
-    task = _SlowTask(resolve_task(name), 0.4)
+    task = with_latency(resolve_task(name), 0.4)
     pool = _pool({name: task}, num_rollout_workers=1, num_env_workers=1, rollout_concurrency=4, max_restarts=2)
     try:
         make = _problems(task)

@@ -146,3 +146,22 @@ def test_textarena_missing_is_a_user_error_naming_the_extra(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "textarena", None)  # import textarena now raises ImportError
     with pytest.raises(UserError, match=r"pip install 'polyrl\[envs\]'"):
         get_env_task("env/textarena:GuessTheNumber-v0")
+
+
+def test_latency_wrapper_delays_steps_and_keeps_everything_else():
+    import time
+
+    from polyrl.envs import resolve_task
+    from polyrl.envs.latency import with_latency
+
+    inner = resolve_task("env/retry:addition")
+    slow = with_latency(inner, 0.05)
+    problem = slow.generate(3, "easy")
+    assert problem == inner.generate(3, "easy") and slow.name == inner.name
+    env = slow.make_env(problem)
+    assert env.reset() == inner.make_env(problem).reset()
+    t0 = time.perf_counter()
+    result = env.step(f"<answer>{problem.solution}</answer>")
+    assert time.perf_counter() - t0 >= 0.05 and result.done and result.info["success"]
+    with pytest.raises(ValueError, match="latency"):
+        with_latency(inner, -1)
