@@ -9,7 +9,7 @@
   et al. 2023 judge both orders and call a tie when they disagree). With ``swap_positions`` (the
   default) each pair is judged twice, the response as A and then as B, both prompts in one batched call,
   and the reward is the mean of the two preferences. Pairs whose two verdicts differ are counted
-  (``JudgeSource.position_inconsistent``, metric ``reward_failures/judge_position_inconsistent``) but keep
+  (``JudgeSource.position_inconsistent``, step metric ``judge_position_inconsistent``) but keep
   their averaged reward.
 
 The judge is a local checkpoint (``backend: local``, loaded by :func:`polyrl.policy.loading.load_policy`
