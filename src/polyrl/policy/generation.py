@@ -50,6 +50,61 @@ def forward_args(model) -> dict:
     }
 
 
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[N, max_len]`` ids and attention mask with each prompt right-aligned (its last token in the last column)."""
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+        attention[i, width - len(p) :] = 1
+    return input_ids, attention
+
+
+def distinct(prompts: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The distinct prompts in first-seen order, and for each input prompt the index of its distinct one."""
+    unique: dict[tuple[int, ...], int] = {}
+    source = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+    return list(unique), source
+
+
+@dataclass
+class Prefill:
+    """One forward over distinct prompts whose KV cache has been copied out to one row per input prompt."""
+
+    logits: torch.Tensor
+    """``[U, T, V]`` logits of the distinct prompts (``T`` is 1 when only the last position was kept)."""
+    cache: object
+    """The KV cache, row ``i`` holding input prompt ``i``'s prompt."""
+    source: torch.Tensor
+    """``[N]`` index of each input prompt's distinct prompt."""
+    attention: torch.Tensor
+    """``[U, P]`` left-padded attention mask of the distinct prompts."""
+    positions: torch.Tensor
+    """``[U, P]`` position ids of the distinct prompts."""
+
+
+def prefill(model, unique: Sequence[Sequence[int]], source: Sequence[int], pad_id: int = 0,
+            last_logits_only: bool = False) -> Prefill | None:
+    """Run each distinct prompt through ``model`` once (left-padded, with a KV cache) and index the cache out
+    to one row per input prompt; None when the model takes no ``position_ids`` or its cache can't be
+    indexed by row. Gradients flow through it when enabled."""
+    args = forward_args(model)
+    if not args["positions"]:
+        return None
+    device = next(model.parameters()).device
+    input_ids, attention = (t.to(device) for t in left_pad(unique, pad_id))
+    positions = (attention.cumsum(1) - 1).clamp(min=0)
+    keep = {args["keep_last"]: 1} if last_logits_only and args["keep_last"] else {}
+    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, **keep)
+    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    if not hasattr(cache, "batch_select_indices"):
+        return None
+    index = torch.tensor(list(source), device=device)
+    cache.batch_select_indices(index)
+    return Prefill(out.logits, cache, index, attention, positions)
+
+
 def eos_ids(model, tokenizer) -> list[int]:
     ids = model.generation_config.eos_token_id
     ids = [ids] if isinstance(ids, int) else list(ids or [])
@@ -88,7 +143,7 @@ class TransformersBackend:
             for start in range(0, len(prompts), self.batch_size):
                 chunk = prompts[start : start + self.batch_size]
                 rows = None
-                if self.shared_prefill and forward_args(self.model)["positions"]:
+                if self.shared_prefill:
                     rows = self._decode_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
                 if rows is None:
                     rows = self._hf_generate_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
@@ -107,18 +162,8 @@ class TransformersBackend:
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
         return Generation(list(prompt), completion, text, finished)
 
-    def _left_padded(self, prompts):
-        pad = self.tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p)
-            attention[i, width - len(p) :] = 1
-        return input_ids, attention
-
     def _hf_generate_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy) -> list[list[int]]:
-        input_ids, attention = self._left_padded(prompts)
+        input_ids, attention = left_pad(prompts, self.tokenizer.pad_token_id)
         device = next(self.model.parameters()).device
         sampling = {} if greedy else {"temperature": temperature, "top_p": top_p, "top_k": 0}
         seqs = self.model.generate(
@@ -130,20 +175,13 @@ class TransformersBackend:
     def _decode_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy) -> list[list[int]] | None:
         """Prefill each distinct prompt once, then sample token by token; None if the model's cache can't
         be indexed by row (the caller then uses ``model.generate``)."""
-        device = next(self.model.parameters()).device
-        args = forward_args(self.model)
-        unique: dict[tuple[int, ...], int] = {}
-        source = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device)
-        input_ids, attention = (t.to(device) for t in self._left_padded([list(p) for p in unique]))
-        positions = (attention.cumsum(1) - 1).clamp(min=0)
-        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                         **({args["keep_last"]: 1} if args["keep_last"] else {}))
-        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-        if not hasattr(cache, "batch_select_indices"):
+        pre = prefill(self.model, *distinct(prompts), self.tokenizer.pad_token_id, last_logits_only=True)
+        if pre is None:
             return None
-        cache.batch_select_indices(source)  # one copy of the prompt's cache per completion
-        logits = out.logits[source, -1]
-        attention, positions = attention[source], positions[source, -1:] + 1
+        device = pre.source.device
+        cache, args = pre.cache, forward_args(self.model)
+        logits = pre.logits[pre.source, -1]
+        attention, positions = pre.attention[pre.source], pre.positions[pre.source, -1:] + 1
         n = len(prompts)
         tokens = torch.full((n, max_new_tokens), self.tokenizer.pad_token_id, dtype=torch.long, device=device)
         rows = torch.arange(n, device=device)  # which completion each batch row is, in cache order

@@ -38,6 +38,16 @@ class ModelConfig(BaseModel):
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
 
+def merged(model):
+    """``model`` as a plain transformers model: a copy with its LoRA adapters merged in (PEFT), or the model
+    itself when it has none."""
+    if hasattr(model, "merge_and_unload"):
+        import copy
+
+        return copy.deepcopy(model).merge_and_unload()
+    return model
+
+
 @dataclass
 class Policy:
     """A causal LM and its tokenizer (left padding, a pad token always set)."""
@@ -47,12 +57,7 @@ class Policy:
 
     def save(self, path: str | Path) -> None:
         """Save as a plain Hugging Face checkpoint (LoRA adapters merged in)."""
-        model = self.model
-        if hasattr(model, "merge_and_unload"):
-            import copy
-
-            model = copy.deepcopy(model).merge_and_unload()
-        model.save_pretrained(path, safe_serialization=True)
+        merged(self.model).save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
 
     @property

@@ -8,7 +8,6 @@ updated policy. Nothing here imports vLLM at module import time: ``import polyrl
 
 from __future__ import annotations
 
-import copy
 import os
 import tempfile
 from collections.abc import Iterable
@@ -19,6 +18,7 @@ import torch
 
 from polyrl.errors import UserError
 from polyrl.policy.generation import Generation, eos_ids
+from polyrl.policy.loading import Policy, merged
 
 
 def require_vllm():
@@ -31,9 +31,7 @@ def require_vllm():
 
 def hf_named_weights(model) -> Iterable[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` pairs with plain Hugging Face names: LoRA adapters are merged into a copy first."""
-    if hasattr(model, "merge_and_unload"):  # PEFT
-        model = copy.deepcopy(model).merge_and_unload()
-    for name, tensor in model.state_dict().items():
+    for name, tensor in merged(model).state_dict().items():
         yield name, tensor.detach()
 
 
@@ -89,9 +87,7 @@ class VLLMBackend:
             self._tmp = tempfile.TemporaryDirectory(prefix="polyrl-vllm-")
             work_dir = self._tmp.name
         path = Path(work_dir)
-        base = copy.deepcopy(model).merge_and_unload() if hasattr(model, "merge_and_unload") else model
-        base.save_pretrained(path, safe_serialization=True)
-        tokenizer.save_pretrained(path)
+        Policy(model, tokenizer).save(path)
         # an in-process engine lets sync_weights write into vLLM's tensors directly
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.llm = vllm.LLM(model=str(path), tokenizer=str(path), gpu_memory_utilization=gpu_memory_utilization,

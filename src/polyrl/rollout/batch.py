@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from polyrl.algos import entropy_from_logits, token_logprobs
-from polyrl.policy.generation import forward_args
+from polyrl.policy.generation import distinct, forward_args, prefill
 
 
 @dataclass
@@ -91,32 +91,16 @@ def _checkpointing(model) -> bool:
 def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool, entropy_grad: bool):
     """``sequence_logprobs`` with one forward per distinct prompt, or None when too few rows share one (or
     the model's cache can't be indexed by row)."""
-    lengths = batch.prompt_lengths.tolist()
-    rows = batch.input_ids.tolist()
-    unique: dict[tuple[int, ...], int] = {}
-    source_list = [unique.setdefault(tuple(row[:n]), len(unique)) for row, n in zip(rows, lengths)]
+    rows = [row[:n] for row, n in zip(batch.input_ids.tolist(), batch.prompt_lengths.tolist())]
+    unique, source_list = distinct(rows)
     if len(unique) > 0.75 * len(rows):
         return None
-    args = forward_args(model)
-    if not args["positions"]:
+    pre = prefill(model, unique, source_list, last_logits_only=True)
+    if pre is None:
         return None
-    device = next(model.parameters()).device
+    device = pre.source.device
     n_rows, width = batch.input_ids.shape
-    source = torch.tensor(source_list, device=device)
-    # distinct prompts, left-padded so that each one's last token sits in the last column
-    p_width = max(len(p) for p in unique)
-    prompt_ids = torch.zeros((len(unique), p_width), dtype=torch.long)
-    prompt_mask = torch.zeros((len(unique), p_width), dtype=torch.long)
-    for i, p in enumerate(unique):
-        prompt_ids[i, p_width - len(p) :] = torch.tensor(p)
-        prompt_mask[i, p_width - len(p) :] = 1
-    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=(prompt_mask.cumsum(1) - 1).clamp(min=0),
-                use_cache=True)
-    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-    if not hasattr(cache, "batch_select_indices"):
-        return None
-    cache.batch_select_indices(source)
+    source, prompt_mask = pre.source, pre.attention
     # the continuations (responses), right-padded
     lengths_t = batch.prompt_lengths.to(device)
     total = batch.attention_mask.sum(1).to(device)
@@ -125,10 +109,11 @@ def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entrop
     gather_cols = (lengths_t.unsqueeze(1) + cols).clamp(max=width - 1)
     resp_mask = (cols < (total - lengths_t).unsqueeze(1)).long()
     resp_ids = batch.input_ids.to(device).gather(1, gather_cols) * resp_mask
-    logits = out.logits[source, -1:]  # predicts each response's first token
+    logits = pre.logits[source, -1:]  # predicts each response's first token
     if r_width > 1:
         cont = model(input_ids=resp_ids[:, :-1], attention_mask=torch.cat([prompt_mask[source], resp_mask[:, :-1]], 1),
-                     position_ids=lengths_t.unsqueeze(1) + cols[:-1], use_cache=True, **{args["cache"]: cache})
+                     position_ids=lengths_t.unsqueeze(1) + cols[:-1], use_cache=True,
+                     **{forward_args(model)["cache"]: pre.cache})
         logits = torch.cat([logits, cont.logits], 1)
     logits = logits.float()
     logp = token_logprobs(logits, resp_ids, temperature=temperature)

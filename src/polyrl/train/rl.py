@@ -83,6 +83,12 @@ def behaviour_logprobs(trajs: list[Trajectory], width: int) -> torch.Tensor | No
     return out
 
 
+def collate_trajectories(trainer, trajs: list[Trajectory]):
+    """The padded token batch of ``trajs`` (with multi-turn policy masks when there are any)."""
+    return collate([(t.prompt_ids, t.response_ids) for t in trajs], trainer.policy.tokenizer.pad_token_id,
+                   [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None)
+
+
 def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
     """Advantages and PPO-style epochs over ``trajs``; returns loss statistics and per-sequence diagnostics."""
     cfg = trainer.config.rl
@@ -91,8 +97,7 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
     rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     group_ids = torch.tensor([t.group for t in trajs])
     task_ids = torch.tensor([task_index[t.task] for t in trajs])
-    batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], trainer.policy.tokenizer.pad_token_id,
-                    [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None)
+    batch = collate_trajectories(trainer, trajs)
     behaviour_all = behaviour_logprobs(trajs, batch.loss_mask.shape[1])
     critic_stats: dict[str, float] = {}
     if cfg.advantage == "gae":  # token-level [N, T] advantages from the critic (polyrl.critic)
@@ -193,8 +198,7 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
 def critic_only_update(trainer, trajs: list[Trajectory]) -> dict[str, float]:
     """One pass of value-loss updates over ``trajs`` (``rl.minibatches`` minibatches); the policy is untouched."""
     cfg = trainer.config.rl
-    batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], trainer.policy.tokenizer.pad_token_id,
-                    [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None)
+    batch = collate_trajectories(trainer, trajs)
     rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     _, returns, stats = trainer.critic.advantages(batch, rewards)
     losses = []

@@ -121,6 +121,12 @@ class Trainer:
         """Give the generation backend the current weights (a no-op for transformers, which shares them)."""
         self.backend.sync_weights(self.policy.model, self.policy_version)
 
+    def _broadcast_weights(self) -> None:
+        """The current weights to every generator of RL rollouts: the backend and, with Ray, the workers."""
+        self._sync_backend()
+        if self.rollout_pool is not None:
+            self.rollout_pool.sync_weights(self.policy.model, self.policy_version)
+
     def _collect(self, step: int, rng: np.random.Generator):
         if self.rollout_pool is not None:
             from polyrl.distributed.rollouts import collect_rollouts_ray
@@ -313,9 +319,7 @@ class Trainer:
         if ckpt is not None:
             self._restore(ckpt)
             start = ckpt.step
-        self._sync_backend()
-        if self.rollout_pool is not None:
-            self.rollout_pool.sync_weights(self.policy.model, self.policy_version)
+        self._broadcast_weights()
         if self.critic is not None and start == 0 and cfg.critic.warmup_steps:
             self._critic_warmup(cfg.critic.warmup_steps)
         self.progress.start("RL", cfg.steps, start)
@@ -337,9 +341,7 @@ class Trainer:
                 else:
                     self.bad_steps = 0
                     self.policy_version += 1
-                    self._sync_backend()
-                    if self.rollout_pool is not None:
-                        self.rollout_pool.sync_weights(self.policy.model, self.policy_version)
+                    self._broadcast_weights()
             metrics = rl.step_metrics(trajs, update, info, time.perf_counter() - t0)
             metrics["lr"] = self.scheduler.get_last_lr()[0]
             metrics.update({k: info[k] for k in ("staleness_mean", "staleness_max", "failed_groups", "reruns",
