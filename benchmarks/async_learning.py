@@ -24,9 +24,12 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
-from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
+from machine import (  # benchmarks/machine.py (scripts run from benchmarks/)
+    cpu_model,
+    markdown_table,
+    mean_std,
+)
 
 from polyrl.cli.train import default_config_path
 from polyrl.train.config import load_config
@@ -64,7 +67,7 @@ def rl_run(args, work: Path, seed: int, mode: str, start: Path) -> dict:
            "updates": trainer.policy_version}
     pool = trainer.rollout_pool
     if pool is not None:
-        out["staleness"] = dict(sorted(collections.Counter(pool.stats.staleness).items()))
+        out["staleness"] = dict(sorted(collections.Counter(pool.stats.staleness).itemean_std()))
         out["stale_reruns"], out["failed_groups"], out["reruns"] = pool.stats.stale_reruns, pool.stats.failed_groups, pool.stats.reruns
     return out
 
@@ -106,26 +109,22 @@ def main() -> None:
             runs.append(row)
     load.append(os.getloadavg()[0])
 
-    def ms(xs, fmt="{:.1f}"):
-        xs = np.asarray(xs, float)
-        return fmt.format(xs.mean()) + (f" ± {fmt.format(xs.std(ddof=1))}" if len(xs) > 1 else "")
-
     tasks = [t for t in runs[0]["sft"] if t != "mean"]
     header = ["task", "SFT start", *modes]
-    rows = [[t, ms([100 * r["sft"][t]["accuracy"] for r in runs]) + "%",
-             *(ms([100 * r[m]["accuracy"][t]["accuracy"] for r in runs]) + "%" for m in modes)] for t in [*tasks, "mean"]]
+    rows = [[t, mean_std([100 * r["sft"][t]["accuracy"] for r in runs]) + "%",
+             *(mean_std([100 * r[m]["accuracy"][t]["accuracy"] for r in runs]) + "%" for m in modes)] for t in [*tasks, "mean"]]
     passk = next((k for k in runs[0]["sft"]["mean"] if k.startswith("pass@") and k != "pass@1"), None)
     if passk:
-        rows.append([f"{passk} mean", ms([100 * r["sft"]["mean"][passk] for r in runs]) + "%",
-                     *(ms([100 * r[m]["accuracy"]["mean"][passk] for r in runs]) + "%" for m in modes)])
+        rows.append([f"{passk} mean", mean_std([100 * r["sft"]["mean"][passk] for r in runs]) + "%",
+                     *(mean_std([100 * r[m]["accuracy"]["mean"][passk] for r in runs]) + "%" for m in modes)])
     speed_header = ["mode", "RL stage s", "policy updates", "staleness (trajectories per lag)", "stale re-runs", "failed groups"]
     speed = []
     for m in modes:
         staleness = collections.Counter()
         for r in runs:
             staleness.update(r[m].get("staleness", {}))
-        speed.append([m, ms([r[m]["rl_s"] for r in runs], "{:.0f}"), ms([r[m]["updates"] for r in runs], "{:.0f}"),
-                      str(dict(sorted(staleness.items()))) if staleness else "—",
+        speed.append([m, mean_std([r[m]["rl_s"] for r in runs], "{:.0f}"), mean_std([r[m]["updates"] for r in runs], "{:.0f}"),
+                      str(dict(sorted(staleness.itemean_std()))) if staleness else "—",
                       str(sum(r[m].get("stale_reruns", 0) for r in runs)), str(sum(r[m].get("failed_groups", 0) for r in runs))])
     machine = (f"{cpu_model()}, {os.cpu_count()} cores (load average {load[0]:.1f} at start, {load[1]:.1f} at end), "
                f"torch {torch.__version__}, Python {platform.python_version()}")
@@ -135,11 +134,7 @@ def main() -> None:
     if args.markdown:
         print(f"Machine: {machine}.\n\nSetup: {setup}.\n")
         for h, rs in ((header, rows), (speed_header, speed)):
-            print("| " + " | ".join(h) + " |")
-            print("|" + "|".join(["---"] + ["---:"] * (len(h) - 1)) + "|")
-            for r in rs:
-                print("| " + " | ".join(r) + " |")
-            print()
+            print(markdown_table(h, rs) + "\n")
         return
     print(machine)
     print(setup)

@@ -1,4 +1,5 @@
-"""What machine a benchmark ran on, for the figures recorded in docs/benchmarks.md."""
+"""Shared by the benchmark scripts: what machine a benchmark ran on, and how its figures are printed for
+docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -11,3 +12,17 @@ def cpu_model() -> str:
             return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
+
+
+def mean_std(xs, fmt: str = "{:.1f}") -> str:
+    """``mean ± std`` (sample std, over seeds) of ``xs``; just the mean for one value."""
+    import numpy as np
+
+    xs = np.asarray(xs, dtype=float)
+    return fmt.format(xs.mean()) + (f" ± {fmt.format(xs.std(ddof=1))}" if len(xs) > 1 else "")
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table: first column left-aligned, the others right-aligned."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])

@@ -38,7 +38,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
+from machine import (  # benchmarks/machine.py (scripts run from benchmarks/)
+    cpu_model,
+    markdown_table,
+    mean_std,
+)
 from rich.console import Console
 from rich.table import Table
 
@@ -178,11 +182,6 @@ def run_seed(args, console: Console) -> dict:
     return {"seed": args.seed, "sft": sft_acc, "polyrl": ours, "trl": theirs}
 
 
-def _mean_std(xs: list[float], fmt: str = "{:.1f}") -> str:
-    xs = np.asarray(xs, dtype=float)
-    return fmt.format(xs.mean()) + (f" ± {fmt.format(xs.std(ddof=1))}" if len(xs) > 1 else "")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60, help="RL steps for each trainer.")
@@ -244,33 +243,29 @@ def main() -> None:
     ]
     speed_header = ["trainer", "RL wall s", "RL CPU s", "compl./s", "compl./CPU-s", "held-out mean"]
     speed_rows = [
-        [label, _mean_std([r[who]["wall"] for r in results]), _mean_std([r[who]["cpu"] for r in results]),
-         _mean_std([completions / r[who]["wall"] for r in results]), _mean_std([completions / r[who]["cpu"] for r in results]),
-         _mean_std([acc(r, who) for r in results]) + "%"]
+        [label, mean_std([r[who]["wall"] for r in results]), mean_std([r[who]["cpu"] for r in results]),
+         mean_std([completions / r[who]["wall"] for r in results]), mean_std([completions / r[who]["cpu"] for r in results]),
+         mean_std([acc(r, who) for r in results]) + "%"]
         for label, who in (("polyrl", "polyrl"), ("TRL GRPOTrainer", "trl"))
     ]
     acc_header = ["task", "SFT start", "polyrl", "TRL GRPOTrainer"]
-    acc_rows = [[n, *(_mean_std([acc(r, who, n) for r in results]) + "%" for who in ("sft", "polyrl", "trl"))]
+    acc_rows = [[n, *(mean_std([acc(r, who, n) for r in results]) + "%" for who in ("sft", "polyrl", "trl"))]
                 for n in [*task_names, "mean"]]
     speedups = [r["trl"]["wall"] / r["polyrl"]["wall"] for r in results]
     cpu_speedups = [r["trl"]["cpu"] / r["polyrl"]["cpu"] for r in results]
     diffs = [acc(r, "polyrl") - acc(r, "trl") for r in results]
     gen_share = [100 * r["polyrl"]["gen_time"] / max(r["polyrl"]["step_time"], 1e-9) for r in results]
-    verdict = (f"polyrl/TRL throughput: {_mean_std(speedups, '{:.2f}')}× wall, {_mean_std(cpu_speedups, '{:.2f}')}× CPU "
+    verdict = (f"polyrl/TRL throughput: {mean_std(speedups, '{:.2f}')}× wall, {mean_std(cpu_speedups, '{:.2f}')}× CPU "
                f"(goal ≥ {GOAL_SPEEDUP:.0f}×: {'met' if min(speedups) >= GOAL_SPEEDUP else 'NOT met'} in "
                f"{sum(s >= GOAL_SPEEDUP for s in speedups)}/{len(speedups)} seeds); held-out mean accuracy polyrl − TRL: "
-               f"{_mean_std(diffs)} points over {len(results)} seed(s); {_mean_std(gen_share, '{:.0f}')}% of polyrl's RL "
+               f"{mean_std(diffs)} points over {len(results)} seed(s); {mean_std(gen_share, '{:.0f}')}% of polyrl's RL "
                f"step time in generation")
     tables = [("Per seed", per_seed_header, per_seed_rows), ("Throughput (mean ± std over seeds)", speed_header, speed_rows),
               ("Held-out accuracy, greedy (mean ± std over seeds)", acc_header, acc_rows)]
     if args.markdown:
         print(f"Machine: {machine}.\n\nSetup: {setup}.\n")
         for _, header, rows in tables:
-            print("| " + " | ".join(header) + " |")
-            print("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
-            for row in rows:
-                print("| " + " | ".join(row) + " |")
-            print()
+            print(markdown_table(header, rows) + "\n")
         print(f"{verdict}.")
         return
     out = Console()
