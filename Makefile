@@ -7,6 +7,8 @@ train: setup
 	.venv/bin/polyrl train
 
 test: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/python -m pytest
 
 bench: setup

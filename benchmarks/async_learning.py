@@ -39,10 +39,19 @@ MODES = ("local", "ray-sync", "ray-async")
 
 
 def sft_model(args, work: Path, seed: int) -> tuple[Path, dict]:
-    cfg = load_config(default_config_path(), [
-        f"run_dir={work / 'sft'}", f"seed={seed}", f"sft.steps={args.sft_steps}", "rl.enabled=false",
-        "progress=false", "tensorboard=false", f"eval.problems_per_task={args.eval_problems}", f"threads={args.threads}",
-    ])
+    cfg = load_config(
+        default_config_path(),
+        [
+            f"run_dir={work / 'sft'}",
+            f"seed={seed}",
+            f"sft.steps={args.sft_steps}",
+            "rl.enabled=false",
+            "progress=false",
+            "tensorboard=false",
+            f"eval.problems_per_task={args.eval_problems}",
+            f"threads={args.threads}",
+        ],
+    )
     trainer = Trainer(cfg)
     results = trainer.run()
     return trainer.run_dir.model_dir("sft_model"), results["after_sft"]
@@ -50,25 +59,46 @@ def sft_model(args, work: Path, seed: int) -> tuple[Path, dict]:
 
 def rl_run(args, work: Path, seed: int, mode: str, start: Path) -> dict:
     overrides = [
-        f"run_dir={work / mode}", f"seed={seed}", f"model.path={start}", "sft.enabled=false", f"rl.steps={args.rl_steps}",
-        "progress=false", "tensorboard=false", f"eval.problems_per_task={args.eval_problems}", f"threads={args.threads}",
+        f"run_dir={work / mode}",
+        f"seed={seed}",
+        f"model.path={start}",
+        "sft.enabled=false",
+        f"rl.steps={args.rl_steps}",
+        "progress=false",
+        "tensorboard=false",
+        f"eval.problems_per_task={args.eval_problems}",
+        f"threads={args.threads}",
         f"checkpoint_every={args.rl_steps}",
     ]
     if mode != "local":
-        overrides += ["backend=ray", "ray.num_rollout_workers=2", "ray.num_cpus=2", f"ray.max_staleness={args.max_staleness}",
-                      f"ray.async={'true' if mode == 'ray-async' else 'false'}"]
+        overrides += [
+            "backend=ray",
+            "ray.num_rollout_workers=2",
+            "ray.num_cpus=2",
+            f"ray.max_staleness={args.max_staleness}",
+            f"ray.async={'true' if mode == 'ray-async' else 'false'}",
+        ]
     trainer = Trainer(load_config(default_config_path(), overrides))
     t0 = time.perf_counter()
     results = trainer.run()
     wall = time.perf_counter() - t0
     rl = [json.loads(line) for line in trainer.run_dir.metrics_file.read_text().splitlines()]
     rl = [r for r in rl if r.get("stage") == "rl"]
-    out = {"mode": mode, "accuracy": results["after_rl"], "wall_s": wall, "rl_s": sum(r["step_time"] for r in rl),
-           "updates": trainer.policy_version}
+    out = {
+        "mode": mode,
+        "accuracy": results["after_rl"],
+        "wall_s": wall,
+        "rl_s": sum(r["step_time"] for r in rl),
+        "updates": trainer.policy_version,
+    }
     pool = trainer.rollout_pool
     if pool is not None:
         out["staleness"] = dict(sorted(collections.Counter(pool.stats.staleness).itemean_std()))
-        out["stale_reruns"], out["failed_groups"], out["reruns"] = pool.stats.stale_reruns, pool.stats.failed_groups, pool.stats.reruns
+        out["stale_reruns"], out["failed_groups"], out["reruns"] = (
+            pool.stats.stale_reruns,
+            pool.stats.failed_groups,
+            pool.stats.reruns,
+        )
     return out
 
 
@@ -98,39 +128,73 @@ def main() -> None:
             work = Path(tmp)
             t0 = time.perf_counter()
             start, sft_acc = sft_model(args, work, seed)
-            print(f"# seed {seed}: SFT {time.perf_counter() - t0:.0f} s, held-out mean {100 * sft_acc['mean']['accuracy']:.1f}%",
-                  flush=True)
+            print(
+                f"# seed {seed}: SFT {time.perf_counter() - t0:.0f} s, held-out mean {100 * sft_acc['mean']['accuracy']:.1f}%",
+                flush=True,
+            )
             row = {"seed": seed, "sft": sft_acc}
             for mode in modes:
                 row[mode] = rl_run(args, work, seed, mode, start)
                 r = row[mode]
-                print(f"# seed {seed} {mode}: {r['wall_s']:.0f} s, held-out mean {100 * r['accuracy']['mean']['accuracy']:.1f}%, "
-                      f"updates {r['updates']}, staleness {r.get('staleness', '-')}", flush=True)
+                print(
+                    f"# seed {seed} {mode}: {r['wall_s']:.0f} s, held-out mean {100 * r['accuracy']['mean']['accuracy']:.1f}%, "
+                    f"updates {r['updates']}, staleness {r.get('staleness', '-')}",
+                    flush=True,
+                )
             runs.append(row)
     load.append(os.getloadavg()[0])
 
     tasks = [t for t in runs[0]["sft"] if t != "mean"]
     header = ["task", "SFT start", *modes]
-    rows = [[t, mean_std([100 * r["sft"][t]["accuracy"] for r in runs]) + "%",
-             *(mean_std([100 * r[m]["accuracy"][t]["accuracy"] for r in runs]) + "%" for m in modes)] for t in [*tasks, "mean"]]
+    rows = [
+        [
+            t,
+            mean_std([100 * r["sft"][t]["accuracy"] for r in runs]) + "%",
+            *(mean_std([100 * r[m]["accuracy"][t]["accuracy"] for r in runs]) + "%" for m in modes),
+        ]
+        for t in [*tasks, "mean"]
+    ]
     passk = next((k for k in runs[0]["sft"]["mean"] if k.startswith("pass@") and k != "pass@1"), None)
     if passk:
-        rows.append([f"{passk} mean", mean_std([100 * r["sft"]["mean"][passk] for r in runs]) + "%",
-                     *(mean_std([100 * r[m]["accuracy"]["mean"][passk] for r in runs]) + "%" for m in modes)])
-    speed_header = ["mode", "RL stage s", "policy updates", "staleness (trajectories per lag)", "stale re-runs", "failed groups"]
+        rows.append(
+            [
+                f"{passk} mean",
+                mean_std([100 * r["sft"]["mean"][passk] for r in runs]) + "%",
+                *(mean_std([100 * r[m]["accuracy"]["mean"][passk] for r in runs]) + "%" for m in modes),
+            ]
+        )
+    speed_header = [
+        "mode",
+        "RL stage s",
+        "policy updates",
+        "staleness (trajectories per lag)",
+        "stale re-runs",
+        "failed groups",
+    ]
     speed = []
     for m in modes:
         staleness = collections.Counter()
         for r in runs:
             staleness.update(r[m].get("staleness", {}))
-        speed.append([m, mean_std([r[m]["rl_s"] for r in runs], "{:.0f}"), mean_std([r[m]["updates"] for r in runs], "{:.0f}"),
-                      str(dict(sorted(staleness.itemean_std()))) if staleness else "—",
-                      str(sum(r[m].get("stale_reruns", 0) for r in runs)), str(sum(r[m].get("failed_groups", 0) for r in runs))])
-    machine = (f"{cpu_model()}, {os.cpu_count()} cores (load average {load[0]:.1f} at start, {load[1]:.1f} at end), "
-               f"torch {torch.__version__}, Python {platform.python_version()}")
-    setup = (f"default suite, SFT {args.sft_steps} steps, then {args.rl_steps} RL steps per mode (16 prompts × G=8, dynamic "
-             f"sampling), max_staleness {args.max_staleness}, seeds {', '.join(map(str, seeds))}, "
-             f"{args.eval_problems} held-out problems per task")
+        speed.append(
+            [
+                m,
+                mean_std([r[m]["rl_s"] for r in runs], "{:.0f}"),
+                mean_std([r[m]["updates"] for r in runs], "{:.0f}"),
+                str(dict(sorted(staleness.itemean_std()))) if staleness else "—",
+                str(sum(r[m].get("stale_reruns", 0) for r in runs)),
+                str(sum(r[m].get("failed_groups", 0) for r in runs)),
+            ]
+        )
+    machine = (
+        f"{cpu_model()}, {os.cpu_count()} cores (load average {load[0]:.1f} at start, {load[1]:.1f} at end), "
+        f"torch {torch.__version__}, Python {platform.python_version()}"
+    )
+    setup = (
+        f"default suite, SFT {args.sft_steps} steps, then {args.rl_steps} RL steps per mode (16 prompts × G=8, dynamic "
+        f"sampling), max_staleness {args.max_staleness}, seeds {', '.join(map(str, seeds))}, "
+        f"{args.eval_problems} held-out problems per task"
+    )
     if args.markdown:
         print(f"Machine: {machine}.\n\nSetup: {setup}.\n")
         for h, rs in ((header, rows), (speed_header, speed)):

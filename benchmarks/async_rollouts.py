@@ -28,26 +28,54 @@ from polyrl.train.trainer import Trainer
 
 def warm_start(args) -> str:
     """SFT on the task's reference episodes (no latency: the environment is not stepped); returns the model dir."""
-    data = {"seed": 0, "run_dir": tempfile.mkdtemp(prefix="async-bench-sft-"), "progress": False, "tensorboard": False,
-            "threads": 1, "prompt": {"field": "question"}, "tasks": [args.task], "rl": {"enabled": False},
-            "sft": {"steps": args.sft_steps, "batch_size": 32, "lr": 0.003}, "eval": {"problems_per_task": 32, "pass_k": 1}}
+    data = {
+        "seed": 0,
+        "run_dir": tempfile.mkdtemp(prefix="async-bench-sft-"),
+        "progress": False,
+        "tensorboard": False,
+        "threads": 1,
+        "prompt": {"field": "question"},
+        "tasks": [args.task],
+        "rl": {"enabled": False},
+        "sft": {"steps": args.sft_steps, "batch_size": 32, "lr": 0.003},
+        "eval": {"problems_per_task": 32, "pass_k": 1},
+    }
     trainer = Trainer(TrainConfig.model_validate(data))
     result = trainer.run()
-    print(f"warm start: {args.sft_steps} SFT steps, held-out success {100 * result['after_sft']['mean']['accuracy']:.1f}%",
-          flush=True)
+    print(
+        f"warm start: {args.sft_steps} SFT steps, held-out success {100 * result['after_sft']['mean']['accuracy']:.1f}%",
+        flush=True,
+    )
     return str(trainer.run_dir.model_dir("sft_model"))
 
 
 def run(mode: str, args, model_path: str) -> dict:
     task = args.task
     data = {
-        "seed": 0, "run_dir": tempfile.mkdtemp(prefix=f"async-bench-{mode}-"), "progress": False, "tensorboard": False,
-        "threads": 1, "model": {"path": model_path}, "prompt": {"field": "question"},
-        "tasks": [task], "sft": {"enabled": False}, "eval": {"problems_per_task": 1, "pass_k": 1},
-        "rl": {"steps": args.steps, "prompts_per_step": args.prompts, "group_size": args.group_size, "max_new_tokens": 12},
+        "seed": 0,
+        "run_dir": tempfile.mkdtemp(prefix=f"async-bench-{mode}-"),
+        "progress": False,
+        "tensorboard": False,
+        "threads": 1,
+        "model": {"path": model_path},
+        "prompt": {"field": "question"},
+        "tasks": [task],
+        "sft": {"enabled": False},
+        "eval": {"problems_per_task": 1, "pass_k": 1},
+        "rl": {
+            "steps": args.steps,
+            "prompts_per_step": args.prompts,
+            "group_size": args.group_size,
+            "max_new_tokens": 12,
+        },
         "backend": "local" if mode == "local-sync" else "ray",
-        "ray": {"num_rollout_workers": 2, "rollout_concurrency": args.concurrency, "num_env_workers": args.env_workers,
-                "async": mode == "ray-async", "max_staleness": args.max_staleness},
+        "ray": {
+            "num_rollout_workers": 2,
+            "rollout_concurrency": args.concurrency,
+            "num_env_workers": args.env_workers,
+            "async": mode == "ray-async",
+            "max_staleness": args.max_staleness,
+        },
     }
     trainer = Trainer(TrainConfig.model_validate(data))
     trainer.tasks[task] = with_latency(trainer.tasks[task], args.latency)
@@ -56,22 +84,38 @@ def run(mode: str, args, model_path: str) -> dict:
         from polyrl.distributed.pool import RolloutPool
 
         c = trainer.config
-        trainer.rollout_pool = RolloutPool(c.ray, model_config=c.model, seed=c.seed, prompt_config=c.prompt,
-                                           reward_config=c.reward, max_episode_tokens=c.env.max_episode_tokens,
-                                           tasks=trainer.tasks)
+        trainer.rollout_pool = RolloutPool(
+            c.ray,
+            model_config=c.model,
+            seed=c.seed,
+            prompt_config=c.prompt,
+            reward_config=c.reward,
+            max_episode_tokens=c.env.max_episode_tokens,
+            tasks=trainer.tasks,
+        )
     t0 = time.perf_counter()
     trainer.run_rl(None)
     wall = time.perf_counter() - t0
     records = [json.loads(line) for line in (trainer.run_dir.path / "metrics.jsonl").read_text().splitlines()]
     rl = [r for r in records if r["stage"] == "rl"]
     episodes = args.steps * args.prompts * args.group_size
-    out = {"mode": mode, "episodes": episodes, "wall_s": round(wall, 2), "episodes_per_s": round(episodes / wall, 2),
-           "turns_mean": round(sum(r.get(f"turns/{task}", 0) for r in rl) / len(rl), 2),
-           "success": round(sum(r.get("accuracy", 0) for r in rl) / len(rl), 3), "updates": trainer.policy_version}
+    out = {
+        "mode": mode,
+        "episodes": episodes,
+        "wall_s": round(wall, 2),
+        "episodes_per_s": round(episodes / wall, 2),
+        "turns_mean": round(sum(r.get(f"turns/{task}", 0) for r in rl) / len(rl), 2),
+        "success": round(sum(r.get("accuracy", 0) for r in rl) / len(rl), 3),
+        "updates": trainer.policy_version,
+    }
     if trainer.rollout_pool is not None:
         stats = trainer.rollout_pool.stats
         out["staleness"] = dict(sorted(collections.Counter(stats.staleness).items()))
-        out["reruns"], out["stale_reruns"], out["failed_groups"] = stats.reruns, stats.stale_reruns, stats.failed_groups
+        out["reruns"], out["stale_reruns"], out["failed_groups"] = (
+            stats.reruns,
+            stats.stale_reruns,
+            stats.failed_groups,
+        )
         trainer.rollout_pool.shutdown()
     trainer.run_dir.close()
     return out
@@ -87,7 +131,9 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=8, help="groups each of the 2 rollout actors plays at once")
     p.add_argument("--max-staleness", type=int, default=1)
     p.add_argument("--task", default="env/retry:addition", help="an env/... task (its environment gets the latency)")
-    p.add_argument("--sft-steps", type=int, default=0, help="SFT warm start on the task first (0: the untrained policy)")
+    p.add_argument(
+        "--sft-steps", type=int, default=0, help="SFT warm start on the task first (0: the untrained policy)"
+    )
     args = p.parse_args()
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; args: {vars(args)}", flush=True)
     model_path = warm_start(args) if args.sft_steps else "tiny"
@@ -97,8 +143,15 @@ def main() -> None:
     base = results[0]["episodes_per_s"]
     sync = results[1]["episodes_per_s"]
     for r in results:
-        print(json.dumps({**r, "speedup_vs_local_sync": round(r["episodes_per_s"] / base, 2),
-                          "speedup_vs_ray_sync": round(r["episodes_per_s"] / sync, 2)}))
+        print(
+            json.dumps(
+                {
+                    **r,
+                    "speedup_vs_local_sync": round(r["episodes_per_s"] / base, 2),
+                    "speedup_vs_ray_sync": round(r["episodes_per_s"] / sync, 2),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,10 @@ def rollouts(policy, prompts, tasks, reward, split: str, batches: int, seed: int
     names = list(tasks)
     out = []
     for _ in range(batches):
-        problems = [tasks[names[k]].generate(int(rng.integers(2**62)), "easy", split=split)
-                    for k in rng.integers(len(names), size=per_batch)]
+        problems = [
+            tasks[names[k]].generate(int(rng.integers(2**62)), "easy", split=split)
+            for k in rng.integers(len(names), size=per_batch)
+        ]
         ids = [prompts.ids(p) for p in problems for _ in range(group)]
         gens = backend.generate(ids, max_new_tokens=24)
         for k, g in enumerate(gens):
@@ -80,7 +82,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     if not Path(args.model).is_dir():
-        p.error(f"--model {args.model!r} is not a directory (run `polyrl experiment critic` first, or point at any SFT model)")
+        p.error(
+            f"--model {args.model!r} is not a directory (run `polyrl experiment critic` first, or point at any SFT model)"
+        )
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     torch.set_num_threads(args.threads)
@@ -94,10 +98,14 @@ def main() -> None:
     train = rollouts(policy, prompts, tasks, cfg.reward, "train", args.train_batches, args.seed)
     test = rollouts(policy, prompts, tasks, cfg.reward, "eval", args.test_batches, args.seed + 1)
     success = np.mean([r for *_, r in train])
-    print(f"Machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}.\n")
-    print(f"Policy {args.model}; {len(train)} training and {len(test)} held-out rollouts of the default suite "
-          f"(mean reward {success:.3f}), collected in {time.perf_counter() - t0:.0f} s; critic batches of 128, "
-          f"{args.steps} updates, AdamW, grad clip 1.0, zero-initialised head on a copy of the policy trunk.\n")
+    print(
+        f"Machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, Python {platform.python_version()}.\n"
+    )
+    print(
+        f"Policy {args.model}; {len(train)} training and {len(test)} held-out rollouts of the default suite "
+        f"(mean reward {success:.3f}), collected in {time.perf_counter() - t0:.0f} s; critic batches of 128, "
+        f"{args.steps} updates, AdamW, grad clip 1.0, zero-initialised head on a copy of the policy trunk.\n"
+    )
     checkpoints = list(range(args.eval_every, args.steps + 1, args.eval_every))
     header = ["loss", "lr", *(f"EV tokens @{s}" for s in checkpoints), "EV first token (final)", "s"]
     print("| " + " | ".join(header) + " |")
@@ -116,8 +124,13 @@ def main() -> None:
                 critic.update(batch, returns)
                 if step in checkpoints:
                     evs.append(evaluate(critic, test, pad))
-            row = [loss, f"{lr:g}", *(f"{e['ev_tokens']:.3f}" for e in evs), f"{evs[-1]['ev_first']:.3f}",
-                   f"{time.perf_counter() - t0:.0f}"]
+            row = [
+                loss,
+                f"{lr:g}",
+                *(f"{e['ev_tokens']:.3f}" for e in evs),
+                f"{evs[-1]['ev_first']:.3f}",
+                f"{time.perf_counter() - t0:.0f}",
+            ]
             print("| " + " | ".join(row) + " |", flush=True)
 
 

@@ -14,10 +14,10 @@ import os
 import platform
 import time
 
+from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
 from rich.console import Console
 from rich.table import Table
 
-from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
 from polyrl.tasks import get_task, list_tasks
 
 GOAL_GENERATE = 1_000

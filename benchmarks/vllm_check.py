@@ -67,9 +67,17 @@ def main() -> int:
             p.add_(torch.randn_like(p) * 0.02 * p.abs().mean())
     engine.sync_weights(policy.model, 1)
     after = agreement()
-    changed = sum(o != g.completion_ids for o, g in zip(old, engine.generate(ids, max_new_tokens=24, greedy=True))) / len(ids)
-    results.append({"check": "weight_sync", "same_after_sync": after, "changed_vs_before": changed,
-                    "ok": after >= 0.9 and changed > 0})
+    changed = sum(
+        o != g.completion_ids for o, g in zip(old, engine.generate(ids, max_new_tokens=24, greedy=True))
+    ) / len(ids)
+    results.append(
+        {
+            "check": "weight_sync",
+            "same_after_sync": after,
+            "changed_vs_before": changed,
+            "ok": after >= 0.9 and changed > 0,
+        }
+    )
 
     flat = [x for x in ids for _ in range(args.group_size)]
     speed = {}
@@ -80,23 +88,42 @@ def main() -> int:
         backend.generate(flat, max_new_tokens=24)
         torch.cuda.synchronize()
         speed[name] = round(len(flat) / (time.perf_counter() - t0), 1)
-    results.append({"check": "throughput_completions_per_s", **speed, "ratio": round(speed["vllm"] / speed["transformers"], 2)})
+    results.append(
+        {"check": "throughput_completions_per_s", **speed, "ratio": round(speed["vllm"] / speed["transformers"], 2)}
+    )
     engine.close()
 
     from polyrl.train.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(default_config_path(), [
-            f"run_dir={tmp}/run", "device=cuda", "generation.engine=vllm", f"model.path={args.model}", "sft.steps=20",
-            f"rl.steps={args.steps}", "eval.problems_per_task=10", "progress=false", "tensorboard=false",
-        ])
+        cfg = load_config(
+            default_config_path(),
+            [
+                f"run_dir={tmp}/run",
+                "device=cuda",
+                "generation.engine=vllm",
+                f"model.path={args.model}",
+                "sft.steps=20",
+                f"rl.steps={args.steps}",
+                "eval.problems_per_task=10",
+                "progress=false",
+                "tensorboard=false",
+            ],
+        )
         t0 = time.perf_counter()
         out = Trainer(cfg).run()
         with open(f"{tmp}/run/metrics.jsonl") as f:
             records = [json.loads(line) for line in f]
         rl = [r for r in records if r.get("stage") == "rl"]
-        results.append({"check": "train_with_vllm", "seconds": round(time.perf_counter() - t0, 1), "rl_steps": len(rl),
-                        "after_rl_mean": out["after_rl"]["mean"]["accuracy"], "ok": len(rl) == args.steps})
+        results.append(
+            {
+                "check": "train_with_vllm",
+                "seconds": round(time.perf_counter() - t0, 1),
+                "rl_steps": len(rl),
+                "after_rl_mean": out["after_rl"]["mean"]["accuracy"],
+                "ok": len(rl) == args.steps,
+            }
+        )
     for r in results:
         print(json.dumps(r))
         ok = ok and r.get("ok", True)

@@ -60,10 +60,19 @@ GOAL_SPEEDUP = 2.0
 def polyrl_config(args, run_dir: Path, overrides: list[str]) -> TrainConfig:
     """default.yaml with the benchmark's sizes (and ``overrides`` for the stage)."""
     base = [
-        f"run_dir={run_dir}", f"seed={args.seed}", "tensorboard=false", "progress=false",
-        f"rl.steps={args.steps}", f"rl.prompts_per_step={args.prompts}", f"rl.group_size={args.group_size}",
-        f"rl.max_new_tokens={args.max_new_tokens}", f"rl.lr={args.lr}", f"sft.steps={args.sft_steps}",
-        f"checkpoint_every={max(args.steps, args.sft_steps, 1)}", "keep_checkpoints=1", f"threads={args.threads}",
+        f"run_dir={run_dir}",
+        f"seed={args.seed}",
+        "tensorboard=false",
+        "progress=false",
+        f"rl.steps={args.steps}",
+        f"rl.prompts_per_step={args.prompts}",
+        f"rl.group_size={args.group_size}",
+        f"rl.max_new_tokens={args.max_new_tokens}",
+        f"rl.lr={args.lr}",
+        f"sft.steps={args.sft_steps}",
+        f"checkpoint_every={max(args.steps, args.sft_steps, 1)}",
+        "keep_checkpoints=1",
+        f"threads={args.threads}",
         "rl.dynamic_sampling=false",  # TRL has no dynamic sampling: same number of generations per step
     ]
     if args.tasks:
@@ -81,8 +90,9 @@ def sft_warm_start(args, work: Path) -> tuple[Path, dict]:
 
 
 def held_out(backend, prompts: PromptBuilder, trainer: Trainer, args) -> dict:
-    return evaluate_policy(backend, prompts, trainer.eval_tasks(), args.eval_problems, args.max_new_tokens,
-                           pass_k=1, seed=args.seed)
+    return evaluate_policy(
+        backend, prompts, trainer.eval_tasks(), args.eval_problems, args.max_new_tokens, pass_k=1, seed=args.seed
+    )
 
 
 def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
@@ -96,8 +106,14 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
     steps = [r for r in steps if r.get("stage") == "rl"]
     step_time = sum(r["step_time"] for r in steps)
     gen_time = sum(r["tokens"] / r["tokens_per_s"] for r in steps if r.get("tokens_per_s"))
-    return {"wall": wall, "cpu": cpu, "step_time": step_time, "gen_time": gen_time, "trainer": trainer,
-            "accuracy": held_out(trainer.backend, trainer.prompts, trainer, args)}
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "step_time": step_time,
+        "gen_time": gen_time,
+        "trainer": trainer,
+        "accuracy": held_out(trainer.backend, trainer.prompts, trainer, args),
+    }
 
 
 def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
@@ -106,7 +122,9 @@ def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
     for step in range(cfg.rl.steps):
         rng = np.random.default_rng(_step_seed(cfg.seed, "rl", step))
         for name in trainer.sampler.sample(cfg.rl.prompts_per_step, rng):
-            problems.append(trainer.tasks[name].generate(int(rng.integers(2**62)), trainer.difficulty(name), split="train"))
+            problems.append(
+                trainer.tasks[name].generate(int(rng.integers(2**62)), trainer.difficulty(name), split="train")
+            )
     return problems
 
 
@@ -119,34 +137,60 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl_trainer: Trainer) -> dict:
     tasks = polyrl_trainer.tasks
     problems = step_problems(cfg, polyrl_trainer)
     field = cfg.prompt.field
-    data = Dataset.from_list([
-        {"prompt": [{"role": "user", "content": getattr(p, field)}], "problem": json.dumps(problem_row(p))}
-        for p in problems
-    ])
+    data = Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": getattr(p, field)}], "problem": json.dumps(problem_row(p))}
+            for p in problems
+        ]
+    )
 
     def polyrl_reward(completions, problem, completion_ids, **_):
         out = []
         for completion, row, ids in zip(completions, problem, completion_ids):
             p = row_problem(json.loads(row), "trl dataset")
             text = completion[0]["content"]
-            out.append(compute_rewards(cfg.reward, tasks[p.task], p, text, len(ids), True, cfg.rl.max_new_tokens).total)
+            out.append(
+                compute_rewards(cfg.reward, tasks[p.task], p, text, len(ids), True, cfg.rl.max_new_tokens).total
+            )
         return out
 
     model = AutoModelForCausalLM.from_pretrained(sft_dir)
     tokenizer = AutoTokenizer.from_pretrained(sft_dir)
     rl = cfg.rl
     trl_args = GRPOConfig(
-        output_dir=str(work / "trl"), use_cpu=True, report_to=[], save_strategy="no", disable_tqdm=True,
-        logging_steps=max(rl.steps, 1), seed=args.seed, bf16=False, gradient_checkpointing=False,
-        max_steps=rl.steps, per_device_train_batch_size=rl.prompts_per_step * rl.group_size,
-        gradient_accumulation_steps=1, num_generations=rl.group_size, shuffle_dataset=False,
-        max_completion_length=rl.max_new_tokens, temperature=rl.temperature, top_p=rl.top_p, top_k=0,
-        learning_rate=rl.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=rl.weight_decay,
-        max_grad_norm=rl.max_grad_norm, beta=0.0, num_iterations=rl.epochs, epsilon=rl.clip_ratio_low,
-        epsilon_high=rl.clip_ratio_high, loss_type="dapo", scale_rewards="group",
+        output_dir=str(work / "trl"),
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        logging_steps=max(rl.steps, 1),
+        seed=args.seed,
+        bf16=False,
+        gradient_checkpointing=False,
+        max_steps=rl.steps,
+        per_device_train_batch_size=rl.prompts_per_step * rl.group_size,
+        gradient_accumulation_steps=1,
+        num_generations=rl.group_size,
+        shuffle_dataset=False,
+        max_completion_length=rl.max_new_tokens,
+        temperature=rl.temperature,
+        top_p=rl.top_p,
+        top_k=0,
+        learning_rate=rl.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=rl.weight_decay,
+        max_grad_norm=rl.max_grad_norm,
+        beta=0.0,
+        num_iterations=rl.epochs,
+        epsilon=rl.clip_ratio_low,
+        epsilon_high=rl.clip_ratio_high,
+        loss_type="dapo",
+        scale_rewards="group",
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=polyrl_reward, args=trl_args, train_dataset=data,
-                          processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=polyrl_reward, args=trl_args, train_dataset=data, processing_class=tokenizer
+    )
     check_same_prompt_ids(tokenizer, polyrl_trainer.prompts, problems[0], data[0]["prompt"])
     trainer.remove_callback(PrinterCallback)  # its per-log dict printing; the metrics stay in trainer.state
     wall, cpu = time.perf_counter(), time.process_time()
@@ -159,7 +203,9 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl_trainer: Trainer) -> dict:
 
 def check_same_prompt_ids(tokenizer, prompts: PromptBuilder, problem, messages) -> None:
     """TRL tokenizes conversational prompts with ``apply_chat_template``; polyrl with its PromptBuilder."""
-    trl_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    trl_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
+        "input_ids"
+    ]
     if list(trl_ids) != prompts.ids(problem):
         raise SystemExit(f"prompt token ids differ:\n  TRL    {list(trl_ids)}\n  polyrl {prompts.ids(problem)}")
 
@@ -193,9 +239,15 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=16, help="Longest completion in tokens.")
     parser.add_argument("--lr", type=float, default=2e-4, help="RL learning rate.")
     parser.add_argument("--seeds", default="0", help="Comma-separated seeds; each runs the whole comparison.")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads for both (1: on a shared machine more threads oversubscribe the cores).")
-    parser.add_argument("--quick", action="store_true", help="Smoke size: 20 RL steps, 60 SFT steps, 30 eval problems.")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads for both (1: on a shared machine more threads oversubscribe the cores).",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="Smoke size: 20 RL steps, 60 SFT steps, 30 eval problems."
+    )
     parser.add_argument("--markdown", action="store_true", help="Print markdown tables instead.")
     args = parser.parse_args()
     if args.quick:
@@ -222,46 +274,69 @@ def main() -> None:
     load.append(os.getloadavg()[0])
 
     completions = args.steps * args.prompts * args.group_size
-    machine = (f"{cpu_model()}, {os.cpu_count()} cores shared with other jobs (load average {load[0]:.1f} at start, "
-               f"{load[1]:.1f} at end), torch {torch.__version__} with {args.threads} thread(s), "
-               f"transformers {_version('transformers')}, TRL {_version('trl')}, Python {platform.python_version()}")
+    machine = (
+        f"{cpu_model()}, {os.cpu_count()} cores shared with other jobs (load average {load[0]:.1f} at start, "
+        f"{load[1]:.1f} at end), torch {torch.__version__} with {args.threads} thread(s), "
+        f"transformers {_version('transformers')}, TRL {_version('trl')}, Python {platform.python_version()}"
+    )
     task_names = [n for n in results[0]["sft"] if n != "mean"]
-    setup = (f"{args.steps} RL steps × {args.prompts} prompts × G={args.group_size} "
-             f"({completions:,} completions per trainer), ≤{args.max_new_tokens} new tokens, lr {args.lr}, "
-             f"tasks {', '.join(task_names)}; both start from one polyrl SFT warm start per seed "
-             f"({args.sft_steps} steps); held-out: {args.eval_problems} eval-split problems per task, greedy; "
-             f"seeds {', '.join(map(str, seeds))}")
+    setup = (
+        f"{args.steps} RL steps × {args.prompts} prompts × G={args.group_size} "
+        f"({completions:,} completions per trainer), ≤{args.max_new_tokens} new tokens, lr {args.lr}, "
+        f"tasks {', '.join(task_names)}; both start from one polyrl SFT warm start per seed "
+        f"({args.sft_steps} steps); held-out: {args.eval_problems} eval-split problems per task, greedy; "
+        f"seeds {', '.join(map(str, seeds))}"
+    )
 
     def acc(r: dict, who: str, task: str = "mean") -> float:
         return 100 * (r[who] if who == "sft" else r[who]["accuracy"])[task]["accuracy"]
 
     per_seed_header = ["seed", "polyrl RL s", "TRL RL s", "speed-up", "SFT start", "polyrl held-out", "TRL held-out"]
     per_seed_rows = [
-        [str(r["seed"]), f"{r['polyrl']['wall']:.1f}", f"{r['trl']['wall']:.1f}", f"{r['trl']['wall'] / r['polyrl']['wall']:.2f}×",
-         f"{acc(r, 'sft'):.1f}%", f"{acc(r, 'polyrl'):.1f}%", f"{acc(r, 'trl'):.1f}%"]
+        [
+            str(r["seed"]),
+            f"{r['polyrl']['wall']:.1f}",
+            f"{r['trl']['wall']:.1f}",
+            f"{r['trl']['wall'] / r['polyrl']['wall']:.2f}×",
+            f"{acc(r, 'sft'):.1f}%",
+            f"{acc(r, 'polyrl'):.1f}%",
+            f"{acc(r, 'trl'):.1f}%",
+        ]
         for r in results
     ]
     speed_header = ["trainer", "RL wall s", "RL CPU s", "compl./s", "compl./CPU-s", "held-out mean"]
     speed_rows = [
-        [label, mean_std([r[who]["wall"] for r in results]), mean_std([r[who]["cpu"] for r in results]),
-         mean_std([completions / r[who]["wall"] for r in results]), mean_std([completions / r[who]["cpu"] for r in results]),
-         mean_std([acc(r, who) for r in results]) + "%"]
+        [
+            label,
+            mean_std([r[who]["wall"] for r in results]),
+            mean_std([r[who]["cpu"] for r in results]),
+            mean_std([completions / r[who]["wall"] for r in results]),
+            mean_std([completions / r[who]["cpu"] for r in results]),
+            mean_std([acc(r, who) for r in results]) + "%",
+        ]
         for label, who in (("polyrl", "polyrl"), ("TRL GRPOTrainer", "trl"))
     ]
     acc_header = ["task", "SFT start", "polyrl", "TRL GRPOTrainer"]
-    acc_rows = [[n, *(mean_std([acc(r, who, n) for r in results]) + "%" for who in ("sft", "polyrl", "trl"))]
-                for n in [*task_names, "mean"]]
+    acc_rows = [
+        [n, *(mean_std([acc(r, who, n) for r in results]) + "%" for who in ("sft", "polyrl", "trl"))]
+        for n in [*task_names, "mean"]
+    ]
     speedups = [r["trl"]["wall"] / r["polyrl"]["wall"] for r in results]
     cpu_speedups = [r["trl"]["cpu"] / r["polyrl"]["cpu"] for r in results]
     diffs = [acc(r, "polyrl") - acc(r, "trl") for r in results]
     gen_share = [100 * r["polyrl"]["gen_time"] / max(r["polyrl"]["step_time"], 1e-9) for r in results]
-    verdict = (f"polyrl/TRL throughput: {mean_std(speedups, '{:.2f}')}× wall, {mean_std(cpu_speedups, '{:.2f}')}× CPU "
-               f"(goal ≥ {GOAL_SPEEDUP:.0f}×: {'met' if min(speedups) >= GOAL_SPEEDUP else 'NOT met'} in "
-               f"{sum(s >= GOAL_SPEEDUP for s in speedups)}/{len(speedups)} seeds); held-out mean accuracy polyrl − TRL: "
-               f"{mean_std(diffs)} points over {len(results)} seed(s); {mean_std(gen_share, '{:.0f}')}% of polyrl's RL "
-               f"step time in generation")
-    tables = [("Per seed", per_seed_header, per_seed_rows), ("Throughput (mean ± std over seeds)", speed_header, speed_rows),
-              ("Held-out accuracy, greedy (mean ± std over seeds)", acc_header, acc_rows)]
+    verdict = (
+        f"polyrl/TRL throughput: {mean_std(speedups, '{:.2f}')}× wall, {mean_std(cpu_speedups, '{:.2f}')}× CPU "
+        f"(goal ≥ {GOAL_SPEEDUP:.0f}×: {'met' if min(speedups) >= GOAL_SPEEDUP else 'NOT met'} in "
+        f"{sum(s >= GOAL_SPEEDUP for s in speedups)}/{len(speedups)} seeds); held-out mean accuracy polyrl − TRL: "
+        f"{mean_std(diffs)} points over {len(results)} seed(s); {mean_std(gen_share, '{:.0f}')}% of polyrl's RL "
+        f"step time in generation"
+    )
+    tables = [
+        ("Per seed", per_seed_header, per_seed_rows),
+        ("Throughput (mean ± std over seeds)", speed_header, speed_rows),
+        ("Held-out accuracy, greedy (mean ± std over seeds)", acc_header, acc_rows),
+    ]
     if args.markdown:
         print(f"Machine: {machine}.\n\nSetup: {setup}.\n")
         for _, header, rows in tables:
@@ -283,6 +358,7 @@ def _version(package: str) -> str:
     from importlib.metadata import version
 
     return version(package)
+
 
 if __name__ == "__main__":
     main()

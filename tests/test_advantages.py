@@ -38,7 +38,10 @@ def test_grpo_uses_population_std_so_half_solved_group_is_plus_minus_one():
 
 def test_grpo_one_of_three_solved():
     # mean 1/3, population std sqrt(2)/3
-    close(grpo(torch.tensor([1.0, 0.0, 0.0]), torch.zeros(3, dtype=torch.long)), [math.sqrt(2), -1 / math.sqrt(2), -1 / math.sqrt(2)])
+    close(
+        grpo(torch.tensor([1.0, 0.0, 0.0]), torch.zeros(3, dtype=torch.long)),
+        [math.sqrt(2), -1 / math.sqrt(2), -1 / math.sqrt(2)],
+    )
 
 
 def test_grpo_zero_variance_group_gets_exactly_zero_even_for_non_representable_rewards():
@@ -70,7 +73,9 @@ def test_integer_rewards_are_accepted():
 
 
 def test_dr_grpo_subtracts_group_mean_without_std():
-    close(dr_grpo(torch.tensor([1.0, 0.0, 0.0, 2.0, 4.0]), torch.tensor([0, 0, 0, 1, 1])), [2 / 3, -1 / 3, -1 / 3, -1, 1])
+    close(
+        dr_grpo(torch.tensor([1.0, 0.0, 0.0, 2.0, 4.0]), torch.tensor([0, 0, 0, 1, 1])), [2 / 3, -1 / 3, -1 / 3, -1, 1]
+    )
 
 
 def test_rloo_uses_leave_one_out_mean():

@@ -35,8 +35,20 @@ def tiny_config(tmp_path):
 
 def test_ci_sized_comparison_writes_report_plots_and_runs(tiny_config, tmp_path):
     out = tmp_path / "out"
-    rc = cli(["experiment", "curriculum", "--config", str(tiny_config), "--seeds", "1",
-              "--samplers", "uniform,success_band+difficulty", "--out", str(out)])
+    rc = cli(
+        [
+            "experiment",
+            "curriculum",
+            "--config",
+            str(tiny_config),
+            "--seeds",
+            "1",
+            "--samplers",
+            "uniform,success_band+difficulty",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     report = (out / "report.md").read_text()
     for heading in ("Held-out, easy split", "Held-out, hard split", "Forgetting", "Verdict"):
@@ -46,17 +58,35 @@ def test_ci_sized_comparison_writes_report_plots_and_runs(tiny_config, tmp_path)
     results = json.loads((out / "results.json").read_text())
     assert set(results["strategies"]) == {"uniform", "success_band+difficulty"}
     assert results["hard"] == {"sort_digits": 0.2, "boolean_evaluation": 0.5}  # --hard-difficulty default
-    records = [json.loads(line) for line in (out / "runs" / "success_band+difficulty" / "seed0" / "metrics.jsonl").open()]
+    records = [
+        json.loads(line) for line in (out / "runs" / "success_band+difficulty" / "seed0" / "metrics.jsonl").open()
+    ]
     rl = [r for r in records if r["stage"] == "rl"]
     assert "difficulty/sort_digits" in rl[-1] and "sampler_weight/boolean_evaluation" in rl[-1]
     # both strategies start RL from the same warm start
-    sft = [json.loads((out / "runs" / s / "seed0" / "eval" / "after_sft.json").read_text()) for s in ("uniform", "success_band+difficulty")]
+    sft = [
+        json.loads((out / "runs" / s / "seed0" / "eval" / "after_sft.json").read_text())
+        for s in ("uniform", "success_band+difficulty")
+    ]
     assert sft[0] == sft[1]
 
 
 def test_unknown_sampler_exits_2_before_any_training(tiny_config, tmp_path, capsys):
     out = tmp_path / "out"
-    rc = cli(["experiment", "curriculum", "--config", str(tiny_config), "--seeds", "1", "--samplers", "uniform,nope", "--out", str(out)])
+    rc = cli(
+        [
+            "experiment",
+            "curriculum",
+            "--config",
+            str(tiny_config),
+            "--seeds",
+            "1",
+            "--samplers",
+            "uniform,nope",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 2
     assert "unknown sampler or strategy 'nope'" in capsys.readouterr().err
     assert not out.exists()
@@ -66,14 +96,17 @@ def test_strategies_by_sampler_name_suffix_and_definition():
     defined = {"mine": {"sampler": {"name": "weighted", "options": {"weights": {"a": 1}}}}}
     got = {s.name: s.overrides for s in parse_strategies(["uniform", "learning_progress+difficulty", "mine"], defined)}
     assert got["uniform"] == {"sampler": {"name": "uniform"}}
-    assert got["learning_progress+difficulty"] == {"sampler": {"name": "learning_progress"}, "difficulty_control": {"enabled": True}}
+    assert got["learning_progress+difficulty"] == {
+        "sampler": {"name": "learning_progress"},
+        "difficulty_control": {"enabled": True},
+    }
     assert got["mine"] == defined["mine"]
     with pytest.raises(UserError, match="twice"):
         parse_strategies(["uniform", "uniform"], {})
 
 
 def test_forgetting_is_the_drop_from_the_best_eval_during_training():
-    ev = lambda a, b: {"a": {"accuracy": a}, "b": {"accuracy": b}}  # noqa: E731
+    ev = lambda a, b: {"a": {"accuracy": a}, "b": {"accuracy": b}}
     evals = {"after_sft": ev(0.5, 0.1), "rl_step_000010": ev(0.8, 0.2), "after_rl": ev(0.6, 0.4)}
     assert forgetting(evals, ["a", "b"]) == pytest.approx({"a": 0.2, "b": 0.0})
 

@@ -46,11 +46,14 @@ def test_state_round_trips():
     assert fresh.state_dict() == c.state_dict()
 
 
-@pytest.mark.parametrize("section, message", [
-    ("{enabled: true, target_low: 0.9, target_high: 0.1}", "above target_high"),
-    ("{enabled: true, target_high: 1.5}", "less than or equal to 1"),
-    ("{enabled: true, min_difficulty: 0.8, max_difficulty: 0.2}", "above max_difficulty"),
-])
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ("{enabled: true, target_low: 0.9, target_high: 0.1}", "above target_high"),
+        ("{enabled: true, target_high: 1.5}", "less than or equal to 1"),
+        ("{enabled: true, min_difficulty: 0.8, max_difficulty: 0.2}", "above max_difficulty"),
+    ],
+)
 def test_bad_bands_are_config_errors(tmp_path, section, message):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"tasks: [addition]\ndifficulty_control: {section}\n")
@@ -60,23 +63,43 @@ def test_bad_bands_are_config_errors(tmp_path, section, message):
 
 def test_controller_refuses_unknown_tasks_and_explicit_parameters():
     tasks = {"addition": get_task("addition")}
-    cfg = load_config(None, base={"tasks": ["addition"], "difficulty_control": {"enabled": True, "tasks": ["sort_digits"]}})
+    cfg = load_config(
+        None, base={"tasks": ["addition"], "difficulty_control": {"enabled": True, "tasks": ["sort_digits"]}}
+    )
     with pytest.raises(UserError, match="not in the mix"):
         make_difficulty_controller(cfg.difficulty_control, tasks, {s.name: s for s in cfg.tasks})
-    cfg = load_config(None, base={"tasks": [{"name": "addition", "difficulty": {"digits": 3}}], "difficulty_control": {"enabled": True}})
+    cfg = load_config(
+        None,
+        base={"tasks": [{"name": "addition", "difficulty": {"digits": 3}}], "difficulty_control": {"enabled": True}},
+    )
     with pytest.raises(UserError, match="explicit difficulty parameters"):
         make_difficulty_controller(cfg.difficulty_control, tasks, {s.name: s for s in cfg.tasks})
 
 
 def test_trainer_moves_logs_and_checkpoints_the_knob(tmp_path):
-    cfg = load_config(None, base={
-        "run_dir": str(tmp_path / "run"), "model": {"path": "tiny"}, "prompt": {"field": "question"}, "threads": 1,
-        "tasks": [{"name": "addition", "difficulty": 0.5}], "tensorboard": False, "progress": False,
-        "sft": {"enabled": False}, "eval": {"problems_per_task": 2, "pass_k": 1},
-        "rl": {"steps": 3, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
-        # an untrained policy never reaches a pass rate of 1: every window lowers the knob
-        "difficulty_control": {"enabled": True, "target_low": 1.0, "target_high": 1.0, "step_size": 0.1, "window": 4},
-    })
+    cfg = load_config(
+        None,
+        base={
+            "run_dir": str(tmp_path / "run"),
+            "model": {"path": "tiny"},
+            "prompt": {"field": "question"},
+            "threads": 1,
+            "tasks": [{"name": "addition", "difficulty": 0.5}],
+            "tensorboard": False,
+            "progress": False,
+            "sft": {"enabled": False},
+            "eval": {"problems_per_task": 2, "pass_k": 1},
+            "rl": {"steps": 3, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
+            # an untrained policy never reaches a pass rate of 1: every window lowers the knob
+            "difficulty_control": {
+                "enabled": True,
+                "target_low": 1.0,
+                "target_high": 1.0,
+                "step_size": 0.1,
+                "window": 4,
+            },
+        },
+    )
     trainer = Trainer(cfg)
     trainer.run()
     rl = [r for r in trainer.run_dir.read_metrics() if r["stage"] == "rl"]

@@ -228,7 +228,9 @@ def test_tis_weight_is_truncated_at_the_cap_and_scales_loss_and_gradient():
     logprobs = torch.zeros(1, 2, requires_grad=True)
     old = torch.zeros(1, 2)
     behaviour = torch.tensor([[-math.log(3.0), -math.log(1.5)]])  # weights exp(old - behaviour) = 3, 1.5
-    loss, stats = policy_loss(logprobs, old, torch.tensor([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour, tis_cap=2.0)
+    loss, stats = policy_loss(
+        logprobs, old, torch.tensor([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour, tis_cap=2.0
+    )
     loss.backward()
     close(loss, -(2.0 + 1.5) / 2)
     close(logprobs.grad, [[-1.0, -0.75]])
@@ -239,7 +241,9 @@ def test_tis_weight_is_truncated_at_the_cap_and_scales_loss_and_gradient():
 def test_tis_weight_carries_no_gradient_to_behaviour_logprobs():
     logprobs = torch.zeros(1, 1, requires_grad=True)
     behaviour = torch.full((1, 1), -1.0, requires_grad=True)
-    loss, _ = policy_loss(logprobs, torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1), behaviour_logprobs=behaviour, tis_cap=5.0)
+    loss, _ = policy_loss(
+        logprobs, torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1), behaviour_logprobs=behaviour, tis_cap=5.0
+    )
     loss.backward()
     assert behaviour.grad is None
     close(logprobs.grad, [[-math.e]])  # weight exp(0 - (-1)) = e scales the gradient -A * r = -1

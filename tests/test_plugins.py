@@ -13,7 +13,7 @@ import pytest
 from polyrl.errors import UserError
 from polyrl.tasks import get_task, list_tasks, registry
 
-PLUGIN_MODULE = '''
+PLUGIN_MODULE = """
 from polyrl.tasks import Example, Param, Task
 
 
@@ -30,7 +30,7 @@ class Parity(Task):
 
     def check(self, answer, problem):
         return float(answer.strip().lower() == problem.answer)
-'''
+"""
 
 
 def _install(tmp_path, monkeypatch, dist, module, source, entry_points):
@@ -51,8 +51,9 @@ def _install(tmp_path, monkeypatch, dist, module, source, entry_points):
 
 
 def test_installed_plugin_task_is_found_by_name(tmp_path, monkeypatch):
-    _install(tmp_path, monkeypatch, "polyrl_parity", "polyrl_parity", PLUGIN_MODULE,
-             {"parity": "polyrl_parity:Parity"})
+    _install(
+        tmp_path, monkeypatch, "polyrl_parity", "polyrl_parity", PLUGIN_MODULE, {"parity": "polyrl_parity:Parity"}
+    )
     task = get_task("plugin_parity")
     problem = task.generate(3, "hard")
     assert task.verify(problem, task.reference_response(problem)).correct
@@ -61,8 +62,14 @@ def test_installed_plugin_task_is_found_by_name(tmp_path, monkeypatch):
 
 
 def test_broken_plugin_warns_and_builtins_still_work(tmp_path, monkeypatch, capsys):
-    _install(tmp_path, monkeypatch, "polyrl_broken", "polyrl_broken", "raise RuntimeError('boom')\n",
-             {"broken": "polyrl_broken:Nothing"})
+    _install(
+        tmp_path,
+        monkeypatch,
+        "polyrl_broken",
+        "polyrl_broken",
+        "raise RuntimeError('boom')\n",
+        {"broken": "polyrl_broken:Nothing"},
+    )
     task = get_task("addition")
     assert task.verify(task.generate(0), task.reference_response(task.generate(0))).correct
     err = capsys.readouterr().err
@@ -72,7 +79,6 @@ def test_broken_plugin_warns_and_builtins_still_work(tmp_path, monkeypatch, caps
 
 
 def test_plugin_missing_its_class_warns(tmp_path, monkeypatch, capsys):
-    _install(tmp_path, monkeypatch, "polyrl_typo", "polyrl_typo", PLUGIN_MODULE,
-             {"typo": "polyrl_typo:Parityy"})
+    _install(tmp_path, monkeypatch, "polyrl_typo", "polyrl_typo", PLUGIN_MODULE, {"typo": "polyrl_typo:Parityy"})
     assert get_task("addition").name == "addition"
     assert "warning: task plugin 'typo'" in capsys.readouterr().err

@@ -7,14 +7,26 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from polyrl.errors import UserError  # noqa: E402
-from polyrl.tasks import reasoning_gym as adapter  # noqa: E402
-from polyrl.tasks.reasoning_gym import rg_task_class, rg_task_classes  # noqa: E402
+from polyrl.errors import UserError
+from polyrl.tasks import reasoning_gym as adapter
+from polyrl.tasks.reasoning_gym import rg_task_class, rg_task_classes
 
 FAST = [
-    "basic_arithmetic", "chain_sum", "letter_counting", "spell_backward", "caesar_cipher", "number_sorting",
-    "gcd", "lcm", "word_sorting", "base_conversion", "count_bits", "mini_sudoku", "maze",
-    "family_relationships", "fraction_simplification",
+    "basic_arithmetic",
+    "chain_sum",
+    "letter_counting",
+    "spell_backward",
+    "caesar_cipher",
+    "number_sorting",
+    "gcd",
+    "lcm",
+    "word_sorting",
+    "base_conversion",
+    "count_bits",
+    "mini_sudoku",
+    "maze",
+    "family_relationships",
+    "fraction_simplification",
 ]
 
 
@@ -63,7 +75,9 @@ def test_difficulty_maps_knob_onto_curriculum_levels():
     task = rg_task_class("basic_arithmetic")()
     top = task.params[0].hard
     assert [task.generate(0, k).params["level"] for k in (0.0, 0.5, 1.0)] == [0, top // 2, top]
-    digits = [max(len(str(abs(int(x)))) for x in task.generate(s, "hard").question.split() if x.isdigit()) for s in range(5)]
+    digits = [
+        max(len(str(abs(int(x)))) for x in task.generate(s, "hard").question.split() if x.isdigit()) for s in range(5)
+    ]
     assert max(digits) > 1
 
 

@@ -21,9 +21,15 @@ def test_weighted_normalises_a_mapping_and_leaves_missing_tasks_at_zero():
     assert s.weights().tolist() == [0.75, 0.25, 0.0]
 
 
-@pytest.mark.parametrize("weights, message", [
-    ({"a": -1, "b": 2}, "non-negative"), ({"a": 0, "b": 0}, "sum to zero"), ({"z": 1}, "unknown task"), ([1], "1 values for 2"),
-])
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ({"a": -1, "b": 2}, "non-negative"),
+        ({"a": 0, "b": 0}, "sum to zero"),
+        ({"z": 1}, "unknown task"),
+        ([1], "1 values for 2"),
+    ],
+)
 def test_weighted_rejects_bad_weights(weights, message):
     with pytest.raises(UserError, match=message):
         make_sampler("weighted", TASKS, {"weights": weights})
@@ -67,26 +73,33 @@ def test_success_band_prefers_tasks_inside_the_band():
     assert s.weights() == pytest.approx([math.exp(-2) / (1 + math.exp(-2)), 1 / (1 + math.exp(-2))])
 
 
-@pytest.mark.parametrize("options, message", [({"low": 0.8, "high": 0.2}, "above high"), ({"low": -0.1}, "outside"),
-                                              ({"high": 1.5}, "outside")])
+@pytest.mark.parametrize(
+    "options, message",
+    [({"low": 0.8, "high": 0.2}, "above high"), ({"low": -0.1}, "outside"), ({"high": 1.5}, "outside")],
+)
 def test_success_band_rejects_bad_bands(options, message):
     with pytest.raises(UserError, match=message):
         make_sampler("success_band", TASKS, options)
 
 
 def test_staged_follows_the_step_and_replays_earlier_tasks():
-    s = make_sampler("staged", ["a", "b", "c"], {"stages": [{"tasks": ["a"], "until": 10}, {"tasks": ["b", "c"]}], "replay": 0.2})
+    s = make_sampler(
+        "staged", ["a", "b", "c"], {"stages": [{"tasks": ["a"], "until": 10}, {"tasks": ["b", "c"]}], "replay": 0.2}
+    )
     s.set_step(9)
     assert s.weights().tolist() == [1.0, 0.0, 0.0]
     s.set_step(10)
     assert s.weights() == pytest.approx([0.2, 0.4, 0.4])
 
 
-@pytest.mark.parametrize("stages, message", [
-    ([{"tasks": ["a"], "until": 5}, {"tasks": ["zz"]}], "unknown task"),
-    ([{"tasks": ["a"], "until": 5}, {"tasks": ["b"], "until": 5}, {"tasks": ["a"]}], "after the previous"),
-    ([{"tasks": ["a"]}, {"tasks": ["b"]}], "needs until"),
-])
+@pytest.mark.parametrize(
+    "stages, message",
+    [
+        ([{"tasks": ["a"], "until": 5}, {"tasks": ["zz"]}], "unknown task"),
+        ([{"tasks": ["a"], "until": 5}, {"tasks": ["b"], "until": 5}, {"tasks": ["a"]}], "after the previous"),
+        ([{"tasks": ["a"]}, {"tasks": ["b"]}], "needs until"),
+    ],
+)
 def test_staged_rejects_bad_schedules(stages, message):
     with pytest.raises(UserError, match=message):
         make_sampler("staged", TASKS, {"stages": stages})

@@ -18,7 +18,7 @@ def _ok(capsys, argv):
 
 def _user_error(capsys, argv):
     code = run(argv)
-    out, err = capsys.readouterr()
+    _out, err = capsys.readouterr()
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -77,12 +77,33 @@ def test_bad_input_is_one_line_and_exit_code_2(capsys, argv, needle):
 def test_export_round_trips_through_datasets_and_loader(capsys, tmp_path, suffix):
     datasets = pytest.importorskip("datasets")
     out = tmp_path / f"set.{suffix}"
-    _ok(capsys, ["tasks", "export", "--tasks", "addition,sort_digits", "--n", "4", "--split", "eval",
-                 "--difficulty", "0.3", "--seed-start", "10", "--out", str(out)])
+    _ok(
+        capsys,
+        [
+            "tasks",
+            "export",
+            "--tasks",
+            "addition,sort_digits",
+            "--n",
+            "4",
+            "--split",
+            "eval",
+            "--difficulty",
+            "0.3",
+            "--seed-start",
+            "10",
+            "--out",
+            str(out),
+        ],
+    )
     expected = [get_task(t).generate(s, "0.3", "eval") for t in ("addition", "sort_digits") for s in range(10, 14)]
     assert load_problems(out) == expected
-    hf = datasets.load_dataset("json" if suffix == "jsonl" else "parquet", data_files=str(out),
-                               split="train", cache_dir=str(tmp_path / "cache"))
+    hf = datasets.load_dataset(
+        "json" if suffix == "jsonl" else "parquet",
+        data_files=str(out),
+        split="train",
+        cache_dir=str(tmp_path / "cache"),
+    )
     assert hf.num_rows == 8 and hf[0]["id"] == expected[0].id
     assert json.loads(hf[4]["answer"]) == expected[4].answer
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

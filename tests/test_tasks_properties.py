@@ -37,7 +37,7 @@ ADVERSARIAL = [
     "<answer>-0</answer>",
     "<answer>" + "1 " * 9_000 + "</answer>",
     "<answer>" + "\n".join(["1 2 3"] * 2_000) + "</answer>",
-    "<answer>{\"a\": [1, {\"b\": null}]}</answer>",
+    '<answer>{"a": [1, {"b": null}]}</answer>',
 ]
 
 MAX_VERIFY_SECONDS = 0.05

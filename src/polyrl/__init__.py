@@ -5,4 +5,4 @@ from polyrl.tasks import Problem, Task, Verdict, get_task, list_tasks, register_
 
 __version__ = "0.1.0"
 
-__all__ = ["Problem", "Task", "Verdict", "UserError", "get_task", "list_tasks", "register_task", "__version__"]
+__all__ = ["Problem", "Task", "UserError", "Verdict", "__version__", "get_task", "list_tasks", "register_task"]

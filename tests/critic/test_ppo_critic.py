@@ -23,7 +23,7 @@ def test_fresh_critic_predicts_support_midpoint_and_learns_a_return():
     model, tok = build_tiny_policy(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2))
     critic = Critic(CriticConfig(loss="hl_gauss", v_min=-1.0, v_max=1.0, num_bins=11, lr=1e-2), model)
     batch = collate([([5, 6, 7], [8, 9, 2])], tok.pad_token_id)
-    adv, returns, _ = critic.advantages(batch, torch.tensor([1.0]))
+    _adv, returns, _ = critic.advantages(batch, torch.tensor([1.0]))
     assert returns[batch.loss_mask.bool()].tolist() == pytest.approx([1.0, 1.0, 1.0])  # gamma = lam = 1
     for _ in range(30):
         critic.update(batch, returns)

@@ -24,8 +24,15 @@ def local_ray():
 
 
 def _pool(tasks, **ray_options):
-    pool = RolloutPool(RayConfig(**ray_options), model_config=MODEL, seed=0, prompt_config=PromptConfig(field="question"),
-                       reward_config=RewardConfig(), max_episode_tokens=64, tasks=tasks)
+    pool = RolloutPool(
+        RayConfig(**ray_options),
+        model_config=MODEL,
+        seed=0,
+        prompt_config=PromptConfig(field="question"),
+        reward_config=RewardConfig(),
+        max_episode_tokens=64,
+        tasks=tasks,
+    )
     pool.sync_weights(load_policy(MODEL, seed=0).model, 0)
     return pool
 

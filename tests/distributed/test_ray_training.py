@@ -29,7 +29,7 @@ def test_more_rollout_workers_than_cpus_is_a_user_error(local_ray):
 
 
 def test_unreachable_address_is_a_user_error():
-    with pytest.raises(UserError, match="cannot reach the Ray cluster at '127.0.0.1:9'"):
+    with pytest.raises(UserError, match=r"cannot reach the Ray cluster at '127\.0\.0\.1:9'"):
         connect(RayConfig(address="127.0.0.1:9"))
 
 
@@ -37,8 +37,11 @@ def test_unreachable_address_is_a_user_error():
 def test_ray_training_runs_and_logs_staleness(local_ray, tiny_train_config, asynchronous):
     from polyrl.train.trainer import Trainer
 
-    cfg = tiny_train_config(backend="ray", ray={"num_rollout_workers": 2, "async": asynchronous, "max_staleness": 1},
-                            rl={"steps": 4, "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8})
+    cfg = tiny_train_config(
+        backend="ray",
+        ray={"num_rollout_workers": 2, "async": asynchronous, "max_staleness": 1},
+        rl={"steps": 4, "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8},
+    )
     trainer = Trainer(cfg)
     trainer.run()
     records = _rl_records(trainer.run_dir.path)

@@ -8,10 +8,22 @@ from polyrl.train.trainer import Trainer
 
 def test_a_mix_of_environments_and_single_turn_tasks_trains_end_to_end(tiny_train_config):
     config = tiny_train_config(
-        tasks=[{"name": "env/calculator:addition", "difficulty": "easy"}, {"name": "env/retry:sort_digits"}, "addition"],
-        env={"max_turns": 2, "max_episode_tokens": 64}, rl__max_new_tokens=24, rl__advantage_level="turn",
-        rl__steps=2, rl__prompts_per_step=6, rl__group_size=2, sft__steps=2,
-        sft__rejection_sampling_rounds=1, sft__rejection_problems=4, sft__rejection_samples=2, sft__rejection_steps=1,
+        tasks=[
+            {"name": "env/calculator:addition", "difficulty": "easy"},
+            {"name": "env/retry:sort_digits"},
+            "addition",
+        ],
+        env={"max_turns": 2, "max_episode_tokens": 64},
+        rl__max_new_tokens=24,
+        rl__advantage_level="turn",
+        rl__steps=2,
+        rl__prompts_per_step=6,
+        rl__group_size=2,
+        sft__steps=2,
+        sft__rejection_sampling_rounds=1,
+        sft__rejection_problems=4,
+        sft__rejection_samples=2,
+        sft__rejection_steps=1,
         eval={"problems_per_task": 2, "pass_k": 1},
     )
     results = Trainer(config).run()
@@ -49,9 +61,17 @@ def test_ppo_with_a_critic_trains_on_multi_turn_episodes(tiny_train_config, monk
     monkeypatch.setattr(rl_module, "policy_loss", spy)
     config = tiny_train_config(
         tasks=[{"name": "env/retry:addition", "difficulty": "easy"}, "addition"],
-        env={"max_turns": 3, "max_episode_tokens": 400}, rl__max_new_tokens=12, rl__advantage="gae",
-        rl__critic={"loss": "hl_gauss", "warmup_steps": 1}, rl__steps=2, rl__prompts_per_step=4, rl__group_size=2,
-        rl__epochs=1, rl__minibatches=1, sft__steps=2, eval={"problems_per_task": 2, "pass_k": 1},
+        env={"max_turns": 3, "max_episode_tokens": 400},
+        rl__max_new_tokens=12,
+        rl__advantage="gae",
+        rl__critic={"loss": "hl_gauss", "warmup_steps": 1},
+        rl__steps=2,
+        rl__prompts_per_step=4,
+        rl__group_size=2,
+        rl__epochs=1,
+        rl__minibatches=1,
+        sft__steps=2,
+        eval={"problems_per_task": 2, "pass_k": 1},
     )
     Trainer(config).run()
     records = [json.loads(line) for line in open(f"{config.run_dir}/metrics.jsonl")]

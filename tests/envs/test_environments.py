@@ -6,8 +6,15 @@ from polyrl.envs.search import SearchIndex
 from polyrl.envs.tools import ToolError
 from polyrl.errors import UserError
 
-WITH_REFERENCES = ["env/calculator:multiplication", "env/python:addition", "env/retry:sort_digits", "env/search",
-                   "env/wordle", "env/twenty_questions", "env/grid_nav"]
+WITH_REFERENCES = [
+    "env/calculator:multiplication",
+    "env/python:addition",
+    "env/retry:sort_digits",
+    "env/search",
+    "env/wordle",
+    "env/twenty_questions",
+    "env/grid_nav",
+]
 
 
 def play(task, problem, actions):
@@ -37,8 +44,16 @@ def test_reference_trajectory_wins(name, difficulty):
 
 
 def test_every_builtin_environment_is_listed():
-    assert {"env/search", "env/wordle", "env/grid_nav", "env/twenty_questions", "env/retry:<argument>",
-            "env/calculator:<argument>", "env/python:<argument>", "env/textarena:<argument>"} <= set(list_envs())
+    assert {
+        "env/search",
+        "env/wordle",
+        "env/grid_nav",
+        "env/twenty_questions",
+        "env/retry:<argument>",
+        "env/calculator:<argument>",
+        "env/python:<argument>",
+        "env/textarena:<argument>",
+    } <= set(list_envs())
 
 
 def test_bad_environment_names_are_user_errors():

@@ -5,7 +5,13 @@ import pytest
 from polyrl.envs import get_env_task
 from polyrl.rewards import RewardConfig
 from polyrl.rollout import collate
-from polyrl.rollout.multi_turn import episode_metrics, reference_episode, rollout_episodes, rollout_mixed, turn_advantages
+from polyrl.rollout.multi_turn import (
+    episode_metrics,
+    reference_episode,
+    rollout_episodes,
+    rollout_mixed,
+    turn_advantages,
+)
 from polyrl.rollout.single_turn import Trajectory
 from polyrl.tasks import Verdict, get_task
 
@@ -41,7 +47,9 @@ def test_episodes_generate_in_one_batched_call_per_turn_and_mask_environment_tok
 def test_the_episode_token_budget_ends_an_episode_with_a_reason(prompts, scripted):
     task = get_env_task("env/calculator:multiplication")
     problem = task.generate(0, {"digits_a": 4, "digits_b": 4})
-    trajs = rollout_episodes([problem], {task.name: task}, scripted(lambda _: "x" * 50), prompts, 2, 60, RewardConfig(), 100)
+    trajs = rollout_episodes(
+        [problem], {task.name: task}, scripted(lambda _: "x" * 50), prompts, 2, 60, RewardConfig(), 100
+    )
     assert [t.verdict.reason for t in trajs] == ["token_budget"] * 2
     assert all(len(t.response_ids) <= 100 and t.reward == 0.0 for t in trajs)
 
@@ -49,8 +57,16 @@ def test_the_episode_token_budget_ends_an_episode_with_a_reason(prompts, scripte
 def test_garbage_every_turn_ends_at_the_turn_limit_and_is_counted(prompts, scripted):
     task = get_env_task("env/calculator:multiplication")
     problem = task.generate(0)
-    (t,) = rollout_episodes([problem], {task.name: task}, scripted(lambda _: "<tool_call>{oops</tool_call>"), prompts, 1, 40,
-                            RewardConfig(), 1000)
+    (t,) = rollout_episodes(
+        [problem],
+        {task.name: task},
+        scripted(lambda _: "<tool_call>{oops</tool_call>"),
+        prompts,
+        1,
+        40,
+        RewardConfig(),
+        1000,
+    )
     assert t.verdict.reason == "max_turns" and t.info["tool_errors"] == 3 and t.info["turns"] == 3
     metrics = episode_metrics([t])
     assert metrics[f"tool_errors/{task.name}"] == 3 and metrics[f"end/max_turns/{task.name}"] == 1.0
@@ -61,8 +77,9 @@ def test_mixed_batches_keep_problem_order_and_group_indices(prompts, scripted):
     single = get_task("addition")
     tasks = {env.name: env, "addition": single}
     problems = [single.generate(0), env.generate(1), single.generate(2)]
-    trajs = rollout_mixed(problems, tasks, scripted(lambda _: "<answer>0</answer>"), prompts, 2, 16, RewardConfig(),
-                          group_offset=10)
+    trajs = rollout_mixed(
+        problems, tasks, scripted(lambda _: "<answer>0</answer>"), prompts, 2, 16, RewardConfig(), group_offset=10
+    )
     assert [(t.task, t.group) for t in trajs] == [("addition", 10)] * 2 + [(env.name, 11)] * 2 + [("addition", 12)] * 2
     assert trajs[2].info["turns"] == 3 and trajs[0].policy_mask == [1] * len(trajs[0].response_ids)
 
@@ -70,16 +87,30 @@ def test_mixed_batches_keep_problem_order_and_group_indices(prompts, scripted):
 def test_reference_episode_masks_the_tool_result(prompts, tiny_tokenizer):
     task = get_env_task("env/calculator:multiplication")
     problem = task.generate(0)
-    prompt_ids, response_ids, mask = reference_episode(task, problem, prompts, tiny_tokenizer.eos_token_id)
+    _prompt_ids, response_ids, mask = reference_episode(task, problem, prompts, tiny_tokenizer.eos_token_id)
     policy = tiny_tokenizer.decode([i for i, m in zip(response_ids, mask) if m])
-    assert policy == f'{calc_call(problem.question.rstrip("=")).replace(" ", "")}</s><answer>{problem.solution}</answer></s>'
+    assert (
+        policy
+        == f"{calc_call(problem.question.rstrip('=')).replace(' ', '')}</s><answer>{problem.solution}</answer></s>"
+    )
 
 
 def _traj(group, turn_rewards, spans, prompt_len=2):
     width = spans[-1][1]
     info = {"turn_rewards": turn_rewards, "turn_spans": spans}
-    return Trajectory("t", group, None, [0] * prompt_len, [1] * width, "", True, sum(turn_rewards), {},
-                      Verdict(0, False, "x"), info=info)
+    return Trajectory(
+        "t",
+        group,
+        None,
+        [0] * prompt_len,
+        [1] * width,
+        "",
+        True,
+        sum(turn_rewards),
+        {},
+        Verdict(0, False, "x"),
+        info=info,
+    )
 
 
 def test_turn_advantages_credit_each_turn_with_its_reward_to_go():

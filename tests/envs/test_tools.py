@@ -11,7 +11,9 @@ def test_tagged_call_parses_name_and_arguments():
 
 
 def test_openai_style_string_arguments_are_decoded():
-    (call,) = parse_tool_calls('<tool_call>{"name": "calculator", "arguments": "{\\"expression\\": \\"1+1\\"}"}</tool_call>')
+    (call,) = parse_tool_calls(
+        '<tool_call>{"name": "calculator", "arguments": "{\\"expression\\": \\"1+1\\"}"}</tool_call>'
+    )
     assert call.arguments == {"expression": "1+1"}
 
 
@@ -58,7 +60,9 @@ def _env():
 
 def test_answer_together_with_a_tool_call_is_an_error_observation():
     _, env = _env()
-    result = env.step('<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call><answer>2</answer>')
+    result = env.step(
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call><answer>2</answer>'
+    )
     assert not result.done
     assert "answer given together with a tool call" in result.observation[0]["content"]
     assert result.observation[1] == {"role": "tool", "name": "calculator", "content": "2"}
@@ -77,6 +81,8 @@ def test_text_without_call_or_answer_is_an_invalid_action_then_the_turn_limit_en
 def test_a_correct_answer_after_the_tool_result_succeeds():
     problem, env = _env()
     a, b = problem.question.rstrip("=").split("*")
-    obs = env.step(f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{a}*{b}"}}}}</tool_call>').observation
+    obs = env.step(
+        f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{a}*{b}"}}}}</tool_call>'
+    ).observation
     end = env.step(f"<answer>{obs[0]['content']}</answer>")
     assert end.done and end.info["success"] and end.reward == 1.0

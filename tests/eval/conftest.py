@@ -66,7 +66,7 @@ class FakeEndpoint:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake.lock:
                     fake.requests += 1
@@ -75,9 +75,17 @@ class FakeEndpoint:
                     self._send(fake.status, {"error": {"message": "try again", "type": "server_error"}})
                     return
                 message = {"role": "assistant", "content": fake.content}
-                self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                                 "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+                self._send(
+                    200,
+                    {
+                        "id": "x",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+                    },
+                )
 
             def _send(self, status, payload):
                 data = json.dumps(payload).encode()

@@ -20,8 +20,29 @@ def _run(source, out, resume=False):
 
 
 def test_eval_against_polyrl_serve_on_loopback(served, tmp_path, capsys):
-    code = run(["eval", "--endpoint", served, "--model-name", "tiny", "--tasks", "addition,caesar", "--difficulty", "easy",
-                "--n", "2", "--samples", "2", "--max-new-tokens", "6", "--concurrency", "3", "--out", str(tmp_path / "ev")])
+    code = run(
+        [
+            "eval",
+            "--endpoint",
+            served,
+            "--model-name",
+            "tiny",
+            "--tasks",
+            "addition,caesar",
+            "--difficulty",
+            "easy",
+            "--n",
+            "2",
+            "--samples",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--concurrency",
+            "3",
+            "--out",
+            str(tmp_path / "ev"),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     results = json.loads((tmp_path / "ev" / "results.json").read_text())
     assert results["problems_done"] == 4 and "maj@2" in results["overall"]
@@ -93,8 +114,19 @@ def test_empty_or_garbage_answers_score_zero_with_a_reason(fake_endpoint, tmp_pa
 
 def test_cli_reports_a_missing_api_key_variable(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("POLYRL_TEST_KEY", raising=False)
-    code = run(["eval", "--endpoint", "http://127.0.0.1:9/v1", "--api-key-env", "POLYRL_TEST_KEY", "--tasks", "addition",
-                "--out", str(tmp_path / "ev")])
+    code = run(
+        [
+            "eval",
+            "--endpoint",
+            "http://127.0.0.1:9/v1",
+            "--api-key-env",
+            "POLYRL_TEST_KEY",
+            "--tasks",
+            "addition",
+            "--out",
+            str(tmp_path / "ev"),
+        ]
+    )
     assert code == 2 and "POLYRL_TEST_KEY" in capsys.readouterr().err
 
 

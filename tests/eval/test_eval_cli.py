@@ -28,8 +28,11 @@ def test_untrained_model_garbage_is_scored_zero_with_a_reason(tiny_checkpoint, t
     assert _eval(tiny_checkpoint, tmp_path / "ev") == 0
     records = [json.loads(line) for line in (tmp_path / "ev" / "samples.jsonl").read_text().splitlines()]
     wrong = [r for r in records if not r["correct"]]
-    assert wrong and all(r["score"] == 0.0 and r["reason"] in {"no_answer", "unclosed_tag", "empty_answer", "wrong",
-                                                                "malformed", "multiple_answers"} for r in wrong)
+    assert wrong and all(
+        r["score"] == 0.0
+        and r["reason"] in {"no_answer", "unclosed_tag", "empty_answer", "wrong", "malformed", "multiple_answers"}
+        for r in wrong
+    )
 
 
 def test_resume_finishes_an_interrupted_evaluation_with_the_same_results(tiny_checkpoint, tmp_path):
@@ -44,7 +47,8 @@ def test_resume_finishes_an_interrupted_evaluation_with_the_same_results(tiny_ch
     assert _eval(tiny_checkpoint, out, "--resume") == 0
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert sorted((r["problem_key"], r["sample"]) for r in records) == sorted(
-        (json.loads(line)["problem_key"], json.loads(line)["sample"]) for line in lines)
+        (json.loads(line)["problem_key"], json.loads(line)["sample"]) for line in lines
+    )
     resumed = json.loads((out / "results.json").read_text())
     assert resumed["tasks"]["addition"]["accuracy"] == full["tasks"]["addition"]["accuracy"]  # greedy is deterministic
     assert resumed["problems_done"] == 6
@@ -58,8 +62,20 @@ def test_existing_output_without_resume_is_refused(tiny_checkpoint, tmp_path, ca
 
 def test_resume_with_another_suite_is_refused(tiny_checkpoint, tmp_path, capsys):
     assert _eval(tiny_checkpoint, tmp_path / "ev") == 0
-    code = run(["eval", "--model", str(tiny_checkpoint), "--tasks", "addition", "--n", "2", "--out", str(tmp_path / "ev"),
-                "--resume"])
+    code = run(
+        [
+            "eval",
+            "--model",
+            str(tiny_checkpoint),
+            "--tasks",
+            "addition",
+            "--n",
+            "2",
+            "--out",
+            str(tmp_path / "ev"),
+            "--resume",
+        ]
+    )
     assert code == 2 and "another suite or model" in capsys.readouterr().err
 
 

@@ -32,7 +32,13 @@ def test_report_of_a_finished_run_embeds_every_plot_and_writes_them_next_to_it(f
     pngs = _embedded_pngs(page)
     assert all(p.startswith(b"\x89PNG") for p in pngs)
     names = {p.name for p in out.parent.glob("*.png")}
-    assert names == {"run_heldout.png", "run_heldout_steps.png", "run_training.png", "run_curriculum.png", "run_sft.png"}
+    assert names == {
+        "run_heldout.png",
+        "run_heldout_steps.png",
+        "run_training.png",
+        "run_curriculum.png",
+        "run_sft.png",
+    }
     assert len(pngs) == len(names)
     assert "finished" in page and "after RL" in page and "Resolved config" in page
     assert "<script" not in page and "http" not in page.split("<pre>")[0]  # self-contained: nothing to fetch
@@ -82,9 +88,21 @@ def test_report_renders_in_headless_chromium(finished_run, tmp_path):
 
     page, _ = build_report(finished_run, tmp_path / "r.html")
     shot = tmp_path / "shot.png"
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1280,1800", f"--screenshot={shot}", page.as_uri()],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,1800",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     pixels = matplotlib.image.imread(shot)
     assert pixels.shape[:2] == (1800, 1280)
     # a rendered page: plots and text give many distinct colours, not a blank or error page

@@ -22,8 +22,14 @@ def test_majority_tie_goes_to_the_answer_seen_first():
 
 def _record(item, sample, answer, tokens=4, format_ok=True):
     correct = answer is not None and answer == item.problem.solution
-    return {"problem_key": problem_key(item), "sample": sample, "answer": answer, "correct": correct,
-            "format_ok": format_ok, "tokens": tokens}
+    return {
+        "problem_key": problem_key(item),
+        "sample": sample,
+        "answer": answer,
+        "correct": correct,
+        "format_ok": format_ok,
+        "tokens": tokens,
+    }
 
 
 def test_aggregate_matches_hand_computed_numbers():
@@ -31,10 +37,14 @@ def test_aggregate_matches_hand_computed_numbers():
     a, b = suite_items(suite)
     records = [
         # problem a: greedy right; samples right, right, wrong -> pass@1 2/3, pass@3 1, majority right
-        _record(a, 0, a.problem.solution), _record(a, 1, a.problem.solution), _record(a, 2, a.problem.solution),
+        _record(a, 0, a.problem.solution),
+        _record(a, 1, a.problem.solution),
+        _record(a, 2, a.problem.solution),
         _record(a, 3, "99999", format_ok=False),
         # problem b: greedy wrong; samples "99999", " 99999 " (same after normalizing), right -> majority wrong
-        _record(b, 0, "99999"), _record(b, 1, "99999"), _record(b, 2, " 99999 ", format_ok=False),
+        _record(b, 0, "99999"),
+        _record(b, 1, "99999"),
+        _record(b, 2, " 99999 ", format_ok=False),
         _record(b, 3, b.problem.solution, tokens=12),
     ]
     row = aggregate([a, b], records, k=3, answer_format="tags")["tasks"]["addition"]
@@ -48,8 +58,14 @@ def test_aggregate_matches_hand_computed_numbers():
 
 
 def test_aggregate_groups_by_category_difficulty_and_cell_and_skips_unfinished_problems():
-    suite = parse_suite({"tasks": [{"name": "addition", "difficulties": ["easy", "hard"], "n": 1},
-                                   {"name": "caesar", "difficulties": ["easy"], "n": 1}]})
+    suite = parse_suite(
+        {
+            "tasks": [
+                {"name": "addition", "difficulties": ["easy", "hard"], "n": 1},
+                {"name": "caesar", "difficulties": ["easy"], "n": 1},
+            ]
+        }
+    )
     items = suite_items(suite)
     records = [_record(items[0], 0, items[0].problem.solution), _record(items[2], 0, "zzz")]  # addition@hard missing
     out = aggregate(items, records, k=1, answer_format="tags")

@@ -14,8 +14,9 @@ def test_health_and_models(served):
 
 def test_chat_completion_follows_the_openai_schema(served):
     client = openai.OpenAI(base_url=f"{served}/v1", api_key="none")
-    response = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "12+7"}],
-                                              max_tokens=5, temperature=0.8, top_p=0.9, n=3)
+    response = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "12+7"}], max_tokens=5, temperature=0.8, top_p=0.9, n=3
+    )
     assert response.object == "chat.completion" and len(response.choices) == 3
     assert [c.index for c in response.choices] == [0, 1, 2]
     assert all(c.message.role == "assistant" and isinstance(c.message.content, str) for c in response.choices)
@@ -31,13 +32,16 @@ def test_temperature_zero_is_greedy_and_repeatable(served):
     assert first["choices"][0]["message"] == second["choices"][0]["message"]
 
 
-@pytest.mark.parametrize("body, where", [
-    ({"messages": []}, "messages"),
-    ({}, "messages"),
-    ({"messages": [{"role": "user", "content": "x"}], "temperature": 5}, "temperature"),
-    ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
-    ({"messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
-])
+@pytest.mark.parametrize(
+    "body, where",
+    [
+        ({"messages": []}, "messages"),
+        ({}, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "temperature": 5}, "temperature"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
+    ],
+)
 def test_malformed_requests_get_a_422_json_error(served, body, where):
     response = httpx.post(f"{served}/v1/chat/completions", json=body)
     assert response.status_code == 422
@@ -46,7 +50,9 @@ def test_malformed_requests_get_a_422_json_error(served, body, where):
 
 
 def test_prompt_longer_than_the_context_is_a_400(served):
-    response = httpx.post(f"{served}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * 2000}]})
+    response = httpx.post(
+        f"{served}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * 2000}]}
+    )
     assert response.status_code == 400
     assert "context is 512" in response.json()["error"]["message"]
 

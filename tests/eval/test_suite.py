@@ -15,15 +15,18 @@ def test_suite_records_seeds_so_problems_are_reproducible():
     assert {i.problem.split for i in first} == {"eval"}
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"tasks": []}, "tasks: List should have at least 1 item"),
-    ({"tasks": [{"name": "addition", "n": 0}]}, "tasks.0.n"),
-    ({"tasks": [{"name": "addition"}], "samples": "many"}, "samples"),
-    ({"tasks": [{"name": "additon"}]}, "unknown task 'additon'"),
-    ({"tasks": [{"name": "addition", "difficulties": [3]}]}, "outside [0, 1]"),
-    ({"tasks": [{"name": "addition"}], "colour": "red"}, "colour"),
-    (["addition"], "a suite is a YAML mapping"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"tasks": []}, "tasks: List should have at least 1 item"),
+        ({"tasks": [{"name": "addition", "n": 0}]}, "tasks.0.n"),
+        ({"tasks": [{"name": "addition"}], "samples": "many"}, "samples"),
+        ({"tasks": [{"name": "additon"}]}, "unknown task 'additon'"),
+        ({"tasks": [{"name": "addition", "difficulties": [3]}]}, "outside [0, 1]"),
+        ({"tasks": [{"name": "addition"}], "colour": "red"}, "colour"),
+        (["addition"], "a suite is a YAML mapping"),
+    ],
+)
 def test_malformed_suite_is_one_user_error(data, message):
     with pytest.raises(UserError, match=message.replace("[", r"\[").replace("]", r"\]")) as exc:
         parse_suite(data)

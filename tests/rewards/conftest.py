@@ -33,9 +33,19 @@ class FakeJudgeServer:
                 text = body["messages"][0]["content"]
                 with outer.lock:
                     outer.requests.append(text)
-                payload = {"id": "x", "object": "chat.completion", "created": 0, "model": "fake",
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": outer.answer(text)}}]}
+                payload = {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": "fake",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": outer.answer(text)},
+                        }
+                    ],
+                }
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(200)

@@ -60,6 +60,7 @@ def test_missing_rubric_and_missing_endpoint_are_user_errors(rubric, tmp_path, m
 
 # -- position-swapped pairwise judging ------------------------------------------------------------------
 
+
 class FakeClient:
     """An in-process judge client: ``answer(prompt)`` is the text, or a ``(None, reason)`` failure; records each batch."""
 
@@ -116,7 +117,9 @@ def test_swapped_fair_judge_at_an_endpoint_pays_wins_losses_and_ties(rubric, jud
     assert server.calls == 6 and source.position_inconsistent == 0 and source.position_checked == 3
     # in the swapped order the response is B, and [[B]] is its win
     assert sorted(pairwise_sections(p) for p in server.requests if p.count("<answer>2</answer>")) == [
-        ("2", "<answer>2</answer>"), ("<answer>2</answer>", "2")]
+        ("2", "<answer>2</answer>"),
+        ("<answer>2</answer>", "2"),
+    ]
 
 
 @pytest.mark.parametrize("failure, reason", [("no idea", "unparseable_verdict"), ((None, "timeout"), "timeout")])
@@ -163,8 +166,11 @@ def test_scorer_marks_position_inconsistent_samples_without_failing_them(rubric,
         problem = task.generate(seed, "easy")
         text = f"<answer>{problem.solution}</answer>"
         verdict = task.verify(problem, text)
-        trajs.append(Trajectory("addition", seed, problem, [1], [2], text, True, verdict.score,
-                                {"verifier": verdict.score}, verdict))
+        trajs.append(
+            Trajectory(
+                "addition", seed, problem, [1], [2], text, True, verdict.score, {"verifier": verdict.score}, verdict
+            )
+        )
     config = RewardConfig(judge=0.5, judge_source=_cfg(rubric, mode="pairwise", base_url=server.url))
     scorer = RewardScorer(config, ["addition"])
     scorer.score(trajs)

@@ -84,8 +84,9 @@ def test_trained_tiny_reward_model_is_a_reward_source(tmp_path):
 
     data = save_preferences(build_preference_data(["addition"], 40, seed=0), tmp_path / "prefs.jsonl")
     torch.set_num_threads(1)
-    result = train_reward_model(data, "tiny", tmp_path / "rm", steps=30, batch_size=8, lr=3e-3, log=lambda m: None,
-                                tiny_shape=SMALL)
+    result = train_reward_model(
+        data, "tiny", tmp_path / "rm", steps=30, batch_size=8, lr=3e-3, log=lambda m: None, tiny_shape=SMALL
+    )
     assert 0.0 <= result["heldout_accuracy"] <= 1.0 and result["heldout_pairs"] == 4
     source = RewardModelSource(RewardModelConfig(path=str(tmp_path / "rm"), batch_size=2))
     scores = source.score(["1+1=", "2+2=", "3+3="], ["<answer>2</answer>", "<answer>4</answer>", "x"])
@@ -96,7 +97,7 @@ def test_causal_lm_directory_is_rejected_as_a_reward_model(tmp_path):
     from polyrl.policy.tiny import build_tiny_policy
     from polyrl.rewards.reward_model import load_reward_model
 
-    model, tok = build_tiny_policy()
+    model, _tok = build_tiny_policy()
     model.save_pretrained(tmp_path)
     with pytest.raises(UserError, match="num_labels=1"):
         load_reward_model(tmp_path)

@@ -19,9 +19,14 @@ def test_rm_cli_then_training_with_model_and_majority_terms(tmp_path, capsys, ti
     assert "pairwise accuracy" in capsys.readouterr().out.lower()
 
     cfg = tiny_train_config(
-        rl__steps=2, sft__steps=2,
-        reward={"verifier": 1.0, "reward_model": 0.5, "majority_vote": 0.5,
-                "reward_model_source": {"path": str(rm_dir)}},
+        rl__steps=2,
+        sft__steps=2,
+        reward={
+            "verifier": 1.0,
+            "reward_model": 0.5,
+            "majority_vote": 0.5,
+            "reward_model_source": {"path": str(rm_dir)},
+        },
     )
     Trainer(cfg).run()
     records = [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
@@ -53,10 +58,23 @@ def _judge_answer(prompt: str) -> str:
 def test_training_run_with_a_judge_term_at_an_endpoint(mode, tiny_train_config, judge_server):
     server = judge_server(_judge_answer)
     cfg = tiny_train_config(
-        threads=1, sft__steps=2, rl__steps=3,
-        reward={"verifier": 1.0, "judge": 0.5,
-                "judge_source": {"rubric": RUBRIC, "mode": mode, "backend": "openai", "model": "fake",
-                                 "base_url": server.url, "timeout_s": 10, "retries": 0, "max_concurrency": 4}},
+        threads=1,
+        sft__steps=2,
+        rl__steps=3,
+        reward={
+            "verifier": 1.0,
+            "judge": 0.5,
+            "judge_source": {
+                "rubric": RUBRIC,
+                "mode": mode,
+                "backend": "openai",
+                "model": "fake",
+                "base_url": server.url,
+                "timeout_s": 10,
+                "retries": 0,
+                "max_concurrency": 4,
+            },
+        },
     )
     Trainer(cfg).run()  # garbage verdicts are counted zero rewards, not a crash
     assert (Path(cfg.run_dir) / "final_model").is_dir()

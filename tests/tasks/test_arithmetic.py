@@ -6,8 +6,15 @@ from polyrl import get_task
 from polyrl.tasks import Problem
 
 TASKS = [
-    "addition", "multiplication", "expression_evaluation", "modular_arithmetic", "base_conversion",
-    "linear_equation", "gcd_lcm", "countdown", "game24",
+    "addition",
+    "multiplication",
+    "expression_evaluation",
+    "modular_arithmetic",
+    "base_conversion",
+    "linear_equation",
+    "gcd_lcm",
+    "countdown",
+    "game24",
 ]
 
 
@@ -101,7 +108,14 @@ def test_game24_needs_every_number_exactly_once():
 
 @pytest.mark.parametrize(
     "junk",
-    ["(" * 10_000 + "1" + ")" * 10_000, "9" * 1_000_000, "10**100000", "1" + "*99999" * 30, "\x00\xff\x80junk", "2--2"],
+    [
+        "(" * 10_000 + "1" + ")" * 10_000,
+        "9" * 1_000_000,
+        "10**100000",
+        "1" + "*99999" * 30,
+        "\x00\xff\x80junk",
+        "2--2",
+    ],
 )
 @pytest.mark.parametrize("name", ["countdown", "game24"])
 def test_adversarial_expressions_are_rejected_quickly(name, junk):

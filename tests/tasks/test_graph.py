@@ -1,6 +1,5 @@
 """Graph tasks: reference solutions, alternative valid answers, wrong and malformed answers, difficulty."""
 
-
 from polyrl import get_task
 from polyrl.tasks import Problem
 

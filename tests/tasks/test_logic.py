@@ -19,7 +19,13 @@ def problem_for(name, answer):
     return Problem(name, "q", "q", answer, None, 0, "train", None, {})
 
 
-EASY_LIMITS = [("boolean_evaluation", 40), ("sat", 40), ("entailment", 50), ("height_ordering", 40), ("knights_knaves", 80)]
+EASY_LIMITS = [
+    ("boolean_evaluation", 40),
+    ("sat", 40),
+    ("entailment", 50),
+    ("height_ordering", 40),
+    ("knights_knaves", 80),
+]
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -72,7 +78,9 @@ def test_entailment_labels_match_brute_force_and_are_balanced():
 
 def test_formula_evaluation_matches_truth_tables():
     p_implies_not_q = ["->", ["var", "p"], ["not", ["var", "q"]]]
-    table = {(a, b): evaluate(p_implies_not_q, {"p": a, "q": b}) for a, b in itertools.product((False, True), repeat=2)}
+    table = {
+        (a, b): evaluate(p_implies_not_q, {"p": a, "q": b}) for a, b in itertools.product((False, True), repeat=2)
+    }
     assert table == {(False, False): True, (False, True): True, (True, False): True, (True, True): False}
 
 
@@ -81,7 +89,8 @@ def test_knights_knaves_solution_is_unique_by_brute_force():
 
     statements = [("is", 1, False), ("same", 0, 1)]  # A: B is a knave. B: A and B are alike.
     worlds = [
-        w for w in itertools.product((False, True), repeat=2)
+        w
+        for w in itertools.product((False, True), repeat=2)
         if all(_statement_holds(s, w) == w[i] for i, s in enumerate(statements))
     ]
     assert worlds == [(True, False)]

@@ -19,7 +19,10 @@ def test_subset_sum_accepts_any_subset_reaching_the_target():
     p = problem("subset_sum", {"numbers": [3, 5, 2, 7, 5], "target": 7})
     for answer in ["5 2", "7", "[2, 5]"]:
         assert score("subset_sum", p, answer) == (1.0, "correct")
-    assert score("subset_sum", problem("subset_sum", {"numbers": [3, 5, 2, 7, 5], "target": 10}), "5 5") == (1.0, "correct")
+    assert score("subset_sum", problem("subset_sum", {"numbers": [3, 5, 2, 7, 5], "target": 10}), "5 5") == (
+        1.0,
+        "correct",
+    )
 
 
 def test_subset_sum_rejects_numbers_not_offered_or_reused():

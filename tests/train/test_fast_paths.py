@@ -149,8 +149,9 @@ def test_shared_prompt_forward_on_a_shuffled_minibatch(tiny):
     model, _ = tiny
     batch = _batch(tiny, 4)
     mb = batch.select(torch.randperm(len(batch), generator=torch.Generator().manual_seed(0))[:15])
-    torch.testing.assert_close(_logprobs_and_grads(model, mb, True)[0], _logprobs_and_grads(model, mb, False)[0],
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        _logprobs_and_grads(model, mb, True)[0], _logprobs_and_grads(model, mb, False)[0], atol=1e-5, rtol=1e-5
+    )
 
 
 def test_distinct_prompts_take_the_plain_path(tiny, monkeypatch):

@@ -90,8 +90,11 @@ def test_lora_training_saves_a_merged_plain_checkpoint(tiny_train_config):
 
     from transformers import AutoModelForCausalLM
 
-    cfg = tiny_train_config(model={**tiny_train_config().model.model_dump(), "lora": {"enabled": True, "r": 4, "alpha": 8}},
-                            rl__steps=2, sft__steps=2)
+    cfg = tiny_train_config(
+        model={**tiny_train_config().model.model_dump(), "lora": {"enabled": True, "r": 4, "alpha": 8}},
+        rl__steps=2,
+        sft__steps=2,
+    )
     trainer = Trainer(cfg)
     trainable = sum(p.numel() for p in trainer.trainable_parameters())
     total = sum(p.numel() for p in trainer.policy.model.parameters())
@@ -104,8 +107,9 @@ def test_lora_training_saves_a_merged_plain_checkpoint(tiny_train_config):
 def test_rejection_sampling_round_is_logged(tiny_train_config):
     from pathlib import Path
 
-    cfg = tiny_train_config(sft__rejection_sampling_rounds=1, sft__rejection_problems=8, sft__rejection_steps=2,
-                            rl__enabled=False)
+    cfg = tiny_train_config(
+        sft__rejection_sampling_rounds=1, sft__rejection_problems=8, sft__rejection_steps=2, rl__enabled=False
+    )
     results = Trainer(cfg).run()
     assert "after_rl" not in results
     records = [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]

@@ -77,9 +77,16 @@ def test_sigkill_at_any_moment_leaves_a_resumable_run(tiny_train_config, tmp_pat
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    code = subprocess.run([sys.executable, "-m", "polyrl", "train", "--resume", cfg.run_dir], env=env,
-                          capture_output=True, text=True, timeout=300)
+    code = subprocess.run(
+        [sys.executable, "-m", "polyrl", "train", "--resume", cfg.run_dir],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert code.returncode == 0, code.stderr[-2000:]
     assert (Path(cfg.run_dir) / "final_model" / "model.safetensors").exists()
-    rl_steps = [line for line in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines() if '"stage": "rl"' in line]
+    rl_steps = [
+        line for line in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines() if '"stage": "rl"' in line
+    ]
     assert len(rl_steps) == 12

@@ -120,7 +120,9 @@ def test_generate_sends_token_ids_with_one_seed_per_completion(backend):
     prompts, params = llm.calls[-1]
     assert [p["prompt_token_ids"] for p in prompts] == [[5, 11], [5, 11], [6, 12], [9, 13]]
     assert len({p.seed for p in params}) == 4, "the G completions of a group must not share a seed"
-    assert all(p.temperature == 0.7 and p.top_p == 0.9 and p.max_tokens == 4 and eos in p.stop_token_ids for p in params)
+    assert all(
+        p.temperature == 0.7 and p.top_p == 0.9 and p.max_tokens == 4 and eos in p.stop_token_ids for p in params
+    )
     assert [g.completion_ids for g in gens] == [[20, 21, eos], [20, 21, eos], [22, 23, eos], [7, 7, 7, 7]]
     assert [g.finished for g in gens] == [True, True, True, False]
     assert gens[0].text == tok.decode([20, 21], skip_special_tokens=True)
@@ -188,10 +190,13 @@ def test_missing_vllm_is_a_user_error(monkeypatch, tiny_train_config):
         Trainer(tiny_train_config(device="cuda", generation={"engine": "vllm"}))
 
 
-@pytest.mark.parametrize(("updates", "message"), [
-    ({"generation": {"engine": "vllm"}}, "needs a CUDA device"),
-    ({"generation": {"engine": "vllm"}, "backend": "ray"}, "rollout workers generate with transformers"),
-])
+@pytest.mark.parametrize(
+    ("updates", "message"),
+    [
+        ({"generation": {"engine": "vllm"}}, "needs a CUDA device"),
+        ({"generation": {"engine": "vllm"}, "backend": "ray"}, "rollout workers generate with transformers"),
+    ],
+)
 def test_vllm_configuration_errors_stop_before_the_run_starts(fake_vllm, tiny_train_config, updates, message):
     from polyrl.train.trainer import Trainer
 

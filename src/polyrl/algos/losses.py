@@ -57,7 +57,9 @@ def _row_chunks(logits: Tensor, temperature: float, chunk_rows: int):
         yield start, chunk / temperature if temperature != 1.0 else chunk
 
 
-def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float = 1.0, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Tensor:
+def token_logprobs(
+    logits: Tensor, tokens: Tensor, temperature: float = 1.0, chunk_rows: int = DEFAULT_CHUNK_ROWS
+) -> Tensor:
     """``log softmax(logits / temperature)[token]`` per position: ``Tensor[N, T]``, at least float32.
 
     ``logits[:, t]`` must already be the prediction *for* ``tokens[:, t]`` (shifted by the caller).
@@ -144,7 +146,9 @@ def seq_mean_token_sum_norm(values: Tensor, mask: Tensor, max_tokens: int | None
     towards long wrong answers; dividing by a constant (the generation budget) removes that length bias.
     """
     if max_tokens is None or max_tokens <= 0:
-        raise UserError(f"aggregation 'seq_mean_token_sum_norm' needs max_tokens > 0 (the generation budget), got {max_tokens}")
+        raise UserError(
+            f"aggregation 'seq_mean_token_sum_norm' needs max_tokens > 0 (the generation budget), got {max_tokens}"
+        )
     return (values * mask).sum(-1).div(max_tokens).mean()
 
 
@@ -245,7 +249,9 @@ KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     # Schulman 2020, "Approximating KL Divergence" (joschu.net/blog/kl-approx.html), with samples from
     # the policy and log r = log ref - log p:
     "k1": lambda logprobs, ref_logprobs: logprobs - ref_logprobs,  # -log r: unbiased, high variance, can be < 0
-    "k2": lambda logprobs, ref_logprobs: 0.5 * (logprobs - ref_logprobs).square(),  # (log r)^2 / 2: biased, low variance
+    "k2": lambda logprobs, ref_logprobs: (
+        0.5 * (logprobs - ref_logprobs).square()
+    ),  # (log r)^2 / 2: biased, low variance
     "k3": lambda logprobs, ref_logprobs: _k3(ref_logprobs - logprobs),  # (r - 1) - log r: unbiased, >= 0
 }
 

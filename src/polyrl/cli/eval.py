@@ -4,25 +4,35 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 from polyrl.errors import UserError
 
-app = typer.Typer(help="Evaluate a checkpoint or an endpoint on a task suite; compare results.",
-                  invoke_without_command=True, no_args_is_help=True)
+app = typer.Typer(
+    help="Evaluate a checkpoint or an endpoint on a task suite; compare results.",
+    invoke_without_command=True,
+    no_args_is_help=True,
+)
 
 
-def _source(model: Optional[str], endpoint: Optional[str], api_key_env: Optional[str], model_name: Optional[str],
-            concurrency: int, timeout: float, field: str, suite):
+def _source(
+    model: str | None,
+    endpoint: str | None,
+    api_key_env: str | None,
+    model_name: str | None,
+    concurrency: int,
+    timeout: float,
+    field: str,
+    suite,
+):
     if (model is None) == (endpoint is None):
         raise UserError("give exactly one of --model PATH or --endpoint URL")
     if model is not None:
+        from transformers.utils import logging as hf_logging
+
         from polyrl.eval.sources import LocalModelSource
         from polyrl.policy.loading import ModelConfig, load_policy
-
-        from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
         policy = load_policy(ModelConfig(path=model), seed=suite.seed)
@@ -41,21 +51,33 @@ def _source(model: Optional[str], endpoint: Optional[str], api_key_env: Optional
 @app.callback()
 def eval_cmd(
     ctx: typer.Context,
-    model: Optional[str] = typer.Option(None, "--model", help="Local Hugging Face checkpoint (e.g. RUN_DIR/final_model)."),
-    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Environment variable holding the API key."),
-    model_name: Optional[str] = typer.Option(None, "--model-name", help="Model name sent to the endpoint."),
-    suite_file: Optional[Path] = typer.Option(None, "--suite", help="Suite YAML (tasks, difficulties, n, seeds, samples)."),
-    tasks: Optional[str] = typer.Option(None, "--tasks", help="Comma-separated tasks (instead of --suite)."),
+    model: str | None = typer.Option(
+        None, "--model", help="Local Hugging Face checkpoint (e.g. RUN_DIR/final_model)."
+    ),
+    endpoint: str | None = typer.Option(
+        None, "--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1."
+    ),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Environment variable holding the API key."),
+    model_name: str | None = typer.Option(None, "--model-name", help="Model name sent to the endpoint."),
+    suite_file: Path | None = typer.Option(
+        None, "--suite", help="Suite YAML (tasks, difficulties, n, seeds, samples)."
+    ),
+    tasks: str | None = typer.Option(None, "--tasks", help="Comma-separated tasks (instead of --suite)."),
     difficulty: str = typer.Option("medium", "--difficulty", help="With --tasks: comma-separated knobs or presets."),
     n: int = typer.Option(50, "--n", min=1, help="With --tasks: problems per task and difficulty."),
-    samples: int = typer.Option(1, "--samples", min=1, help="With --tasks: sampled completions per problem (pass@k, maj@k)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: evals/<time>)."),
+    samples: int = typer.Option(
+        1, "--samples", min=1, help="With --tasks: sampled completions per problem (pass@k, maj@k)."
+    ),
+    out: Path | None = typer.Option(None, "--out", help="Output directory (default: evals/<time>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted evaluation in --out."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Endpoint requests in flight."),
     timeout: float = typer.Option(60.0, "--timeout", min=0.1, help="Per-request timeout in seconds (endpoint)."),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Override the suite's response limit."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, help="Override the suite's sampling temperature."),
+    max_new_tokens: int | None = typer.Option(
+        None, "--max-new-tokens", min=1, help="Override the suite's response limit."
+    ),
+    temperature: float | None = typer.Option(
+        None, "--temperature", min=0.0, help="Override the suite's sampling temperature."
+    ),
 ) -> None:
     """Evaluate --model or --endpoint on --suite (or --tasks); writes results.json, results.md, samples.jsonl."""
     if ctx.invoked_subcommand is not None:
@@ -87,8 +109,12 @@ def eval_cmd(
 
 @app.command("compare")
 def compare_cmd(
-    files: List[Path] = typer.Argument(..., help="results.json files (or their directories); the first is the baseline."),
-    metric: str = typer.Option("accuracy", "--metric", help="accuracy, pass@1, pass@K, maj@K, mean_length, format_failure_rate."),
+    files: list[Path] = typer.Argument(
+        ..., help="results.json files (or their directories); the first is the baseline."
+    ),
+    metric: str = typer.Option(
+        "accuracy", "--metric", help="accuracy, pass@1, pass@K, maj@K, mean_length, format_failure_rate."
+    ),
 ) -> None:
     """Side-by-side table of one metric per task, with differences (points) against the first file."""
     from polyrl.eval.results import compare_table, load_results

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import Optional
 
 import typer
 
 app = typer.Typer(help="Run experiments that compare training strategies.", no_args_is_help=True)
 
 
-def _names(text: Optional[str]) -> Optional[list[str]]:
+def _names(text: str | None) -> list[str] | None:
     return [s.strip() for s in text.split(",") if s.strip()] if text else None
 
 
@@ -19,11 +18,19 @@ def _names(text: Optional[str]) -> Optional[list[str]]:
 def curriculum(
     config: str = typer.Option(..., "--config", "-c", help="Base training config (YAML; may define strategies:)."),
     seeds: int = typer.Option(3, "--seeds", help="Seeds per strategy (0..N-1)."),
-    samplers: Optional[str] = typer.Option(None, "--samplers", help="Comma-separated strategies: sampler names, "
-                                           "<sampler>+difficulty, or names under strategies: in the config."),
+    samplers: str | None = typer.Option(
+        None,
+        "--samplers",
+        help="Comma-separated strategies: sampler names, "
+        "<sampler>+difficulty, or names under strategies: in the config.",
+    ),
     out: str = typer.Option("runs/curriculum", "--out", help="Output directory (runs, report.md, plots)."),
-    hard_difficulty: float = typer.Option(0.5, "--hard-difficulty", help="Hard-split knob for tasks without eval_difficulty."),
-    share_sft: bool = typer.Option(False, "--share-sft", help="One SFT warm start for all seeds (seeds differ only in RL)."),
+    hard_difficulty: float = typer.Option(
+        0.5, "--hard-difficulty", help="Hard-split knob for tasks without eval_difficulty."
+    ),
+    share_sft: bool = typer.Option(
+        False, "--share-sft", help="One SFT warm start for all seeds (seeds differ only in RL)."
+    ),
 ) -> None:
     """Train the same budget with several samplers over several seeds; write report.md with plots."""
     from polyrl.experiments.curriculum import plan_experiment, run_experiment
@@ -33,7 +40,9 @@ def curriculum(
     summary = run_experiment(plan, log=lambda m: print(m, flush=True), command=command)
     for name, row in summary["strategies"].items():
         easy, hard = row["easy"]["mean"], row["hard"]["mean"]
-        print(f"{name:32s} easy {100 * easy[0]:5.1f} ± {100 * easy[1]:4.1f}   hard {100 * hard[0]:5.1f} ± {100 * hard[1]:4.1f}")
+        print(
+            f"{name:32s} easy {100 * easy[0]:5.1f} ± {100 * easy[1]:4.1f}   hard {100 * hard[0]:5.1f} ± {100 * hard[1]:4.1f}"
+        )
     print(f"report: {plan.out / 'report.md'}")
 
 

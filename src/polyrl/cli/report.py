@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -12,7 +11,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def report(
         run_dir: Path = typer.Argument(..., help="A polyrl run directory (finished or still running)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default: RUN_DIR/report.html)."),
+        out: Path | None = typer.Option(None, "--out", help="HTML file to write (default: RUN_DIR/report.html)."),
     ) -> None:
         """Write an HTML report (plots embedded) and its PNG plots next to it."""
         from polyrl.report import build_report

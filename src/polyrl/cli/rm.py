@@ -34,7 +34,9 @@ def build_data(
 
 @app.command()
 def train(
-    data: str = typer.Option(..., "--data", help="Preference data (prompt/chosen/rejected): file or datasets directory."),
+    data: str = typer.Option(
+        ..., "--data", help="Preference data (prompt/chosen/rejected): file or datasets directory."
+    ),
     model: str = typer.Option("tiny", "--model", help="'tiny' or a Hugging Face model directory."),
     out: str = typer.Option(..., "--out", help="Directory for the trained reward model."),
     steps: int = typer.Option(200, "--steps", help="Optimizer steps."),
@@ -49,5 +51,7 @@ def train(
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise UserError("--steps and --batch-size must be at least 1 and --lr positive")
     result = train_reward_model(data, model, out, steps, batch_size, lr, seed=seed, log=lambda m: print(m, flush=True))
-    print(f"held-out pairwise accuracy {result['heldout_accuracy']:.3f} ({result['heldout_pairs']} pairs), "
-          f"loss {result['heldout_loss']:.4f}; saved to {out}")
+    print(
+        f"held-out pairwise accuracy {result['heldout_accuracy']:.3f} ({result['heldout_pairs']} pairs), "
+        f"loss {result['heldout_loss']:.4f}; saved to {out}"
+    )

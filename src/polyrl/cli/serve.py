@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from polyrl.errors import UserError
@@ -15,7 +13,9 @@ def register(app: typer.Typer) -> None:
         checkpoint: str = typer.Argument(..., help="Hugging Face checkpoint directory (e.g. RUN_DIR/final_model)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (127.0.0.1: this machine only)."),
         port: int = typer.Option(8000, "--port", min=1, max=65535, help="TCP port."),
-        model_name: Optional[str] = typer.Option(None, "--model-name", help="Name in /v1/models (default: the directory name)."),
+        model_name: str | None = typer.Option(
+            None, "--model-name", help="Name in /v1/models (default: the directory name)."
+        ),
     ) -> None:
         """Serve CHECKPOINT at /v1/chat/completions, /v1/models and /health."""
         try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from importlib.resources import files
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich.console import Console
@@ -40,16 +39,20 @@ def print_results(results: dict, console: Console) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
-        overrides: Optional[List[str]] = typer.Argument(None, help="Config overrides key=value, e.g. rl.steps=50."),
-        config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML config (default: the embedded default)."),
-        resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this run directory."),
-        run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Where to write the run (default: runs/<time>)."),
-        ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS",
-                                          help="Roll out on Ray workers: 'local' starts a local instance, host:port joins a cluster."),
+        overrides: list[str] | None = typer.Argument(None, help="Config overrides key=value, e.g. rl.steps=50."),
+        config: str | None = typer.Option(None, "--config", "-c", help="YAML config (default: the embedded default)."),
+        resume: Path | None = typer.Option(None, "--resume", help="Continue the run in this run directory."),
+        run_dir: str | None = typer.Option(None, "--run-dir", help="Where to write the run (default: runs/<time>)."),
+        ray: str | None = typer.Option(
+            None,
+            "--ray",
+            metavar="ADDRESS",
+            help="Roll out on Ray workers: 'local' starts a local instance, host:port joins a cluster.",
+        ),
     ) -> None:
         """Train a policy: SFT warm start, then multi-task RL; prints held-out accuracy after each."""
         from polyrl.train.config import load_config
-        from polyrl.train.trainer import TrainingError, Trainer
+        from polyrl.train.trainer import Trainer, TrainingError
 
         overrides = list(overrides or [])
         if ray is not None:  # same as backend=ray [ray.address=ADDRESS]; later key=value overrides still apply
@@ -74,6 +77,6 @@ def register(app: typer.Typer) -> None:
             results = Trainer(cfg, resume=resume is not None).run()
         except TrainingError as exc:
             console.print(f"[red]polyrl: training stopped:[/] {exc}")
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
         print_results(results, console)
         console.print(f"run directory: {cfg.run_dir}  (metrics.jsonl, tb/, sft_model/, final_model/, eval/)")

@@ -66,7 +66,12 @@ def expected_value(logits: Tensor, v_min: float, v_max: float) -> Tensor:
 
 
 def value_loss(
-    outputs: Tensor, returns: Tensor, mask: Tensor, kind: str, v_min: float = -1.0, v_max: float = 1.5,
+    outputs: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    kind: str,
+    v_min: float = -1.0,
+    v_max: float = 1.5,
     sigma_ratio: float = 0.75,
 ) -> Tensor:
     """Mean over ``mask`` of the per-token value loss.

@@ -32,7 +32,9 @@ class CriticConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    loss: Literal["mse", "hl_gauss", "two_hot"] = Field("hl_gauss", description="Value loss: mse, hl_gauss (Farebrother et al. 2024) or two_hot.")
+    loss: Literal["mse", "hl_gauss", "two_hot"] = Field(
+        "hl_gauss", description="Value loss: mse, hl_gauss (Farebrother et al. 2024) or two_hot."
+    )
     num_bins: int = Field(51, ge=2, description="Bins of the categorical value support (hl_gauss, two_hot).")
     v_min: float = Field(-1.0, description="Lowest value of the support (returns below are clipped).")
     v_max: float = Field(1.5, description="Highest value of the support (returns above are clipped).")
@@ -40,9 +42,15 @@ class CriticConfig(BaseModel):
     lr: float = Field(5e-4, gt=0, description="Critic learning rate (AdamW, constant).")
     gamma: float = Field(1.0, ge=0, le=1, description="GAE discount per policy token.")
     lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (1: Monte-Carlo returns minus the value baseline).")
-    normalize_advantages: bool = Field(True, description="Standardize token advantages over the batch's policy tokens.")
+    normalize_advantages: bool = Field(
+        True, description="Standardize token advantages over the batch's policy tokens."
+    )
     max_grad_norm: float = Field(1.0, gt=0, description="Critic gradient clipping norm.")
-    warmup_steps: int = Field(0, ge=0, description="Critic-only steps before RL: the starting policy's rollouts train the value model, the policy is not updated (VAPO's value pretraining).")
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="Critic-only steps before RL: the starting policy's rollouts train the value model, the policy is not updated (VAPO's value pretraining).",
+    )
 
     @model_validator(mode="after")
     def _support(self):
@@ -119,8 +127,10 @@ class Critic:
         values = self.values_from(self._outputs(batch)).cpu()
         adv, returns = gae(outcome_rewards_per_token(rewards, mask), values, mask, cfg.gamma, cfg.lam)
         valid = mask.bool()
-        stats = {"value_mean": float(values[valid].mean()) if valid.any() else float("nan"),
-                 "return_mean": float(returns[valid].mean()) if valid.any() else float("nan")}
+        stats = {
+            "value_mean": float(values[valid].mean()) if valid.any() else float("nan"),
+            "return_mean": float(returns[valid].mean()) if valid.any() else float("nan"),
+        }
         resid = (returns - values)[valid]
         var = returns[valid].var() if valid.sum() > 1 else torch.tensor(float("nan"))
         stats["value_explained_variance"] = float(1 - resid.var() / var) if var > 0 else float("nan")
@@ -135,7 +145,9 @@ class Critic:
         device = self.device
         outputs = self._outputs(batch)
         mask = batch.loss_mask.to(device)
-        loss = value_loss(outputs, returns[:, : mask.shape[1]].to(device), mask, cfg.loss, cfg.v_min, cfg.v_max, cfg.sigma_ratio)
+        loss = value_loss(
+            outputs, returns[:, : mask.shape[1]].to(device), mask, cfg.loss, cfg.v_min, cfg.v_max, cfg.sigma_ratio
+        )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)

@@ -15,7 +15,9 @@ from polyrl.curriculum.samplers import TaskSampler, register_sampler
 from polyrl.errors import UserError
 
 
-def _check_rate(name: str, option: str, value: Any, low: float = 0.0, high: float = 1.0, open_low: bool = True) -> float:
+def _check_rate(
+    name: str, option: str, value: Any, low: float = 0.0, high: float = 1.0, open_low: bool = True
+) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -134,8 +136,15 @@ class SuccessBandSampler(SuccessEMASampler):
     Difficulty Filtering for Reasoning Oriented Reinforcement Learning" (2025), applied per task.
     """
 
-    def __init__(self, tasks: list[str], low: float = 0.2, high: float = 0.8, width: float = 0.1,
-                 ema: float = 0.2, epsilon: float = 0.1):
+    def __init__(
+        self,
+        tasks: list[str],
+        low: float = 0.2,
+        high: float = 0.8,
+        width: float = 0.1,
+        ema: float = 0.2,
+        epsilon: float = 0.1,
+    ):
         super().__init__(tasks, ema=ema, epsilon=epsilon)
         self.low = _check_rate(self.name, "low", low, open_low=False)
         self.high = _check_rate(self.name, "high", high, open_low=False)

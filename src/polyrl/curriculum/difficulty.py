@@ -20,9 +20,17 @@ from polyrl.errors import UserError
 class DifficultyController:
     """Per-task knob in [0, 1]; :meth:`update` feeds it outcomes, :meth:`difficulty` reads it."""
 
-    def __init__(self, start: dict[str, float], target_low: float = 0.4, target_high: float = 0.8,
-                 step_size: float = 0.05, window: int = 32, min_difficulty: float = 0.0, max_difficulty: float = 1.0,
-                 fixed: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        start: dict[str, float],
+        target_low: float = 0.4,
+        target_high: float = 0.8,
+        step_size: float = 0.05,
+        window: int = 32,
+        min_difficulty: float = 0.0,
+        max_difficulty: float = 1.0,
+        fixed: dict[str, Any] | None = None,
+    ):
         self.target_low, self.target_high = target_low, target_high
         self.step_size, self.window = step_size, window
         self.min_difficulty, self.max_difficulty = min_difficulty, max_difficulty
@@ -57,11 +65,20 @@ class DifficultyController:
         self._sum[task], self._count[task] = 0.0, 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"knobs": dict(self.knobs), "sum": dict(self._sum), "count": dict(self._count),
-                "pass_rate": dict(self.pass_rate)}
+        return {
+            "knobs": dict(self.knobs),
+            "sum": dict(self._sum),
+            "count": dict(self._count),
+            "pass_rate": dict(self.pass_rate),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key, target in (("knobs", self.knobs), ("sum", self._sum), ("count", self._count), ("pass_rate", self.pass_rate)):
+        for key, target in (
+            ("knobs", self.knobs),
+            ("sum", self._sum),
+            ("count", self._count),
+            ("pass_rate", self.pass_rate),
+        ):
             target.update({t: v for t, v in state.get(key, {}).items() if t in self.knobs})
 
 
@@ -81,11 +98,20 @@ def make_difficulty_controller(config, tasks: dict[str, Any], specs: dict[str, A
     for name in names:
         knob = tasks[name].difficulty_space().knob(specs[name].difficulty)
         if knob is None:
-            raise UserError(f"difficulty_control: task {name!r} has explicit difficulty parameters; give it a knob in [0, 1]")
+            raise UserError(
+                f"difficulty_control: task {name!r} has explicit difficulty parameters; give it a knob in [0, 1]"
+            )
         start[name] = knob
-    return DifficultyController(start, config.target_low, config.target_high, config.step_size, config.window,
-                                config.min_difficulty, config.max_difficulty,
-                                fixed={n: specs[n].difficulty for n in tasks if n not in start})
+    return DifficultyController(
+        start,
+        config.target_low,
+        config.target_high,
+        config.step_size,
+        config.window,
+        config.min_difficulty,
+        config.max_difficulty,
+        fixed={n: specs[n].difficulty for n in tasks if n not in start},
+    )
 
 
 def curriculum_metrics(sampler, controller: DifficultyController | None) -> dict[str, float]:

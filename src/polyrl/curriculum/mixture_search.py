@@ -12,8 +12,9 @@ pool (so one extrapolated corner of the simplex does not decide alone). Train th
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import yaml
@@ -34,16 +35,23 @@ def fit_ridge(x: np.ndarray, y: np.ndarray, alpha: float = 1e-2) -> tuple[np.nda
     return coef, float(ym - xm @ coef)
 
 
-def choose_mixture(coef: np.ndarray, intercept: float, rng: np.random.Generator, pool: int = 2000,
-                   top_k: int = 50) -> tuple[np.ndarray, float]:
+def choose_mixture(
+    coef: np.ndarray, intercept: float, rng: np.random.Generator, pool: int = 2000, top_k: int = 50
+) -> tuple[np.ndarray, float]:
     """The mean of the ``top_k`` best-predicted mixtures of a Dirichlet(1) pool, and its predicted score."""
     sims = rng.dirichlet(np.ones(len(coef)), size=pool)
     best = sims[np.argsort(sims @ coef)[-top_k:]].mean(0)
     return best, float(best @ coef + intercept)
 
 
-def search_mixture(config_path: str | Path, candidates: int = 6, proxy_steps: int = 10, out: str | Path = "runs/mixture_search",
-                   seed: int = 0, log: Callable[[str], None] = print) -> dict[str, Any]:
+def search_mixture(
+    config_path: str | Path,
+    candidates: int = 6,
+    proxy_steps: int = 10,
+    out: str | Path = "runs/mixture_search",
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Run the proxy runs of a mixture search and write ``out/mixture.yaml``; returns what it wrote."""
     from polyrl.experiments.curriculum import read_experiment_config, train_from_warm_start
     from polyrl.train.config import load_config
@@ -66,11 +74,15 @@ def search_mixture(config_path: str | Path, candidates: int = 6, proxy_steps: in
         Trainer(sft_config, resume=(sft / "config.yaml").exists()).run()
     scores = []
     for i, w in enumerate(mixtures):
-        cfg = base.model_copy(update={
-            "run_dir": str(out / f"proxy{i}"),
-            "sampler": base.sampler.model_copy(update={"name": "weighted", "options": {"weights": dict(zip(tasks, w.tolist()))}}),
-            "rl": base.rl.model_copy(update={"steps": proxy_steps}),
-        })
+        cfg = base.model_copy(
+            update={
+                "run_dir": str(out / f"proxy{i}"),
+                "sampler": base.sampler.model_copy(
+                    update={"name": "weighted", "options": {"weights": dict(zip(tasks, w.tolist()))}}
+                ),
+                "rl": base.rl.model_copy(update={"steps": proxy_steps}),
+            }
+        )
         log(f"proxy run {i + 1}/{len(mixtures)}: " + ", ".join(f"{t} {x:.2f}" for t, x in zip(tasks, w)))
         results = train_from_warm_start(cfg, sft).run_dir.eval_file("after_rl")
         scores.append(json.loads(results.read_text())["mean"]["accuracy"])
@@ -79,7 +91,8 @@ def search_mixture(config_path: str | Path, candidates: int = 6, proxy_steps: in
     weights = {t: round(float(x), 4) for t, x in zip(tasks, best)}
     result = {
         "sampler": {"name": "weighted", "options": {"weights": dict(weights)}},
-        "weights": weights, "predicted_score": predicted,
+        "weights": weights,
+        "predicted_score": predicted,
         "proxy_runs": [{"weights": dict(zip(tasks, w.tolist())), "score": s} for w, s in zip(mixtures, scores)],
         "ridge": {"coef": dict(zip(tasks, coef.tolist())), "intercept": intercept},
         "file": str(out / "mixture.yaml"),

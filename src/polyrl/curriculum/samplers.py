@@ -9,16 +9,17 @@ checkpoints. Register new ones with :func:`register_sampler`; the adaptive ones 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from polyrl.errors import UserError
 
-SAMPLERS: dict[str, type["TaskSampler"]] = {}
+SAMPLERS: dict[str, type[TaskSampler]] = {}
 
 
-def register_sampler(name: str) -> Callable[[type["TaskSampler"]], type["TaskSampler"]]:
+def register_sampler(name: str) -> Callable[[type[TaskSampler]], type[TaskSampler]]:
     def deco(cls):
         cls.name = name
         SAMPLERS[name] = cls
@@ -134,8 +135,14 @@ class StagedSampler(TaskSampler):
                     raise UserError(f"sampler 'staged': stage {k} needs until (the step it ends at)")
                 continue
             until = stage["until"]
-            if not isinstance(until, int) or isinstance(until, bool) or until <= (self.boundaries[-1] if self.boundaries else 0):
-                raise UserError(f"sampler 'staged': stage {k} until must be an integer step after the previous stage's")
+            if (
+                not isinstance(until, int)
+                or isinstance(until, bool)
+                or until <= (self.boundaries[-1] if self.boundaries else 0)
+            ):
+                raise UserError(
+                    f"sampler 'staged': stage {k} until must be an integer step after the previous stage's"
+                )
             if not last:
                 self.boundaries.append(until)
         self.step = 0

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import socket
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from polyrl.errors import UserError
 from polyrl.tasks import Problem
@@ -56,8 +56,10 @@ def connect(cfg) -> bool:
     if need > have:
         if started:
             ray.shutdown()
-        raise UserError(f"ray: {cfg.num_rollout_workers} rollout workers x {cfg.cpus_per_rollout_worker} CPU need "
-                        f"{need:g} CPUs but the cluster has {have:g}")
+        raise UserError(
+            f"ray: {cfg.num_rollout_workers} rollout workers x {cfg.cpus_per_rollout_worker} CPU need "
+            f"{need:g} CPUs but the cluster has {have:g}"
+        )
     return started
 
 
@@ -90,8 +92,9 @@ class PoolStats:
 class RolloutPool:
     """Rollout (and environment) actors plus the bookkeeping of groups in flight."""
 
-    def __init__(self, cfg, *, model_config, seed: int, prompt_config, reward_config, max_episode_tokens: int,
-                 tasks: dict):
+    def __init__(
+        self, cfg, *, model_config, seed: int, prompt_config, reward_config, max_episode_tokens: int, tasks: dict
+    ):
         self.cfg = cfg
         self.ray = require_ray()
         self.owns_ray = connect(cfg)
@@ -99,12 +102,27 @@ class RolloutPool:
 
         env_actor = self.ray.remote(num_cpus=0, max_restarts=cfg.max_restarts)(EnvWorker)
         self.env_workers = [env_actor.remote() for _ in range(cfg.num_env_workers)]
-        actor = self.ray.remote(num_cpus=cfg.cpus_per_rollout_worker, max_restarts=cfg.max_restarts,
-                                max_concurrency=cfg.rollout_concurrency)(RolloutWorker)
+        actor = self.ray.remote(
+            num_cpus=cfg.cpus_per_rollout_worker,
+            max_restarts=cfg.max_restarts,
+            max_concurrency=cfg.rollout_concurrency,
+        )(RolloutWorker)
         keep = cfg.max_staleness + 2
         threads = max(1, int(cfg.cpus_per_rollout_worker))
-        self.workers = [actor.remote(model_config, seed, prompt_config, reward_config, max_episode_tokens, tasks,
-                                     self.env_workers, keep, threads) for _ in range(cfg.num_rollout_workers)]
+        self.workers = [
+            actor.remote(
+                model_config,
+                seed,
+                prompt_config,
+                reward_config,
+                max_episode_tokens,
+                tasks,
+                self.env_workers,
+                keep,
+                threads,
+            )
+            for _ in range(cfg.num_rollout_workers)
+        ]
         self.ray.get([w.ping.remote() for w in self.workers + self.env_workers])
         self.version = -1
         self.weights = None
@@ -136,13 +154,25 @@ class RolloutPool:
                 self.stats.submitted += 1
                 self._submit(Request(problem, self.version))
 
-    def groups(self, n: int, make_problems: Callable[[int], list[Problem]], *, group_size: int, max_new_tokens: int,
-               temperature: float, top_p: float) -> list[list]:
+    def groups(
+        self,
+        n: int,
+        make_problems: Callable[[int], list[Problem]],
+        *,
+        group_size: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> list[list]:
         """The next ``n`` completed groups (lists of trajectories); fewer only if groups failed for good."""
         if self.weights is None:
             raise RuntimeError("sync_weights must be called before groups")
-        self.sampling = {"group_size": group_size, "max_new_tokens": max_new_tokens, "temperature": temperature,
-                         "top_p": top_p}
+        self.sampling = {
+            "group_size": group_size,
+            "max_new_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+        }
         ahead = n * (1 + self.cfg.max_staleness) if self.cfg.asynchronous else n
         self._fill(ahead, make_problems)
         out: list[list] = []
@@ -151,13 +181,19 @@ class RolloutPool:
             req = self.inflight.pop(ready[0])
             try:
                 trajs = self.ray.get(ready[0])
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError,
-                    self.ray.exceptions.RayTaskError) as exc:
+            except (
+                self.ray.exceptions.RayActorError,
+                self.ray.exceptions.WorkerCrashedError,
+                self.ray.exceptions.RayTaskError,
+            ) as exc:
                 if isinstance(exc, self.ray.exceptions.RayTaskError):
                     self.stats.task_errors += 1
                     self.stats.last_error = str(exc).strip().splitlines()[-1][:300]
-                    warnings.warn(f"rollout of a {req.problem.task} group raised (attempt {req.attempt + 1}): "
-                                  f"{self.stats.last_error}", stacklevel=2)
+                    warnings.warn(
+                        f"rollout of a {req.problem.task} group raised (attempt {req.attempt + 1}): "
+                        f"{self.stats.last_error}",
+                        stacklevel=2,
+                    )
                 if req.attempt < self.cfg.max_reruns:
                     self.stats.reruns += 1
                     self._submit(Request(req.problem, self.version, req.attempt + 1, failed_on=req.worker))

@@ -19,7 +19,9 @@ def collect_rollouts_ray(trainer, step: int, rng: np.random.Generator) -> tuple[
 
     def make_problems(n: int):
         names = trainer.sampler.sample(n, rng)
-        return [trainer.tasks[m].generate(int(rng.integers(2**62)), trainer.difficulty(m), split="train") for m in names]
+        return [
+            trainer.tasks[m].generate(int(rng.integers(2**62)), trainer.difficulty(m), split="train") for m in names
+        ]
 
     kept: list[Trajectory] = []
     generated = dropped = 0
@@ -28,8 +30,14 @@ def collect_rollouts_ray(trainer, step: int, rng: np.random.Generator) -> tuple[
     budget = cfg.prompts_per_step * (1 + (cfg.max_refills if cfg.dynamic_sampling else 0))
     need = cfg.prompts_per_step
     while need > 0 and generated < budget:
-        groups = pool.groups(min(need, budget - generated), make_problems, group_size=cfg.group_size,
-                             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+        groups = pool.groups(
+            min(need, budget - generated),
+            make_problems,
+            group_size=cfg.group_size,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+        )
         if not groups:
             break
         for members in groups:
@@ -48,10 +56,17 @@ def collect_rollouts_ray(trainer, step: int, rng: np.random.Generator) -> tuple[
             kept.extend(members)
         need = cfg.prompts_per_step - len({t.group for t in kept})
     staleness = pool.stats.staleness[before:]
-    info = {"gen_time": time.perf_counter() - t0, "gen_tokens": sum(len(t.response_ids) for t in kept),
-            "groups_generated": generated, "groups_dropped": dropped, "refill_rounds": 0,
-            "staleness_mean": float(np.mean(staleness)) if staleness else 0.0,
-            "staleness_max": float(max(staleness)) if staleness else 0.0,
-            "failed_groups": pool.stats.failed_groups, "reruns": pool.stats.reruns,
-            "stale_reruns": pool.stats.stale_reruns, "task_errors": pool.stats.task_errors}
+    info = {
+        "gen_time": time.perf_counter() - t0,
+        "gen_tokens": sum(len(t.response_ids) for t in kept),
+        "groups_generated": generated,
+        "groups_dropped": dropped,
+        "refill_rounds": 0,
+        "staleness_mean": float(np.mean(staleness)) if staleness else 0.0,
+        "staleness_max": float(max(staleness)) if staleness else 0.0,
+        "failed_groups": pool.stats.failed_groups,
+        "reruns": pool.stats.reruns,
+        "stale_reruns": pool.stats.stale_reruns,
+        "task_errors": pool.stats.task_errors,
+    }
     return kept, info

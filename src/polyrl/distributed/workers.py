@@ -112,8 +112,18 @@ def behaviour_logprobs(model, trajs, pad_id: int, temperature: float) -> None:
 class RolloutWorker:
     """A policy copy per recent version (kept by reference while a thread uses it), generation and scoring."""
 
-    def __init__(self, model_config, seed: int, prompt_config, reward_config, max_episode_tokens: int,
-                 tasks: dict, env_workers: list, keep_versions: int, threads: int | None = None):
+    def __init__(
+        self,
+        model_config,
+        seed: int,
+        prompt_config,
+        reward_config,
+        max_episode_tokens: int,
+        tasks: dict,
+        env_workers: list,
+        keep_versions: int,
+        threads: int | None = None,
+    ):
         from polyrl.policy import PromptBuilder, load_policy
 
         torch.set_num_threads(threads or 1)
@@ -122,7 +132,9 @@ class RolloutWorker:
         self.prompts = PromptBuilder(self.policy.tokenizer, prompt_config)
         self.reward = reward_config
         self.max_episode_tokens = max_episode_tokens
-        self.tasks = {n: RemoteEnvTask(t, env_workers) if env_workers and is_environment(t) else t for n, t in tasks.items()}
+        self.tasks = {
+            n: RemoteEnvTask(t, env_workers) if env_workers and is_environment(t) else t for n, t in tasks.items()
+        }
         self.keep_versions = keep_versions
         self.models: OrderedDict[int, Any] = OrderedDict()
         self.lock = threading.Lock()
@@ -139,16 +151,35 @@ class RolloutWorker:
                     self.models.popitem(last=False)  # a thread still using it holds its own reference
             return self.models[version]
 
-    def rollout(self, problem: Problem, version: int, weights: list, group_size: int, max_new_tokens: int,
-                temperature: float, top_p: float) -> list:
+    def rollout(
+        self,
+        problem: Problem,
+        version: int,
+        weights: list,
+        group_size: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> list:
         """Play one group at policy ``version`` (``weights`` is ``[ObjectRef]`` of its state dict)."""
         from polyrl.policy import TransformersBackend
         from polyrl.rollout.multi_turn import rollout_mixed
 
         model = self._model(version, weights)
         backend = TransformersBackend(model, self.policy.tokenizer)
-        trajs = rollout_mixed([problem], self.tasks, backend, self.prompts, group_size, max_new_tokens, self.reward,
-                              self.max_episode_tokens, temperature=temperature, top_p=top_p, version=version)
+        trajs = rollout_mixed(
+            [problem],
+            self.tasks,
+            backend,
+            self.prompts,
+            group_size,
+            max_new_tokens,
+            self.reward,
+            self.max_episode_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            version=version,
+        )
         behaviour_logprobs(model, trajs, self.policy.tokenizer.pad_token_id, temperature)
         return trajs
 

@@ -37,7 +37,7 @@ class Environment:
     reason. ``stats`` counts what the per-environment metrics report.
     """
 
-    tools: list[dict[str, Any]] = []
+    tools: ClassVar[list[dict[str, Any]]] = []
     """Tools in the OpenAI function-calling format (``{"type": "function", "function": {...}}``)."""
 
     def __init__(self, problem: Problem, max_turns: int):
@@ -53,7 +53,9 @@ class Environment:
         raise NotImplementedError
 
     def end(self, reward: float, success: bool, score: float, reason: str, answer: str | None = None) -> StepResult:
-        return StepResult([], reward, True, {"success": success, "score": score, "end_reason": reason, "answer": answer})
+        return StepResult(
+            [], reward, True, {"success": success, "score": score, "end_reason": reason, "answer": answer}
+        )
 
     def out_of_turns(self, reward: float = 0.0) -> StepResult | None:
         """The ending when the turn limit is reached, else None (call after counting the turn)."""
@@ -89,15 +91,20 @@ class EnvTask(Task):
         try:
             env.reset()
             result = env.step(response)
-        except Exception:  # noqa: BLE001 - verify never raises
+        except Exception:
             return Verdict(0.0, False, "env_error")
         finally:
             env.close()
         if not result.done:
             return Verdict(0.0, False, "not_finished", False, None)
         info = result.info
-        return Verdict(float(info.get("score", 0.0)), bool(info.get("success")), str(info.get("end_reason")),
-                       info.get("answer") is not None, info.get("answer"))
+        return Verdict(
+            float(info.get("score", 0.0)),
+            bool(info.get("success")),
+            str(info.get("end_reason")),
+            info.get("answer") is not None,
+            info.get("answer"),
+        )
 
 
 def is_environment(task: Task) -> bool:

@@ -10,26 +10,134 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from polyrl.envs.base import EnvTask, Environment, Message, StepResult
+from polyrl.envs.base import Environment, EnvTask, Message, StepResult
 from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.tasks.base import Example, Param, Problem
 
-WORDS = tuple("""
-apple brave crane drink eagle flame grape house input joker knife lemon mango night ocean piano queen
-river stone tiger uncle vivid whale young zebra adobe bacon cabin dance earth fable giant habit ivory
-jelly koala laser magic noble olive pearl quilt radar salad table ultra valve wagon yacht zonal amber
-blend candy delta ember fairy glory honey index jumbo karma lunar maple nerve orbit plaza quest robot
-scale tulip umbra vapor waltz arrow badge cider depot elbow frost gravy hotel irony jewel kneel latch
-mirth nylon onset prism quota raven shelf torch usher vault wheat yeast blink chess crisp dwarf flock
-""".split())
+WORDS = tuple(
+    [
+        "apple",
+        "brave",
+        "crane",
+        "drink",
+        "eagle",
+        "flame",
+        "grape",
+        "house",
+        "input",
+        "joker",
+        "knife",
+        "lemon",
+        "mango",
+        "night",
+        "ocean",
+        "piano",
+        "queen",
+        "river",
+        "stone",
+        "tiger",
+        "uncle",
+        "vivid",
+        "whale",
+        "young",
+        "zebra",
+        "adobe",
+        "bacon",
+        "cabin",
+        "dance",
+        "earth",
+        "fable",
+        "giant",
+        "habit",
+        "ivory",
+        "jelly",
+        "koala",
+        "laser",
+        "magic",
+        "noble",
+        "olive",
+        "pearl",
+        "quilt",
+        "radar",
+        "salad",
+        "table",
+        "ultra",
+        "valve",
+        "wagon",
+        "yacht",
+        "zonal",
+        "amber",
+        "blend",
+        "candy",
+        "delta",
+        "ember",
+        "fairy",
+        "glory",
+        "honey",
+        "index",
+        "jumbo",
+        "karma",
+        "lunar",
+        "maple",
+        "nerve",
+        "orbit",
+        "plaza",
+        "quest",
+        "robot",
+        "scale",
+        "tulip",
+        "umbra",
+        "vapor",
+        "waltz",
+        "arrow",
+        "badge",
+        "cider",
+        "depot",
+        "elbow",
+        "frost",
+        "gravy",
+        "hotel",
+        "irony",
+        "jewel",
+        "kneel",
+        "latch",
+        "mirth",
+        "nylon",
+        "onset",
+        "prism",
+        "quota",
+        "raven",
+        "shelf",
+        "torch",
+        "usher",
+        "vault",
+        "wheat",
+        "yeast",
+        "blink",
+        "chess",
+        "crisp",
+        "dwarf",
+        "flock",
+    ]
+)
 
 # twenty questions: objects with attributes the oracle can answer about
 OBJECTS = {
-    "cat": ("animal", "small", "black"), "horse": ("animal", "large", "brown"), "frog": ("animal", "small", "green"),
-    "whale": ("animal", "large", "blue"), "banana": ("food", "small", "yellow"), "pumpkin": ("food", "large", "orange"),
-    "lime": ("food", "small", "green"), "bread": ("food", "small", "brown"), "truck": ("machine", "large", "blue"),
-    "phone": ("machine", "small", "black"), "tractor": ("machine", "large", "green"), "radio": ("machine", "small", "brown"),
-    "tulip": ("plant", "small", "yellow"), "oak": ("plant", "large", "brown"), "cactus": ("plant", "small", "green"),
+    "cat": ("animal", "small", "black"),
+    "horse": ("animal", "large", "brown"),
+    "frog": ("animal", "small", "green"),
+    "whale": ("animal", "large", "blue"),
+    "banana": ("food", "small", "yellow"),
+    "pumpkin": ("food", "large", "orange"),
+    "lime": ("food", "small", "green"),
+    "bread": ("food", "small", "brown"),
+    "truck": ("machine", "large", "blue"),
+    "phone": ("machine", "small", "black"),
+    "tractor": ("machine", "large", "green"),
+    "radio": ("machine", "small", "brown"),
+    "tulip": ("plant", "small", "yellow"),
+    "oak": ("plant", "large", "brown"),
+    "cactus": ("plant", "small", "green"),
     "maple": ("plant", "large", "orange"),
 }
 _ATTRS = sorted({a for attrs in OBJECTS.values() for a in attrs})
@@ -61,8 +169,13 @@ class GameEnvironment(Environment):
 
 class WordleEnvironment(GameEnvironment):
     def reset(self) -> list[Message]:
-        return [{"role": "user", "content": f"Guess the 5-letter word in {self.max_turns} tries. Feedback: G right place, "
-                 "Y elsewhere in the word, . absent. Guess inside <answer></answer>."}]
+        return [
+            {
+                "role": "user",
+                "content": f"Guess the 5-letter word in {self.max_turns} tries. Feedback: G right place, "
+                "Y elsewhere in the word, . absent. Guess inside <answer></answer>.",
+            }
+        ]
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
@@ -90,17 +203,27 @@ def wordle_solver(secret: str) -> list[str]:
 class TwentyQuestionsEnvironment(GameEnvironment):
     def reset(self) -> list[Message]:
         names = ", ".join(self.problem.answer["candidates"])
-        return [{"role": "user", "content": f"I am thinking of one of: {names}. Ask yes/no questions like 'Is it green?' "
-                 f"about kind ({', '.join(sorted({v[0] for v in OBJECTS.values()}))}), size or color, "
-                 "then guess inside <answer></answer>."}]
+        return [
+            {
+                "role": "user",
+                "content": f"I am thinking of one of: {names}. Ask yes/no questions like 'Is it green?' "
+                f"about kind ({', '.join(sorted({v[0] for v in OBJECTS.values()}))}), size or color, "
+                "then guess inside <answer></answer>.",
+            }
+        ]
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
         secret = self.problem.answer["secret"]
         guess = self.move(action)
         if guess is not None:
-            return self.end(1.0 if guess == secret else 0.0, guess == secret, float(guess == secret),
-                            "correct" if guess == secret else "wrong", guess)
+            return self.end(
+                1.0 if guess == secret else 0.0,
+                guess == secret,
+                float(guess == secret),
+                "correct" if guess == secret else "wrong",
+                guess,
+            )
         asked = [a for a in _ATTRS if re.search(rf"\b{a}\b", action.lower())]
         if "?" not in action or len(asked) != 1:
             self.stats["invalid_actions"] += 1
@@ -135,7 +258,12 @@ class GridEnvironment(GameEnvironment):
         return f"{around}. Goal: {gr - r} south, {gc - c} east."
 
     def reset(self) -> list[Message]:
-        return [{"role": "user", "content": f"Reach the goal. Move with <answer>north</answer> (or south, east, west). {self.view()}"}]
+        return [
+            {
+                "role": "user",
+                "content": f"Reach the goal. Move with <answer>north</answer> (or south, east, west). {self.view()}",
+            }
+        ]
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
@@ -206,7 +334,11 @@ class TwentyQuestionsTask(GameTask):
     def make(self, rng, params) -> Example:
         candidates = rng.sample(sorted(OBJECTS), params["candidates"])
         secret = rng.choice(candidates)
-        return Example(f"Find the hidden object among {', '.join(candidates)}.", {"secret": secret, "candidates": candidates}, secret)
+        return Example(
+            f"Find the hidden object among {', '.join(candidates)}.",
+            {"secret": secret, "candidates": candidates},
+            secret,
+        )
 
     def make_env(self, problem):
         return TwentyQuestionsEnvironment(problem, self.max_turns)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,18 +32,26 @@ class EnvConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_turns: int | None = Field(None, ge=1, description="Policy turns per episode (default: each environment's own).")
-    max_episode_tokens: int = Field(384, ge=8, description="Total response tokens per episode, policy and environment together.")
+    max_turns: int | None = Field(
+        None, ge=1, description="Policy turns per episode (default: each environment's own)."
+    )
+    max_episode_tokens: int = Field(
+        384, ge=8, description="Total response tokens per episode, policy and environment together."
+    )
     tool_timeout_s: float = Field(5.0, gt=0, description="Wall-clock limit of one tool call in seconds.")
     attempts: int = Field(3, ge=1, description="Attempts of env/retry (the first one included).")
-    retry_discount: float = Field(0.5, ge=0, le=1, description="env/retry: reward of a success at attempt k is discount**(k-1).")
+    retry_discount: float = Field(
+        0.5, ge=0, le=1, description="env/retry: reward of a success at attempt k is discount**(k-1)."
+    )
 
 
 def register_env(name: str, needs_argument: bool = False):
     """Decorator for a factory ``(argument: str | None, config: EnvConfig) -> EnvTask`` named ``env/<name>``."""
+
     def wrap(factory):
         _FACTORIES[name] = (factory, needs_argument)
         return factory
+
     return wrap
 
 
@@ -64,10 +73,14 @@ def list_envs() -> list[str]:
 def get_env_task(name: str, config: EnvConfig | None = None) -> EnvTask:
     """The EnvTask for ``env/<name>[:<argument>]``."""
     _load()
-    base, _, argument = name[len(ENV_PREFIX):].partition(":")
+    base, _, argument = name[len(ENV_PREFIX) :].partition(":")
     if base not in _FACTORIES:
         close = difflib.get_close_matches(base, list(_FACTORIES), n=3)
-        hint = f"; did you mean {', '.join(ENV_PREFIX + c for c in close)}?" if close else f"; known: {', '.join(list_envs())}"
+        hint = (
+            f"; did you mean {', '.join(ENV_PREFIX + c for c in close)}?"
+            if close
+            else f"; known: {', '.join(list_envs())}"
+        )
         raise UserError(f"unknown environment {name!r}{hint}")
     factory, needs_argument = _FACTORIES[base]
     if needs_argument and not argument:

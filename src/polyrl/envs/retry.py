@@ -29,7 +29,9 @@ class RetryEnvironment(Environment):
             reward = self.discount ** (self.turn - 1)
             return self.end(reward, True, reward, "correct", verdict.answer)
         if self.turn >= self.max_turns:
-            return self.end(0.0, False, verdict.score * self.discount ** (self.turn - 1), "attempts_exhausted", verdict.answer)
+            return self.end(
+                0.0, False, verdict.score * self.discount ** (self.turn - 1), "attempts_exhausted", verdict.answer
+            )
         if verdict.answer is None:
             self.stats["invalid_actions"] += 1
             feedback = f"No answer found ({verdict.reason}). {self.task.answer_format.instruction()}"

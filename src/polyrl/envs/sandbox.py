@@ -34,7 +34,7 @@ from pathlib import Path
 _CLONE_NEWNET = 0x40000000
 
 # Runs in the child before the snippet: install the audit hook, then exec the snippet from a file.
-_RUNNER = r'''
+_RUNNER = r"""
 import os, sys
 ROOT = os.path.realpath(sys.argv[1])
 READ_OK = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)})
@@ -71,7 +71,7 @@ source = open(os.path.join(ROOT, "snippet.py")).read()
 code = compile(source, "<snippet>", "exec")
 sys.addaudithook(hook)
 exec(code, {"__name__": "__main__"})
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -126,12 +126,25 @@ def run_python(source: str, limits: SandboxLimits | None = None) -> SandboxResul
         root = Path(tmp)
         (root / "snippet.py").write_text(source)
         netns_flag = str(root.parent / f"{root.name}.netns")
-        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "no_proxy": "*", "NO_PROXY": "*",
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": tmp,
+            "TMPDIR": tmp,
+            "no_proxy": "*",
+            "NO_PROXY": "*",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8",
+        }
         with open(root / "stdout", "wb") as out, open(root / "stderr", "wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _RUNNER, tmp], cwd=tmp, env=env, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, start_new_session=True, preexec_fn=lambda: _limit_child(limits, netns_flag),
+                [sys.executable, "-I", "-S", "-c", _RUNNER, tmp],
+                cwd=tmp,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=lambda: _limit_child(limits, netns_flag),
             )
             timed_out = False
             try:
@@ -165,7 +178,7 @@ def _read(path: Path, limits: SandboxLimits) -> str:
 def _status(rc: int | None, timed_out: bool, stderr: str, output_full: bool) -> str:
     if timed_out:
         return "timeout"
-    if rc == -signal.SIGXCPU or rc == -signal.SIGKILL and not timed_out:
+    if rc == -signal.SIGXCPU or (rc == -signal.SIGKILL and not timed_out):
         return "cpu_limit"
     if rc == -signal.SIGXFSZ or output_full:
         return "output_limit"

@@ -13,7 +13,7 @@ import re
 import sqlite3
 import time
 
-from polyrl.envs.base import EnvTask, Environment
+from polyrl.envs.base import Environment, EnvTask
 from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.envs.tool_use import tool_call_text
 from polyrl.envs.tools import Tool, ToolEnvironment, ToolError
@@ -70,8 +70,10 @@ class SearchIndex:
         deadline = time.monotonic() + timeout_s
         self.db.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
         try:
-            rows = self.db.execute("SELECT id, title FROM docs WHERE docs MATCH ? ORDER BY rank LIMIT ?",
-                                   (" OR ".join(f'"{w}"' for w in words), limit)).fetchall()
+            rows = self.db.execute(
+                "SELECT id, title FROM docs WHERE docs MATCH ? ORDER BY rank LIMIT ?",
+                (" OR ".join(f'"{w}"' for w in words), limit),
+            ).fetchall()
         except sqlite3.OperationalError as exc:
             raise ToolError(f"search failed: {exc}") from None
         finally:
@@ -97,10 +99,28 @@ class SearchEnvironment(ToolEnvironment):
             return doc["text"]
 
         tools = [
-            Tool("search", "Search the documents; returns ids and titles.",
-                 {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"], "additionalProperties": False}, search),
-            Tool("open", "Read a document by id.",
-                 {"type": "object", "properties": {"doc_id": {"type": "string"}}, "required": ["doc_id"], "additionalProperties": False}, open_doc),
+            Tool(
+                "search",
+                "Search the documents; returns ids and titles.",
+                {
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}},
+                    "required": ["query"],
+                    "additionalProperties": False,
+                },
+                search,
+            ),
+            Tool(
+                "open",
+                "Read a document by id.",
+                {
+                    "type": "object",
+                    "properties": {"doc_id": {"type": "string"}},
+                    "required": ["doc_id"],
+                    "additionalProperties": False,
+                },
+                open_doc,
+            ),
         ]
         super().__init__(problem, task, tools, max_turns, timeout_s)
 
@@ -129,9 +149,21 @@ class SearchTask(EnvTask):
             question, target = f"Where was {person} born?", world["born"][person]
         else:
             company = world["works"][person]
-            question, target = f"In which city is the company that {person} works for headquartered?", world["hq"][company]
-        return Example(question, {"docs": world["docs"], "target": target, "person": person,
-                                  "company": world["works"][person], "hops": p["hops"]}, target)
+            question, target = (
+                f"In which city is the company that {person} works for headquartered?",
+                world["hq"][company],
+            )
+        return Example(
+            question,
+            {
+                "docs": world["docs"],
+                "target": target,
+                "person": person,
+                "company": world["works"][person],
+                "hops": p["hops"],
+            },
+            target,
+        )
 
     def check(self, answer: str, problem: Problem) -> float:
         return float(answer.strip().lower() == problem.answer["target"].lower())

@@ -8,15 +8,27 @@ from it, so problems are reproducible but have no reference trajectory.
 
 from __future__ import annotations
 
-from polyrl.envs.base import EnvTask, Environment, Message, StepResult
+from polyrl.envs.base import Environment, EnvTask, Message, StepResult
 from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.errors import UserError
 from polyrl.tasks.base import Example, Problem
 
 OFFLINE_GAMES = (
-    "Bandit-v0", "Blackjack-v0", "Countdown-v0", "Crosswords-v0", "Cryptarithm-v0", "FrozenLake-v0",
-    "GuessTheNumber-v0", "LightsOut-v0", "Mastermind-v0", "Minesweeper-v0", "PegJump-v0", "RushHour-v0",
-    "Sokoban-v0", "Sudoku-v0", "TowerOfHanoi-v0",
+    "Bandit-v0",
+    "Blackjack-v0",
+    "Countdown-v0",
+    "Crosswords-v0",
+    "Cryptarithm-v0",
+    "FrozenLake-v0",
+    "GuessTheNumber-v0",
+    "LightsOut-v0",
+    "Mastermind-v0",
+    "Minesweeper-v0",
+    "PegJump-v0",
+    "RushHour-v0",
+    "Sokoban-v0",
+    "Sudoku-v0",
+    "TowerOfHanoi-v0",
 )
 
 
@@ -40,7 +52,7 @@ class TextArenaEnvironment(Environment):
     def _observe(self) -> str:
         _, obs = self.env.get_observation()
         obs = obs if isinstance(obs, str) else "\n".join(str(o[-1] if isinstance(o, tuple) else o) for o in obs)
-        new = obs[len(self.seen):] if obs.startswith(self.seen) else obs
+        new = obs[len(self.seen) :] if obs.startswith(self.seen) else obs
         self.seen = obs
         return new.strip()
 
@@ -50,7 +62,7 @@ class TextArenaEnvironment(Environment):
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
-        done, info = self.env.step(action)
+        done, _info = self.env.step(action)
         if done or self.turn >= self.max_turns:
             rewards, game_info = self.env.close()
             reward = float((rewards or {}).get(0, 0.0))

@@ -35,22 +35,38 @@ def _calculate(args: dict, timeout_s: float) -> str:
 
 
 CALCULATOR = Tool(
-    "calculator", "Evaluate an arithmetic expression with + - * / and parentheses.",
-    {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"], "additionalProperties": False},
+    "calculator",
+    "Evaluate an arithmetic expression with + - * / and parentheses.",
+    {
+        "type": "object",
+        "properties": {"expression": {"type": "string"}},
+        "required": ["expression"],
+        "additionalProperties": False,
+    },
     _calculate,
 )
 
 
 def python_tool(limits: SandboxLimits) -> Tool:
     def run(args: dict, timeout_s: float) -> str:
-        result = run_python(args["code"], SandboxLimits(limits.cpu_s, min(limits.wall_s, timeout_s), limits.memory_mb, limits.output_bytes))
+        result = run_python(
+            args["code"],
+            SandboxLimits(limits.cpu_s, min(limits.wall_s, timeout_s), limits.memory_mb, limits.output_bytes),
+        )
         if result.status != "ok":
             last = result.stderr.strip().splitlines()[-1:] or [""]
             raise ToolError(f"{result.status}: {last[0][:300]}".rstrip(": "))
         return result.stdout.strip() or "(no output)"
+
     return Tool(
-        "python", "Run Python code in a sandbox and return what it prints.",
-        {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"], "additionalProperties": False},
+        "python",
+        "Run Python code in a sandbox and return what it prints.",
+        {
+            "type": "object",
+            "properties": {"code": {"type": "string"}},
+            "required": ["code"],
+            "additionalProperties": False,
+        },
         run,
     )
 

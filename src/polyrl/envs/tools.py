@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from polyrl.envs.base import Environment, Message, StepResult
 from polyrl.tasks.base import Problem, Task
@@ -35,7 +36,10 @@ class Tool:
     run: Callable[[dict[str, Any], float], str]
 
     def schema(self) -> dict[str, Any]:
-        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
 
 class ToolError(Exception):
@@ -90,7 +94,9 @@ def check_arguments(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
                 return f"unknown argument {name!r}"
             continue
         want = props[name].get("type")
-        ok = isinstance(value, _JSON_TYPES.get(want, object)) and not (want in ("integer", "number") and isinstance(value, bool))
+        ok = isinstance(value, _JSON_TYPES.get(want, object)) and not (
+            want in ("integer", "number") and isinstance(value, bool)
+        )
         if not ok:
             return f"argument {name!r} must be of type {want}"
     return None
@@ -121,7 +127,6 @@ def describe_tools(tools: list[Tool]) -> str:
     return f'Tools: {signatures}. Call: <tool_call>{{"name":...,"arguments":{{...}}}}</tool_call>'
 
 
-
 class ToolEnvironment(Environment):
     """A single-turn task played with tools: call tools for some turns, then answer in the task's format.
 
@@ -149,13 +154,26 @@ class ToolEnvironment(Environment):
         if not calls:
             if has_answer or self.turn >= self.max_turns:
                 verdict = self.task.verify(self.problem, action)
-                return self.end(verdict.score, verdict.correct, verdict.score, verdict.reason if has_answer else "max_turns", verdict.answer)
+                return self.end(
+                    verdict.score,
+                    verdict.correct,
+                    verdict.score,
+                    verdict.reason if has_answer else "max_turns",
+                    verdict.answer,
+                )
             self.stats["invalid_actions"] += 1
-            return StepResult([{"role": "user", "content": "error: no tool call and no answer. Call a tool or answer."}], 0.0, False)
+            return StepResult(
+                [{"role": "user", "content": "error: no tool call and no answer. Call a tool or answer."}], 0.0, False
+            )
         observation = []
         if has_answer:
             self.stats["invalid_actions"] += 1
-            observation.append({"role": "user", "content": "error: answer given together with a tool call; answer after reading the result."})
+            observation.append(
+                {
+                    "role": "user",
+                    "content": "error: answer given together with a tool call; answer after reading the result.",
+                }
+            )
         for call in calls[:MAX_CALLS_PER_TURN]:
             self.stats["tool_calls"] += 1
             result, ok = call_tool(self.by_name, call, self.tool_timeout_s)
@@ -163,5 +181,11 @@ class ToolEnvironment(Environment):
             observation.append({"role": "tool", "name": call.name or "invalid", "content": result})
         if len(calls) > MAX_CALLS_PER_TURN:
             self.stats["tool_errors"] += 1
-            observation.append({"role": "tool", "name": "invalid", "content": f"error: at most {MAX_CALLS_PER_TURN} tool calls per turn"})
+            observation.append(
+                {
+                    "role": "tool",
+                    "name": "invalid",
+                    "content": f"error: at most {MAX_CALLS_PER_TURN} tool calls per turn",
+                }
+            )
         return self.out_of_turns() or StepResult(observation, 0.0, False)

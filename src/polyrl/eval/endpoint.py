@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Sequence
 from urllib.parse import urlparse
 
 from polyrl.errors import UserError
@@ -32,8 +32,17 @@ def normalize_base_url(url: str) -> str:
 class EndpointSource:
     """Chat completions over HTTP with the official ``openai`` client, ``concurrency`` requests at a time."""
 
-    def __init__(self, url: str, model: str, api_key: str | None = None, concurrency: int = 8, timeout: float = 60.0,
-                 retries: int = 4, backoff: float = 0.5, max_backoff: float = 8.0):
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        api_key: str | None = None,
+        concurrency: int = 8,
+        timeout: float = 60.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+    ):
         try:
             from openai import OpenAI
         except ImportError:
@@ -75,7 +84,8 @@ class EndpointSource:
         for attempt in range(self.retries + 1):
             try:
                 response = self.client.chat.completions.create(
-                    model=self.model, messages=r.messages, max_tokens=r.max_new_tokens, n=1, **sampling)
+                    model=self.model, messages=r.messages, max_tokens=r.max_new_tokens, n=1, **sampling
+                )
                 break
             except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as exc:
                 if attempt == self.retries:

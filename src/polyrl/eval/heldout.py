@@ -15,8 +15,15 @@ from polyrl.tasks import Task
 
 
 def evaluate_policy(
-    backend: GenerationBackend, prompts: PromptBuilder, tasks: dict[str, tuple[Task, Any]], problems_per_task: int,
-    max_new_tokens: int, pass_k: int = 1, temperature: float = 1.0, seed: int = 0, max_episode_tokens: int = 384,
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    tasks: dict[str, tuple[Task, Any]],
+    problems_per_task: int,
+    max_new_tokens: int,
+    pass_k: int = 1,
+    temperature: float = 1.0,
+    seed: int = 0,
+    max_episode_tokens: int = 384,
 ) -> dict[str, dict[str, float]]:
     """Per task: ``accuracy`` (greedy), ``score`` (mean verifier score, greedy), ``format_rate``,
     ``mean_length`` and, with ``pass_k > 1``, ``pass@1`` (sampled) and ``pass@k``. Adds a ``mean`` row.
@@ -27,7 +34,9 @@ def evaluate_policy(
     reward = RewardConfig()
     for name, (task, difficulty) in tasks.items():
         problems = [task.generate(i, difficulty, split="eval") for i in range(problems_per_task)]
-        greedy = rollout_mixed(problems, instances, backend, prompts, 1, max_new_tokens, reward, max_episode_tokens, greedy=True)
+        greedy = rollout_mixed(
+            problems, instances, backend, prompts, 1, max_new_tokens, reward, max_episode_tokens, greedy=True
+        )
         row = {
             "accuracy": sum(t.verdict.correct for t in greedy) / len(greedy),
             "score": sum(t.verdict.score for t in greedy) / len(greedy),
@@ -37,8 +46,17 @@ def evaluate_policy(
         if pass_k > 1:
             with torch.random.fork_rng():
                 torch.manual_seed(seed)
-                sampled = rollout_mixed(problems, instances, backend, prompts, pass_k, max_new_tokens, reward,
-                                        max_episode_tokens, temperature=temperature)
+                sampled = rollout_mixed(
+                    problems,
+                    instances,
+                    backend,
+                    prompts,
+                    pass_k,
+                    max_new_tokens,
+                    reward,
+                    max_episode_tokens,
+                    temperature=temperature,
+                )
             correct = [0] * len(problems)
             for t in sampled:
                 correct[t.group] += int(t.verdict.correct)
@@ -50,8 +68,12 @@ def evaluate_policy(
     return results
 
 
-def format_comparison(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], metric: str = "accuracy",
-                      labels: tuple[str, str] = ("after SFT", "after RL")) -> str:
+def format_comparison(
+    before: dict[str, dict[str, float]],
+    after: dict[str, dict[str, float]],
+    metric: str = "accuracy",
+    labels: tuple[str, str] = ("after SFT", "after RL"),
+) -> str:
     """A Markdown table of ``metric`` per task, before and after, with the difference in points."""
     lines = [f"| task | {labels[0]} | {labels[1]} | Δ |", "|---|---:|---:|---:|"]
     for name in before:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from polyrl.errors import UserError
 from polyrl.eval.metrics import pass_at_k
@@ -66,7 +67,9 @@ def problem_stats(item: EvalItem, records: list[dict[str, Any]], k: int, answer_
         stats[f"pass@{k}"] = pass_at_k(len(sampled), c, k)
         vote = majority_answer(r.get("answer") for r in sampled)
         task = get_task(item.task, answer_format=answer_format)
-        stats[f"maj@{k}"] = float(vote is not None and task.verify(item.problem, task.answer_format.wrap(vote)).correct)
+        stats[f"maj@{k}"] = float(
+            vote is not None and task.verify(item.problem, task.answer_format.wrap(vote)).correct
+        )
     return stats
 
 
@@ -91,8 +94,12 @@ def aggregate(items: list[EvalItem], records: list[dict[str, Any]], k: int, answ
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         by_key[r["problem_key"]].append(r)
-    groups: dict[str, dict[str, list]] = {"tasks": defaultdict(list), "categories": defaultdict(list),
-                                          "difficulties": defaultdict(list), "cells": defaultdict(list)}
+    groups: dict[str, dict[str, list]] = {
+        "tasks": defaultdict(list),
+        "categories": defaultdict(list),
+        "difficulties": defaultdict(list),
+        "cells": defaultdict(list),
+    }
     for item in items:
         recs = by_key.get(problem_key(item), [])
         if not any(r["sample"] == 0 for r in recs):
@@ -102,7 +109,9 @@ def aggregate(items: list[EvalItem], records: list[dict[str, Any]], k: int, answ
         groups["categories"][item.category].append(stats)
         groups["difficulties"][item.difficulty].append(stats)
         groups["cells"][f"{item.task}@{item.difficulty}"].append(stats)
-    out: dict[str, Any] = {name: {g: _summarize(rows, k) for g, rows in group.items()} for name, group in groups.items()}
+    out: dict[str, Any] = {
+        name: {g: _summarize(rows, k) for g, rows in group.items()} for name, group in groups.items()
+    }
     tasks = list(out["tasks"].values())
     out["overall"] = {m: _mean([t[m] for t in tasks]) for m in (tasks[0] if tasks else {})}
     if tasks:
@@ -146,12 +155,24 @@ def markdown_table(rows: Mapping[str, Mapping[str, Any]], metrics: list[str], la
 def results_markdown(results: Mapping[str, Any]) -> str:
     metrics = metric_names(results)
     overall = {"**overall** (mean over tasks)": results["overall"]}
-    parts = [f"# Evaluation: {results['suite']}", "",
-             f"model: `{results['model']}`  ·  samples per problem: greedy + {results['k'] if results['k'] > 1 else 0}"
-             f"  ·  problems: {results['problems_done']}/{results['problems_total']}", "",
-             "## Per task", "", markdown_table({**results["tasks"], **overall}, metrics, "task"), "",
-             "## Per category", "", markdown_table(results["categories"], metrics, "category"), "",
-             "## Per difficulty", "", markdown_table(results["difficulties"], metrics, "difficulty")]
+    parts = [
+        f"# Evaluation: {results['suite']}",
+        "",
+        f"model: `{results['model']}`  ·  samples per problem: greedy + {results['k'] if results['k'] > 1 else 0}"
+        f"  ·  problems: {results['problems_done']}/{results['problems_total']}",
+        "",
+        "## Per task",
+        "",
+        markdown_table({**results["tasks"], **overall}, metrics, "task"),
+        "",
+        "## Per category",
+        "",
+        markdown_table(results["categories"], metrics, "category"),
+        "",
+        "## Per difficulty",
+        "",
+        markdown_table(results["difficulties"], metrics, "difficulty"),
+    ]
     if len(results["cells"]) > len(results["tasks"]):
         parts += ["", "## Per task and difficulty", "", markdown_table(results["cells"], metrics, "task@difficulty")]
     return "\n".join(parts) + "\n"

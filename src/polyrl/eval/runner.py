@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from polyrl.errors import UserError
 from polyrl.eval.endpoint import EndpointError
@@ -45,7 +46,9 @@ def _prepare(out: Path, header: dict[str, Any], resume: bool) -> list[dict[str, 
     out.mkdir(parents=True, exist_ok=True)
     if not resume:
         if samples.exists() or run_file.exists():
-            raise UserError(f"{str(out)!r} already holds an evaluation: pass --resume to continue it, or another --out")
+            raise UserError(
+                f"{str(out)!r} already holds an evaluation: pass --resume to continue it, or another --out"
+            )
         atomic_write_text(run_file, json.dumps(header, indent=2))
         return []
     if not run_file.exists():
@@ -55,8 +58,9 @@ def _prepare(out: Path, header: dict[str, Any], resume: bool) -> list[dict[str, 
     except ValueError:
         raise UserError(f"{run_file} is not valid JSON: cannot resume") from None
     if before.get("fingerprint") != header["fingerprint"] or before.get("model") != header["model"]:
-        raise UserError(f"{str(out)!r} holds an evaluation of another suite or model ({before.get('model')}): "
-                        "use another --out")
+        raise UserError(
+            f"{str(out)!r} holds an evaluation of another suite or model ({before.get('model')}): use another --out"
+        )
     records = read_samples(samples)
     # rewrite without a half-written last line, so the next append starts on a fresh line
     atomic_write_text(samples, "".join(json.dumps(r) + "\n" for r in records))
@@ -71,13 +75,29 @@ def _requests(items: list[EvalItem], suite: EvalSuite, field: str, done: set[tup
         for index in range(1 + sampled):
             key = problem_key(item)
             if (key, index) not in done:
-                out.append(SampleRequest(f"{key}|{index}", item.problem, messages, index == 0, suite.temperature,
-                                         suite.top_p, suite.max_new_tokens))
+                out.append(
+                    SampleRequest(
+                        f"{key}|{index}",
+                        item.problem,
+                        messages,
+                        index == 0,
+                        suite.temperature,
+                        suite.top_p,
+                        suite.max_new_tokens,
+                    )
+                )
     return out
 
 
-def run_suite(suite: EvalSuite, source: CompletionSource, out: str | Path, field: str, model: str, resume: bool = False,
-              log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def run_suite(
+    suite: EvalSuite,
+    source: CompletionSource,
+    out: str | Path,
+    field: str,
+    model: str,
+    resume: bool = False,
+    log: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
     """Evaluate every missing sample of ``suite``, then write and return the aggregated results."""
     out = Path(out)
     header = {"suite": suite.model_dump(), "fingerprint": suite.fingerprint(), "model": model, "prompt_field": field}
@@ -91,15 +111,28 @@ def run_suite(suite: EvalSuite, source: CompletionSource, out: str | Path, field
     started = time.perf_counter()
 
     with samples_file.open("a") as f:
+
         def on_done(request: SampleRequest, completion: Completion) -> None:
             key, _, index = request.key.rpartition("|")
             item = by_key[key]
             verdict = tasks[item.task].verify(item.problem, completion.text)  # never raises, whatever the text
-            record = {"problem_key": key, "sample": int(index), "task": item.task, "category": item.category,
-                      "difficulty": item.difficulty, "seed": item.problem.seed, "greedy": request.greedy,
-                      "response": completion.text, "tokens": completion.tokens, "finished": completion.finished,
-                      "correct": verdict.correct, "score": verdict.score, "format_ok": verdict.format_ok,
-                      "reason": verdict.reason, "answer": verdict.answer}
+            record = {
+                "problem_key": key,
+                "sample": int(index),
+                "task": item.task,
+                "category": item.category,
+                "difficulty": item.difficulty,
+                "seed": item.problem.seed,
+                "greedy": request.greedy,
+                "response": completion.text,
+                "tokens": completion.tokens,
+                "finished": completion.finished,
+                "correct": verdict.correct,
+                "score": verdict.score,
+                "format_ok": verdict.format_ok,
+                "reason": verdict.reason,
+                "answer": verdict.answer,
+            }
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
             f.flush()
             records.append(record)
@@ -109,14 +142,23 @@ def run_suite(suite: EvalSuite, source: CompletionSource, out: str | Path, field
         try:
             source.complete(todo, on_done)
         except EndpointError as exc:
-            raise EndpointError(f"{exc} — {len(records)} samples are saved in {samples_file}; rerun with --resume") from None
+            raise EndpointError(
+                f"{exc} — {len(records)} samples are saved in {samples_file}; rerun with --resume"
+            ) from None
 
     k = suite.samples if suite.samples > 1 else 1
-    results = {"suite": suite.name, "fingerprint": suite.fingerprint(), "model": model, "k": k,
-               "temperature": suite.temperature, "max_new_tokens": suite.max_new_tokens,
-               "problems_total": len(items), "problems_done": len({r["problem_key"] for r in records if r["sample"] == 0}),
-               "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               **aggregate(items, records, k, suite.answer_format)}
+    results = {
+        "suite": suite.name,
+        "fingerprint": suite.fingerprint(),
+        "model": model,
+        "k": k,
+        "temperature": suite.temperature,
+        "max_new_tokens": suite.max_new_tokens,
+        "problems_total": len(items),
+        "problems_done": len({r["problem_key"] for r in records if r["sample"] == 0}),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **aggregate(items, records, k, suite.answer_format),
+    }
     atomic_write_text(out / "results.json", json.dumps(results, indent=2))
     atomic_write_text(out / "results.md", results_markdown(results))
     return results

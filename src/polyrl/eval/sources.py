@@ -7,9 +7,10 @@ so the caller can append it to disk at once and lose at most the requests in fli
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import torch
 import yaml
@@ -93,7 +94,12 @@ class LocalModelSource:
         with torch.random.fork_rng():
             # seeded by the batch's first key, so a resumed evaluation samples the same way for that batch
             torch.manual_seed(self.seed + zlib.crc32(first.key.encode()))
-            gens = self.backend.generate([self.prompts.ids(r.problem) for r in batch], max_new_tokens=first.max_new_tokens,
-                                         temperature=first.temperature, top_p=first.top_p, greedy=first.greedy)
+            gens = self.backend.generate(
+                [self.prompts.ids(r.problem) for r in batch],
+                max_new_tokens=first.max_new_tokens,
+                temperature=first.temperature,
+                top_p=first.top_p,
+                greedy=first.greedy,
+            )
         for request, gen in zip(batch, gens):
             on_done(request, Completion(gen.text, len(gen.completion_ids), gen.finished))

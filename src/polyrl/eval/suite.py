@@ -46,13 +46,17 @@ class EvalSuite(BaseModel):
 
     name: str = Field("suite", description="Shown in reports and result files.")
     tasks: list[SuiteTask] = Field(min_length=1, description="The tasks to evaluate.")
-    samples: int = Field(1, ge=1, le=256, description="Sampled completions per problem for pass@k / maj@k (1: greedy only).")
+    samples: int = Field(
+        1, ge=1, le=256, description="Sampled completions per problem for pass@k / maj@k (1: greedy only)."
+    )
     temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature of the sampled completions.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling of the sampled completions.")
     max_new_tokens: int = Field(64, ge=1, description="Longest response in tokens.")
     answer_format: Literal["tags", "boxed", "last_line"] = Field("tags", description="How responses mark answers.")
     prompt_field: Literal["prompt", "question"] | None = Field(
-        None, description="'prompt' (with the answer instruction) or 'question'; default: the run's setting, else 'prompt'.")
+        None,
+        description="'prompt' (with the answer instruction) or 'question'; default: the run's setting, else 'prompt'.",
+    )
     system: str | None = Field(None, description="Optional system message.")
     seed: int = Field(0, description="Seed of the local sampler (endpoints sample on their side).")
 
@@ -114,8 +118,12 @@ def suite_from_options(tasks: str, difficulty: str, n: int, samples: int, **sett
     if not names:
         raise UserError("--tasks is empty: give comma-separated task names")
     levels = [d.strip() for d in difficulty.split(",") if d.strip()]
-    data = {"name": "cli", "samples": samples, **{k: v for k, v in settings.items() if v is not None},
-            "tasks": [{"name": t, "difficulties": levels, "n": n} for t in names]}
+    data = {
+        "name": "cli",
+        "samples": samples,
+        **{k: v for k, v in settings.items() if v is not None},
+        "tasks": [{"name": t, "difficulties": levels, "n": n} for t in names],
+    }
     return parse_suite(data, "from --tasks")
 
 

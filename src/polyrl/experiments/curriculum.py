@@ -56,10 +56,14 @@ def parse_strategies(names: list[str], defined: dict[str, Any]) -> list[Strategy
                 raise UserError(f"strategy {name!r} must be a mapping of config sections")
             out.append(Strategy(name, defined[name]))
             continue
-        sampler, control = (name[: -len(DIFFICULTY_SUFFIX)], True) if name.endswith(DIFFICULTY_SUFFIX) else (name, False)
+        sampler, control = (
+            (name[: -len(DIFFICULTY_SUFFIX)], True) if name.endswith(DIFFICULTY_SUFFIX) else (name, False)
+        )
         if sampler not in SAMPLERS:
             known = ", ".join(sorted(set(SAMPLERS) | set(defined)))
-            raise UserError(f"unknown sampler or strategy {name!r}; known: {known} (append {DIFFICULTY_SUFFIX} for difficulty control)")
+            raise UserError(
+                f"unknown sampler or strategy {name!r}; known: {known} (append {DIFFICULTY_SUFFIX} for difficulty control)"
+            )
         over: dict[str, Any] = {"sampler": {"name": sampler}}
         if control:
             over["difficulty_control"] = {"enabled": True}
@@ -98,14 +102,22 @@ def read_experiment_config(path: str | Path) -> tuple[dict[str, Any], dict[str, 
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"cannot read experiment config {str(path)!r}: {getattr(exc, 'strerror', None) or 'not valid YAML'}") from None
+        raise UserError(
+            f"cannot read experiment config {str(path)!r}: {getattr(exc, 'strerror', None) or 'not valid YAML'}"
+        ) from None
     if not isinstance(raw, dict):
         raise UserError(f"experiment config {str(path)!r} must be a mapping of fields")
     return raw, raw.pop("strategies", None) or {}
 
 
-def plan_experiment(config_path: str | Path, seeds: int, samplers: list[str] | None, out: str | Path,
-                    hard_difficulty: float = 0.5, share_sft: bool = False) -> ExperimentPlan:
+def plan_experiment(
+    config_path: str | Path,
+    seeds: int,
+    samplers: list[str] | None,
+    out: str | Path,
+    hard_difficulty: float = 0.5,
+    share_sft: bool = False,
+) -> ExperimentPlan:
     """Read and check everything before any training: the base config, each strategy's config per seed,
     its sampler and difficulty controller, and the hard split."""
     from polyrl.tasks import get_task
@@ -139,8 +151,15 @@ def _hard_eval(trainer, plan: ExperimentPlan) -> dict[str, dict[str, float]]:
 
     cfg = trainer.config
     split = {n: (t, plan.hard[n]) for n, t in trainer.tasks.items()}
-    return evaluate_policy(trainer.backend, trainer.prompts, split, cfg.eval.problems_per_task,
-                           cfg.eval.max_new_tokens or cfg.rl.max_new_tokens, pass_k=1, seed=cfg.seed)
+    return evaluate_policy(
+        trainer.backend,
+        trainer.prompts,
+        split,
+        cfg.eval.problems_per_task,
+        cfg.eval.max_new_tokens or cfg.rl.max_new_tokens,
+        pass_k=1,
+        seed=cfg.seed,
+    )
 
 
 def train_from_warm_start(config: TrainConfig, sft_run: Path):

@@ -39,8 +39,10 @@ def diagnostics(runs: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
     variance at the end of its warm-up when there was one."""
     out = {}
     for key in DIAGNOSTICS:
-        per_run = [[r[key] for r in run["rl"][-LAST_STEPS:] if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
-                   for run in runs]
+        per_run = [
+            [r[key] for r in run["rl"][-LAST_STEPS:] if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
+            for run in runs
+        ]
         if all(per_run):
             out[key] = _mean_std([float(np.mean(v)) for v in per_run])
     warm = [run["critic_warmup"][-1].get("value_explained_variance") for run in runs if run["critic_warmup"]]
@@ -52,8 +54,11 @@ def diagnostics(runs: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
 def forgetting(evals: dict[str, Any], tasks: list[str]) -> dict[str, float]:
     """Each task's drop (easy split) from its best eval during training (after SFT and periodic) to the end."""
     during = [e for name, e in evals.items() if name == "after_sft" or name.startswith("rl_step_")]
-    return {t: max([e[t]["accuracy"] for e in during] + [evals["after_rl"][t]["accuracy"]]) - evals["after_rl"][t]["accuracy"]
-            for t in tasks}
+    return {
+        t: max([e[t]["accuracy"] for e in during] + [evals["after_rl"][t]["accuracy"]])
+        - evals["after_rl"][t]["accuracy"]
+        for t in tasks
+    }
 
 
 def summarize(plan) -> dict[str, Any]:
@@ -62,7 +67,9 @@ def summarize(plan) -> dict[str, Any]:
     sft_evals = [load_run(d)["evals"] for d in dict.fromkeys(plan.sft_dir(s) for s in plan.seeds)]
     for split, key in (("easy", "after_sft"), ("hard", "hard_sft")):
         if all(key in e for e in sft_evals):
-            out["after_sft"][split] = {t: _mean_std([e[key][t]["accuracy"] for e in sft_evals]) for t in [*tasks, "mean"]}
+            out["after_sft"][split] = {
+                t: _mean_std([e[key][t]["accuracy"] for e in sft_evals]) for t in [*tasks, "mean"]
+            }
     for strategy in plan.strategies:
         runs = [load_run(plan.run_dir(strategy.name, s)) for s in plan.seeds]
         row: dict[str, Any] = {}
@@ -112,10 +119,17 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
         curves = [_series(r["rl"], "accuracy") for r in runs[n]]
         steps = curves[0][0]
         ys = np.array([c[1] for c in curves if len(c[1]) == len(steps)])
-        axes[0].plot(steps[len(steps) - len(_smooth(ys.mean(0))):], _smooth(ys.mean(0)), label=n)
-        evals = [[(0, r["evals"]["after_sft"]["mean"]["accuracy"])]
-                 + sorted((int(k.rsplit("_", 1)[1]), v["mean"]["accuracy"]) for k, v in r["evals"].items() if k.startswith("rl_step_"))
-                 + [(int(steps[-1]), r["evals"]["after_rl"]["mean"]["accuracy"])] for r in runs[n]]
+        axes[0].plot(steps[len(steps) - len(_smooth(ys.mean(0))) :], _smooth(ys.mean(0)), label=n)
+        evals = [
+            [(0, r["evals"]["after_sft"]["mean"]["accuracy"])]
+            + sorted(
+                (int(k.rsplit("_", 1)[1]), v["mean"]["accuracy"])
+                for k, v in r["evals"].items()
+                if k.startswith("rl_step_")
+            )
+            + [(int(steps[-1]), r["evals"]["after_rl"]["mean"]["accuracy"])]
+            for r in runs[n]
+        ]
         axes[1].plot([p[0] for p in evals[0]], np.mean([[p[1] for p in e] for e in evals], 0), marker="o", label=n)
     axes[0].set_title("training accuracy (rollouts, moving average)")
     axes[1].set_title("held-out accuracy during RL (easy split, mean of tasks)")
@@ -124,8 +138,10 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
         ax.legend(fontsize=8)
     files.append(_save(fig, plan.out / "learning_curves.png"))
 
-    for prefix, title, fname in (("sampler_weight", "sampler weight", "sampler_weights.png"),
-                                 ("difficulty", "difficulty knob", "difficulty.png")):
+    for prefix, title, fname in (
+        ("sampler_weight", "sampler weight", "sampler_weights.png"),
+        ("difficulty", "difficulty knob", "difficulty.png"),
+    ):
         shown = [n for n in names if any(f"{prefix}/{t}" in runs[n][0]["rl"][0] for t in tasks)] if names else []
         if not shown:
             continue
@@ -164,13 +180,20 @@ def verdict(summary: dict[str, Any], baseline: str = "uniform", split: str = "ha
         m, s = row[split]["mean"]
         gap, spread = m - base_mean, max(s, base_std)
         beats = "beats" if gap > spread else ("is beaten by" if -gap > spread else "does not beat")
-        lines.append(f"- `{name}` {beats} {baseline} on the {split} split: {100 * gap:+.1f} points "
-                     f"(spread: largest seed std {100 * spread:.1f}).")
+        lines.append(
+            f"- `{name}` {beats} {baseline} on the {split} split: {100 * gap:+.1f} points "
+            f"(spread: largest seed std {100 * spread:.1f})."
+        )
     return "\n".join(lines)
 
 
-def write_report(plan, command: str | None = None, title: str = "Curriculum comparison", baseline: str = "uniform",
-                 verdict_split: str = "hard") -> dict[str, Any]:
+def write_report(
+    plan,
+    command: str | None = None,
+    title: str = "Curriculum comparison",
+    baseline: str = "uniform",
+    verdict_split: str = "hard",
+) -> dict[str, Any]:
     summary = summarize(plan)
     figures = plot(plan, summary)
     tasks, rows = summary["tasks"], summary["strategies"]
@@ -179,9 +202,12 @@ def write_report(plan, command: str | None = None, title: str = "Curriculum comp
     if command:
         lines += ["```", command, "```", ""]
     start = "one SFT warm start (seed 0) shared by all seeds" if plan.share_sft else "the same SFT warm start per seed"
-    lines += [f"Seeds: {len(plan.seeds)}. Every strategy starts RL from {start}. "
-              f"Easy split: each task's training difficulty; hard split: {', '.join(f'{t} at {d}' for t, d in plan.hard.items())}. "
-              "Greedy accuracy in %, mean ± std over seeds.", ""]
+    lines += [
+        f"Seeds: {len(plan.seeds)}. Every strategy starts RL from {start}. "
+        f"Easy split: each task's training difficulty; hard split: {', '.join(f'{t} at {d}' for t, d in plan.hard.items())}. "
+        "Greedy accuracy in %, mean ± std over seeds.",
+        "",
+    ]
     lines += ["## After SFT (where RL starts)", "", head.replace("strategy", "split")]
     for split, row in summary["after_sft"].items():
         lines.append(f"| {split} | " + " | ".join(_fmt(row[t]) for t in [*tasks, "mean"]) + " |")
@@ -191,19 +217,35 @@ def write_report(plan, command: str | None = None, title: str = "Curriculum comp
         for name, row in rows.items():
             lines.append(f"| {name} | " + " | ".join(_fmt(row[key][t]) for t in [*tasks, "mean"]) + " |")
         lines.append("")
-    lines += ["## Forgetting", "", "Drop (points, easy split) from each task's best eval during training to the final one.", "",
-              "| strategy | " + " | ".join(tasks) + " |", "|---|" + "---:|" * len(tasks)]
+    lines += [
+        "## Forgetting",
+        "",
+        "Drop (points, easy split) from each task's best eval during training to the final one.",
+        "",
+        "| strategy | " + " | ".join(tasks) + " |",
+        "|---|" + "---:|" * len(tasks),
+    ]
     for name, row in rows.items():
         lines.append(f"| {name} | " + " | ".join(_fmt(row["forgetting"][t]) for t in tasks) + " |")
-    keys = [k for k in (*DIAGNOSTICS, "warmup_explained_variance") if any(k in r["diagnostics"] for r in rows.values())]
+    keys = [
+        k for k in (*DIAGNOSTICS, "warmup_explained_variance") if any(k in r["diagnostics"] for r in rows.values())
+    ]
     if keys:
-        lines += ["", "## Training diagnostics", "",
-                  f"RL metrics averaged over each run's last {LAST_STEPS} steps (mean ± std over seeds); "
-                  "`warmup_explained_variance`: the critic's at the end of its warm-up.", "",
-                  "| strategy | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
+        lines += [
+            "",
+            "## Training diagnostics",
+            "",
+            f"RL metrics averaged over each run's last {LAST_STEPS} steps (mean ± std over seeds); "
+            "`warmup_explained_variance`: the critic's at the end of its warm-up.",
+            "",
+            "| strategy | " + " | ".join(keys) + " |",
+            "|---|" + "---:|" * len(keys),
+        ]
         for name, row in rows.items():
             d = row["diagnostics"]
-            lines.append(f"| {name} | " + " | ".join(f"{d[k][0]:.3f} ± {d[k][1]:.3f}" if k in d else "—" for k in keys) + " |")
+            lines.append(
+                f"| {name} | " + " | ".join(f"{d[k][0]:.3f} ± {d[k][1]:.3f}" if k in d else "—" for k in keys) + " |"
+            )
     lines += ["", "## Verdict", "", verdict(summary, baseline, verdict_split), ""]
     lines += [f"![{f}]({f})" for f in figures]
     atomic_write_text(plan.out / "report.md", "\n".join(lines) + "\n")

@@ -6,6 +6,12 @@ from polyrl.policy.prompts import PromptBuilder
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
 __all__ = [
-    "Generation", "GenerationBackend", "TransformersBackend", "Policy", "load_policy", "PromptBuilder",
-    "TinyModelConfig", "build_tiny_policy",
+    "Generation",
+    "GenerationBackend",
+    "Policy",
+    "PromptBuilder",
+    "TinyModelConfig",
+    "TransformersBackend",
+    "build_tiny_policy",
+    "load_policy",
 ]

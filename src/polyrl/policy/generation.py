@@ -29,7 +29,12 @@ class Generation:
 
 class GenerationBackend(Protocol):
     def generate(
-        self, prompts: Sequence[list[int]], *, max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
+        self,
+        prompts: Sequence[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
         greedy: bool = False,
     ) -> list[Generation]: ...
 
@@ -84,8 +89,9 @@ class Prefill:
     """``[U, P]`` position ids of the distinct prompts."""
 
 
-def prefill(model, unique: Sequence[Sequence[int]], source: Sequence[int], pad_id: int = 0,
-            last_logits_only: bool = False) -> Prefill | None:
+def prefill(
+    model, unique: Sequence[Sequence[int]], source: Sequence[int], pad_id: int = 0, last_logits_only: bool = False
+) -> Prefill | None:
     """Run each distinct prompt through ``model`` once (left-padded, with a KV cache) and index the cache out
     to one row per input prompt; None when the model takes no ``position_ids`` or its cache can't be
     indexed by row. Gradients flow through it when enabled."""
@@ -167,8 +173,13 @@ class TransformersBackend:
         device = next(self.model.parameters()).device
         sampling = {} if greedy else {"temperature": temperature, "top_p": top_p, "top_k": 0}
         seqs = self.model.generate(
-            input_ids=input_ids.to(device), attention_mask=attention.to(device), max_new_tokens=max_new_tokens,
-            do_sample=not greedy, pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self._eos, **sampling,
+            input_ids=input_ids.to(device),
+            attention_mask=attention.to(device),
+            max_new_tokens=max_new_tokens,
+            do_sample=not greedy,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self._eos,
+            **sampling,
         )
         return seqs[:, input_ids.shape[1] :].tolist()
 
@@ -196,15 +207,25 @@ class TransformersBackend:
                 break
             if alive <= 0.75 * len(rows):  # drop finished rows from the batch and the cache (a copy, so not each step)
                 keep = torch.nonzero(running).flatten()
-                rows, nxt, attention, positions, running = rows[keep], nxt[keep], attention[keep], positions[keep], running[keep]
+                rows, nxt, attention, positions, running = (
+                    rows[keep],
+                    nxt[keep],
+                    attention[keep],
+                    positions[keep],
+                    running[keep],
+                )
                 cache.batch_select_indices(keep)
             attention = torch.cat([attention, attention.new_ones(len(rows), 1)], 1)
-            out = self.model(input_ids=nxt.unsqueeze(1), attention_mask=attention, position_ids=positions,
-                             use_cache=True, **{args["cache"]: cache})
+            out = self.model(
+                input_ids=nxt.unsqueeze(1),
+                attention_mask=attention,
+                position_ids=positions,
+                use_cache=True,
+                **{args["cache"]: cache},
+            )
             positions = positions + 1
             logits = out.logits[:, -1]
         return tokens.tolist()
-
 
     @staticmethod
     def _sample(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool) -> torch.Tensor:

@@ -120,10 +120,15 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = 
 
 def _add_lora(model, cfg: LoraConfig):
     try:
-        from peft import LoraConfig as PeftLoraConfig, get_peft_model
+        from peft import LoraConfig as PeftLoraConfig
+        from peft import get_peft_model
     except ImportError:
         raise UserError("LoRA needs PEFT: pip install 'polyrl[peft]'") from None
     peft_cfg = PeftLoraConfig(
-        r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=cfg.target_modules, task_type="CAUSAL_LM"
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=cfg.target_modules,
+        task_type="CAUSAL_LM",
     )
     return get_peft_model(model, peft_cfg)

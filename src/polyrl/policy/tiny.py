@@ -53,8 +53,13 @@ def build_tiny_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, unk_token=UNK, pad_token=PAD,
-        additional_special_tokens=list(CHAT_TOKENS), padding_side="left",
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        pad_token=PAD,
+        additional_special_tokens=list(CHAT_TOKENS),
+        padding_side="left",
     )
     fast.add_tokens(list(WORD_TOKENS))
     fast.chat_template = CHAT_TEMPLATE

@@ -25,7 +25,9 @@ def require_vllm():
     try:
         import vllm
     except ImportError:
-        raise UserError("generation.engine: vllm needs vLLM: pip install 'polyrl[vllm]' (Linux with a CUDA GPU)") from None
+        raise UserError(
+            "generation.engine: vllm needs vLLM: pip install 'polyrl[vllm]' (Linux with a CUDA GPU)"
+        ) from None
     return vllm
 
 
@@ -74,11 +76,23 @@ class VLLMBackend:
     completions of a group differ. Identical prompts share their prefill through vLLM's prefix cache.
     """
 
-    def __init__(self, model, tokenizer, *, gpu_memory_utilization: float = 0.3, max_model_len: int | None = None,
-                 enforce_eager: bool = False, dtype: str = "auto", seed: int = 0, work_dir: str | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        gpu_memory_utilization: float = 0.3,
+        max_model_len: int | None = None,
+        enforce_eager: bool = False,
+        dtype: str = "auto",
+        seed: int = 0,
+        work_dir: str | None = None,
+    ):
         vllm = require_vllm()
         if not torch.cuda.is_available():
-            raise UserError("generation.engine: vllm needs a CUDA GPU; use generation.engine=transformers on this machine")
+            raise UserError(
+                "generation.engine: vllm needs a CUDA GPU; use generation.engine=transformers on this machine"
+            )
         self.tokenizer = tokenizer
         self.version = 0
         self._eos = eos_ids(model, tokenizer)
@@ -90,9 +104,16 @@ class VLLMBackend:
         Policy(model, tokenizer).save(path)
         # an in-process engine lets sync_weights write into vLLM's tensors directly
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        self.llm = vllm.LLM(model=str(path), tokenizer=str(path), gpu_memory_utilization=gpu_memory_utilization,
-                            max_model_len=max_model_len, enforce_eager=enforce_eager, dtype=dtype, seed=seed,
-                            enable_prefix_caching=True)
+        self.llm = vllm.LLM(
+            model=str(path),
+            tokenizer=str(path),
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+            dtype=dtype,
+            seed=seed,
+            enable_prefix_caching=True,
+        )
         self._sampling_params = vllm.SamplingParams
 
     def sync_weights(self, model, version: int) -> None:
@@ -107,12 +128,19 @@ class VLLMBackend:
         seeds = torch.randint(0, 2**31 - 1, (len(prompts),)).tolist()
         params = [
             self._sampling_params(
-                n=1, max_tokens=max_new_tokens, temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p,
-                stop_token_ids=list(self._eos), seed=seed, skip_special_tokens=True,
+                n=1,
+                max_tokens=max_new_tokens,
+                temperature=0.0 if greedy else temperature,
+                top_p=1.0 if greedy else top_p,
+                stop_token_ids=list(self._eos),
+                seed=seed,
+                skip_special_tokens=True,
             )
             for seed in seeds
         ]
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sampling_params=params, use_tqdm=False)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": list(p)} for p in prompts], sampling_params=params, use_tqdm=False
+        )
         gens = []
         for prompt, out in zip(prompts, outputs):
             sample = out.outputs[0]

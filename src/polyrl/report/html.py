@@ -68,9 +68,15 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         except ValueError:
             continue  # being written by a live run; the next report will have it
     tasks = [t["name"] for t in config.get("tasks", []) if isinstance(t, dict) and "name" in t]
-    return {"config_text": config_text, "config": config, "evals": evals, "tasks": tasks,
-            "sft": [r for r in records if r.get("stage") == "sft"], "rl": [r for r in records if r.get("stage") == "rl"],
-            "updated": (run_dir / "metrics.jsonl").stat().st_mtime if (run_dir / "metrics.jsonl").exists() else None}
+    return {
+        "config_text": config_text,
+        "config": config,
+        "evals": evals,
+        "tasks": tasks,
+        "sft": [r for r in records if r.get("stage") == "sft"],
+        "rl": [r for r in records if r.get("stage") == "rl"],
+        "updated": (run_dir / "metrics.jsonl").stat().st_mtime if (run_dir / "metrics.jsonl").exists() else None,
+    }
 
 
 def run_status(run: dict[str, Any]) -> tuple[str, str]:
@@ -89,7 +95,9 @@ def run_status(run: dict[str, Any]) -> tuple[str, str]:
         return "done", "finished"
     if rl_done:
         return "running", f"unfinished · RL step {rl_done}/{rl_total}"
-    return "running", f"unfinished · SFT step {sft_done}/{sft_total}" + (" · evaluating" if sft_done >= sft_total else "")
+    return "running", f"unfinished · SFT step {sft_done}/{sft_total}" + (
+        " · evaluating" if sft_done >= sft_total else ""
+    )
 
 
 def _pct(x: float | None) -> str:
@@ -120,15 +128,20 @@ def heldout_table(evals: dict[str, Any]) -> str:
 
 def _cards(run: dict[str, Any], status: tuple[str, str]) -> str:
     evals = run["evals"]
-    mean = lambda name: evals.get(name, {}).get("mean", {}).get("accuracy")  # noqa: E731
-    items = [("status", f'<span class="badge {status[0]}">{html.escape(status[1])}</span>'),
-             ("tasks", str(len(run["tasks"]))),
-             ("SFT steps", str(max((r["step"] for r in run["sft"]), default=0))),
-             ("RL steps", str(max((r["step"] for r in run["rl"]), default=0))),
-             ("held-out after SFT", _pct(mean("after_sft"))),
-             ("held-out after RL", _pct(mean("after_rl")))]
-    return '<div class="cards">' + "".join(
-        f'<div class="card"><div class="k">{k}</div><div class="v">{v}</div></div>' for k, v in items) + "</div>"
+    mean = lambda name: evals.get(name, {}).get("mean", {}).get("accuracy")
+    items = [
+        ("status", f'<span class="badge {status[0]}">{html.escape(status[1])}</span>'),
+        ("tasks", str(len(run["tasks"]))),
+        ("SFT steps", str(max((r["step"] for r in run["sft"]), default=0))),
+        ("RL steps", str(max((r["step"] for r in run["rl"]), default=0))),
+        ("held-out after SFT", _pct(mean("after_sft"))),
+        ("held-out after RL", _pct(mean("after_rl"))),
+    ]
+    return (
+        '<div class="cards">'
+        + "".join(f'<div class="card"><div class="k">{k}</div><div class="v">{v}</div></div>' for k, v in items)
+        + "</div>"
+    )
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, list[Path]]:
@@ -142,21 +155,41 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
     tasks = run["tasks"] or sorted({k.split("/", 1)[1] for r in run["rl"] for k in r if k.startswith("reward/")})
     rl_done = max((r["step"] for r in run["rl"]), default=0)
     figures = [
-        ("heldout", "Held-out results", plots.heldout_bars(run["evals"]),
-         "Greedy accuracy on the eval split, after the SFT warm start and after RL."),
-        ("heldout_steps", None, plots.heldout_over_time(run["evals"], rl_done), "Periodic held-out evaluations during RL."),
-        ("training", "Training curves", plots.training_curves(run["rl"], tasks),
-         "Per task, on the RL training batches: smoothed lines, raw values faint; black: all tasks."),
-        ("curriculum", "Curriculum", plots.curriculum(run["rl"], tasks),
-         "How often the sampler drew each task, and each task's difficulty knob."),
+        (
+            "heldout",
+            "Held-out results",
+            plots.heldout_bars(run["evals"]),
+            "Greedy accuracy on the eval split, after the SFT warm start and after RL.",
+        ),
+        (
+            "heldout_steps",
+            None,
+            plots.heldout_over_time(run["evals"], rl_done),
+            "Periodic held-out evaluations during RL.",
+        ),
+        (
+            "training",
+            "Training curves",
+            plots.training_curves(run["rl"], tasks),
+            "Per task, on the RL training batches: smoothed lines, raw values faint; black: all tasks.",
+        ),
+        (
+            "curriculum",
+            "Curriculum",
+            plots.curriculum(run["rl"], tasks),
+            "How often the sampler drew each task, and each task's difficulty knob.",
+        ),
         ("sft", "SFT warm start", plots.sft_loss(run["sft"]), "Cross-entropy on reference solutions."),
     ]
     status = run_status(run)
     name = html.escape(run_dir.resolve().name)
     updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(run["updated"])) if run["updated"] else "never"
-    body = [f"<h1>polyrl run · {name}</h1>",
-            f'<p class="sub"><code>{html.escape(str(run_dir))}</code> · metrics last written {updated} · report made '
-            f'{time.strftime("%Y-%m-%d %H:%M")}</p>', _cards(run, status)]
+    body = [
+        f"<h1>polyrl run · {name}</h1>",
+        f'<p class="sub"><code>{html.escape(str(run_dir))}</code> · metrics last written {updated} · report made '
+        f"{time.strftime('%Y-%m-%d %H:%M')}</p>",
+        _cards(run, status),
+    ]
     written = []
     for key, title, fig, caption in figures:
         if title:
@@ -173,11 +206,15 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
         png = out.with_name(f"{out.stem}_{key}.png")
         png.write_bytes(data)
         written.append(png)
-        body.append(f'<figure><img alt="{key}" width="{width}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
-                    f"<figcaption>{caption}</figcaption></figure>")
+        body.append(
+            f'<figure><img alt="{key}" width="{width}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+            f"<figcaption>{caption}</figcaption></figure>"
+        )
     body += ["<h2>Resolved config</h2>", f"<pre>{html.escape(run['config_text'])}</pre>"]
-    page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>polyrl run {name}</title>'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>'
-            f"<body><main>{''.join(body)}</main></body></html>\n")
+    page = (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>polyrl run {name}</title>'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>'
+        f"<body><main>{''.join(body)}</main></body></html>\n"
+    )
     atomic_write_text(out, page)
     return out, written

@@ -11,19 +11,48 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-TRAINING_METRICS = (("reward", "reward"), ("accuracy", "accuracy (sampled)"), ("response_length", "response length (tokens)"),
-                    ("entropy", "entropy (nats / token)"), ("kl", "KL to reference"))
+TRAINING_METRICS = (
+    ("reward", "reward"),
+    ("accuracy", "accuracy (sampled)"),
+    ("response_length", "response length (tokens)"),
+    ("entropy", "entropy (nats / token)"),
+    ("kl", "KL to reference"),
+)
 STYLE = {
-    "figure.facecolor": "white", "axes.facecolor": "white", "axes.edgecolor": "#c8ccd2", "axes.grid": True,
-    "grid.color": "#eceef1", "grid.linewidth": 0.8, "axes.spines.top": False, "axes.spines.right": False,
-    "axes.titlesize": 11, "axes.titleweight": "bold", "axes.labelsize": 9, "xtick.labelsize": 8, "ytick.labelsize": 8,
-    "legend.fontsize": 8, "legend.frameon": False, "font.family": "DejaVu Sans", "axes.prop_cycle":
-    matplotlib.cycler(color=["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c",
-                             "#ccb974", "#64b5cd"]),
+    "figure.facecolor": "white",
+    "axes.facecolor": "white",
+    "axes.edgecolor": "#c8ccd2",
+    "axes.grid": True,
+    "grid.color": "#eceef1",
+    "grid.linewidth": 0.8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "legend.frameon": False,
+    "font.family": "DejaVu Sans",
+    "axes.prop_cycle": matplotlib.cycler(
+        color=[
+            "#4c72b0",
+            "#dd8452",
+            "#55a868",
+            "#c44e52",
+            "#8172b3",
+            "#937860",
+            "#da8bc3",
+            "#8c8c8c",
+            "#ccb974",
+            "#64b5cd",
+        ]
+    ),
 }
 
 
@@ -72,14 +101,14 @@ def training_curves(rl: list[dict[str, Any]], tasks: list[str]) -> Figure | None
             for task in tasks:
                 steps, ys = _series(rl, f"{key}/{task}")
                 if steps:
-                    line, = ax.plot(steps, smooth(ys, alpha), lw=1.6, label=task)
+                    (line,) = ax.plot(steps, smooth(ys, alpha), lw=1.6, label=task)
                     ax.plot(steps, ys, lw=0.8, alpha=0.25, color=line.get_color())
             steps, ys = _series(rl, key)
             if steps:
                 ax.plot(steps, smooth(ys, alpha), lw=2.2, color="#222", label="all tasks")
             ax.set_title(label)
             ax.set_xlabel("RL step")
-        for ax in list(axes.flat)[len(metrics):]:
+        for ax in list(axes.flat)[len(metrics) :]:
             ax.set_visible(False)
         _integer_steps(axes)
         _legend_below(fig, axes, len(tasks) + 1)
@@ -171,11 +200,24 @@ def heldout_over_time(evals: dict[str, dict[str, dict[str, float]]], final_step:
         fig, axes = _figure(1, 1, width=8, height=3.4)
         ax = axes[0, 0]
         for task in tasks:
-            ax.plot(steps, [100 * p[1].get(task, {}).get("accuracy", float("nan")) for p in points],
-                    marker="o", ms=3, lw=1.5, label=task)
+            ax.plot(
+                steps,
+                [100 * p[1].get(task, {}).get("accuracy", float("nan")) for p in points],
+                marker="o",
+                ms=3,
+                lw=1.5,
+                label=task,
+            )
         if all("mean" in p[1] for p in points):
-            ax.plot(steps, [100 * p[1]["mean"]["accuracy"] for p in points], marker="o", ms=4, lw=2.4, color="#222",
-                    label="mean")
+            ax.plot(
+                steps,
+                [100 * p[1]["mean"]["accuracy"] for p in points],
+                marker="o",
+                ms=4,
+                lw=2.4,
+                color="#222",
+                label="mean",
+            )
         ax.set_title("held-out accuracy during RL (greedy)")
         ax.set_xlabel("RL step")
         ax.set_ylabel("%")

@@ -7,7 +7,19 @@ from polyrl.rewards.reward_model import RewardModelConfig, RewardModelSource, bu
 from polyrl.rewards.scorer import REWARD_SOURCES, RewardScorer, majority_vote_scores, register_reward_source
 
 __all__ = [
-    "MODEL_TERMS", "REWARD_SOURCES", "RULE_TERMS", "JudgeConfig", "JudgeSource", "RewardConfig", "RewardModelConfig",
-    "RewardModelSource", "RewardResult", "RewardScorer", "build_tiny_reward_model", "compute_rewards",
-    "majority_vote_scores", "parse_verdict", "register_reward_source",
+    "MODEL_TERMS",
+    "REWARD_SOURCES",
+    "RULE_TERMS",
+    "JudgeConfig",
+    "JudgeSource",
+    "RewardConfig",
+    "RewardModelConfig",
+    "RewardModelSource",
+    "RewardResult",
+    "RewardScorer",
+    "build_tiny_reward_model",
+    "compute_rewards",
+    "majority_vote_scores",
+    "parse_verdict",
+    "register_reward_source",
 ]

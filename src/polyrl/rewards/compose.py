@@ -41,16 +41,26 @@ class RewardConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     verifier: float = Field(1.0, description="Weight of the task verifier's score.")
-    format: float = Field(0.0, description="Weight of the format-compliance term (1 if the answer format is followed).")
+    format: float = Field(
+        0.0, description="Weight of the format-compliance term (1 if the answer format is followed)."
+    )
     length: float = Field(0.0, ge=0.0, description="Weight of the linear length penalty (fraction of max_new_tokens).")
     overlong: float = Field(0.0, ge=0.0, description="Weight of DAPO's soft overlong penalty.")
-    overlong_cache: int = Field(8, ge=0, description="Tokens before max_new_tokens where the soft overlong penalty starts.")
+    overlong_cache: int = Field(
+        8, ge=0, description="Tokens before max_new_tokens where the soft overlong penalty starts."
+    )
     reward_model: float = Field(0.0, description="Weight of the reward-model term (needs reward.reward_model_source).")
     judge: float = Field(0.0, description="Weight of the LLM-judge term (needs reward.judge_source).")
     majority_vote: float = Field(0.0, description="Weight of the label-free majority-vote term (TTRL).")
-    gate: Literal["none", "verifier"] = Field("none", description="'verifier': pay model/group terms only to verified-correct completions.")
-    tasks: dict[str, dict[str, float]] = Field(default_factory=dict, description="Per-task weight overrides, e.g. {essay: {verifier: 0, judge: 1}}.")
-    reward_model_source: RewardModelConfig | None = Field(None, description="The reward model scored by the reward_model term.")
+    gate: Literal["none", "verifier"] = Field(
+        "none", description="'verifier': pay model/group terms only to verified-correct completions."
+    )
+    tasks: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="Per-task weight overrides, e.g. {essay: {verifier: 0, judge: 1}}."
+    )
+    reward_model_source: RewardModelConfig | None = Field(
+        None, description="The reward model scored by the reward_model term."
+    )
     judge_source: JudgeConfig | None = Field(None, description="The judge and rubric scored by the judge term.")
 
     @field_validator("tasks")
@@ -59,7 +69,9 @@ class RewardConfig(BaseModel):
         for name, weights in tasks.items():
             unknown = sorted(set(weights) - set(RULE_TERMS) - set(MODEL_TERMS))
             if unknown:
-                raise ValueError(f"task {name!r}: unknown reward term(s) {', '.join(unknown)}; known: {', '.join(RULE_TERMS + MODEL_TERMS)}")
+                raise ValueError(
+                    f"task {name!r}: unknown reward term(s) {', '.join(unknown)}; known: {', '.join(RULE_TERMS + MODEL_TERMS)}"
+                )
         return tasks
 
     def weights(self, task: str) -> dict[str, float]:

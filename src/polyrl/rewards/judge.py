@@ -45,12 +45,22 @@ class JudgeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rubric: str = Field(description="Rubric file (Markdown or YAML text, e.g. configs/rubrics/correct_and_concise.md).")
-    mode: Literal["pointwise", "pairwise"] = Field("pointwise", description="Score one response, or prefer it over the reference.")
-    backend: Literal["openai", "local"] = Field("openai", description="An OpenAI-compatible endpoint, or a local checkpoint.")
-    model: str = Field(description="Model name at the endpoint, or a local model directory ('tiny' for the embedded model).")
+    rubric: str = Field(
+        description="Rubric file (Markdown or YAML text, e.g. configs/rubrics/correct_and_concise.md)."
+    )
+    mode: Literal["pointwise", "pairwise"] = Field(
+        "pointwise", description="Score one response, or prefer it over the reference."
+    )
+    backend: Literal["openai", "local"] = Field(
+        "openai", description="An OpenAI-compatible endpoint, or a local checkpoint."
+    )
+    model: str = Field(
+        description="Model name at the endpoint, or a local model directory ('tiny' for the embedded model)."
+    )
     base_url: str | None = Field(None, description="Endpoint URL (openai backend), e.g. http://127.0.0.1:8000/v1.")
-    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key ('EMPTY' is sent when unset).")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="Environment variable holding the API key ('EMPTY' is sent when unset)."
+    )
     score_min: float = Field(1, description="Lowest score on the rubric's scale (pointwise).")
     score_max: float = Field(10, description="Highest score on the rubric's scale (pointwise).")
     max_concurrency: int = Field(8, ge=1, description="Endpoint calls in flight at once.")
@@ -58,7 +68,10 @@ class JudgeConfig(BaseModel):
     retries: int = Field(2, ge=0, description="Retries of a failed call (exponential backoff from 0.5 s).")
     max_tokens: int = Field(256, ge=1, description="Longest judge answer in tokens.")
     cache: bool = Field(True, description="Reuse judgments of identical (rubric, prompt, response).")
-    swap_positions: bool = Field(True, description="Pairwise: judge each pair in both orders and average the two (cancels position bias; two calls per sample).")
+    swap_positions: bool = Field(
+        True,
+        description="Pairwise: judge each pair in both orders and average the two (cancels position bias; two calls per sample).",
+    )
 
     @model_validator(mode="after")
     def _scale(self):
@@ -77,16 +90,21 @@ def load_rubric(path: str | Path) -> str:
     return text
 
 
-def judge_prompt(config: JudgeConfig, rubric: str, prompt: str, response: str, reference: str | None,
-                 swapped: bool = False) -> str:
+def judge_prompt(
+    config: JudgeConfig, rubric: str, prompt: str, response: str, reference: str | None, swapped: bool = False
+) -> str:
     """The judge's prompt; pairwise, the response is A and the reference B (``swapped``: the other way round)."""
     if config.mode == "pointwise":
-        return (f"{rubric}\n\n## Problem\n{prompt}\n\n## Response\n{response}\n\n"
-                f"Grade the response with the rubric. End with a line `Score: N`, N from "
-                f"{config.score_min:g} to {config.score_max:g}.")
+        return (
+            f"{rubric}\n\n## Problem\n{prompt}\n\n## Response\n{response}\n\n"
+            f"Grade the response with the rubric. End with a line `Score: N`, N from "
+            f"{config.score_min:g} to {config.score_max:g}."
+        )
     a, b = (reference or "", response) if swapped else (response, reference or "")
-    return (f"{rubric}\n\n## Problem\n{prompt}\n\n## Response A\n{a}\n\n## Response B\n{b}\n\n"
-            "Which response is better under the rubric? End with [[A]], [[B]] or [[C]] for a tie.")
+    return (
+        f"{rubric}\n\n## Problem\n{prompt}\n\n## Response A\n{a}\n\n## Response B\n{b}\n\n"
+        "Which response is better under the rubric? End with [[A]], [[B]] or [[C]] for a tie."
+    )
 
 
 def parse_verdict(config: JudgeConfig, text: str | None) -> tuple[float, str | None]:
@@ -119,8 +137,12 @@ class OpenAIJudgeClient:
             raise UserError(f"judge backend 'openai' needs reward.judge_source.base_url or ${config.api_key_env}")
         self.openai = openai
         self.config = config
-        self.client = openai.OpenAI(base_url=config.base_url, api_key=os.environ.get(config.api_key_env) or "EMPTY",
-                                    timeout=config.timeout_s, max_retries=0)
+        self.client = openai.OpenAI(
+            base_url=config.base_url,
+            api_key=os.environ.get(config.api_key_env) or "EMPTY",
+            timeout=config.timeout_s,
+            max_retries=0,
+        )
 
     def complete(self, prompt: str) -> tuple[str | None, str | None]:
         """``(answer text, failure reason)``."""
@@ -130,8 +152,10 @@ class OpenAIJudgeClient:
                 time.sleep(0.5 * 2 ** (attempt - 1))
             try:
                 out = self.client.chat.completions.create(
-                    model=self.config.model, messages=[{"role": "user", "content": prompt}],
-                    temperature=0.0, max_tokens=self.config.max_tokens,
+                    model=self.config.model,
+                    messages=[{"role": "user", "content": prompt}],
+                    temperature=0.0,
+                    max_tokens=self.config.max_tokens,
                 )
                 choice = out.choices[0] if out.choices else None
                 if choice is None or choice.message is None:
@@ -167,8 +191,12 @@ class LocalJudgeClient:
 
     def complete_many(self, prompts: list[str]) -> list[tuple[str | None, str | None]]:
         tok = self.policy.tokenizer
-        ids = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-               if getattr(tok, "chat_template", None) else p for p in prompts]
+        ids = [
+            tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            if getattr(tok, "chat_template", None)
+            else p
+            for p in prompts
+        ]
         ids = [tok(t, add_special_tokens=False).input_ids for t in ids]
         limit = getattr(self.policy.model.config, "max_position_embeddings", None)
         fits = [limit is None or len(x) + self.config.max_tokens <= limit for x in ids]
@@ -178,7 +206,7 @@ class LocalJudgeClient:
             return out
         try:
             gens = self.backend.generate([ids[i] for i in todo], max_new_tokens=self.config.max_tokens, greedy=True)
-        except Exception as exc:  # noqa: BLE001 - a judge failure is a counted zero reward, never a crashed run
+        except Exception as exc:
             warnings.warn(f"local judge failed on {len(todo)} prompts: {exc!r}", stacklevel=2)
             return [(None, "judge_error") for _ in ids]
         for i, g in zip(todo, gens):
@@ -256,5 +284,7 @@ class JudgeSource:
             self.position_inconsistent += sum(j.position_inconsistent for j in out)
         return out
 
-    def score(self, prompts: list[str], responses: list[str], references: list[str | None]) -> list[tuple[float, str | None]]:
+    def score(
+        self, prompts: list[str], responses: list[str], references: list[str | None]
+    ) -> list[tuple[float, str | None]]:
         return [(j.value, j.reason) for j in self.judge(prompts, responses, references)]

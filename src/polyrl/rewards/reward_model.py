@@ -29,10 +29,16 @@ class RewardModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(description="Directory written by `polyrl rm train` (or any HF sequence-classification model with one label).")
-    normalize: Literal["sigmoid", "none"] = Field("sigmoid", description="Map the raw score to [0, 1] with a sigmoid, or use it as is.")
+    path: str = Field(
+        description="Directory written by `polyrl rm train` (or any HF sequence-classification model with one label)."
+    )
+    normalize: Literal["sigmoid", "none"] = Field(
+        "sigmoid", description="Map the raw score to [0, 1] with a sigmoid, or use it as is."
+    )
     batch_size: int = Field(64, ge=1, description="Completions scored per forward pass.")
-    max_length: int = Field(512, ge=8, description="Longest prompt + response in reward-model tokens (longer ones are cut from the left).")
+    max_length: int = Field(
+        512, ge=8, description="Longest prompt + response in reward-model tokens (longer ones are cut from the left)."
+    )
 
 
 def build_tiny_reward_model(seed: int = 0, **shape):
@@ -45,10 +51,17 @@ def build_tiny_reward_model(seed: int = 0, **shape):
     cfg = TinyModelConfig(**shape)
     tokenizer = build_tiny_tokenizer()
     hf = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=cfg.max_positions, num_labels=1, pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.max_positions,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -71,8 +84,10 @@ def load_reward_model(path: str | Path, device: str = "cpu"):
     labels = cfg.get("num_labels", len(cfg.get("id2label", {})) or 2)
     archs = cfg.get("architectures") or []
     if labels != 1 or not any(a.endswith("ForSequenceClassification") for a in archs):
-        raise UserError(f"reward model {str(path)!r} must be a sequence-classification model with num_labels=1 "
-                        f"(found architectures={archs}, num_labels={labels}); train one with `polyrl rm train`")
+        raise UserError(
+            f"reward model {str(path)!r} must be a sequence-classification model with num_labels=1 "
+            f"(found architectures={archs}, num_labels={labels}); train one with `polyrl rm train`"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(p)
         model = AutoModelForSequenceClassification.from_pretrained(p)
@@ -98,8 +113,10 @@ def encode_pairs(tokenizer, prompts: list[str], responses: list[str], max_length
     """Right-padded ids and attention mask, each row cut from the left to ``max_length`` tokens."""
     import torch
 
-    rows = [tokenizer(pair_text(tokenizer, p, r), add_special_tokens=False).input_ids[-max_length:]
-            for p, r in zip(prompts, responses)]
+    rows = [
+        tokenizer(pair_text(tokenizer, p, r), add_special_tokens=False).input_ids[-max_length:]
+        for p, r in zip(prompts, responses)
+    ]
     width = max(1, max(len(r) for r in rows))
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -123,8 +140,12 @@ class RewardModelSource:
         out: list[float] = []
         with torch.no_grad():
             for start in range(0, len(prompts), self.config.batch_size):
-                ids, mask = encode_pairs(self.tokenizer, prompts[start : start + self.config.batch_size],
-                                         responses[start : start + self.config.batch_size], self.config.max_length)
+                ids, mask = encode_pairs(
+                    self.tokenizer,
+                    prompts[start : start + self.config.batch_size],
+                    responses[start : start + self.config.batch_size],
+                    self.config.max_length,
+                )
                 logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
                 out += logits[:, 0].float().cpu().tolist()
         return out

@@ -29,7 +29,9 @@ def load_preferences(path: str | Path):
         elif p.is_file():
             kind = _FILE_TYPES.get(p.suffix)
             if kind is None:
-                raise UserError(f"preference file {str(path)!r}: use .jsonl, .json, .parquet, .csv or a datasets directory")
+                raise UserError(
+                    f"preference file {str(path)!r}: use .jsonl, .json, .parquet, .csv or a datasets directory"
+                )
             data = datasets.load_dataset(kind, data_files=str(p), split="train")
         else:
             raise UserError(f"preference data {str(path)!r} does not exist")
@@ -37,7 +39,9 @@ def load_preferences(path: str | Path):
         raise UserError(f"cannot read preference data {str(path)!r}: {str(exc).splitlines()[0]}") from None
     missing = [c for c in COLUMNS if c not in data.column_names]
     if missing:
-        raise UserError(f"preference data {str(path)!r} lacks column(s) {', '.join(missing)} (has {', '.join(data.column_names)})")
+        raise UserError(
+            f"preference data {str(path)!r} lacks column(s) {', '.join(missing)} (has {', '.join(data.column_names)})"
+        )
     if len(data) < 2:
         raise UserError(f"preference data {str(path)!r} has {len(data)} pair(s); need at least 2 (train and held out)")
     return data
@@ -95,9 +99,19 @@ def save_preferences(rows: list[dict[str, str]], out: str | Path) -> Path:
     return p
 
 
-def train_reward_model(data_path: str | Path, model_path: str, out: str | Path, steps: int = 200, batch_size: int = 16,
-                       lr: float = 1e-3, heldout_fraction: float = 0.1, max_length: int = 512, seed: int = 0,
-                       log=print, tiny_shape: dict | None = None) -> dict[str, float]:
+def train_reward_model(
+    data_path: str | Path,
+    model_path: str,
+    out: str | Path,
+    steps: int = 200,
+    batch_size: int = 16,
+    lr: float = 1e-3,
+    heldout_fraction: float = 0.1,
+    max_length: int = 512,
+    seed: int = 0,
+    log=print,
+    tiny_shape: dict | None = None,
+) -> dict[str, float]:
     """Train on ``data_path``, save to ``out`` (save_pretrained), return held-out pairwise accuracy and loss."""
     import torch
     import torch.nn.functional as F
@@ -114,7 +128,9 @@ def train_reward_model(data_path: str | Path, model_path: str, out: str | Path, 
             tokenizer = AutoTokenizer.from_pretrained(model_path)
             model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1)
         except (OSError, ValueError) as exc:
-            raise UserError(f"cannot load {model_path!r} as a sequence classifier: {str(exc).splitlines()[0]}") from None
+            raise UserError(
+                f"cannot load {model_path!r} as a sequence classifier: {str(exc).splitlines()[0]}"
+            ) from None
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         model.config.pad_token_id = tokenizer.pad_token_id
@@ -128,7 +144,7 @@ def train_reward_model(data_path: str | Path, model_path: str, out: str | Path, 
         prompts = list(batch["prompt"]) * 2
         ids, mask = encode_pairs(tokenizer, prompts, list(batch["chosen"]) + list(batch["rejected"]), max_length)
         scores = model(input_ids=ids, attention_mask=mask).logits[:, 0]
-        return scores[: len(batch["prompt"])] - scores[len(batch["prompt"]):]
+        return scores[: len(batch["prompt"])] - scores[len(batch["prompt"]) :]
 
     rng = random.Random(seed)
     model.train()
@@ -144,8 +160,12 @@ def train_reward_model(data_path: str | Path, model_path: str, out: str | Path, 
     model.eval()
     with torch.no_grad():
         m = torch.cat([margins(held.select(range(s, min(s + 64, len(held))))[:]) for s in range(0, len(held), 64)])
-    result = {"heldout_accuracy": float((m > 0).float().mean()), "heldout_loss": float(-F.logsigmoid(m).mean()),
-              "train_pairs": len(train), "heldout_pairs": len(held)}
+    result = {
+        "heldout_accuracy": float((m > 0).float().mean()),
+        "heldout_loss": float(-F.logsigmoid(m).mean()),
+        "train_pairs": len(train),
+        "heldout_pairs": len(held),
+    }
     Path(out).mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)

@@ -17,7 +17,7 @@ as ``judge_position_inconsistent``); those keep their judge reward.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 from polyrl.errors import UserError
 from polyrl.rewards.compose import MODEL_TERMS, RewardConfig

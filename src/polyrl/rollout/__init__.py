@@ -3,4 +3,4 @@
 from polyrl.rollout.batch import TokenBatch, collate, sequence_logprobs
 from polyrl.rollout.single_turn import Trajectory, rollout_problems
 
-__all__ = ["TokenBatch", "collate", "sequence_logprobs", "Trajectory", "rollout_problems"]
+__all__ = ["TokenBatch", "Trajectory", "collate", "rollout_problems", "sequence_logprobs"]

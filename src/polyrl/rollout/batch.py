@@ -36,7 +36,9 @@ class TokenBatch:
         return int(self.loss_mask.sum())
 
 
-def collate(sequences: list[tuple[list[int], list[int]]], pad_id: int, policy_masks: list[list[int]] | None = None) -> TokenBatch:
+def collate(
+    sequences: list[tuple[list[int], list[int]]], pad_id: int, policy_masks: list[list[int]] | None = None
+) -> TokenBatch:
     """Build a batch from ``(prompt_ids, response_ids)`` pairs.
 
     ``policy_masks[i]`` (same length as response i) marks which response tokens the policy produced;
@@ -57,8 +59,14 @@ def collate(sequences: list[tuple[list[int], list[int]]], pad_id: int, policy_ma
     return TokenBatch(input_ids, attention, loss_mask, torch.tensor([len(p) for p, _ in sequences]))
 
 
-def sequence_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False, entropy_grad: bool = False,
-                      share_prompts: bool = True):
+def sequence_logprobs(
+    model,
+    batch: TokenBatch,
+    temperature: float = 1.0,
+    entropy: bool = False,
+    entropy_grad: bool = False,
+    share_prompts: bool = True,
+):
     """Per-token log-probs ``[N, L-1]`` of each next token (and the entropies if asked; detached unless
     ``entropy_grad``, for an entropy bonus).
 
@@ -75,7 +83,9 @@ def sequence_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entrop
     logits = out.logits[:, :-1].float()
     targets = batch.input_ids[:, 1:].to(device)
     logp = token_logprobs(logits, targets, temperature=temperature)
-    ent = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature=temperature) if entropy else None
+    ent = (
+        entropy_from_logits(logits if entropy_grad else logits.detach(), temperature=temperature) if entropy else None
+    )
     return logp, ent
 
 
@@ -111,13 +121,19 @@ def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entrop
     resp_ids = batch.input_ids.to(device).gather(1, gather_cols) * resp_mask
     logits = pre.logits[source, -1:]  # predicts each response's first token
     if r_width > 1:
-        cont = model(input_ids=resp_ids[:, :-1], attention_mask=torch.cat([prompt_mask[source], resp_mask[:, :-1]], 1),
-                     position_ids=lengths_t.unsqueeze(1) + cols[:-1], use_cache=True,
-                     **{forward_args(model)["cache"]: pre.cache})
+        cont = model(
+            input_ids=resp_ids[:, :-1],
+            attention_mask=torch.cat([prompt_mask[source], resp_mask[:, :-1]], 1),
+            position_ids=lengths_t.unsqueeze(1) + cols[:-1],
+            use_cache=True,
+            **{forward_args(model)["cache"]: pre.cache},
+        )
         logits = torch.cat([logits, cont.logits], 1)
     logits = logits.float()
     logp = token_logprobs(logits, resp_ids, temperature=temperature)
-    ent = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature=temperature) if entropy else None
+    ent = (
+        entropy_from_logits(logits if entropy_grad else logits.detach(), temperature=temperature) if entropy else None
+    )
 
     def scatter(values: torch.Tensor) -> torch.Tensor:
         """Response positions back to the padded layout: token j of row i is predicted at column len(p_i)-1+j."""

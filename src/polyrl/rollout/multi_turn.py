@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from polyrl.envs.base import EnvTask, Environment, Message, StepResult
+from polyrl.envs.base import Environment, EnvTask, Message, StepResult
 from polyrl.envs.tools import Tool, describe_tools
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
@@ -37,12 +37,14 @@ class ChatCodec:
         if self.use_chat:
             user = [{"role": "user", "content": "q"}]
             with_turn = self._render(user + [{"role": "assistant", "content": _PLACEHOLDER}])
-            self.turn_end = with_turn[with_turn.rindex(_PLACEHOLDER) + len(_PLACEHOLDER):]
+            self.turn_end = with_turn[with_turn.rindex(_PLACEHOLDER) + len(_PLACEHOLDER) :]
         self.eos_text = self.tok.eos_token or ""
 
     def _render(self, messages: list[Message], tools=None, generation_prompt: bool = False) -> str:
         kwargs = {"tools": tools} if tools else {}
-        return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs)
+        return self.tok.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs
+        )
 
     def _ids(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False).input_ids
@@ -54,8 +56,14 @@ class ChatCodec:
             messages = [{**messages[0], "content": problem.question}, *messages[1:]]
         system = [self.system] if self.system else []
         if tools and not self.native_tools:
-            system.append(describe_tools([Tool(t["function"]["name"], t["function"]["description"], t["function"]["parameters"], None)
-                                          for t in tools]))
+            system.append(
+                describe_tools(
+                    [
+                        Tool(t["function"]["name"], t["function"]["description"], t["function"]["parameters"], None)
+                        for t in tools
+                    ]
+                )
+            )
         if not self.use_chat:
             text = "\n".join(system + [m["content"] for m in messages]) + "\n"
             return self.tok(text).input_ids
@@ -68,11 +76,11 @@ class ChatCodec:
             return self._ids("".join(f"\n[{m['role']}] {m['content']}" for m in observation) + "\n")
         closing = self.turn_end
         if finished and closing.startswith(self.eos_text):
-            closing = closing[len(self.eos_text):]  # the policy already produced the end-of-turn token
+            closing = closing[len(self.eos_text) :]  # the policy already produced the end-of-turn token
         head = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _PLACEHOLDER}]
         before = self._render(head)
         after = self._render(head + observation, generation_prompt=True)
-        return self._ids(closing + after[len(before):])
+        return self._ids(closing + after[len(before) :])
 
 
 @dataclass
@@ -100,7 +108,7 @@ class Episode:
 def _step(episode: Episode, action: str) -> StepResult:
     try:
         return episode.env.step(action)
-    except Exception as exc:  # noqa: BLE001 - a third-party environment must not take the whole step down
+    except Exception as exc:
         warnings.warn(f"{episode.problem.task}: environment error ends the episode: {exc!r}", stacklevel=2)
         return StepResult([], 0.0, True, {"success": False, "score": 0.0, "end_reason": "env_error"})
 
@@ -117,9 +125,19 @@ def _finish(ep: Episode, result: StepResult | None, reason: str | None = None) -
 
 
 def rollout_episodes(
-    problems: list[Problem], tasks: dict, backend: GenerationBackend, prompts: PromptBuilder, group_size: int,
-    max_new_tokens: int, reward: RewardConfig, max_episode_tokens: int = 384, temperature: float = 1.0,
-    top_p: float = 1.0, greedy: bool = False, group_offset: int = 0, version: int = 0,
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    group_size: int,
+    max_new_tokens: int,
+    reward: RewardConfig,
+    max_episode_tokens: int = 384,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    group_offset: int = 0,
+    version: int = 0,
 ) -> list[Trajectory]:
     """Play ``group_size`` episodes per problem; every turn, all live episodes generate in one call.
 
@@ -136,8 +154,13 @@ def rollout_episodes(
             episodes.append(Episode(task, env, problem, group_offset + g, codec.start(first, env.tools, problem)))
     live = list(episodes)
     while live:
-        gens = backend.generate([e.prompt_ids + e.response_ids for e in live], max_new_tokens=max_new_tokens,
-                                temperature=temperature, top_p=top_p, greedy=greedy)
+        gens = backend.generate(
+            [e.prompt_ids + e.response_ids for e in live],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            greedy=greedy,
+        )
         for ep, gen in zip(live, gens):
             room = max_episode_tokens - len(ep.response_ids)
             start = len(ep.response_ids)
@@ -167,16 +190,44 @@ def rollout_episodes(
 def _trajectory(ep: Episode, reward: RewardConfig, version: int) -> Trajectory:
     info = ep.info
     ret = sum(ep.turn_rewards)
-    verdict = Verdict(float(info["score"]), bool(info["success"]), str(info.get("end_reason", "unknown")),
-                      info.get("answer") is not None, info.get("answer"))
+    verdict = Verdict(
+        float(info["score"]),
+        bool(info["success"]),
+        str(info.get("end_reason", "unknown")),
+        info.get("answer") is not None,
+        info.get("answer"),
+    )
     stats = ep.env.stats
-    info.update({"turns": len(ep.turn_spans), "turn_rewards": ep.turn_rewards, "turn_spans": ep.turn_spans,
-                 "policy_tokens": sum(ep.policy_mask), "env_tokens": len(ep.policy_mask) - sum(ep.policy_mask), **stats})
-    return Trajectory(ep.problem.task, ep.group, ep.problem, ep.prompt_ids, ep.response_ids, ep.text, ep.finished,
-                      reward.verifier * ret, {"env_return": ret}, verdict, version, ep.policy_mask, info)
+    info.update(
+        {
+            "turns": len(ep.turn_spans),
+            "turn_rewards": ep.turn_rewards,
+            "turn_spans": ep.turn_spans,
+            "policy_tokens": sum(ep.policy_mask),
+            "env_tokens": len(ep.policy_mask) - sum(ep.policy_mask),
+            **stats,
+        }
+    )
+    return Trajectory(
+        ep.problem.task,
+        ep.group,
+        ep.problem,
+        ep.prompt_ids,
+        ep.response_ids,
+        ep.text,
+        ep.finished,
+        reward.verifier * ret,
+        {"env_return": ret},
+        verdict,
+        version,
+        ep.policy_mask,
+        info,
+    )
 
 
-def reference_episode(task: EnvTask, problem: Problem, prompts: PromptBuilder, eos_id: int) -> tuple[list[int], list[int], list[int]] | None:
+def reference_episode(
+    task: EnvTask, problem: Problem, prompts: PromptBuilder, eos_id: int
+) -> tuple[list[int], list[int], list[int]] | None:
     """``(prompt_ids, response_ids, policy_mask)`` of the environment's reference trajectory, or None."""
     actions = task.reference_actions(problem)
     if not actions:
@@ -185,7 +236,7 @@ def reference_episode(task: EnvTask, problem: Problem, prompts: PromptBuilder, e
     env = task.make_env(problem)
     try:
         ep = Episode(task, env, problem, 0, codec.start(env.reset(), env.tools, problem))
-        for k, action in enumerate(actions):
+        for action in actions:
             ep.add(prompts.tokenizer(action, add_special_tokens=False).input_ids + [eos_id], policy=True)
             result = env.step(action)
             if result.done:
@@ -219,9 +270,18 @@ def turn_advantages(trajs: list[Trajectory], width: int, eps: float = 1e-6) -> t
     return out
 
 
-def rollout_mixed(problems: list[Problem], tasks: dict, backend: GenerationBackend, prompts: PromptBuilder, group_size: int,
-                  max_new_tokens: int, reward: RewardConfig, max_episode_tokens: int = 384, group_offset: int = 0,
-                  **sampling) -> list[Trajectory]:
+def rollout_mixed(
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    group_size: int,
+    max_new_tokens: int,
+    reward: RewardConfig,
+    max_episode_tokens: int = 384,
+    group_offset: int = 0,
+    **sampling,
+) -> list[Trajectory]:
     """Single-turn problems through :func:`rollout_problems`, environment problems through
     :func:`rollout_episodes`; trajectories come back in problem order with their group indices."""
     from polyrl.envs.base import is_environment
@@ -229,8 +289,17 @@ def rollout_mixed(problems: list[Problem], tasks: dict, backend: GenerationBacke
 
     env_idx = [i for i, p in enumerate(problems) if is_environment(tasks[p.task])]
     if not env_idx:
-        return rollout_problems(problems, tasks, backend, prompts, group_size, max_new_tokens, reward,
-                                group_offset=group_offset, **sampling)
+        return rollout_problems(
+            problems,
+            tasks,
+            backend,
+            prompts,
+            group_size,
+            max_new_tokens,
+            reward,
+            group_offset=group_offset,
+            **sampling,
+        )
     single_idx = sorted(set(range(len(problems))) - set(env_idx))
     out: dict[int, list[Trajectory]] = {}
     for idx, multi in ((single_idx, False), (env_idx, True)):
@@ -238,8 +307,17 @@ def rollout_mixed(problems: list[Problem], tasks: dict, backend: GenerationBacke
             continue
         chosen = [problems[i] for i in idx]
         if multi:
-            trajs = rollout_episodes(chosen, tasks, backend, prompts, group_size, max_new_tokens, reward,
-                                     max_episode_tokens=max_episode_tokens, **sampling)
+            trajs = rollout_episodes(
+                chosen,
+                tasks,
+                backend,
+                prompts,
+                group_size,
+                max_new_tokens,
+                reward,
+                max_episode_tokens=max_episode_tokens,
+                **sampling,
+            )
         else:
             trajs = rollout_problems(chosen, tasks, backend, prompts, group_size, max_new_tokens, reward, **sampling)
             for t in trajs:  # explicit all-policy masks, so a mixed batch collates with one mask per row

@@ -32,9 +32,18 @@ class Trajectory:
 
 
 def rollout_problems(
-    problems: list[Problem], tasks: dict[str, Task], backend: GenerationBackend, prompts: PromptBuilder,
-    group_size: int, max_new_tokens: int, reward: RewardConfig, temperature: float = 1.0, top_p: float = 1.0,
-    greedy: bool = False, group_offset: int = 0, version: int = 0,
+    problems: list[Problem],
+    tasks: dict[str, Task],
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    group_size: int,
+    max_new_tokens: int,
+    reward: RewardConfig,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    group_offset: int = 0,
+    version: int = 0,
 ) -> list[Trajectory]:
     prompt_ids = [prompts.ids(p) for p in problems]
     flat = [ids for ids in prompt_ids for _ in range(group_size)]
@@ -43,9 +52,22 @@ def rollout_problems(
     for k, gen in enumerate(gens):
         g = k // group_size
         problem = problems[g]
-        r = compute_rewards(reward, tasks[problem.task], problem, gen.text, len(gen.completion_ids), gen.finished, max_new_tokens)
+        r = compute_rewards(
+            reward, tasks[problem.task], problem, gen.text, len(gen.completion_ids), gen.finished, max_new_tokens
+        )
         out.append(
-            Trajectory(problem.task, group_offset + g, problem, gen.prompt_ids, gen.completion_ids, gen.text, gen.finished,
-                       r.total, r.terms, r.verdict, version)
+            Trajectory(
+                problem.task,
+                group_offset + g,
+                problem,
+                gen.prompt_ids,
+                gen.completion_ids,
+                gen.text,
+                gen.finished,
+                r.total,
+                r.terms,
+                r.verdict,
+                version,
+            )
         )
     return out

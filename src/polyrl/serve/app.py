@@ -44,7 +44,9 @@ class ChatRequest(BaseModel):
 def _error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None):
     from fastapi.responses import JSONResponse
 
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "param": param, "code": None}})
+    return JSONResponse(
+        status_code=status, content={"error": {"message": message, "type": kind, "param": param, "code": None}}
+    )
 
 
 def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
@@ -78,7 +80,10 @@ def build_app(policy, model_name: str, default_max_tokens: int = 256):
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": created, "owned_by": "polyrl"}]}
+        return {
+            "object": "list",
+            "data": [{"id": model_name, "object": "model", "created": created, "owned_by": "polyrl"}],
+        }
 
     @app.post("/v1/chat/completions")
     def chat_completions(request: ChatRequest):
@@ -86,23 +91,39 @@ def build_app(policy, model_name: str, default_max_tokens: int = 256):
         max_tokens = request.max_completion_tokens or request.max_tokens or default_max_tokens
         if context is not None:
             if len(ids) >= context:
-                return _error(400, f"the prompt has {len(ids)} tokens; this model's context is {context}", param="messages")
+                return _error(
+                    400, f"the prompt has {len(ids)} tokens; this model's context is {context}", param="messages"
+                )
             max_tokens = min(max_tokens, context - len(ids))  # like vLLM: cut the budget to what fits
         greedy = request.temperature == 0.0
         with lock:
-            gens = backend.generate([ids] * request.n, max_new_tokens=max_tokens, temperature=request.temperature or 1.0,
-                                    top_p=request.top_p, greedy=greedy)
+            gens = backend.generate(
+                [ids] * request.n,
+                max_new_tokens=max_tokens,
+                temperature=request.temperature or 1.0,
+                top_p=request.top_p,
+                greedy=greedy,
+            )
         completion_tokens = sum(len(g.completion_ids) for g in gens)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model_name,
-            "choices": [{"index": i, "message": {"role": "assistant", "content": g.text},
-                         "finish_reason": "stop" if g.finished else "length", "logprobs": None}
-                        for i, g in enumerate(gens)],
-            "usage": {"prompt_tokens": len(ids), "completion_tokens": completion_tokens,
-                      "total_tokens": len(ids) + completion_tokens},
+            "choices": [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": g.text},
+                    "finish_reason": "stop" if g.finished else "length",
+                    "logprobs": None,
+                }
+                for i, g in enumerate(gens)
+            ],
+            "usage": {
+                "prompt_tokens": len(ids),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(ids) + completion_tokens,
+            },
         }
 
     return app
@@ -110,8 +131,9 @@ def build_app(policy, model_name: str, default_max_tokens: int = 256):
 
 def serve(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None) -> None:
     """Load ``checkpoint`` and serve it until interrupted."""
-    import uvicorn
     from pathlib import Path
+
+    import uvicorn
 
     from polyrl.policy.loading import ModelConfig, load_policy
 

@@ -5,6 +5,17 @@ from polyrl.tasks.base import CATEGORIES, DifficultySpace, Example, Param, Probl
 from polyrl.tasks.registry import get_task, get_task_class, list_tasks, register_task
 
 __all__ = [
-    "AnswerFormat", "Extraction", "CATEGORIES", "DifficultySpace", "Example", "Param", "Problem", "Task",
-    "Verdict", "get_task", "get_task_class", "list_tasks", "register_task",
+    "CATEGORIES",
+    "AnswerFormat",
+    "DifficultySpace",
+    "Example",
+    "Extraction",
+    "Param",
+    "Problem",
+    "Task",
+    "Verdict",
+    "get_task",
+    "get_task_class",
+    "list_tasks",
+    "register_task",
 ]

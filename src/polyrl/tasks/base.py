@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from polyrl.errors import UserError
 from polyrl.tasks.answers import MAX_ANSWER_CHARS, AnswerFormat
@@ -79,7 +80,9 @@ class DifficultySpace:
                 difficulty = float(difficulty)
             except ValueError:
                 names = ", ".join(self.presets)
-                raise UserError(f"unknown difficulty {difficulty!r}: use a number in [0, 1] or one of {names}") from None
+                raise UserError(
+                    f"unknown difficulty {difficulty!r}: use a number in [0, 1] or one of {names}"
+                ) from None
         if isinstance(difficulty, bool) or not isinstance(difficulty, (int, float)):
             raise UserError(f"difficulty must be a number in [0, 1] or a preset name, got {difficulty!r}")
         if not (0.0 <= float(difficulty) <= 1.0) or math.isnan(difficulty):
@@ -94,14 +97,22 @@ class DifficultySpace:
         known = {p.name: p for p in self.params}
         unknown = sorted(set(difficulty) - set(known))
         if unknown:
-            raise UserError(f"unknown difficulty parameter(s) {', '.join(unknown)}; known: {', '.join(known) or 'none'}")
+            raise UserError(
+                f"unknown difficulty parameter(s) {', '.join(unknown)}; known: {', '.join(known) or 'none'}"
+            )
         values = {p.name: p.at(self.presets.get("medium", 0.5)) for p in self.params}
         values.update({k: known[k].check(v) for k, v in difficulty.items()})
         return values
 
     def describe(self) -> list[dict[str, Any]]:
         return [
-            {"name": p.name, "easy": p.easy, "hard": p.hard, "doc": p.doc, **{k: p.at(v) for k, v in self.presets.items()}}
+            {
+                "name": p.name,
+                "easy": p.easy,
+                "hard": p.hard,
+                "doc": p.doc,
+                **{k: p.at(v) for k, v in self.presets.items()},
+            }
             for p in self.params
         ]
 
@@ -135,7 +146,7 @@ class Problem:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Problem":
+    def from_dict(cls, d: Mapping[str, Any]) -> Problem:
         names = cls.__dataclass_fields__
         missing = [k for k in ("task", "question", "answer") if k not in d]
         if missing:
@@ -238,7 +249,7 @@ class Task:
             return Verdict(0.0, False, "malformed", ext.format_ok, None)
         try:
             result = self.check(ext.answer, problem)
-        except Exception:  # noqa: BLE001 - a verifier must never crash a rollout
+        except Exception:
             return Verdict(0.0, False, "malformed", ext.format_ok, ext.answer)
         score, reason = result if isinstance(result, tuple) else (result, None)
         score = float(score)

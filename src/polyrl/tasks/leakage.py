@@ -5,8 +5,8 @@ Prompts are compared after collapsing whitespace and case, so reformatting alone
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from polyrl.tasks.base import Problem
 

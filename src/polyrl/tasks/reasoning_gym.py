@@ -28,7 +28,7 @@ EXCLUDED = frozenset({"composite"})
 #: ``2 * seed + split`` keeps train and eval seeds disjoint and inside that range.
 MAX_SEED = 2**31 - 1
 
-_CLASSES: dict[str, type["ReasoningGymTask"]] = {}
+_CLASSES: dict[str, type[ReasoningGymTask]] = {}
 
 
 def _rg():

@@ -32,11 +32,15 @@ def register_task(cls: type[Task]) -> type[Task]:
     if not isinstance(name, str) or not name or name.startswith(RG_PREFIX) or any(c.isspace() for c in name):
         raise ValueError(f"{cls.__name__}: task name must be a non-empty string without spaces or the 'rg/' prefix")
     if not getattr(cls, "category", None):
-        raise ValueError(f"{cls.__name__}: task {name!r} needs a category (one of {', '.join(CATEGORIES)} or your own)")
+        raise ValueError(
+            f"{cls.__name__}: task {name!r} needs a category (one of {', '.join(CATEGORIES)} or your own)"
+        )
     existing = _REGISTRY.get(name)
     if existing is not None and existing is not cls:
         if (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
-            raise ValueError(f"task name {name!r} is already registered by {existing.__module__}.{existing.__qualname__}")
+            raise ValueError(
+                f"task name {name!r} is already registered by {existing.__module__}.{existing.__qualname__}"
+            )
     _REGISTRY[name] = cls
     return cls
 

@@ -35,7 +35,14 @@ def _name(stage: str, step: int) -> str:
 
 
 def save_checkpoint(
-    root: Path, stage: str, step: int, model, optimizer, scheduler, extra: dict[str, Any], keep: int,
+    root: Path,
+    stage: str,
+    step: int,
+    model,
+    optimizer,
+    scheduler,
+    extra: dict[str, Any],
+    keep: int,
     tensors: dict[str, Any] | None = None,
 ) -> Path:
     """``extra`` goes to JSON; ``tensors`` (e.g. the critic's state) to ``optim.pt``."""
@@ -104,7 +111,9 @@ def load_model_weights(model, directory: Path) -> None:
         set_peft_model_state_dict(model, load_file(str(directory / "adapter_model.safetensors")))
         return
     index = directory / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    )
     weights: dict[str, torch.Tensor] = {}
     for name in files:
         weights.update(load_file(str(directory / name)))
@@ -113,7 +122,9 @@ def load_model_weights(model, directory: Path) -> None:
     tied = set(getattr(model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
     missing = [k for k in missing if k not in tied]
     if missing or unexpected:
-        raise RuntimeError(f"checkpoint {directory} does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise RuntimeError(
+            f"checkpoint {directory} does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
 
 
 def load_training_state(ckpt: Checkpoint, model, optimizer, scheduler) -> dict[str, Any]:

@@ -30,8 +30,12 @@ class TaskSpec(_Strict):
     """One task of the training mix."""
 
     name: str = Field(description="Registered task name (see `polyrl tasks list`), or rg/<dataset>.")
-    difficulty: float | str | dict[str, Any] = Field("easy", description="Training difficulty: knob in [0, 1], preset, or parameters.")
-    eval_difficulty: float | str | dict[str, Any] | None = Field(None, description="Held-out difficulty (default: the training one).")
+    difficulty: float | str | dict[str, Any] = Field(
+        "easy", description="Training difficulty: knob in [0, 1], preset, or parameters."
+    )
+    eval_difficulty: float | str | dict[str, Any] | None = Field(
+        None, description="Held-out difficulty (default: the training one)."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -54,7 +58,9 @@ class DifficultyControlConfig(_Strict):
     target_low: float = Field(0.4, ge=0, le=1, description="Lower the knob when a task's pass rate falls below this.")
     target_high: float = Field(0.8, ge=0, le=1, description="Raise the knob when a task's pass rate rises above this.")
     step_size: float = Field(0.05, gt=0, le=1, description="Knob change per decision.")
-    window: int = Field(32, ge=1, description="Completions of a task per decision (its pass rate is measured over them).")
+    window: int = Field(
+        32, ge=1, description="Completions of a task per decision (its pass rate is measured over them)."
+    )
     min_difficulty: float = Field(0.0, ge=0, le=1, description="Lowest knob the controller may set.")
     max_difficulty: float = Field(1.0, ge=0, le=1, description="Highest knob the controller may set.")
 
@@ -75,8 +81,12 @@ class SFTConfig(_Strict):
     batch_size: int = Field(64, ge=1, description="Examples per step.")
     lr: float = Field(1e-3, gt=0, description="Peak learning rate (linear warmup, cosine decay).")
     warmup_steps: int = Field(20, ge=0, description="Linear warmup steps.")
-    difficulty: float | str | None = Field(None, description="SFT difficulty (default: each task's training difficulty).")
-    rejection_sampling_rounds: int = Field(0, ge=0, description="Rounds of rejection-sampling fine-tuning on the policy's own verified-correct samples.")
+    difficulty: float | str | None = Field(
+        None, description="SFT difficulty (default: each task's training difficulty)."
+    )
+    rejection_sampling_rounds: int = Field(
+        0, ge=0, description="Rounds of rejection-sampling fine-tuning on the policy's own verified-correct samples."
+    )
     rejection_samples: int = Field(4, ge=1, description="Samples per problem in rejection sampling.")
     rejection_problems: int = Field(256, ge=1, description="Problems per rejection-sampling round.")
     rejection_steps: int = Field(50, ge=1, description="Optimizer steps per rejection-sampling round.")
@@ -97,20 +107,38 @@ class RLConfig(_Strict):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     epochs: int = Field(1, ge=1, description="Optimization passes over each batch (PPO epochs).")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split evenly).")
-    advantage: str = Field("grpo", description="Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, or gae (PPO with the critic below).")
-    critic: CriticConfig = Field(default_factory=CriticConfig, description="Value model and value loss (used when advantage is gae).")
-    advantage_level: Literal["episode", "turn"] = Field("episode", description="Multi-turn credit: one advantage per episode, or per turn from the group-normalized reward-to-go.")
-    task_normalize: bool = Field(False, description="Standardize advantages within each task across the batch (AgentRL).")
+    advantage: str = Field(
+        "grpo",
+        description="Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, or gae (PPO with the critic below).",
+    )
+    critic: CriticConfig = Field(
+        default_factory=CriticConfig, description="Value model and value loss (used when advantage is gae)."
+    )
+    advantage_level: Literal["episode", "turn"] = Field(
+        "episode",
+        description="Multi-turn credit: one advantage per episode, or per turn from the group-normalized reward-to-go.",
+    )
+    task_normalize: bool = Field(
+        False, description="Standardize advantages within each task across the batch (AgentRL)."
+    )
     clip_ratio_low: float = Field(0.2, ge=0, description="PPO clip below 1 (1 - eps_low).")
     clip_ratio_high: float = Field(0.28, ge=0, description="PPO clip above 1 (1 + eps_high; DAPO clip-higher).")
-    loss_aggregation: str = Field("token_mean", description="token_mean (DAPO), seq_mean_token_mean (GRPO), seq_mean_token_sum_norm (Dr. GRPO).")
+    loss_aggregation: str = Field(
+        "token_mean", description="token_mean (DAPO), seq_mean_token_mean (GRPO), seq_mean_token_sum_norm (Dr. GRPO)."
+    )
     dynamic_sampling: bool = Field(False, description="Drop zero-variance groups and refill the batch (DAPO).")
     max_refills: int = Field(3, ge=0, description="Extra generation rounds per step to refill dropped groups.")
     kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference (0 disables it).")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
     entropy_coef: float = Field(0.0, description="Entropy bonus weight.")
-    skip_zero_advantage: bool = Field(True, description="Leave zero-advantage sequences out of the update when no KL/entropy term needs them (same gradient, less compute).")
-    share_prompts: bool = Field(True, description="Run each distinct prompt through the model once per group, in generation and in the update (same numbers, less compute; off: one full forward per completion).")
+    skip_zero_advantage: bool = Field(
+        True,
+        description="Leave zero-advantage sequences out of the update when no KL/entropy term needs them (same gradient, less compute).",
+    )
+    share_prompts: bool = Field(
+        True,
+        description="Run each distinct prompt through the model once per group, in generation and in the update (same numbers, less compute; off: one full forward per completion).",
+    )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     max_bad_steps: int = Field(5, ge=1, description="Consecutive NaN/inf steps that stop the run.")
 
@@ -130,10 +158,20 @@ class GenerationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["transformers", "vllm"] = Field("transformers", description="transformers (CPU or GPU, the default) or vllm (optional extra polyrl[vllm], CUDA only; weights synced after every update).")
+    engine: Literal["transformers", "vllm"] = Field(
+        "transformers",
+        description="transformers (CPU or GPU, the default) or vllm (optional extra polyrl[vllm], CUDA only; weights synced after every update).",
+    )
     batch_size: int = Field(256, ge=1, description="transformers: sequences generated together.")
-    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm: share of GPU memory vLLM may take (weights + KV cache); the trainer's model and optimizer need the rest.")
-    vllm_max_model_len: int | None = Field(None, ge=16, description="vllm: longest prompt + completion (default: the model's).")
+    vllm_gpu_memory_utilization: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="vllm: share of GPU memory vLLM may take (weights + KV cache); the trainer's model and optimizer need the rest.",
+    )
+    vllm_max_model_len: int | None = Field(
+        None, ge=16, description="vllm: longest prompt + completion (default: the model's)."
+    )
     vllm_enforce_eager: bool = Field(False, description="vllm: skip CUDA graph capture (faster start, slower steps).")
     vllm_dtype: str = Field("auto", description="vllm: weights dtype (auto follows the checkpoint).")
 
@@ -149,15 +187,22 @@ class TrainConfig(_Strict):
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="How problems are shown.")
     tasks: list[TaskSpec] = Field(description="The training mix.", min_length=1)
     sampler: SamplerConfig = Field(default_factory=SamplerConfig, description="Task sampler.")
-    difficulty_control: DifficultyControlConfig = Field(default_factory=DifficultyControlConfig, description="Difficulty controller.")
+    difficulty_control: DifficultyControlConfig = Field(
+        default_factory=DifficultyControlConfig, description="Difficulty controller."
+    )
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward terms and weights.")
     env: EnvConfig = Field(default_factory=EnvConfig, description="Limits of multi-turn environments (env/... tasks).")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Warm start.")
     rl: RLConfig = Field(default_factory=RLConfig, description="RL stage.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
     generation: GenerationConfig = Field(default_factory=GenerationConfig, description="Generation engine.")
-    backend: Literal["local", "ray"] = Field("local", description="Where rollouts run: in this process, or on Ray worker actors (see the ray section).")
-    ray: RayConfig = Field(default_factory=RayConfig, description="Ray workers, cluster address and asynchronous mode (used when backend is ray).")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="Where rollouts run: in this process, or on Ray worker actors (see the ray section)."
+    )
+    ray: RayConfig = Field(
+        default_factory=RayConfig,
+        description="Ray workers, cluster address and asynchronous mode (used when backend is ray).",
+    )
     checkpoint_every: int = Field(25, ge=1, description="Save a checkpoint every N RL steps (and at stage ends).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
     tensorboard: bool = Field(True, description="Write TensorBoard event files.")
@@ -197,7 +242,9 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None) -> TrainConfig:
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None
+) -> TrainConfig:
     """Load ``path`` (YAML) over ``base``, apply ``key=value`` overrides and validate."""
     data: dict[str, Any] = dict(base or {})
     if path is not None:

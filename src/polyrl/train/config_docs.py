@@ -1,6 +1,6 @@
 """Generate the config reference (docs/config.md) from the fields' one-line descriptions.
 
-    python -m polyrl.train.config_docs > docs/config.md
+python -m polyrl.train.config_docs > docs/config.md
 """
 
 from __future__ import annotations

@@ -23,8 +23,13 @@ class StageProgress:
         self._stage = stage
         if self.live:
             self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=self.console,
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[info]}"),
+                console=self.console,
             )
             self._progress.start()
             self._task = self._progress.add_task(stage, total=total, completed=done, info="")

@@ -17,7 +17,12 @@ import numpy as np
 import torch
 
 from polyrl.algos import (
-    aggregate, get_advantage_estimator, kl_penalty, policy_loss, task_normalize, zero_variance_groups,
+    aggregate,
+    get_advantage_estimator,
+    kl_penalty,
+    policy_loss,
+    task_normalize,
+    zero_variance_groups,
 )
 from polyrl.rollout import Trajectory, collate, sequence_logprobs
 from polyrl.rollout.multi_turn import episode_metrics, rollout_mixed, turn_advantages
@@ -39,12 +44,23 @@ def collect_rollouts(trainer, step: int, rng: np.random.Generator) -> tuple[list
     trainer.sampler.set_step(step)
     while need > 0:
         names = trainer.sampler.sample(need, rng)
-        problems = [trainer.tasks[n].generate(int(rng.integers(2**62)), trainer.difficulty(n), split="train") for n in names]
+        problems = [
+            trainer.tasks[n].generate(int(rng.integers(2**62)), trainer.difficulty(n), split="train") for n in names
+        ]
         t0 = time.perf_counter()
         trajs = rollout_mixed(
-            problems, trainer.tasks, trainer.backend, trainer.prompts, cfg.group_size, cfg.max_new_tokens,
-            trainer.config.reward, trainer.config.env.max_episode_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
-            group_offset=generated, version=trainer.policy_version,
+            problems,
+            trainer.tasks,
+            trainer.backend,
+            trainer.prompts,
+            cfg.group_size,
+            cfg.max_new_tokens,
+            trainer.config.reward,
+            trainer.config.env.max_episode_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            group_offset=generated,
+            version=trainer.policy_version,
         )
         trainer.reward_scorer.score(trajs)  # reward-model, judge and majority-vote terms, batched
         gen_time += time.perf_counter() - t0
@@ -66,8 +82,13 @@ def collect_rollouts(trainer, step: int, rng: np.random.Generator) -> tuple[list
         need = cfg.prompts_per_step - len({t.group for t in kept})
         if not cfg.dynamic_sampling or rounds > cfg.max_refills:
             break
-    info = {"gen_time": gen_time, "gen_tokens": gen_tokens, "groups_generated": generated,
-            "groups_dropped": dropped, "refill_rounds": rounds - 1}
+    info = {
+        "gen_time": gen_time,
+        "gen_tokens": gen_tokens,
+        "groups_generated": generated,
+        "groups_dropped": dropped,
+        "refill_rounds": rounds - 1,
+    }
     return kept, info
 
 
@@ -85,8 +106,11 @@ def behaviour_logprobs(trajs: list[Trajectory], width: int) -> torch.Tensor | No
 
 def collate_trajectories(trainer, trajs: list[Trajectory]):
     """The padded token batch of ``trajs`` (with multi-turn policy masks when there are any)."""
-    return collate([(t.prompt_ids, t.response_ids) for t in trajs], trainer.policy.tokenizer.pad_token_id,
-                   [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None)
+    return collate(
+        [(t.prompt_ids, t.response_ids) for t in trajs],
+        trainer.policy.tokenizer.pad_token_id,
+        [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None,
+    )
 
 
 def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
@@ -129,8 +153,16 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
     behaviour = behaviour_all[active, : batch.loss_mask.shape[1]] if behaviour_all is not None else None
     needs_old = cfg.epochs > 1 or cfg.minibatches > 1 or behaviour is not None
     with torch.no_grad():
-        old_all = sequence_logprobs(model, batch, cfg.temperature, share_prompts=cfg.share_prompts)[0] if needs_old and n else None
-        ref_all = sequence_logprobs(trainer.reference, batch, cfg.temperature, share_prompts=cfg.share_prompts)[0] if trainer.reference is not None and n else None
+        old_all = (
+            sequence_logprobs(model, batch, cfg.temperature, share_prompts=cfg.share_prompts)[0]
+            if needs_old and n
+            else None
+        )
+        ref_all = (
+            sequence_logprobs(trainer.reference, batch, cfg.temperature, share_prompts=cfg.share_prompts)[0]
+            if trainer.reference is not None and n
+            else None
+        )
 
     seq_entropy = torch.full((n_all,), float("nan"))
     seq_kl = torch.zeros(n_all)
@@ -144,12 +176,24 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
             mb = batch.select(idx)
             mask = mb.loss_mask
             width = mask.shape[1]
-            logp, ent = sequence_logprobs(model, mb, cfg.temperature, entropy=True, entropy_grad=cfg.entropy_coef != 0,
-                                         share_prompts=cfg.share_prompts)
+            logp, ent = sequence_logprobs(
+                model,
+                mb,
+                cfg.temperature,
+                entropy=True,
+                entropy_grad=cfg.entropy_coef != 0,
+                share_prompts=cfg.share_prompts,
+            )
             old = old_all[idx, :width] if old_all is not None else logp.detach()
             adv_mb = advantages[idx] if advantages.dim() == 1 else advantages[idx, :width]
-            loss, stats = policy_loss(
-                logp, old, adv_mb, mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_aggregation,
+            loss, _stats = policy_loss(
+                logp,
+                old,
+                adv_mb,
+                mask,
+                cfg.clip_ratio_low,
+                cfg.clip_ratio_high,
+                cfg.loss_aggregation,
                 max_tokens=cfg.max_new_tokens,
                 behaviour_logprobs=behaviour[idx, :width] if behaviour is not None else None,
                 tis_cap=trainer.config.ray.tis_cap if behaviour is not None else None,
@@ -170,7 +214,9 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
                         seq_kl[orig] = (kl_tok.detach() * mask).sum(1) / denom
                     ratio = torch.exp(logp.detach() - old)
                     adv = adv_mb if adv_mb.dim() == 2 else adv_mb.unsqueeze(1)
-                    clipped = ((adv > 0) & (ratio > 1 + cfg.clip_ratio_high)) | ((adv < 0) & (ratio < 1 - cfg.clip_ratio_low))
+                    clipped = ((adv > 0) & (ratio > 1 + cfg.clip_ratio_high)) | (
+                        (adv < 0) & (ratio < 1 - cfg.clip_ratio_low)
+                    )
                     seq_clip[orig] = (clipped.float() * mask).sum(1) / denom
             if cfg.advantage == "gae":
                 value_losses.append(trainer.critic.update(mb, returns[idx]))
@@ -187,11 +233,18 @@ def rl_update(trainer, trajs: list[Trajectory]) -> dict[str, Any]:
             grad_norms.append(float(grad_norm))
     scheduler.step()
     return {
-        "loss": _mean(losses), "grad_norm": _mean(grad_norms), "skipped_updates": skipped,
-        "updates": cfg.epochs * math.ceil(n / mb_size), "trained_sequences": n,
-        "seq_entropy": seq_entropy.tolist(), "seq_kl": seq_kl.tolist(), "seq_clip": seq_clip.tolist(),
+        "loss": _mean(losses),
+        "grad_norm": _mean(grad_norms),
+        "skipped_updates": skipped,
+        "updates": cfg.epochs * math.ceil(n / mb_size),
+        "trained_sequences": n,
+        "seq_entropy": seq_entropy.tolist(),
+        "seq_kl": seq_kl.tolist(),
+        "seq_clip": seq_clip.tolist(),
         "zero_variance": zero_variance_groups(rewards, group_ids).tolist(),
-        "critic": {**critic_stats, "value_loss": _mean(v for v in value_losses if v is not None)} if critic_stats else {},
+        "critic": {**critic_stats, "value_loss": _mean(v for v in value_losses if v is not None)}
+        if critic_stats
+        else {},
     }
 
 
@@ -212,7 +265,9 @@ def critic_only_update(trainer, trajs: list[Trajectory]) -> dict[str, float]:
     return {**stats, "value_loss": _mean(losses), "reward": _mean(t.reward for t in trajs)}
 
 
-def step_metrics(trajs: list[Trajectory], update: dict[str, Any], info: dict[str, Any], elapsed: float) -> dict[str, float]:
+def step_metrics(
+    trajs: list[Trajectory], update: dict[str, Any], info: dict[str, Any], elapsed: float
+) -> dict[str, float]:
     """Overall and per-task metrics for one RL step (per-task keys are ``<metric>/<task>``)."""
     by_task: dict[str, list[int]] = defaultdict(list)
     for i, t in enumerate(trajs):
@@ -233,13 +288,24 @@ def step_metrics(trajs: list[Trajectory], update: dict[str, Any], info: dict[str
             "clip_fraction": _mean(update["seq_clip"][i] for i in idx),
             "zero_variance_frac": len(zero_var) / max(len(groups), 1),
             "tokens": float(sum(len(trajs[i].response_ids) for i in idx)),
-            **{f"reward_terms/{term}": _mean(trajs[i].reward_terms.get(term, 0.0) for i in idx)
-               for term in sorted({k for i in idx for k in trajs[i].reward_terms})},
-            **{f"reward_failures/{term}": float(sum(term in trajs[i].info.get("reward_failures", {}) for i in idx))
-               for term in sorted({k for i in idx for k in trajs[i].info.get("reward_failures", {})})},
+            **{
+                f"reward_terms/{term}": _mean(trajs[i].reward_terms.get(term, 0.0) for i in idx)
+                for term in sorted({k for i in idx for k in trajs[i].reward_terms})
+            },
+            **{
+                f"reward_failures/{term}": float(sum(term in trajs[i].info.get("reward_failures", {}) for i in idx))
+                for term in sorted({k for i in idx for k in trajs[i].info.get("reward_failures", {})})
+            },
             # a swapped pairwise judge whose two verdicts disagreed (position bias; the sample keeps its reward)
-            **({"judge_position_inconsistent": float(sum(bool(trajs[i].info.get("judge_position_inconsistent")) for i in idx))}
-               if any("judge_position_inconsistent" in trajs[i].info for i in idx) else {}),
+            **(
+                {
+                    "judge_position_inconsistent": float(
+                        sum(bool(trajs[i].info.get("judge_position_inconsistent")) for i in idx)
+                    )
+                }
+                if any("judge_position_inconsistent" in trajs[i].info for i in idx)
+                else {}
+            ),
         }
 
     out = summarize(list(range(len(trajs)))) if trajs else {}

@@ -76,7 +76,9 @@ class RunDir:
     def create(self, resume: bool) -> None:
         """Make the directory (checking it is writable). A fresh run refuses a directory holding a run."""
         if not resume and self.config_file.exists():
-            raise UserError(f"run directory {str(self.path)!r} already holds a run: use --resume {self.path} or another run_dir")
+            raise UserError(
+                f"run directory {str(self.path)!r} already holds a run: use --resume {self.path} or another run_dir"
+            )
         if resume and not self.config_file.exists():
             raise UserError(f"{str(self.path)!r} is not a polyrl run directory (no config.yaml)")
         try:

@@ -57,13 +57,25 @@ def rejection_samples(trainer, rng: np.random.Generator) -> tuple[list[Sequence]
     problems = []
     for k in rng.integers(len(names), size=cfg.rejection_problems):
         problems.append(trainer.tasks[names[k]].generate(int(rng.integers(2**62)), trainer.sft_difficulty(names[k])))
-    trajs = rollout_mixed(problems, trainer.tasks, trainer.backend, trainer.prompts, cfg.rejection_samples,
-                          trainer.config.rl.max_new_tokens, trainer.config.reward, trainer.config.env.max_episode_tokens,
-                          temperature=trainer.config.rl.temperature)
+    trajs = rollout_mixed(
+        problems,
+        trainer.tasks,
+        trainer.backend,
+        trainer.prompts,
+        cfg.rejection_samples,
+        trainer.config.rl.max_new_tokens,
+        trainer.config.reward,
+        trainer.config.env.max_episode_tokens,
+        temperature=trainer.config.rl.temperature,
+    )
     seen, out = set(), []
     for t in trajs:
         key = (tuple(t.prompt_ids), tuple(t.response_ids))
         if t.verdict.correct and t.finished and key not in seen:
             seen.add(key)
-            out.append((t.prompt_ids, t.response_ids) if t.policy_mask is None else (t.prompt_ids, t.response_ids, t.policy_mask))
+            out.append(
+                (t.prompt_ids, t.response_ids)
+                if t.policy_mask is None
+                else (t.prompt_ids, t.response_ids, t.policy_mask)
+            )
     return out, sum(t.verdict.correct for t in trajs) / max(len(trajs), 1)

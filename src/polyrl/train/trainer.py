@@ -20,11 +20,11 @@ import torch
 
 from polyrl.algos import get_advantage_estimator, get_aggregation
 from polyrl.curriculum import curriculum_metrics, make_difficulty_controller, make_sampler
+from polyrl.envs import resolve_task
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
 from polyrl.rewards import RewardScorer
-from polyrl.envs import resolve_task
 from polyrl.train import rl, sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
@@ -61,13 +61,17 @@ class Trainer:
         if config.rl.advantage != "gae":
             get_advantage_estimator(config.rl.advantage)
         elif config.rl.task_normalize:
-            raise UserError("rl.task_normalize applies to group advantages; with rl.advantage=gae the critic's advantages are normalized by rl.critic.normalize_advantages")
+            raise UserError(
+                "rl.task_normalize applies to group advantages; with rl.advantage=gae the critic's advantages are normalized by rl.critic.normalize_advantages"
+            )
         get_aggregation(config.rl.loss_aggregation)
         if config.device.startswith("cuda") and not torch.cuda.is_available():
             raise UserError(f"device {config.device!r} requested but CUDA is not available")
         if config.generation.engine == "vllm":
             if config.backend == "ray":
-                raise UserError("generation.engine: vllm samples in the trainer process; with backend: ray the rollout workers generate with transformers")
+                raise UserError(
+                    "generation.engine: vllm samples in the trainer process; with backend: ray the rollout workers generate with transformers"
+                )
             if not config.device.startswith("cuda"):
                 raise UserError(f"generation.engine: vllm needs a CUDA device (device=cuda), not {config.device!r}")
             from polyrl.policy.vllm_backend import require_vllm
@@ -89,9 +93,15 @@ class Trainer:
         if config.backend == "ray":  # joins or starts Ray and checks its CPUs now, before any training
             from polyrl.distributed.pool import RolloutPool
 
-            self.rollout_pool = RolloutPool(config.ray, model_config=config.model, seed=config.seed,
-                                            prompt_config=config.prompt, reward_config=config.reward,
-                                            max_episode_tokens=config.env.max_episode_tokens, tasks=self.tasks)
+            self.rollout_pool = RolloutPool(
+                config.ray,
+                model_config=config.model,
+                seed=config.seed,
+                prompt_config=config.prompt,
+                reward_config=config.reward,
+                max_episode_tokens=config.env.max_episode_tokens,
+                tasks=self.tasks,
+            )
         self.has_references = {n: self._has_reference(n) for n in self.tasks}
         if config.sft.enabled and config.sft.steps and not any(self.has_references.values()):
             raise UserError("sft is enabled but no task in the mix provides reference solutions")
@@ -111,11 +121,21 @@ class Trainer:
         if gen.engine == "vllm":
             from polyrl.policy.vllm_backend import VLLMBackend
 
-            return VLLMBackend(self.policy.model, self.policy.tokenizer, gpu_memory_utilization=gen.vllm_gpu_memory_utilization,
-                               max_model_len=gen.vllm_max_model_len, enforce_eager=gen.vllm_enforce_eager,
-                               dtype=gen.vllm_dtype, seed=self.config.seed)
-        return TransformersBackend(self.policy.model, self.policy.tokenizer, batch_size=gen.batch_size,
-                                   shared_prefill=self.config.rl.share_prompts)
+            return VLLMBackend(
+                self.policy.model,
+                self.policy.tokenizer,
+                gpu_memory_utilization=gen.vllm_gpu_memory_utilization,
+                max_model_len=gen.vllm_max_model_len,
+                enforce_eager=gen.vllm_enforce_eager,
+                dtype=gen.vllm_dtype,
+                seed=self.config.seed,
+            )
+        return TransformersBackend(
+            self.policy.model,
+            self.policy.tokenizer,
+            batch_size=gen.batch_size,
+            shared_prefill=self.config.rl.share_prompts,
+        )
 
     def _sync_backend(self) -> None:
         """Give the generation backend the current weights (a no-op for transformers, which shares them)."""
@@ -146,8 +166,13 @@ class Trainer:
                 record.update(rl.critic_only_update(self, trajs))
             record["step_time"] = time.perf_counter() - t0
             self.run_dir.log(record)
-            self.progress.update(k + 1, {"value_loss": record.get("value_loss", float("nan")),
-                                         "explained_var": record.get("value_explained_variance", float("nan"))})
+            self.progress.update(
+                k + 1,
+                {
+                    "value_loss": record.get("value_loss", float("nan")),
+                    "explained_var": record.get("value_explained_variance", float("nan")),
+                },
+            )
 
     def _has_reference(self, name: str) -> bool:
         return self.tasks[name].generate(0, self.difficulty(name)).solution is not None
@@ -162,8 +187,10 @@ class Trainer:
         return self.config.sft.difficulty if self.config.sft.difficulty is not None else self.difficulty(name)
 
     def eval_tasks(self) -> dict[str, tuple[Any, Any]]:
-        return {n: (t, self.specs[n].eval_difficulty if self.specs[n].eval_difficulty is not None else self.difficulty(n))
-                for n, t in self.tasks.items()}
+        return {
+            n: (t, self.specs[n].eval_difficulty if self.specs[n].eval_difficulty is not None else self.difficulty(n))
+            for n, t in self.tasks.items()
+        }
 
     def trainable_parameters(self):
         return [p for p in self.policy.model.parameters() if p.requires_grad]
@@ -187,11 +214,22 @@ class Trainer:
         return np.random.default_rng(s)
 
     def _checkpoint(self, stage: str, step: int) -> None:
-        save_checkpoint(self.run_dir.checkpoints, stage, step, self.policy.model, self.optimizer, self.scheduler,
-                        {"sampler": self.sampler.state_dict(), "bad_steps": self.bad_steps,
-                         "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
-                         "policy_version": self.policy_version}, self.config.keep_checkpoints,
-                        tensors={"critic": self.critic.state_dict()} if self.critic is not None else None)
+        save_checkpoint(
+            self.run_dir.checkpoints,
+            stage,
+            step,
+            self.policy.model,
+            self.optimizer,
+            self.scheduler,
+            {
+                "sampler": self.sampler.state_dict(),
+                "bad_steps": self.bad_steps,
+                "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
+                "policy_version": self.policy_version,
+            },
+            self.config.keep_checkpoints,
+            tensors={"critic": self.critic.state_dict()} if self.critic is not None else None,
+        )
 
     def _restore(self, ckpt) -> None:
         tensors = load_training_state(ckpt, self.policy.model, self.optimizer, self.scheduler)
@@ -258,8 +296,13 @@ class Trainer:
             else:
                 self.bad_steps = 0
             self.step = step + 1
-            rec = {"stage": "sft", "step": step + 1, "loss": loss if loss is not None else float("nan"),
-                   "lr": self.scheduler.get_last_lr()[0], "step_time": time.perf_counter() - t0}
+            rec = {
+                "stage": "sft",
+                "step": step + 1,
+                "loss": loss if loss is not None else float("nan"),
+                "lr": self.scheduler.get_last_lr()[0],
+                "step_time": time.perf_counter() - t0,
+            }
             self.run_dir.log(rec)
             self.progress.update(step + 1, {"loss": rec["loss"]})
             if (step + 1) % self.config.checkpoint_every == 0 and step + 1 < total:
@@ -276,13 +319,21 @@ class Trainer:
         self._sync_backend()
         data, pass_rate = sft.rejection_samples(self, rng)
         losses = []
-        for k in range(cfg.rejection_steps if data else 0):
+        for _ in range(cfg.rejection_steps if data else 0):
             pick = rng.integers(len(data), size=min(cfg.batch_size, len(data)))
             loss = sft.sft_step(self, [data[i] for i in pick])
             if loss is not None:
                 losses.append(loss)
-        self.run_dir.log({"stage": "sft", "step": cfg.steps, "rft_round": rnd, "rft_pass_rate": pass_rate,
-                          "rft_examples": len(data), "rft_loss": float(np.mean(losses)) if losses else float("nan")})
+        self.run_dir.log(
+            {
+                "stage": "sft",
+                "step": cfg.steps,
+                "rft_round": rnd,
+                "rft_pass_rate": pass_rate,
+                "rft_examples": len(data),
+                "rft_loss": float(np.mean(losses)) if losses else float("nan"),
+            }
+        )
 
     def evaluate(self, name: str) -> dict[str, dict[str, float]]:
         path = self.run_dir.eval_file(name)
@@ -294,13 +345,25 @@ class Trainer:
         self.progress.stop()
         self._sync_backend()
         results = evaluate_policy(
-            self.backend, self.prompts, self.eval_tasks(), cfg.problems_per_task,
-            cfg.max_new_tokens or self.config.rl.max_new_tokens, cfg.pass_k, cfg.temperature, seed=self.config.seed,
+            self.backend,
+            self.prompts,
+            self.eval_tasks(),
+            cfg.problems_per_task,
+            cfg.max_new_tokens or self.config.rl.max_new_tokens,
+            cfg.pass_k,
+            cfg.temperature,
+            seed=self.config.seed,
             max_episode_tokens=self.config.env.max_episode_tokens,
         )
         self.run_dir.save_json(path, results)
-        self.run_dir.log({"stage": "eval", "step": self.step, "name": name,
-                          **{f"{m}/{t}": v for t, row in results.items() for m, v in row.items()}})
+        self.run_dir.log(
+            {
+                "stage": "eval",
+                "step": self.step,
+                "name": name,
+                **{f"{m}/{t}": v for t, row in results.items() for m, v in row.items()},
+            }
+        )
         return results
 
     def run_rl(self, ckpt) -> None:
@@ -330,8 +393,15 @@ class Trainer:
             trajs, info = self._collect(step, rng)
             if not trajs:
                 self.scheduler.step()
-                update = {"loss": float("nan"), "grad_norm": float("nan"), "skipped_updates": 0, "zero_variance": [],
-                          "seq_entropy": [], "seq_kl": [], "seq_clip": []}
+                update = {
+                    "loss": float("nan"),
+                    "grad_norm": float("nan"),
+                    "skipped_updates": 0,
+                    "zero_variance": [],
+                    "seq_entropy": [],
+                    "seq_kl": [],
+                    "seq_clip": [],
+                }
             else:
                 update = rl.rl_update(self, trajs)
                 if update["updates"] == 0:
@@ -344,8 +414,20 @@ class Trainer:
                     self._broadcast_weights()
             metrics = rl.step_metrics(trajs, update, info, time.perf_counter() - t0)
             metrics["lr"] = self.scheduler.get_last_lr()[0]
-            metrics.update({k: info[k] for k in ("staleness_mean", "staleness_max", "failed_groups", "reruns",
-                                                    "stale_reruns", "task_errors") if k in info})
+            metrics.update(
+                {
+                    k: info[k]
+                    for k in (
+                        "staleness_mean",
+                        "staleness_max",
+                        "failed_groups",
+                        "reruns",
+                        "stale_reruns",
+                        "task_errors",
+                    )
+                    if k in info
+                }
+            )
             metrics.update(curriculum_metrics(self.sampler, self.difficulty_controller))
             self.run_dir.log({"stage": "rl", "step": step + 1, **metrics})
             self.progress.update(step + 1, {k: metrics[k] for k in ("reward", "accuracy", "entropy") if k in metrics})

@@ -92,7 +92,9 @@ def parse_rational(text: str) -> Fraction:
     if not m:
         raise ValueError(f"not a number: {text[:40]!r}")
     sign, whole, den, decimals = m.groups()
-    value = Fraction(int(whole), int(den)) if den else Fraction(int(whole + (decimals or "")), 10 ** len(decimals or ""))
+    value = (
+        Fraction(int(whole), int(den)) if den else Fraction(int(whole + (decimals or "")), 10 ** len(decimals or ""))
+    )
     return -value if sign == "-" else value
 
 

@@ -157,7 +157,9 @@ class Cryptarithm(Task):
         words = [word(n) for n in addends]
         used = sorted({c for w in words + [word(total)] for c in w})
         solution = " ".join(f"{c}={letters.index(c)}" for c in used)
-        return Example(f"cryptarithm {'+'.join(words)}={word(total)}", {"addends": words, "total": word(total)}, solution)
+        return Example(
+            f"cryptarithm {'+'.join(words)}={word(total)}", {"addends": words, "total": word(total)}, solution
+        )
 
     def check(self, answer: str, problem: Problem):
         addends, total = problem.answer["addends"], problem.answer["total"]

@@ -48,7 +48,9 @@ class ConnectedComponents(Task):
 class GraphColoring(Task):
     name = "graph_coloring"
     category = "graph"
-    description = "Color the nodes with colors 1..k so that no edge joins two nodes of one color; any proper coloring counts."
+    description = (
+        "Color the nodes with colors 1..k so that no edge joins two nodes of one color; any proper coloring counts."
+    )
     params = (
         Param("nodes", 4, 16, "number of nodes"),
         Param("colors", 2, 4, "colors allowed"),
@@ -77,7 +79,9 @@ class GraphColoring(Task):
 class TopologicalSort(Task):
     name = "topological_sort"
     category = "graph"
-    description = "Order the nodes of a directed acyclic graph so that every edge a>b has a before b; any valid order counts."
+    description = (
+        "Order the nodes of a directed acyclic graph so that every edge a>b has a before b; any valid order counts."
+    )
     params = (
         Param("nodes", 4, 20, "number of nodes"),
         Param("edge_share", 1.0, 2.0, "edges per node", integer=False),

@@ -85,7 +85,9 @@ class GraphDistance(Task):
 class ShortestPath(Task):
     name = "shortest_path"
     category = "graph"
-    description = "A shortest path between two nodes, as its node sequence; any shortest path scores 1, longer walks partial."
+    description = (
+        "A shortest path between two nodes, as its node sequence; any shortest path scores 1, longer walks partial."
+    )
     params = _PATH_PARAMS
     partial_credit = True
 

@@ -17,7 +17,12 @@ from polyrl.tasks.registry import register_task
 
 # A formula is a nested list: ["var", name], ["not", f] or [op, f, g] with op in & | ^ ->.
 # Lists, not tuples, so that formulas stored in a problem survive a JSON round trip unchanged.
-_BINARY = {"&": lambda a, b: a and b, "|": lambda a, b: a or b, "^": lambda a, b: a != b, "->": lambda a, b: (not a) or b}
+_BINARY = {
+    "&": lambda a, b: a and b,
+    "|": lambda a, b: a or b,
+    "^": lambda a, b: a != b,
+    "->": lambda a, b: (not a) or b,
+}
 
 
 def random_formula(
@@ -126,7 +131,9 @@ class Satisfiability(Task):
             if satisfied and (tuple(clause) not in seen or len(clauses) >= distinct_possible):
                 clauses.append(clause)
                 seen.add(tuple(clause))
-        formula = "&".join("(" + "|".join(("" if lit > 0 else "!") + names[abs(lit) - 1] for lit in c) + ")" for c in clauses)
+        formula = "&".join(
+            "(" + "|".join(("" if lit > 0 else "!") + names[abs(lit) - 1] for lit in c) + ")" for c in clauses
+        )
         solution = " ".join(f"{names[i]}={int(planted[i])}" for i in range(n))
         return Example(f"sat {formula}", {"variables": n, "clauses": clauses}, solution)
 

@@ -44,7 +44,9 @@ def _say(stmt: tuple, names: str) -> str:
 
 def _random_statement(rng, speaker: int, n: int) -> tuple:
     others = [i for i in range(n) if i != speaker]
-    kind = rng.choice(("is", "is", "both", "either", "same", "differ", "count") if n > 2 else ("is", "same", "differ", "count"))
+    kind = rng.choice(
+        ("is", "is", "both", "either", "same", "differ", "count") if n > 2 else ("is", "same", "differ", "count")
+    )
     if kind == "is":
         return ("is", rng.choice(others), rng.random() < 0.5)
     if kind == "count":

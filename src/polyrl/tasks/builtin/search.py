@@ -17,7 +17,9 @@ from polyrl.tasks.registry import register_task
 class SubsetSum(Task):
     name = "subset_sum"
     category = "search"
-    description = "Pick some of the given numbers (each at most once) that add up to the target; any such subset counts."
+    description = (
+        "Pick some of the given numbers (each at most once) that add up to the target; any such subset counts."
+    )
     params = (
         Param("count", 3, 20, "numbers offered"),
         Param("max_value", 9, 999, "largest number"),
@@ -91,7 +93,16 @@ _MAGIC4 = (
 )
 # Permuting rows and columns by the same permutation keeps a 4x4 square magic when the permutation
 # commutes with the mirror i -> 3 - i (both diagonals map onto themselves).
-_MIRROR_SAFE_PERMS = ((0, 1, 2, 3), (1, 0, 3, 2), (0, 2, 1, 3), (2, 3, 0, 1), (3, 2, 1, 0), (2, 0, 3, 1), (1, 3, 0, 2), (3, 1, 2, 0))
+_MIRROR_SAFE_PERMS = (
+    (0, 1, 2, 3),
+    (1, 0, 3, 2),
+    (0, 2, 1, 3),
+    (2, 3, 0, 1),
+    (3, 2, 1, 0),
+    (2, 0, 3, 1),
+    (1, 3, 0, 2),
+    (3, 1, 2, 0),
+)
 
 
 def _magic3(rng, scale: int) -> list[list[int]]:

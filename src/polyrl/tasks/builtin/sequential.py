@@ -152,7 +152,10 @@ class ListOps(Task):
 
     def make(self, rng, p):
         items = [rng.randint(1, 9) for _ in range(p["length"])]
-        ops = [rng.choice((f"rotl{rng.randint(1, 3)}", f"rotr{rng.randint(1, 3)}", "dedupe", "rev")) for _ in range(p["ops"])]
+        ops = [
+            rng.choice((f"rotl{rng.randint(1, 3)}", f"rotr{rng.randint(1, 3)}", "dedupe", "rev"))
+            for _ in range(p["ops"])
+        ]
         out = items
         for op in ops:
             out = _apply_list_op(out, op)
