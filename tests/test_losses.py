@@ -236,9 +236,7 @@ def test_tis_weight_is_truncated_at_the_cap_and_scales_loss_and_gradient():
     logprobs = torch.zeros(1, 2, requires_grad=True)
     old = torch.zeros(1, 2)
     behaviour = torch.tensor([[-math.log(3.0), -math.log(1.5)]])  # weights exp(old - behaviour) = 3, 1.5
-    loss, stats = ppo(
-        logprobs, old, torch.tensor([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour, tis_cap=2.0
-    )
+    loss, stats = ppo(logprobs, old, torch.tensor([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour, tis_cap=2.0)
     loss.backward()
     close(loss, -(2.0 + 1.5) / 2)
     close(logprobs.grad, [[-1.0, -0.75]])
