@@ -295,17 +295,11 @@ def policy_update(
     share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
 
     needs_old = cfg.epochs > 1 or cfg.minibatches > 1 or batch.behaviour_logprobs is not None
-    sub = batch.tokens.select(active) if len(active) else None
-    with torch.no_grad():
-        old_all = ref_all = None
-        if sub is not None and needs_old:
-            old_all = _scatter_rows(
-                sequence_logprobs(model, sub, cfg.temperature, share_prompts=cfg.share_prompts)[0], active, n_all
-            )
-        if sub is not None and reference is not None:
-            ref_all = _scatter_rows(
-                sequence_logprobs(reference, sub, cfg.temperature, share_prompts=cfg.share_prompts)[0], active, n_all
-            )
+    with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
+        old_all = _frozen_logprobs(model, batch, active, lengths, cfg) if needs_old and len(active) else None
+        ref_all = (
+            _frozen_logprobs(reference, batch, active, lengths, cfg) if reference is not None and len(active) else None
+        )
 
     seq_entropy = torch.full((n_all,), float("nan"))
     seq_kl = torch.zeros(n_all)
@@ -390,10 +384,26 @@ def critic_update(critic, batch: UpdateBatch, cfg, generator: torch.Generator | 
     return {**batch.critic_stats, "value_loss": _mean(v for v in losses if v is not None)}
 
 
-def _scatter_rows(values: Tensor, rows: Tensor, n: int) -> Tensor:
-    """``values`` of the selected ``rows`` back into an ``[n, T]`` tensor indexed by batch row."""
-    out = values.new_zeros(n, values.shape[1])
-    out[rows] = values
+@dataclass(frozen=True)
+class BaseModelReference:
+    """The KL reference of a LoRA policy: its own base model, i.e. the policy with its adapters switched off
+    for the reference pass (TRL does the same) — no second copy of the weights."""
+
+    model: torch.nn.Module
+
+
+def _frozen_logprobs(source, batch: UpdateBatch, rows: Tensor, lengths: Tensor, cfg) -> Tensor:
+    """``[N, T]`` no-grad log-probs of ``rows`` under ``source`` (the policy before the update, the KL
+    reference, or a :class:`BaseModelReference`), computed in the update's micro-batches."""
+    out = torch.zeros(batch.tokens.loss_mask.shape)
+    for piece in micro_batches(rows, lengths, batch.group_ids, cfg.micro_batch_tokens):
+        micro = batch.tokens.select(piece)
+        if isinstance(source, BaseModelReference):
+            with source.model.disable_adapter():
+                logp = sequence_logprobs(source.model, micro, cfg.temperature, share_prompts=cfg.share_prompts)[0]
+        else:
+            logp = sequence_logprobs(source, micro, cfg.temperature, share_prompts=cfg.share_prompts)[0]
+        out[piece, : logp.shape[1]] = logp.float().cpu()
     return out
 
 
