@@ -120,7 +120,7 @@ class ToolFormat:
 def _is_json(text: str) -> bool:
     try:
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 
@@ -182,7 +182,7 @@ def parse_tool_calls(
 
     try:
         message = parse_response(text, response_template or tool_format.response_template, prefix="")
-    except ValueError:  # a shipped template with a JSON content parser rejects a malformed call wholesale
+    except (ValueError, RecursionError):  # a shipped template's JSON parser rejects a malformed call wholesale
         return [ToolCall(None, None, "tool call is not valid JSON")]
     calls = [c for region in message.get("tool_calls", []) for c in _calls_in_region(region)]
     tag = tool_format.unclosed
@@ -195,7 +195,7 @@ def _calls_in_region(region: Any) -> list[ToolCall]:
     if isinstance(region, str):
         try:
             region = json.loads(region)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's depth
             return [ToolCall(None, None, "tool call is not valid JSON")]
     if isinstance(region, list):  # Mistral: all calls of the turn in one JSON list
         if not region:
@@ -214,7 +214,7 @@ def _call_from_object(obj: Any) -> ToolCall:
     if isinstance(args, str):  # OpenAI sends arguments as a JSON string
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             return ToolCall(obj["name"], None, "arguments are not valid JSON", call_id)
     if not isinstance(args, dict):
         return ToolCall(obj["name"], None, "arguments must be a JSON object", call_id)
@@ -242,6 +242,8 @@ class UsesToolFormat:
     """The tokenizer's own response template, when it ships one (parsing then uses it)."""
 
     def use_tool_format(self, requested: str) -> None:
+        if requested not in TOOL_FORMAT_NAMES:
+            raise UserError(f"unknown tool format {requested!r}; choose one of {', '.join(TOOL_FORMAT_NAMES)}")
         self.requested_tool_format = requested
         self.tool_format = FORMATS.get(requested, HERMES)
 
@@ -274,7 +276,7 @@ def resolve_tool_format(requested: str, tokenizer) -> tuple[ToolFormat, dict | N
     if requested in ("auto", "native"):
         return detected or HERMES, shipped
     if requested not in FORMATS:
-        raise UserError(f"unknown env.tool_format {requested!r}; choose one of {', '.join(TOOL_FORMAT_NAMES)}")
+        raise UserError(f"unknown tool format {requested!r}; choose one of {', '.join(TOOL_FORMAT_NAMES)}")
     fmt = FORMATS[requested]
     if detected is not None and fmt.call_marker != detected.call_marker:
         raise UserError(

@@ -41,6 +41,7 @@ class ChatCodec:
             self.turn_end = with_turn[with_turn.rindex(_PLACEHOLDER) + len(_PLACEHOLDER) :]
         self.eos_text = self.tok.eos_token or ""
         self._formats: dict[str, tuple[ToolFormat, dict | None]] = {}
+        self._kept: dict[str, dict[int, str]] = {}
         self.tool_format = self.resolve("auto")[0]
         """The format tools are described in when the template has no native tool format."""
 
@@ -70,12 +71,14 @@ class ChatCodec:
         return "".join(pieces) + self.tok.decode(completion_ids[start:], skip_special_tokens=True)
 
     def _kept_ids(self, fmt: ToolFormat) -> dict[int, str]:
-        ids = {}
-        for marker in fmt.keep_tokens:
-            i = self.tok.convert_tokens_to_ids(marker)
-            if i is not None and i != self.tok.unk_token_id and not self.tok.decode([i], skip_special_tokens=True):
-                ids[i] = marker
-        return ids
+        if fmt.name not in self._kept:
+            ids = {self.tok.convert_tokens_to_ids(marker): marker for marker in fmt.keep_tokens}
+            self._kept[fmt.name] = {
+                i: marker
+                for i, marker in ids.items()
+                if i is not None and i != self.tok.unk_token_id and not self.tok.decode([i], skip_special_tokens=True)
+            }
+        return self._kept[fmt.name]
 
     def _render(self, messages: list[Message], tools=None, generation_prompt: bool = False) -> str:
         kwargs = {"tools": tools} if tools else {}
