@@ -286,3 +286,23 @@ def test_a_shipped_response_template_is_used_for_parsing():
     (call,) = fmt.parse('<tool_call>\n{"name": "calculator", "arguments": {"expression": "1"}}\n</tool_call>', shipped)
     assert (call.name, call.arguments) == ("calculator", {"expression": "1"})
     assert fmt.parse("<tool_call>{oops</tool_call>", shipped)[0].error == "tool call is not valid JSON"
+
+
+def test_several_mistral_calls_get_one_result_each_rendered_by_the_template():
+    env = _env("mistral")
+    call = '{"name": "calculator", "arguments": {"expression": "%s"}}'
+    observation = env.step("[TOOL_CALLS] [" + ", ".join(call % e for e in ("1+1", "2*3")) + "]").observation
+    assert [(m["content"], m["tool_call_id"]) for m in observation] == [("2", "c00010000"), ("6", "c00010001")]
+    tok = family_tokenizer("mistral")
+    assert tok.decode(_codec(tok).between_turns(observation, finished=True)) == (
+        '[TOOL_RESULTS] {"content": 2, "call_id": "c00010000"}[/TOOL_RESULTS]'
+        '[TOOL_RESULTS] {"content": 6, "call_id": "c00010001"}[/TOOL_RESULTS]'
+    )
+
+
+def test_calls_past_the_per_turn_limit_are_answered_with_an_addressed_error():
+    env = _env("mistral")
+    calls = ", ".join(['{"name": "calculator", "arguments": {"expression": "1"}}'] * 5)
+    observation = env.step(f"[TOOL_CALLS] [{calls}]").observation
+    assert len(observation) == 5 and observation[-1]["tool_call_id"] == "c00010004"
+    assert json.loads(observation[-1]["content"]) == "error: at most 4 tool calls per turn"
