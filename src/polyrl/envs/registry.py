@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +42,11 @@ class EnvConfig(BaseModel):
     attempts: int = Field(3, ge=1, description="Attempts of env/retry (the first one included).")
     retry_discount: float = Field(
         0.5, ge=0, le=1, description="env/retry: reward of a success at attempt k is discount**(k-1)."
+    )
+    tool_format: Literal["auto", "hermes", "qwen3", "llama3_json", "mistral", "native"] = Field(
+        "auto",
+        description="Tool-call syntax of the policy: auto (from the chat template), a model family, or native "
+        "(the tokenizer's own response_template).",
     )
 
 
