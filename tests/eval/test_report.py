@@ -269,3 +269,16 @@ def test_report_renders_in_headless_chromium(finished_run, tmp_path):
     assert pixels.shape[:2] == (1800, 1280)
     # a rendered page: plots and text give many distinct colours, not a blank or error page
     assert len({tuple(p) for p in (pixels[::7, ::7, :3] * 255).astype(int).reshape(-1, 3).tolist()}) > 50
+
+
+def test_records_the_report_cannot_place_are_skipped(synthetic_run):
+    with open(synthetic_run / "metrics.jsonl", "a") as f:
+        f.write('[1, 2]\n"text"\n{"stage": "rl"}\n{"stage": "rl", "step": "41", "reward": 9}\n')
+    text = build_report(synthetic_run)[0].read_text()
+    assert "RL step 40/40" in text
+
+
+def test_a_config_that_is_not_a_mapping_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text("- just\n- a list\n")
+    assert run(["report", str(tmp_path)]) == 2
+    assert "is not a polyrl config (not a mapping)" in capsys.readouterr().err

@@ -43,8 +43,9 @@ pre{background:#1f2430;color:#e6e9ef;padding:16px;border-radius:10px;overflow:au
 details.samples{background:#fff;border:1px solid #e1e4e8;border-radius:10px;margin:0 0 10px;padding:8px 12px}
 details.samples summary{cursor:pointer;font-weight:600}
 table.samples{width:100%;margin-top:8px;table-layout:fixed;font-size:13px}
-table.samples th:nth-child(-n+4),table.samples td:nth-child(-n+4){width:9%;overflow-wrap:anywhere}
-table.samples td.text{text-align:left;vertical-align:top}
+table.samples th,table.samples td{text-align:left;vertical-align:top;overflow-wrap:anywhere}
+table.samples th:nth-child(1){width:14%}table.samples th:nth-child(2),table.samples th:nth-child(3){width:7%}
+table.samples th:nth-child(4){width:10%}
 table.samples td.text div{white-space:pre-wrap;overflow-wrap:anywhere;max-height:14em;overflow:auto;
 font:12px/1.4 ui-monospace,'DejaVu Sans Mono',monospace}
 """
@@ -76,7 +77,8 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         raise UserError(f"{run_dir / 'config.yaml'} is not valid YAML") from None
     if not isinstance(config, dict):
         raise UserError(f"{run_dir / 'config.yaml'} is not a polyrl config (not a mapping)")
-    records = RunDir(run_dir).read_metrics()
+    # a record the report can place: an object with a stage and an integer step (anything else is skipped)
+    records = [r for r in RunDir(run_dir).read_metrics() if isinstance(r, dict) and isinstance(r.get("step"), int)]
     evals = {}
     for path in sorted((run_dir / "eval").glob("*.json")):
         try:

@@ -137,7 +137,8 @@ def overlay_curves(rl: list[dict[str, Any]], panels: list[Panel]) -> Figure | No
             for curve, steps, ys in drawn:
                 _noisy(ax, steps, ys, curve.color, 1.6, curve.label, panel.raw)
             if len(panel.curves) > 1:
-                ax.legend(loc="best", fontsize=7)
+                ax.legend(loc="best", fontsize=7, frameon=True, facecolor="white", framealpha=0.85, edgecolor="none")
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 5), useOffset=False)
             ax.set_title(panel.title)
             ax.set_xlabel("RL step")
         _integer_steps(axes)
