@@ -218,7 +218,8 @@ def _sections(run: dict[str, Any], tasks: list[str]) -> list[tuple[str, list[tup
                 (
                     "reward_terms",
                     plots.overlay_curves(rl, terms),
-                    "Mean weighted value of each reward term, and how many completions a term failed on (all tasks).",
+                    "All tasks: the mean weighted value of each reward term"
+                    + ("; how many completions each term failed to score." if len(terms) > 1 else "."),
                     titles(terms),
                 ),
             ],
@@ -294,7 +295,10 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
         body += drawn or ['<p class="note">Nothing logged yet for this section.</p>']
         body.append(extra)
     samples = samples_section(run["rl"])
-    body += ['<h2 id="samples">Samples</h2>', samples or '<p class="note">No completions logged yet.</p>']
+    body += [
+        '<h2 id="samples">Samples</h2>',
+        samples or '<p class="note">No completions logged (RL records carry them as <code>samples</code>).</p>',
+    ]
     body.append("<h2>SFT warm start</h2>")
     body += figures([("sft", plots.sft_loss(run["sft"]), "Cross-entropy on reference solutions.", [])]) or [
         '<p class="note">Nothing logged yet for this section.</p>'
