@@ -282,3 +282,17 @@ def test_a_config_that_is_not_a_mapping_is_a_one_line_error(tmp_path, capsys):
     (tmp_path / "config.yaml").write_text("- just\n- a list\n")
     assert run(["report", str(tmp_path)]) == 2
     assert "is not a polyrl config (not a mapping)" in capsys.readouterr().err
+
+
+def test_a_section_whose_every_panel_is_off_says_why_instead_of_nothing_logged(tmp_path):
+    run_dir = tmp_path / "off"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"tasks": [{"name": "a"}], "rl": {"steps": 2}}))
+    lines = [{"stage": "rl", "step": s, "reward/a": 0.5, "clip_fraction_low": 0.0, "approx_kl": 0.0} for s in (1, 2)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    text = build_report(run_dir)[0].read_text()
+    diagnostics = text.split("<h2>Objective diagnostics</h2>")[1].split("<h2>")[0]
+    assert diagnostics == (
+        '<p class="note">Not drawn — clip fraction by side: 0 at every step; approx. KL(old ‖ new), k3: 0 at every '
+        "step.</p>"
+    )

@@ -127,7 +127,7 @@ def heldout_table(evals: dict[str, Any]) -> str:
     before, after = evals.get("after_sft"), evals.get("after_rl")
     if before is None:
         return '<p class="note">No held-out evaluation yet (it runs after SFT).</p>'
-    extra = [m for m in next(iter(before.values())) if m.startswith("pass@")]
+    extra = [m for m in next(iter(before.values()), {}) if m.startswith("pass@")]
     head = "<tr><th>task</th><th>after SFT</th>" + ("<th>after RL</th><th>Δ (points)</th>" if after else "")
     head += "".join(f"<th>{html.escape(m)} {'after RL' if after else 'after SFT'}</th>" for m in extra) + "</tr>"
     rows = []
@@ -179,8 +179,11 @@ def _figure_html(key: str, data: bytes, caption: str, titles: list[str]) -> str:
     )
 
 
-def _sections(run: dict[str, Any], tasks: list[str]) -> list[tuple[str, list[tuple[str, Any, str, list[str]]], str]]:
-    """(title, [(png key, figure or None, caption, panel titles)], extra HTML) for each plotted section, in order."""
+def _sections(
+    run: dict[str, Any], tasks: list[str]
+) -> list[tuple[str, str, list[tuple[str, Any, str, list[str]]], str]]:
+    """(title, HTML before the figures, [(png key, figure or None, caption, panel titles)], note after them) for each
+    plotted section, in order."""
     rl, config = run["rl"], run["config"]
     rl_done = max((r["step"] for r in rl), default=0)
     per_task, per_task_off = panels.select(panels.PER_TASK, rl, tasks, config)
@@ -190,6 +193,7 @@ def _sections(run: dict[str, Any], tasks: list[str]) -> list[tuple[str, list[tup
     return [
         (
             "Held-out results",
+            heldout_table(run["evals"]) + "<div style='height:14px'></div>",
             [
                 (
                     "heldout",
@@ -208,6 +212,7 @@ def _sections(run: dict[str, Any], tasks: list[str]) -> list[tuple[str, list[tup
         ),
         (
             "Training curves",
+            "",
             [
                 (
                     "training",
@@ -227,6 +232,7 @@ def _sections(run: dict[str, Any], tasks: list[str]) -> list[tuple[str, list[tup
         ),
         (
             "Objective diagnostics",
+            "",
             [
                 (
                     "diagnostics",
@@ -240,6 +246,7 @@ def _sections(run: dict[str, Any], tasks: list[str]) -> list[tuple[str, list[tup
         ),
         (
             "Curriculum",
+            "",
             [
                 (
                     "curriculum",
@@ -285,15 +292,11 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
             parts.append(_figure_html(key, data, caption, titles))
         return parts
 
-    for title, entries, extra in _sections(run, tasks):
-        body.append(f"<h2>{title}</h2>")
-        if title == "Held-out results":
-            body += [heldout_table(run["evals"]), "<div style='height:14px'></div>"]
-            body += figures(entries)
-            continue
+    for title, lead, entries, note in _sections(run, tasks):
         drawn = figures(entries)
-        body += drawn or ['<p class="note">Nothing logged yet for this section.</p>']
-        body.append(extra)
+        body += [f"<h2>{title}</h2>", lead, *drawn]
+        nothing = "" if drawn or lead else '<p class="note">Nothing logged yet for this section.</p>'
+        body.append(note or nothing)  # a section whose every panel is off still says which and why
     samples = samples_section(run["rl"])
     body += [
         '<h2 id="samples">Samples</h2>',
