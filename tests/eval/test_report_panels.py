@@ -38,8 +38,10 @@ def test_reward_terms_are_told_from_their_per_task_form_even_when_a_task_name_ha
     assert series.terms(records, "reward_terms", TASKS) == ["format", "verifier"]
 
 
-def test_tasks_are_read_from_per_task_reward_keys_when_the_config_lists_none():
-    assert series.tasks_from_records([{"step": 1, "reward/b": 1, "reward/rg/a": 0, "reward": 0.5}]) == ["b", "rg/a"]
+def test_tasks_are_the_configs_then_any_other_with_per_task_reward_keys():
+    records = [{"step": 1, "reward/b": 1, "reward/rg/a": 0, "reward/z": 1, "reward": 0.5}]
+    assert series.task_names(["z"], records) == ["z", "b", "rg/a"]
+    assert series.task_names([], records) == ["b", "rg/a", "z"]
 
 
 # -- which panels ----------------------------------------------------------------------------------------------------

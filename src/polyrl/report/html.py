@@ -268,7 +268,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
     if out.suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--out {str(out)!r} must end in .html")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tasks = run["tasks"] or series.tasks_from_records(run["rl"])
+    tasks = series.task_names(run["tasks"], run["rl"])
     status = run_status(run)
     name = html.escape(run_dir.resolve().name)
     updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(run["updated"])) if run["updated"] else "never"

@@ -40,9 +40,11 @@ def always_zero(records: list[dict[str, Any]], key: str) -> bool:
     return bool(values) and all(v == 0.0 for v in values)
 
 
-def tasks_from_records(records: list[dict[str, Any]]) -> list[str]:
-    """Task names from ``reward/<task>`` keys, for a run whose config lists none."""
-    return sorted({k.split("/", 1)[1] for r in records for k in r if k.startswith("reward/")})
+def task_names(listed: list[str], records: list[dict[str, Any]]) -> list[str]:
+    """The config's tasks in their order, then any other task that has ``reward/<task>`` keys (an environment or a
+    config that does not list its tasks)."""
+    logged_tasks = sorted({k.split("/", 1)[1] for r in records for k in r if k.startswith("reward/")})
+    return list(listed) + [t for t in logged_tasks if t not in listed]
 
 
 def terms(records: list[dict[str, Any]], prefix: str, tasks: list[str]) -> list[str]:
