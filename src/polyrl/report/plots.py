@@ -57,8 +57,10 @@ def ema_alpha(points: int) -> float:
 
 
 def task_colors(tasks: list[str]) -> dict[str, str]:
-    """One colour per task, the same in every panel and figure (by position in the run's task list)."""
-    return {t: PALETTE[i % len(PALETTE)] for i, t in enumerate(tasks)}
+    """One colour per task, the same in every panel and figure (by position in the run's task list); tab20 for more
+    than 10 tasks (beyond 20, colours repeat)."""
+    palette = PALETTE if len(tasks) <= len(PALETTE) else [matplotlib.colors.to_hex(c) for c in plt.cm.tab20.colors]
+    return {t: palette[i % len(palette)] for i, t in enumerate(tasks)}
 
 
 def _noisy(ax, steps: list[int], ys: list[float], color: str, lw: float, label: str | None, raw: bool = True):
@@ -93,7 +95,10 @@ def legend_below(fig: Figure, handles: list, labels: list[str]):
     renderer = fig.canvas.get_renderer()
     for ncol in range(min(len(labels), 8), 0, -1):
         legend = fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, fontsize=9)
-        if ncol == 1 or legend.get_window_extent(renderer).width <= 0.96 * fig.bbox.width:
+        box = legend.get_window_extent(renderer)
+        if ncol == 1 or box.width <= 0.96 * fig.bbox.width:
+            # the layout takes the legend's height from the panels: give it back, so many tasks do not squash them
+            fig.set_figheight(fig.get_figheight() + box.height / fig.dpi)
             return legend
         legend.remove()
     return None
