@@ -196,3 +196,10 @@ def test_the_samples_summary_gives_mean_reward_and_correct_count():
 
 def test_no_samples_no_section():
     assert samples_section([{"step": 1, "reward": 0.5}]) == ""
+
+
+def test_a_step_with_many_samples_shows_the_first_max_rows():
+    rl = [{"step": 1, "samples": [{"completion": f"c{i}", "reward": 0.0} for i in range(40)]}]
+    section = samples_section(rl)
+    assert "40 completions (first 32 shown)" in section
+    assert section.count("<tr>") == 1 + 32 and "c31" in section and "c32" not in section

@@ -19,6 +19,8 @@ MAX_CHARS = 2000
 """Longest prompt or completion shown (the trainer already cuts them to a few hundred characters)."""
 MAX_STEPS = 12
 """Most steps shown: the first, the last, and evenly spaced ones between."""
+MAX_ROWS = 32
+"""Most completions shown per step (the first ones logged)."""
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -81,6 +83,8 @@ def _row(sample: dict[str, Any]) -> str:
 def _summary(step: int, samples: list[dict[str, Any]]) -> str:
     rewards = [r for r in (_reward(s.get("reward")) for s in samples) if r is not None]
     parts = [f"step {step}", f"{len(samples)} completion{'s' if len(samples) != 1 else ''}"]
+    if len(samples) > MAX_ROWS:
+        parts[-1] += f" (first {MAX_ROWS} shown)"
     if rewards:
         parts.append(f"mean reward {sum(rewards) / len(rewards):.3g}")
     verdicts = [s.get("correct") for s in samples if isinstance(s.get("correct"), bool)]
@@ -105,6 +109,6 @@ def samples_section(rl: list[dict[str, Any]]) -> str:
         blocks.append(
             f'<details class="samples" id="samples-step-{step}"{" open" if step == shown[-1] else ""}>'
             f"<summary>{_summary(step, samples)}</summary>"
-            f'<table class="samples">{head}{"".join(_row(s) for s in samples)}</table></details>'
+            f'<table class="samples">{head}{"".join(_row(s) for s in samples[:MAX_ROWS])}</table></details>'
         )
     return "".join(blocks)
