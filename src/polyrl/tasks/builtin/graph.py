@@ -76,7 +76,7 @@ class GraphColoring(Task):
             f"Color each node of an undirected graph with one of the colors 1 to {k} so that no edge joins two "
             f"nodes of the same color. The nodes are 0 to {n - 1}; the edges (a-b joins nodes a and b) are: "
             f"{edges_text(edges)}.\nAnswer with the colors of nodes 0, 1, 2, … in order: {n} integers separated "
-            "by spaces (for 4 nodes and 2 colors, for example, 1 2 2 1)."
+            "by spaces (for 3 nodes and 2 colors, for example, 1 2 1)."
         )
         question = f"colors 1-{k} for nodes 0-{n - 1}: {edges_text(edges)}"
         return Example(question, answer, " ".join(map(str, color)), statement)
@@ -114,8 +114,8 @@ class TopologicalSort(Task):
         statement = (
             f"A directed graph has {n} nodes, numbered 0 to {n - 1}, and these edges (a>b goes from a to b): "
             f"{edges_text(edges, '>')}. Order all the nodes so that for every edge a>b, a comes before b.\n"
-            "Answer with every node number once, in that order, separated by spaces (for 4 nodes, for example, "
-            "2 0 3 1)."
+            "Answer with every node number once, in that order, separated by spaces (for 3 nodes, for example, "
+            "2 0 1)."
         )
         return Example(f"toposort {n} nodes: {edges_text(edges, '>')}", answer, " ".join(map(str, order)), statement)
 

@@ -75,8 +75,8 @@ class Sudoku(Task):
             f"Solve this {n}x{n} sudoku: replace each . by a digit from 1 to {n} so that every row, every column "
             f"and every {br}x{bc} box (of {br} rows and {bc} columns) holds each digit once. One row per line:\n"
             f"{chr(10).join(puzzle)}\n"
-            f"Answer with the completed grid, {n} digits per row, rows separated by /; a 4x4 grid, for example, "
-            "is written 1234/3412/2143/4321."
+            f"Answer with the completed grid, {n} digits per row, rows separated by /, top row first; for "
+            f"example 2143/3412/… with all {n} rows."
         )
         answer = {"puzzle": puzzle, "box": [br, bc]}
         return Example(f"sudoku{boxes} {'/'.join(puzzle)}", answer, solution, statement)
@@ -147,8 +147,8 @@ class NQueens(Task):
             f"Place {n} queens on a {n}x{n} chessboard, one in each row, so that no two share a column or a "
             f"diagonal. Rows and columns are numbered 1 to {n}."
             + (f" These queens are already placed and stay: {kept}." if kept else "")
-            + f"\nAnswer with the column of the queen in each row, top row first: {n} integers separated by spaces, "
-            "like 1 2 3 4 … (but a valid placement)."
+            + f"\nAnswer with the column of the queen in each row, top row first: {n} integers separated by spaces; "
+            + ("on a 5x5 board, for example, 1 3 5 2 4." if n == 4 else "on a 4x4 board, for example, 2 4 1 3.")
         )
         solution = " ".join(str(c + 1) for c in cols)
         return Example(f"queens {n}, column per row: {spec}", {"given": given}, solution, statement)

@@ -88,8 +88,8 @@ class KnightsAndKnaves(Task):
             f"{', '.join(names)}, is a knight or a knave, and each says one thing (two people are alike when both "
             "are knights or both are knaves, and differ otherwise):\n"
             f"{said}\nExactly one assignment fits. Who is a knight and who is a knave?\n"
-            "Answer with NAME=knight or NAME=knave for every islander, separated by spaces, for example "
-            "A=knave B=knight."
+            "Answer with NAME=knight or NAME=knave for every islander, separated by spaces; with islanders P and "
+            "Q, for example, P=knave Q=knight."
         )
         return Example(f"knights/knaves {text}", {"people": list(names), "roles": roles}, solution, statement)
 
