@@ -31,7 +31,8 @@ class Extraction:
     format_ok: bool
     """True when the response follows the format exactly once (e.g. one well-formed answer tag)."""
     reason: str
-    """``ok``, ``no_answer``, ``multiple_answers``, ``unclosed_tag``, ``unclosed_think``, ``too_long``, ``empty_answer``."""
+    """``ok``, ``no_answer``, ``multiple_answers``, ``unclosed_tag``, ``unclosed_think`` (reasoning models),
+    ``too_long`` or ``empty_answer``."""
 
 
 @dataclass(frozen=True)

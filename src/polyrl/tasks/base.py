@@ -206,8 +206,9 @@ def rng_for(task: str, split: str, seed: int, params: Mapping[str, Any]) -> rand
 class Task:
     """Base class of every task. Subclasses set the class attributes and implement ``make`` and ``check``.
 
-    ``make(rng, params) -> Example`` draws one problem (its terse question and, for LLMs, its natural statement); ``check(answer, problem) -> float | (float, reason)``
-    scores an extracted answer and may raise on malformed input (the exception becomes reason ``malformed``).
+    ``make(rng, params) -> Example`` draws one problem (its terse question and, for LLMs, its natural statement);
+    ``check(answer, problem) -> float | (float, reason)`` scores an extracted answer and may raise on malformed
+    input (the exception becomes reason ``malformed``).
     """
 
     name: ClassVar[str]
@@ -256,8 +257,8 @@ class Task:
             split,
             knob,
             dict(params),
-            ex.statement,
-            natural_prompt,
+            natural_question=ex.statement,
+            natural_prompt=natural_prompt,
         )
 
     def reference_response(self, problem: Problem) -> str | None:
