@@ -67,3 +67,16 @@ def test_unknown_style_is_a_config_error():
 
     with pytest.raises(UserError, match=r"prompt\.style"):
         load_config(base={"tasks": ["addition"]}, overrides=["prompt.style=verbose"])
+
+
+def test_an_environment_first_message_follows_the_prompt_style(tokenizer):
+    from polyrl.envs import resolve_task
+    from polyrl.rollout.multi_turn import ChatCodec
+
+    task = resolve_task("env/retry:addition")
+    p = task.generate(0, "easy")
+    first = task.make_env(p).reset()
+    natural = ChatCodec(PromptBuilder(tokenizer, PromptConfig(style="natural"))).start(first, [], p)
+    terse = ChatCodec(PromptBuilder(tokenizer, PromptConfig(style="terse"))).start(first, [], p)
+    assert tokenizer.decode(natural) == f"{p.natural_prompt}\n"
+    assert tokenizer.decode(terse) == f"{p.prompt}\n"
