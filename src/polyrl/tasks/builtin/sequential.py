@@ -163,10 +163,12 @@ def _apply_list_op(items: list[int], op: str) -> list[int]:
 
 
 def _list_op_words(op: str) -> str:
-    if op.startswith("rotl"):
-        return f"rotate left by {op[4:]} (the first {op[4:]} items move to the end, in order)"
-    if op.startswith("rotr"):
-        return f"rotate right by {op[4:]} (the last {op[4:]} items move to the front, in order)"
+    if op[:4] in ("rotl", "rotr"):
+        k = int(op[4:])
+        items = "item moves" if k == 1 else f"{k} items move, in order,"
+        if op.startswith("rotl"):
+            return f"rotate left by {k} (the first {items} to the end)"
+        return f"rotate right by {k} (the last {items} to the front)"
     if op == "dedupe":
         return "remove repeated values, keeping the first occurrence of each"
     return "reverse the list"
