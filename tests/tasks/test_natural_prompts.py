@@ -88,3 +88,30 @@ def test_records_without_a_natural_statement_still_load():
 
     record = {"task": "addition", "question": "1+2=", "answer": 3}
     assert Problem.from_dict(record).natural_question is None
+
+
+# Tasks whose answer is a whole structure (an order, a coloring, a grid, an assignment): a format example
+# that happened to be a solution would hand out reward for copying it.
+STRUCTURED = [
+    "base_conversion",
+    "graph_coloring",
+    "hamiltonian_path",
+    "knights_knaves",
+    "magic_square",
+    "n_queens",
+    "sudoku",
+    "topological_sort",
+    "tower_of_hanoi",
+]
+
+
+@pytest.mark.parametrize("name", STRUCTURED)
+def test_the_format_example_is_never_a_solution(name):
+    task = get_task(name)
+    for difficulty in ("easy", "medium", "hard"):
+        for seed in range(30):
+            p = task.generate(seed, difficulty)
+            example = p.natural_question.rsplit("example", 1)[1]
+            for candidate in re.split(r"[;,.()]| is written | is | with all ", example):
+                if candidate.strip():
+                    assert task.verify(p, task.answer_format.wrap(candidate.strip())).score < 1.0, (name, seed)
