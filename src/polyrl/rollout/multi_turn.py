@@ -33,7 +33,8 @@ class ChatCodec:
         self.tok = prompts.tokenizer
         self.system = prompts.config.system
         self.use_chat = prompts.use_chat
-        self.bare_question = prompts.config.field == "question"
+        self.content = prompts.content  # the problem in the configured field and style
+        self.template_kwargs = prompts.config.chat_template_kwargs
         self.native_tools = self.use_chat and "tools" in (self.tok.chat_template or "")
         if self.use_chat:
             user = [{"role": "user", "content": "q"}]
@@ -81,7 +82,7 @@ class ChatCodec:
         return self._kept[fmt.name]
 
     def _render(self, messages: list[Message], tools=None, generation_prompt: bool = False) -> str:
-        kwargs = {"tools": tools} if tools else {}
+        kwargs = {**self.template_kwargs, **({"tools": tools} if tools else {})}
         return self.tok.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs
         )
@@ -91,9 +92,9 @@ class ChatCodec:
 
     def start(self, messages: list[Message], tools: list[dict], problem: Problem | None = None) -> list[int]:
         """Prompt ids of the first turn; tools go through the template when it has a native format.
-        With ``prompt.field: question`` a first message that is the problem's prompt shows the bare question."""
-        if self.bare_question and problem is not None and messages and messages[0]["content"] == problem.prompt:
-            messages = [{**messages[0], "content": problem.question}, *messages[1:]]
+        A first message that is the problem's prompt shows the configured field and style instead."""
+        if problem is not None and messages and messages[0]["content"] == problem.prompt:
+            messages = [{**messages[0], "content": self.content(problem)}, *messages[1:]]
         system = [self.system] if self.system else []
         if tools and not self.native_tools:
             system.append(describe_tools(tools, self.tool_format))

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from polyrl.tasks.thinking import split_thinking
+
 AnswerStyle = Literal["tags", "boxed", "last_line"]
 
 #: Responses longer than this are not searched; they get reason ``too_long``.
@@ -29,7 +31,8 @@ class Extraction:
     format_ok: bool
     """True when the response follows the format exactly once (e.g. one well-formed answer tag)."""
     reason: str
-    """``ok``, ``no_answer``, ``multiple_answers``, ``unclosed_tag``, ``too_long`` or ``empty_answer``."""
+    """``ok``, ``no_answer``, ``multiple_answers``, ``unclosed_tag``, ``unclosed_think`` (reasoning models),
+    ``too_long`` or ``empty_answer``."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class AnswerFormat:
     """How answers are marked in responses: ``<answer>…</answer>`` (default), ``\\boxed{…}`` or the last line."""
 
     style: AnswerStyle = "tags"
+    think_tags: tuple[str, str] | None = None
+    """Reasoning models: the thinking block these tags delimit is cut off before the answer is looked for."""
 
     def instruction(self) -> str:
         """One sentence for the prompt telling the model how to mark its answer."""
@@ -59,6 +64,10 @@ class AnswerFormat:
             return Extraction(None, False, "no_answer")
         if len(response) > MAX_RESPONSE_CHARS:
             return Extraction(None, False, "too_long")
+        if self.think_tags is not None:
+            response = split_thinking(response, self.think_tags).answer_part
+            if response is None:
+                return Extraction(None, False, "unclosed_think")
         if self.style == "tags":
             return _extract_tags(response)
         if self.style == "boxed":

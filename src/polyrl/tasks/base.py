@@ -135,6 +135,11 @@ class Problem:
     difficulty: float | None
     """The knob the problem was generated at (None for explicit parameters)."""
     params: dict[str, Any]
+    natural_question: str | None = None
+    """The same problem as a natural-language statement for instruction-tuned LLMs: what the puzzle is, the data,
+    the rules and exactly what the answer looks like (None where the task has only ``question``)."""
+    natural_prompt: str | None = None
+    """The natural statement followed by the answer-format instruction (``prompt.style: natural``)."""
 
     @property
     def id(self) -> str:
@@ -181,8 +186,11 @@ class Example:
     """What a task's generator returns; :meth:`Task.generate` adds the bookkeeping."""
 
     question: str
+    """The terse shorthand the embedded tiny model learns (``prompt.style: terse``)."""
     answer: Any
     solution: str | None
+    statement: str | None = None
+    """The same problem in natural language, with the exact answer shape (``prompt.style: natural``)."""
 
 
 def _params_key(params: Mapping[str, Any]) -> str:
@@ -198,8 +206,9 @@ def rng_for(task: str, split: str, seed: int, params: Mapping[str, Any]) -> rand
 class Task:
     """Base class of every task. Subclasses set the class attributes and implement ``make`` and ``check``.
 
-    ``make(rng, params) -> Example`` draws one problem; ``check(answer, problem) -> float | (float, reason)``
-    scores an extracted answer and may raise on malformed input (the exception becomes reason ``malformed``).
+    ``make(rng, params) -> Example`` draws one problem (its terse question and, for LLMs, its natural statement);
+    ``check(answer, problem) -> float | (float, reason)`` scores an extracted answer and may raise on malformed
+    input (the exception becomes reason ``malformed``).
     """
 
     name: ClassVar[str]
@@ -209,6 +218,8 @@ class Task:
     presets: ClassVar[Mapping[str, float]] = DEFAULT_PRESETS
     partial_credit: ClassVar[bool] = False
     """Whether ``check`` can return scores strictly between 0 and 1."""
+    answer_shape: ClassVar[str] = ""
+    """The words the natural statement uses for what the answer looks like (e.g. ``a single integer``)."""
 
     def __init__(self, answer_format: AnswerFormat | str = "tags"):
         self.answer_format = AnswerFormat(answer_format) if isinstance(answer_format, str) else answer_format
@@ -233,8 +244,22 @@ class Task:
         params = space.resolve(difficulty)
         knob = space.knob(difficulty)
         ex = self.make(rng_for(self.name, split, int(seed), params), params)
-        prompt = f"{ex.question}\n{self.answer_format.instruction()}"
-        return Problem(self.name, ex.question, prompt, ex.answer, ex.solution, int(seed), split, knob, dict(params))
+        instruction = self.answer_format.instruction()
+        prompt = f"{ex.question}\n{instruction}"
+        natural_prompt = None if ex.statement is None else f"{ex.statement}\n{instruction}"
+        return Problem(
+            self.name,
+            ex.question,
+            prompt,
+            ex.answer,
+            ex.solution,
+            int(seed),
+            split,
+            knob,
+            dict(params),
+            natural_question=ex.statement,
+            natural_prompt=natural_prompt,
+        )
 
     def reference_response(self, problem: Problem) -> str | None:
         """The reference solution written in this task's answer format (for SFT warm starts)."""

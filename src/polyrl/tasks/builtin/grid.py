@@ -56,6 +56,7 @@ class MazePath(Task):
         Param("wall_share", 0.2, 0.35, "share of cells that are walls", integer=False),
     )
     partial_credit = True
+    answer_shape = "a string of the letters U, D, L and R"
 
     def make(self, rng, p):
         n = p["size"]
@@ -69,7 +70,14 @@ class MazePath(Task):
             rows = ["".join(row) for row in cells]
             moves = _maze_moves(rows, start, goal)
             if moves:
-                return Example(f"maze {'/'.join(rows)}; moves U/D/L/R", {"maze": rows, "steps": len(moves)}, moves)
+                statement = (
+                    "Find a shortest walk through this maze from S to E. Each line is a row; # is a wall, . is open "
+                    "floor. Each move goes one cell up (U), down (D), left (L) or right (R), never into a wall or off "
+                    f"the grid.\n{chr(10).join(rows)}\n"
+                    "Answer with the moves as a string of the letters U, D, L and R, for example RRDL."
+                )
+                question = f"maze {'/'.join(rows)}; moves U/D/L/R"
+                return Example(question, {"maze": rows, "steps": len(moves)}, moves, statement)
 
     def check(self, answer: str, problem: Problem):
         rows, steps = problem.answer["maze"], problem.answer["steps"]
@@ -116,15 +124,31 @@ class CountIslands(Task):
         Param("size", 3, 14, "grid side"),
         Param("land_share", 0.35, 0.5, "share of cells that are land", integer=False),
     )
+    answer_shape = "a single integer"
 
     def make(self, rng, p):
         n = p["size"]
         rows = ["".join("#" if rng.random() < p["land_share"] else "." for _ in range(n)) for _ in range(n)]
         count = _count_islands(rows)
-        return Example(f"islands {'/'.join(rows)}", count, str(count))
+        statement = (
+            "In this grid, # is land and . is water; each line is a row. An island is a group of land cells joined "
+            "up, down, left or right (not diagonally). How many islands are there?\n"
+            f"{chr(10).join(rows)}\nAnswer with a single integer, for example 3."
+        )
+        return Example(f"islands {'/'.join(rows)}", count, str(count), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
+
+
+_TRANSFORM_WORDS = {
+    "rot90": "rotate it 90 degrees clockwise",
+    "rot180": "rotate it 180 degrees",
+    "rot270": "rotate it 90 degrees counterclockwise",
+    "transpose": "transpose it (row i becomes column i)",
+    "fliph": "mirror it left to right",
+    "flipv": "mirror it top to bottom",
+}
 
 
 def _transform(rows: list[str], op: str) -> list[str]:
@@ -154,6 +178,7 @@ class GridTransform(Task):
     )
     partial_credit = True
     _OPS = ("rot90", "rot180", "rot270", "transpose", "fliph", "flipv")
+    answer_shape = "rows separated by /"
 
     def make(self, rng, p):
         h, w = rng.randint(2, p["size"]), rng.randint(2, p["size"])
@@ -162,7 +187,12 @@ class GridTransform(Task):
         out = rows
         for op in ops:
             out = _transform(out, op)
-        return Example(f"{','.join(ops)} {'/'.join(rows)}", out, "/".join(out))
+        steps = "; then ".join(_TRANSFORM_WORDS[op] for op in ops)
+        statement = (
+            f"Take this grid of letters, one row per line:\n{chr(10).join(rows)}\nApply, in this order: {steps}.\n"
+            "Answer with the resulting grid, top row first, rows separated by /, for example abc/def."
+        )
+        return Example(f"{','.join(ops)} {'/'.join(rows)}", out, "/".join(out), statement)
 
     def check(self, answer: str, problem: Problem):
         target = problem.answer

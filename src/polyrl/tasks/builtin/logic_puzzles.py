@@ -61,6 +61,7 @@ class KnightsAndKnaves(Task):
     category = "logic"
     description = "Knights always tell the truth, knaves always lie: say who is which (the solution is unique)."
     params = (Param("people", 2, 5, "islanders, each making one statement"),)
+    answer_shape = "NAME=knight or NAME=knave"
 
     def make(self, rng, p):
         n = p["people"]
@@ -81,7 +82,16 @@ class KnightsAndKnaves(Task):
         text = " ".join(f"{names[i]}: {_say(s, names)}." for i, s in enumerate(statements))
         roles = [_ROLE[k] for k in planted]
         solution = " ".join(f"{names[i]}={r}" for i, r in enumerate(roles))
-        return Example(f"knights/knaves {text}", {"people": list(names), "roles": roles}, solution)
+        said = "\n".join(f'{names[i]} says: "{_say(s, names)}."' for i, s in enumerate(statements))
+        statement = (
+            f"On an island, knights always tell the truth and knaves always lie. Each of {n} islanders, "
+            f"{', '.join(names)}, is a knight or a knave, and each says one thing (two people are alike when both "
+            "are knights or both are knaves, and differ otherwise):\n"
+            f"{said}\nExactly one assignment fits. Who is a knight and who is a knave?\n"
+            "Answer with NAME=knight or NAME=knave for every islander, separated by spaces; with islanders P and "
+            "Q, for example, P=knave Q=knight."
+        )
+        return Example(f"knights/knaves {text}", {"people": list(names), "roles": roles}, solution, statement)
 
     def check(self, answer: str, problem: Problem):
         people, roles = problem.answer["people"], problem.answer["roles"]
@@ -99,6 +109,7 @@ class KnightsAndKnaves(Task):
 
 
 _ORDINALS = {1: "", 2: "2nd ", 3: "3rd "}
+_ORDINAL_WORDS = {1: "", 2: "second ", 3: "third ", 4: "fourth ", 5: "fifth "}
 
 
 @register_task
@@ -111,6 +122,7 @@ class HeightOrdering(Task):
         Param("distractors", 0, 6, "extra comparisons implied by the others"),
         Param("rank", 1, 5, "deepest rank asked for (1 = tallest or shortest)"),
     )
+    answer_shape = "the letter of that person"
 
     def make(self, rng, p):
         n = p["people"]
@@ -120,13 +132,23 @@ class HeightOrdering(Task):
         implied = [(i, j) for i in range(n) for j in range(i + 2, n)]
         pairs += rng.sample(implied, min(p["distractors"], len(implied)))
         rng.shuffle(pairs)
-        facts = [f"{order[i]}>{order[j]}" if rng.random() < 0.5 else f"{order[j]}<{order[i]}" for i, j in pairs]
+        taller_first = [rng.random() < 0.5 for _ in pairs]
+        facts = [f"{order[i]}>{order[j]}" if t else f"{order[j]}<{order[i]}" for (i, j), t in zip(pairs, taller_first)]
+        said = [
+            f"{order[i]} is taller than {order[j]}" if t else f"{order[j]} is shorter than {order[i]}"
+            for (i, j), t in zip(pairs, taller_first)
+        ]
         rank = rng.randint(1, min(p["rank"], n))
         tallest = rng.random() < 0.5
         person = order[rank - 1] if tallest else order[n - rank]
         ordinal = _ORDINALS.get(rank, f"{rank}th ")
         question = f"heights {', '.join(facts)}; {ordinal}{'tallest' if tallest else 'shortest'}?"
-        return Example(question, person, person)
+        which = f"{_ORDINAL_WORDS[rank]}{'tallest' if tallest else 'shortest'}"
+        statement = (
+            f"{n} people, {', '.join(sorted(order))}, all have different heights. We know: {'; '.join(said)}. "
+            f"Who is the {which}?\nAnswer with the letter of that person only, for example C."
+        )
+        return Example(question, person, person, statement)
 
     def check(self, answer: str, problem: Problem):
         got = re.sub(r"[\s.!'\"]+", "", answer).upper()

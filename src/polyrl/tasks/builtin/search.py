@@ -20,6 +20,7 @@ class SubsetSum(Task):
     description = (
         "Pick some of the given numbers (each at most once) that add up to the target; any such subset counts."
     )
+    answer_shape = "separated by spaces"
     params = (
         Param("count", 3, 20, "numbers offered"),
         Param("max_value", 9, 999, "largest number"),
@@ -30,7 +31,12 @@ class SubsetSum(Task):
         chosen = rng.sample(numbers, rng.randint(2, max(2, p["count"] // 2)))
         target = sum(chosen)
         question = f"subset of {' '.join(map(str, numbers))} sum {target}"
-        return Example(question, {"numbers": numbers, "target": target}, " ".join(map(str, chosen)))
+        statement = (
+            f"Choose some of the numbers {' '.join(map(str, numbers))} so that they add up to exactly {target}; "
+            "each number may be used as many times as it is listed, no more.\n"
+            "Answer with the chosen numbers separated by spaces, for example 12 5 30."
+        )
+        return Example(question, {"numbers": numbers, "target": target}, " ".join(map(str, chosen)), statement)
 
     def check(self, answer: str, problem: Problem):
         numbers, target = problem.answer["numbers"], problem.answer["target"]
@@ -65,6 +71,7 @@ class Knapsack(Task):
         Param("max_value", 9, 99, "most valuable item"),
     )
     partial_credit = True
+    answer_shape = "the numbers of the chosen items"
 
     def make(self, rng, p):
         items = [[rng.randint(1, p["max_weight"]), rng.randint(1, p["max_value"])] for _ in range(p["items"])]
@@ -72,7 +79,13 @@ class Knapsack(Task):
         optimum, chosen = _knapsack_optimum(items, capacity)
         question = f"knapsack cap {capacity}: {' '.join(f'{i}=w{w}v{v}' for i, (w, v) in enumerate(items, 1))}"
         answer = {"items": items, "capacity": capacity, "optimum": optimum}
-        return Example(question, answer, " ".join(map(str, chosen)))
+        listing = "; ".join(f"item {i}: weight {w}, value {v}" for i, (w, v) in enumerate(items, 1))
+        statement = (
+            f"A knapsack holds a total weight of at most {capacity}. The items are: {listing}. Choose items, each "
+            f"at most once, with total weight at most {capacity} and the greatest possible total value.\n"
+            "Answer with the numbers of the chosen items separated by spaces, for example 1 4 5."
+        )
+        return Example(question, answer, " ".join(map(str, chosen)), statement)
 
     def check(self, answer: str, problem: Problem):
         items, capacity, optimum = problem.answer["items"], problem.answer["capacity"], problem.answer["optimum"]
@@ -140,6 +153,7 @@ class MagicSquare(Task):
         Param("blanks", 2, 10, "cells left blank; up to 5 the square is 3x3, above it is 4x4"),
         Param("scale", 1, 4, "how far entries range beyond 1..n*n"),
     )
+    answer_shape = "rows separated by /"
 
     def make(self, rng, p):
         square = _magic3(rng, p["scale"]) if p["blanks"] <= 5 else _magic4(rng, p["scale"])
@@ -149,7 +163,14 @@ class MagicSquare(Task):
         total = sum(square[0])
         shown = "/".join(" ".join(str(x) if x else "_" for x in row) for row in puzzle)
         solution = "/".join(" ".join(map(str, row)) for row in square)
-        return Example(f"magic sum {total}: {shown}", {"puzzle": puzzle, "sum": total}, solution)
+        grid = "\n".join(" ".join(str(x) if x else "_" for x in row) for row in puzzle)
+        statement = (
+            f"Complete this {n}x{n} magic square: replace each _ by an integer so that every row, every column and "
+            f"both diagonals add up to {total}, and all {n * n} entries are different.\n{grid}\n"
+            "Answer with the whole square, rows separated by / and the numbers of a row by spaces; a 2x2 square, "
+            "for example, is written 1 2/3 4."
+        )
+        return Example(f"magic sum {total}: {shown}", {"puzzle": puzzle, "sum": total}, solution, statement)
 
     def check(self, answer: str, problem: Problem):
         puzzle, total = problem.answer["puzzle"], problem.answer["sum"]
@@ -169,13 +190,18 @@ class LetterCount(Task):
         Param("length", 4, 60, "letters in the string"),
         Param("alphabet", 4, 26, "distinct letters the string is drawn from"),
     )
+    answer_shape = "a single integer"
 
     def make(self, rng, p):
         pool = string.ascii_lowercase[: p["alphabet"]]
         text = "".join(rng.choice(pool) for _ in range(p["length"]))
         letter = rng.choice(text) if rng.random() < 0.9 else rng.choice(pool)  # a count of 0 now and then
         count = text.count(letter)
-        return Example(f"count {letter} in {text}", count, str(count))
+        statement = (
+            f"How many times does the letter {letter} occur in the string {text}?\n"
+            "Answer with a single integer, for example 3."
+        )
+        return Example(f"count {letter} in {text}", count, str(count), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
