@@ -80,3 +80,24 @@ def test_an_environment_first_message_follows_the_prompt_style(tokenizer):
     terse = ChatCodec(PromptBuilder(tokenizer, PromptConfig(style="terse"))).start(first, [], p)
     assert tokenizer.decode(natural) == f"{p.natural_prompt}\n"
     assert tokenizer.decode(terse) == f"{p.prompt}\n"
+
+
+def test_the_saved_config_shows_the_prompt_style_actually_used():
+    from polyrl.train.config import load_config
+
+    assert load_config(None, base={"tasks": ["addition"], "model": {"path": "/m"}}).prompt.style == "natural"
+    assert load_config(None, base={"tasks": ["addition"]}).prompt.style == "terse"
+    explicit = {"tasks": ["addition"], "model": {"path": "/m"}, "prompt": {"style": "terse"}}
+    assert load_config(None, base=explicit).prompt.style == "terse"
+
+
+def test_think_tags_reach_every_verifier_of_the_run(tiny_train_config):
+    from polyrl.train.trainer import Trainer
+
+    cfg = tiny_train_config(
+        tasks=["addition", "env/retry:addition"], prompt={"field": "question", "think_tags": ["<think>", "</think>"]}
+    )
+    trainer = Trainer(cfg)
+    for task in trainer.tasks.values():
+        assert task.answer_format.think_tags == ("<think>", "</think>")
+    assert trainer.tasks["env/retry:addition"].inner.answer_format.think_tags == ("<think>", "</think>")

@@ -102,8 +102,18 @@ def test_micro_batches_respect_the_token_budget_and_keep_groups_together():
 
 def test_every_objective_statistic_is_reported_overall_and_per_task(policy):
     result, _ = _update(policy, RLConfig(epochs=2, minibatches=2))
-    for key in ("clip_fraction", "clip_fraction_low", "clip_fraction_high", "approx_kl", "ratio_mean", "ratio_max", "ratio_min"):
-        assert key in result.objective and key in result.objective_by_task["a"] and key in result.objective_by_task["b"]
+    for key in (
+        "clip_fraction",
+        "clip_fraction_low",
+        "clip_fraction_high",
+        "approx_kl",
+        "ratio_mean",
+        "ratio_max",
+        "ratio_min",
+    ):
+        assert (
+            key in result.objective and key in result.objective_by_task["a"] and key in result.objective_by_task["b"]
+        )
     assert result.objective["ratio_min"] <= result.objective["ratio_mean"] <= result.objective["ratio_max"]
 
 

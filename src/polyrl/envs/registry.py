@@ -97,8 +97,13 @@ def get_env_task(name: str, config: EnvConfig | None = None) -> EnvTask:
     return task
 
 
-def resolve_task(name: str, env_config: EnvConfig | None = None, **kwargs: Any) -> Task:
-    """A task or an environment by name: ``env/...`` names go to the environment registry."""
-    if name.startswith(ENV_PREFIX):
-        return get_env_task(name, env_config)
-    return get_task(name, **kwargs)
+def resolve_task(name: str, env_config: EnvConfig | None = None, answer_format=None, **kwargs: Any) -> Task:
+    """A task or an environment by name: ``env/...`` names go to the environment registry. ``answer_format``
+    (e.g. with think tags for a reasoning model) replaces the task's, and the wrapped task's of an
+    environment, so every verifier in the episode reads answers the same way."""
+    task = get_env_task(name, env_config) if name.startswith(ENV_PREFIX) else get_task(name, **kwargs)
+    node = task
+    while answer_format is not None and node is not None:
+        node.answer_format = answer_format
+        node = getattr(node, "inner", None)
+    return task

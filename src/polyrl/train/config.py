@@ -286,6 +286,12 @@ class TrainConfig(_Strict):
         return tasks
 
     @model_validator(mode="after")
+    def _prompt_style(self):
+        """An unset ``prompt.style`` becomes the model's default, so the saved config shows the one used."""
+        self.prompt = self.prompt.resolved(self.model.path)
+        return self
+
+    @model_validator(mode="after")
     def _compatible(self):
         if self.generation.engine == "vllm":
             if self.backend == "ray":

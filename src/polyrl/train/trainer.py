@@ -28,6 +28,7 @@ from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
 from polyrl.rewards import RewardScorer
 from polyrl.rollout.collect import LocalSource, Sampling, collect_groups
 from polyrl.run_dir import RunDir, atomic_write_text
+from polyrl.tasks.answers import AnswerFormat
 from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
@@ -50,7 +51,8 @@ class Trainer:
         self.config = config
         self.resume = resume
         # -- everything a user can get wrong, before training starts --------------------------------
-        self.tasks = {spec.name: resolve_task(spec.name, config.env) for spec in config.tasks}
+        answers = AnswerFormat(think_tags=config.prompt.think_tags) if config.prompt.think_tags else None
+        self.tasks = {spec.name: resolve_task(spec.name, config.env, answers) for spec in config.tasks}
         self.specs = {spec.name: spec for spec in config.tasks}
         for spec in config.tasks:
             space = self.tasks[spec.name].difficulty_space()
