@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from polyrl.algos import gae
 from polyrl.critic.value_losses import expected_value, value_loss
 from polyrl.optim import clip_and_step
+from polyrl.policy.precision import autocast_mode, forward_precision, set_autocast
 
 
 class CriticConfig(BaseModel):
@@ -105,6 +106,7 @@ class Critic:
         self.config = config
         outputs = 1 if config.loss == "mse" else config.num_bins
         self.model = ValueModel(policy_backbone(policy_model), outputs)
+        set_autocast(self.model, autocast_mode(policy_model))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=0.0)
 
     @property
@@ -113,7 +115,8 @@ class Critic:
 
     def _outputs(self, batch) -> Tensor:
         device = self.device
-        return self.model(batch.input_ids.to(device), batch.attention_mask.to(device))
+        with forward_precision(self.model):
+            return self.model(batch.input_ids.to(device), batch.attention_mask.to(device))
 
     def values_from(self, outputs: Tensor) -> Tensor:
         if self.config.loss == "mse":
@@ -140,20 +143,28 @@ class Critic:
             adv = torch.where(valid, (adv - mean) / (std + 1e-6), torch.zeros_like(adv))
         return adv, returns, stats
 
-    def update(self, batch, returns: Tensor) -> float | None:
-        """One optimizer step on the value loss over ``batch``'s policy tokens; None when skipped (non-finite)."""
+    def update(self, batch, returns: Tensor, micro_batch_tokens: int | None = None) -> float | None:
+        """One optimizer step on the value loss over ``batch``'s policy tokens; None when skipped (non-finite).
+        Runs in micro-batches of at most ``micro_batch_tokens`` padded tokens, accumulating gradients: each
+        micro-batch's mean is weighted by its share of the batch's tokens, so the gradient is the unsplit one."""
         cfg = self.config
         device = self.device
-        outputs = self._outputs(batch)
-        mask = batch.loss_mask.to(device)
-        loss = value_loss(
-            outputs, returns[:, : mask.shape[1]].to(device), mask, cfg.loss, cfg.v_min, cfg.v_max, cfg.sigma_ratio
-        )
+        total_tokens = batch.loss_mask.sum().clamp(min=1)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip_and_step(self.optimizer, list(self.model.parameters()), cfg.max_grad_norm, loss.detach()) is None:
+        loss = torch.zeros(())
+        for rows in batch.row_chunks(micro_batch_tokens):
+            micro = batch.select(rows)
+            mask = micro.loss_mask.to(device)
+            micro_returns = returns[rows, : mask.shape[1]].to(device)
+            mean = value_loss(
+                self._outputs(micro), micro_returns, mask, cfg.loss, cfg.v_min, cfg.v_max, cfg.sigma_ratio
+            )
+            micro_loss = mean * mask.sum().clamp(min=1) / total_tokens.to(device)
+            micro_loss.backward()
+            loss = loss + micro_loss.detach().cpu()
+        if clip_and_step(self.optimizer, list(self.model.parameters()), cfg.max_grad_norm, loss) is None:
             return None
-        return float(loss.detach())
+        return float(loss)
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.errors import UserError
+from polyrl.policy.precision import enable_gradient_checkpointing, set_autocast
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
 TINY = "tiny"
@@ -34,7 +35,18 @@ class ModelConfig(BaseModel):
 
     path: str = Field(TINY, description="'tiny' for the embedded default, or a local Hugging Face model directory.")
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape of the embedded default.")
-    dtype: str = Field("float32", description="Weights dtype: float32, bfloat16 or float16.")
+    dtype: str = Field(
+        "float32",
+        description="Weights dtype (also of the optimizer's states): float32, bfloat16 (pure bf16 with autocast none) or float16.",
+    )
+    autocast: Literal["none", "bf16", "fp16"] = Field(
+        "none",
+        description="Run forward passes under torch.autocast in this precision over the stored weights (float32 + bf16: mixed precision with float32 master weights; fp16 needs CUDA).",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute each layer's activations in the backward instead of storing them (less memory, about one more forward).",
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
 
@@ -113,8 +125,11 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = 
         tokenizer.pad_token = tokenizer.eos_token
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     if config.lora.enabled:
         model = _add_lora(model, config.lora)
+    set_autocast(model, config.autocast)
     return Policy(model.to(device), tokenizer)
 
 

@@ -8,6 +8,8 @@ import torch
 
 from polyrl.algos import entropy_from_logits, token_logprobs
 from polyrl.policy.generation import distinct, forward_args, prefill
+from polyrl.policy.precision import forward_precision
+from polyrl.rollout.token_scores import scores_from_hidden, split_lm
 
 
 @dataclass
@@ -30,6 +32,20 @@ class TokenBatch:
         width = int(b.attention_mask.sum(1).max()) if len(b) else 1
         lengths = self.prompt_lengths[index] if self.prompt_lengths is not None else None
         return TokenBatch(b.input_ids[:, :width], b.attention_mask[:, :width], b.loss_mask[:, : width - 1], lengths)
+
+    def row_chunks(self, budget: int | None) -> list[torch.Tensor]:
+        """Consecutive row indices in pieces whose padded size (rows × longest sequence) stays within
+        ``budget`` tokens (a longer row goes alone); ``None``: all rows at once."""
+        rows = torch.arange(len(self))
+        if budget is None or len(self) == 0:
+            return [rows]
+        lengths, pieces, start, longest = self.attention_mask.sum(1).tolist(), [], 0, 0
+        for k, length in enumerate(lengths):
+            if k > start and (k - start + 1) * max(longest, length) > budget:
+                pieces.append(rows[start:k])
+                start, longest = k, 0
+            longest = max(longest, length)
+        return [*pieces, rows[start:]]
 
     @property
     def num_policy_tokens(self) -> int:
@@ -68,29 +84,55 @@ def sequence_logprobs(
     share_prompts: bool = True,
 ):
     """Per-token log-probs ``[N, L-1]`` of each next token (and the entropies if asked; detached unless
-    ``entropy_grad``, for an entropy bonus).
+    ``entropy_grad``, for an entropy bonus); 0 at padding.
 
     When rows share prompts (the G completions of a group) and ``share_prompts`` is on, each distinct prompt
     goes through the model once and its KV cache is reused by every row that continues it: the same numbers
-    as one forward over the padded batch (up to float rounding), for a fraction of the compute.
+    as one forward over the padded batch (up to float rounding), for a fraction of the compute (prompt
+    positions are then 0). Full-vocabulary logits are never materialized for the batch: the trunk's hidden
+    states go through ``lm_head`` a chunk at a time (:mod:`polyrl.rollout.token_scores`). The forward runs
+    under the model's autocast setting (:func:`polyrl.policy.precision.forward_precision`).
     """
-    if share_prompts and batch.prompt_lengths is not None and not _checkpointing(model):
-        shared = _shared_prompt_logprobs(model, batch, temperature, entropy, entropy_grad)
-        if shared is not None:
-            return shared
+    with forward_precision(model):
+        if share_prompts and batch.prompt_lengths is not None and not _checkpointing(model):
+            shared = _shared_prompt_logprobs(model, batch, temperature, entropy)
+            if shared is not None:
+                logp, ent = shared
+                return logp, _entropy_output(ent, entropy_grad)
+        logp, ent = _plain_logprobs(model, batch, temperature, entropy)
+    return logp, _entropy_output(ent, entropy_grad)
+
+
+def _entropy_output(ent: torch.Tensor | None, entropy_grad: bool) -> torch.Tensor | None:
+    return ent if ent is None or entropy_grad else ent.detach()
+
+
+def _plain_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool):
+    """One forward over the padded batch; scores at every real target position."""
     device = next(model.parameters()).device
-    out = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device), use_cache=False)
-    logits = out.logits[:, :-1].float()
-    targets = batch.input_ids[:, 1:].to(device)
-    logp = token_logprobs(logits, targets, temperature=temperature)
-    ent = (
-        entropy_from_logits(logits if entropy_grad else logits.detach(), temperature=temperature) if entropy else None
-    )
-    return logp, ent
+    ids, attention = batch.input_ids.to(device), batch.attention_mask.to(device)
+    split = split_lm(model)
+    if split is None:  # a model whose logits are not lm_head(hidden): its own forward, full logits
+        logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1]
+        logp = token_logprobs(logits, ids[:, 1:], temperature=temperature)
+        return logp, entropy_from_logits(logits, temperature=temperature) if entropy else None
+    hidden = split.backbone(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+    keep = attention[:, 1:].bool()
+    logp, ent = scores_from_hidden(hidden[:, :-1][keep], ids[:, 1:][keep], split.head, temperature, entropy)
+    return _unflatten(logp, keep), _unflatten(ent, keep) if ent is not None else None
+
+
+def _unflatten(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Scores of the kept positions back to ``keep``'s shape, 0 elsewhere."""
+    return values.new_zeros(keep.shape).masked_scatter(keep, values)
 
 
 def _checkpointing(model) -> bool:
-    """Activation checkpointing recomputes layers without a cache: the shared-prompt path can't use it."""
+    """Activation checkpointing recomputes layers without a cache, so a backward pass can't reuse a shared
+    prompt's KV cache: under checkpointing, forwards that build a graph take the plain path (checkpointing
+    wins); no-grad passes (old and reference log-probs) still share prompts."""
+    if not torch.is_grad_enabled():
+        return False
     model = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # renamed in transformers 5
         if hasattr(type(model), name):
@@ -98,9 +140,12 @@ def _checkpointing(model) -> bool:
     return False
 
 
-def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool, entropy_grad: bool):
+def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool):
     """``sequence_logprobs`` with one forward per distinct prompt, or None when too few rows share one (or
-    the model's cache can't be indexed by row)."""
+    the model's cache can't be indexed by row, or its logits are not a projection of the trunk)."""
+    split = split_lm(model)
+    if split is None:
+        return None
     rows = [row[:n] for row, n in zip(batch.input_ids.tolist(), batch.prompt_lengths.tolist())]
     unique, source_list = distinct(rows)
     if len(unique) > 0.75 * len(rows):
@@ -119,21 +164,22 @@ def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entrop
     gather_cols = (lengths_t.unsqueeze(1) + cols).clamp(max=width - 1)
     resp_mask = (cols < (total - lengths_t).unsqueeze(1)).long()
     resp_ids = batch.input_ids.to(device).gather(1, gather_cols) * resp_mask
-    logits = pre.logits[source, -1:]  # predicts each response's first token
+    # each response's first token is predicted by its prompt's last position (one [N, V] row of logits)
+    first_logits = pre.logits[source, -1]
+    logp = token_logprobs(first_logits, resp_ids[:, 0], temperature=temperature).unsqueeze(1)
+    ent = entropy_from_logits(first_logits, temperature=temperature).unsqueeze(1) if entropy else None
     if r_width > 1:
-        cont = model(
+        hidden = split.backbone(
             input_ids=resp_ids[:, :-1],
             attention_mask=torch.cat([prompt_mask[source], resp_mask[:, :-1]], 1),
             position_ids=lengths_t.unsqueeze(1) + cols[:-1],
             use_cache=True,
-            **{forward_args(model)["cache"]: pre.cache},
-        )
-        logits = torch.cat([logits, cont.logits], 1)
-    logits = logits.float()
-    logp = token_logprobs(logits, resp_ids, temperature=temperature)
-    ent = (
-        entropy_from_logits(logits if entropy_grad else logits.detach(), temperature=temperature) if entropy else None
-    )
+            **{forward_args(split.backbone)["cache"]: pre.cache},
+        ).last_hidden_state
+        keep = resp_mask[:, 1:].bool()
+        rest, rest_ent = scores_from_hidden(hidden[keep], resp_ids[:, 1:][keep], split.head, temperature, entropy)
+        logp = torch.cat([logp, _unflatten(rest, keep)], 1)
+        ent = torch.cat([ent, _unflatten(rest_ent, keep)], 1) if entropy else None
 
     def scatter(values: torch.Tensor) -> torch.Tensor:
         """Response positions back to the padded layout: token j of row i is predicted at column len(p_i)-1+j."""

@@ -96,6 +96,11 @@ class SFTConfig(_Strict):
     batch_size: int = Field(64, ge=1, description="Examples per step.")
     lr: float = Field(3e-3, gt=0, description="Peak learning rate (linear warmup, cosine decay).")
     warmup_steps: int = Field(20, ge=0, description="Linear warmup steps.")
+    micro_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Largest padded micro-batch (rows x longest sequence) per forward/backward; gradients accumulate over the step's micro-batches (same gradient, bounded memory). null: the whole batch at once.",
+    )
     difficulty: float | str | None = Field(
         None, description="SFT difficulty (default: each task's training difficulty)."
     )
@@ -301,6 +306,8 @@ class TrainConfig(_Strict):
                 )
             if not self.device.startswith("cuda"):
                 raise ValueError(f"generation.engine=vllm needs a CUDA device (device=cuda), not device={self.device}")
+        if self.model.autocast == "fp16" and not self.device.startswith("cuda"):
+            raise ValueError(f"model.autocast=fp16 needs a CUDA device, not device={self.device}; use bf16 on CPU")
         if self.rl.offpolicy_kl_threshold is not None and self.backend != "ray":
             raise ValueError(
                 "rl.offpolicy_kl_threshold masks sequences by their behaviour log-probs, which only backend=ray "

@@ -353,7 +353,7 @@ def policy_update(
                         if kl_tok is not None:
                             seq_kl[rows] = (kl_tok.detach() * mask).sum(1) / denom
             if critic is not None and batch.returns is not None:
-                value_losses.append(critic.update(batch.tokens.select(mb), batch.returns[mb]))
+                value_losses.append(critic.update(batch.tokens.select(mb), batch.returns[mb], cfg.micro_batch_tokens))
             grad_norm = clip_and_step(optimizer, parameters, cfg.max_grad_norm, torch.tensor(total))
             if grad_norm is None:
                 skipped += 1
@@ -378,7 +378,7 @@ def policy_update(
 def critic_update(critic, batch: UpdateBatch, cfg, generator: torch.Generator | None = None) -> dict[str, float]:
     """One pass of value-loss updates over ``batch`` in ``cfg.minibatches`` minibatches; the policy is untouched."""
     losses = [
-        critic.update(batch.tokens.select(mb), batch.returns[mb])
+        critic.update(batch.tokens.select(mb), batch.returns[mb], cfg.micro_batch_tokens)
         for mb in minibatches(torch.arange(len(batch)), cfg.minibatches, generator)
     ]
     return {**batch.critic_stats, "value_loss": _mean(v for v in losses if v is not None)}

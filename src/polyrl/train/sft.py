@@ -39,19 +39,31 @@ def reference_batch(
     return out
 
 
-def sft_step(model, optimizer, parameters: list[torch.Tensor], pad_id: int, sequences: list[Sequence]) -> float | None:
+def sft_step(
+    model,
+    optimizer,
+    parameters: list[torch.Tensor],
+    pad_id: int,
+    sequences: list[Sequence],
+    micro_batch_tokens: int | None = None,
+) -> float | None:
     """One optimizer step of next-token cross-entropy on the responses' policy tokens; None when skipped
-    (non-finite loss or gradient)."""
+    (non-finite loss or gradient). The batch runs in micro-batches of at most ``micro_batch_tokens`` padded
+    tokens with accumulated gradients, each normalized by the whole batch's token count (same gradient)."""
     masks = [s[2] if len(s) == 3 else [1] * len(s[1]) for s in sequences]
     batch = collate([s[:2] for s in sequences], pad_id, masks)
-    logp, _ = sequence_logprobs(model, batch)
-    mask = batch.loss_mask
-    loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+    total_tokens = batch.loss_mask.sum().clamp(min=1)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if clip_and_step(optimizer, parameters, SFT_MAX_GRAD_NORM, loss.detach()) is None:
+    loss = torch.zeros(())
+    for rows in batch.row_chunks(micro_batch_tokens):
+        micro = batch.select(rows)
+        logp, _ = sequence_logprobs(model, micro)
+        micro_loss = -(logp * micro.loss_mask.to(logp.device)).sum() / total_tokens
+        micro_loss.backward()
+        loss = loss + micro_loss.detach().cpu()
+    if clip_and_step(optimizer, parameters, SFT_MAX_GRAD_NORM, loss) is None:
         return None
-    return float(loss.detach())
+    return float(loss)
 
 
 def rejection_samples(

@@ -382,6 +382,7 @@ class Trainer:
             self.trainable_parameters(),
             self.policy.tokenizer.pad_token_id,
             sequences,
+            self.config.sft.micro_batch_tokens,
         )
         if loss is not None:
             self.scheduler.step()
