@@ -50,7 +50,9 @@ def test_chunked_scores_equal_the_full_log_softmax_and_its_gradients():
     hidden = torch.randn(37, 8, requires_grad=True)
     targets = torch.randint(0, 50, (37,))
     # 7 positions of 50 float32 logits per chunk: six chunks, each recomputed in the backward
-    logp, ent = scores_from_hidden(hidden, targets, head, temperature=0.7, entropy=True, chunk_bytes=7 * 50 * 4)
+    logp, ent = scores_from_hidden(
+        hidden, targets, head, temperature=0.7, entropy=True, chunk_bytes=7 * 50 * 4, entropy_grad=True
+    )
     (logp.sum() + 0.3 * ent.sum()).backward()
     chunked_grads = hidden.grad.clone(), head.weight.grad.clone()
     hidden.grad, head.weight.grad = None, None
@@ -60,6 +62,12 @@ def test_chunked_scores_equal_the_full_log_softmax_and_its_gradients():
     torch.testing.assert_close(ent, ref_ent)
     torch.testing.assert_close(chunked_grads[0], hidden.grad)
     torch.testing.assert_close(chunked_grads[1], head.weight.grad)
+
+
+def test_an_entropy_without_entropy_grad_is_detached():
+    head = torch.nn.Linear(8, 50, bias=False)
+    logp, ent = scores_from_hidden(torch.randn(20, 8), torch.zeros(20, dtype=torch.long), head, entropy=True)
+    assert logp.requires_grad and not ent.requires_grad
 
 
 def _saved_bytes(fn) -> int:

@@ -95,19 +95,13 @@ def sequence_logprobs(
     """
     with forward_precision(model):
         if share_prompts and batch.prompt_lengths is not None and not _checkpointing(model):
-            shared = _shared_prompt_logprobs(model, batch, temperature, entropy)
+            shared = _shared_prompt_logprobs(model, batch, temperature, entropy, entropy_grad)
             if shared is not None:
-                logp, ent = shared
-                return logp, _entropy_output(ent, entropy_grad)
-        logp, ent = _plain_logprobs(model, batch, temperature, entropy)
-    return logp, _entropy_output(ent, entropy_grad)
+                return shared
+        return _plain_logprobs(model, batch, temperature, entropy, entropy_grad)
 
 
-def _entropy_output(ent: torch.Tensor | None, entropy_grad: bool) -> torch.Tensor | None:
-    return ent if ent is None or entropy_grad else ent.detach()
-
-
-def _plain_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool):
+def _plain_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool, entropy_grad: bool):
     """One forward over the padded batch; scores at every real target position."""
     device = next(model.parameters()).device
     ids, attention = batch.input_ids.to(device), batch.attention_mask.to(device)
@@ -115,10 +109,13 @@ def _plain_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool)
     if split is None:  # a model whose logits are not lm_head(hidden): its own forward, full logits
         logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1]
         logp = token_logprobs(logits, ids[:, 1:], temperature=temperature)
+        logits = logits if entropy_grad else logits.detach()
         return logp, entropy_from_logits(logits, temperature=temperature) if entropy else None
     hidden = split.backbone(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
     keep = attention[:, 1:].bool()
-    logp, ent = scores_from_hidden(hidden[:, :-1][keep], ids[:, 1:][keep], split.head, temperature, entropy)
+    logp, ent = scores_from_hidden(
+        hidden[:, :-1][keep], ids[:, 1:][keep], split.head, temperature, entropy, entropy_grad=entropy_grad
+    )
     return _unflatten(logp, keep), _unflatten(ent, keep) if ent is not None else None
 
 
@@ -140,7 +137,7 @@ def _checkpointing(model) -> bool:
     return False
 
 
-def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool):
+def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool, entropy_grad: bool):
     """``sequence_logprobs`` with one forward per distinct prompt, or None when too few rows share one (or
     the model's cache can't be indexed by row, or its logits are not a projection of the trunk)."""
     split = split_lm(model)
@@ -167,7 +164,10 @@ def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entrop
     # each response's first token is predicted by its prompt's last position (one [N, V] row of logits)
     first_logits = pre.logits[source, -1]
     logp = token_logprobs(first_logits, resp_ids[:, 0], temperature=temperature).unsqueeze(1)
-    ent = entropy_from_logits(first_logits, temperature=temperature).unsqueeze(1) if entropy else None
+    ent = None
+    if entropy:
+        ent = entropy_from_logits(first_logits if entropy_grad else first_logits.detach(), temperature=temperature)
+        ent = ent.unsqueeze(1)
     if r_width > 1:
         hidden = split.backbone(
             input_ids=resp_ids[:, :-1],
@@ -177,7 +177,9 @@ def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entrop
             **{forward_args(split.backbone)["cache"]: pre.cache},
         ).last_hidden_state
         keep = resp_mask[:, 1:].bool()
-        rest, rest_ent = scores_from_hidden(hidden[keep], resp_ids[:, 1:][keep], split.head, temperature, entropy)
+        rest, rest_ent = scores_from_hidden(
+            hidden[keep], resp_ids[:, 1:][keep], split.head, temperature, entropy, entropy_grad=entropy_grad
+        )
         logp = torch.cat([logp, _unflatten(rest, keep)], 1)
         ent = torch.cat([ent, _unflatten(rest_ent, keep)], 1) if entropy else None
 

@@ -58,12 +58,15 @@ def chunk_positions(vocab_size: int, chunk_bytes: int | None = None) -> int:
     return max(1, (chunk_bytes or LOGIT_CHUNK_BYTES) // (4 * vocab_size))
 
 
-def _chunk_scores(hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float, entropy: bool):
+def _chunk_scores(hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float, entropy: str):
     logits = head(hidden)
     logp = token_logprobs(logits, targets, temperature, chunk_rows=len(targets))
-    if not entropy:
+    if entropy == "none":
         return logp, None
-    return logp, entropy_from_logits(logits, temperature, chunk_rows=len(targets))
+    # an entropy that is only reported builds no graph (it would keep a softmax per chunk for the backward);
+    # its softmax and products (three more copies of the logits) go a quarter of the chunk at a time
+    with torch.set_grad_enabled(torch.is_grad_enabled() and entropy == "grad"):
+        return logp, entropy_from_logits(logits, temperature, chunk_rows=max(1, len(targets) // 4))
 
 
 def scores_from_hidden(
@@ -73,17 +76,20 @@ def scores_from_hidden(
     temperature: float = 1.0,
     entropy: bool = False,
     chunk_bytes: int | None = None,
+    entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """``(log p(target), entropy or None)`` per row of ``hidden [M, H]`` (float32, ``[M]``), with
     ``p = softmax(head(hidden) / temperature)``: the numbers of ``token_logprobs`` and ``entropy_from_logits``
     on the full logits, computed a chunk of rows at a time. Under autograd every chunk is checkpointed, so
-    the backward holds one chunk's logits at a time."""
+    the backward holds one chunk's logits at a time; the entropy is differentiable only with
+    ``entropy_grad`` (an entropy bonus), otherwise detached."""
     step = chunk_positions(head.weight.shape[0], chunk_bytes)
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
     recompute = grad and len(hidden) > step
     pieces = []
     for start in range(0, len(hidden), step):
-        args = (hidden[start : start + step], targets[start : start + step], head, temperature, entropy)
+        mode = ("grad" if entropy_grad else "value") if entropy else "none"
+        args = (hidden[start : start + step], targets[start : start + step], head, temperature, mode)
         pieces.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if recompute else _chunk_scores(*args))
     logp = torch.cat([p[0] for p in pieces]) if pieces else hidden.new_zeros(0, dtype=torch.float32)
     ent = (torch.cat([p[1] for p in pieces]) if pieces else torch.zeros_like(logp)) if entropy else None
