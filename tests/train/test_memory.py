@@ -229,3 +229,10 @@ def test_lora_reference_is_the_base_model_without_a_copy(tiny_train_config):
     mask = batch.tokens.loss_mask
     torch.testing.assert_close(ref * mask, expected * mask, atol=1e-5, rtol=1e-5)
     assert float(((own - expected) * mask).abs().max()) > 1e-3
+
+
+def test_gradient_checkpointing_takes_effect_on_a_loaded_checkpoint(tmp_path):
+    """from_pretrained returns a model in eval mode, where transformers would silently not checkpoint."""
+    _policy().save(tmp_path / "model")
+    model = load_policy(ModelConfig(path=str(tmp_path / "model"), gradient_checkpointing=True)).model
+    assert model.training and model.is_activation_checkpointing

@@ -46,6 +46,7 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if not getattr(base, "supports_gradient_checkpointing", False):
         raise UserError(f"{type(base).__name__} does not support gradient checkpointing")
+    base.train()  # transformers checkpoints only in training mode, and from_pretrained returns eval mode
     if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.x renamed it
         base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:

@@ -41,7 +41,7 @@ def split_lm(model) -> SplitLM | None:
     modules, so the trunk runs them and ``disable_adapter`` still applies), or None for a model whose logits
     are not a plain projection of the trunk's output."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if not (hasattr(base, "get_decoder") and hasattr(base, "get_output_embeddings")):
+    if not (hasattr(base, "get_decoder") and hasattr(base, "get_output_embeddings")) or _fully_sharded(base):
         return None
     head = base.get_output_embeddings()
     backbone = base.get_decoder()
@@ -51,6 +51,16 @@ def split_lm(model) -> SplitLM | None:
     if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
         return None
     return SplitLM(backbone, head)
+
+
+def _fully_sharded(model) -> bool:
+    """FSDP2 gathers the root's parameters (embeddings, ``lm_head``) in the root's own forward hook: calling the
+    trunk and the head separately would skip it, so a sharded model takes its own forward."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return False
+    return isinstance(model, FSDPModule)
 
 
 def chunk_positions(vocab_size: int, chunk_bytes: int | None = None) -> int:
