@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -209,6 +209,10 @@ class Task:
     presets: ClassVar[Mapping[str, float]] = DEFAULT_PRESETS
     partial_credit: ClassVar[bool] = False
     """Whether ``check`` can return scores strictly between 0 and 1."""
+    pure: ClassVar[bool] = False
+    """Whether ``check`` is safe to run in the trainer's process: it never evaluates model text as code and
+    its time and memory are bounded by the answer's length. Tasks that are not pure are verified in the
+    isolated worker pool (:mod:`polyrl.tasks.isolation`); plugins opt in with ``pure = True``."""
 
     def __init__(self, answer_format: AnswerFormat | str = "tags"):
         self.answer_format = AnswerFormat(answer_format) if isinstance(answer_format, str) else answer_format
@@ -241,7 +245,25 @@ class Task:
         return None if problem.solution is None else self.answer_format.wrap(problem.solution)
 
     def verify(self, problem: Problem, response: str) -> Verdict:
-        """Score ``response``. Never raises: any input gets a Verdict with a reason."""
+        """Score ``response``. Never raises: any input gets a Verdict with a reason.
+
+        Pure tasks verify here; the others in the isolated worker pool, where a call that runs too long or
+        crashes is the verdict ``verifier_timeout`` or ``verifier_error`` (score 0).
+        """
+        if self.pure:
+            return self.verify_in_process(problem, response)
+        return self.verify_many([problem], [response])[0]
+
+    def verify_many(self, problems: Sequence[Problem], responses: Sequence[str]) -> list[Verdict]:
+        """One verdict per ``(problem, response)`` pair, in order; an impure task's batch is one pool round trip."""
+        from polyrl.tasks.isolation import verify_many
+
+        if len(problems) != len(responses):
+            raise ValueError(f"{len(problems)} problems but {len(responses)} responses")
+        return verify_many([(self, p, r) for p, r in zip(problems, responses)])
+
+    def verify_in_process(self, problem: Problem, response: str) -> Verdict:
+        """Extract the answer and run ``check`` in this process, whatever ``pure`` says (the worker pool's entry)."""
         ext = self.answer_format.extract(response)
         if ext.answer is None:
             return Verdict(0.0, False, ext.reason, False, None)

@@ -26,6 +26,7 @@ def random_with_digits(rng, digits: int) -> int:
 class Addition(Task):
     name = "addition"
     category = "arithmetic"
+    pure = True
     description = "Add several non-negative integers."
     params = (
         Param("digits", 2, 12, "digits per operand"),
@@ -45,6 +46,7 @@ class Addition(Task):
 class Multiplication(Task):
     name = "multiplication"
     category = "arithmetic"
+    pure = True
     description = "Multiply two non-negative integers."
     params = (
         Param("digits_a", 2, 10, "digits of the first factor"),
@@ -80,6 +82,7 @@ def _random_expression(rng, operators: int, digits: int) -> tuple[str, int]:
 class ExpressionEvaluation(Task):
     name = "expression_evaluation"
     category = "arithmetic"
+    pure = True
     description = "Evaluate an integer expression with + - * and parentheses, respecting precedence."
     params = (
         Param("operators", 2, 10, "binary operators in the expression"),
@@ -101,6 +104,7 @@ class ExpressionEvaluation(Task):
 class ModularArithmetic(Task):
     name = "modular_arithmetic"
     category = "arithmetic"
+    pure = True
     description = "Compute a power of an integer modulo m (the least non-negative residue)."
     params = (
         Param("digits", 2, 12, "digits of the base"),
@@ -137,6 +141,7 @@ def to_base(n: int, base: int) -> str:
 class BaseConversion(Task):
     name = "base_conversion"
     category = "arithmetic"
+    pure = True
     description = "Rewrite a non-negative integer from one base into another (digits 0-9 then a-z)."
     params = (
         Param("bits", 4, 48, "the number is below 2**bits"),
@@ -178,6 +183,7 @@ _X_PREFIX_RE = re.compile(r"^\s*x\s*=\s*")
 class LinearEquation(Task):
     name = "linear_equation"
     category = "arithmetic"
+    pure = True
     description = "Solve a linear equation in x; the solution may be a fraction."
     params = (
         Param("coefficient", 9, 99, "largest absolute coefficient or constant"),
@@ -215,6 +221,7 @@ class LinearEquation(Task):
 class GcdLcm(Task):
     name = "gcd_lcm"
     category = "arithmetic"
+    pure = True
     description = "Greatest common divisor or least common multiple of a few integers."
     params = (
         Param("digits", 2, 6, "digits per number"),
