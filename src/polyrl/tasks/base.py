@@ -161,6 +161,12 @@ class Problem:
         return cls(**values)
 
 
+VERIFIER_TIMEOUT = "verifier_timeout"
+"""Verdict reason (score 0): an isolated verify call ran past its time limit."""
+VERIFIER_ERROR = "verifier_error"
+"""Verdict reason (score 0): the verifier crashed, ran out of memory, or its task could not be loaded."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The verifier's judgment of one response."""
@@ -169,7 +175,8 @@ class Verdict:
     """In [0, 1]; partial credit where the task has a natural notion of it."""
     correct: bool
     reason: str
-    """Machine-readable: ``correct``, ``partial``, ``wrong``, ``malformed``, ``no_answer``, ``unclosed_tag``…"""
+    """Machine-readable: ``correct``, ``partial``, ``wrong``, ``malformed``, ``no_answer``, ``unclosed_tag``,
+    ``verifier_timeout``, ``verifier_error``…"""
     format_ok: bool = False
     """The response followed the answer format (independent of correctness)."""
     answer: str | None = None
@@ -271,6 +278,8 @@ class Task:
             return Verdict(0.0, False, "malformed", ext.format_ok, None)
         try:
             result = self.check(ext.answer, problem)
+        except MemoryError:  # the verifier's limit, not the answer's form
+            return Verdict(0.0, False, VERIFIER_ERROR, ext.format_ok, ext.answer)
         except Exception:
             return Verdict(0.0, False, "malformed", ext.format_ok, ext.answer)
         score, reason = result if isinstance(result, tuple) else (result, None)

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from polyrl.tasks.base import VERIFIER_ERROR as ERROR
+from polyrl.tasks.base import VERIFIER_TIMEOUT as TIMEOUT
 from polyrl.tasks.base import Verdict
 
 if TYPE_CHECKING:
@@ -55,9 +57,6 @@ DEFAULT_GRACE_S = 2.0
 """Seconds past the time limit before a worker that did not answer is killed and replaced."""
 STARTUP_TIMEOUT_S = 120.0
 """Seconds a worker may take to start and to load a batch's tasks (imports such as reasoning-gym)."""
-
-TIMEOUT = "verifier_timeout"
-ERROR = "verifier_error"
 
 
 class VerifierConfig(BaseModel):
@@ -348,14 +347,19 @@ _LIMITS = _Limits()
 _POOL_LOCK = threading.Lock()
 
 
-def configure(timeout_s: float | None = None, memory_mb: int | None = None, workers: int | None = None) -> None:
-    """Set the limits of the process-wide pool; running workers are replaced on their next use."""
+def configure(
+    timeout_s: float | None = None,
+    memory_mb: int | None = None,
+    workers: int | None = None,
+    grace_s: float | None = None,
+) -> None:
+    """Set the limits of the process-wide pool (None keeps one); a change restarts the workers on next use."""
     global _LIMITS, _POOL
     new = _Limits(
         timeout_s=_LIMITS.timeout_s if timeout_s is None else float(timeout_s),
         memory_mb=_LIMITS.memory_mb if memory_mb is None else int(memory_mb),
         workers=_LIMITS.workers if workers is None else int(workers),
-        grace_s=_LIMITS.grace_s,
+        grace_s=_LIMITS.grace_s if grace_s is None else float(grace_s),
     )
     with _POOL_LOCK:
         if new != _LIMITS and _POOL is not None:
