@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import ast
 
-MAX_EXPRESSION_CHARS = 2_000
+MAX_EXPRESSION_CHARS = 20_000
 """Longer expressions are not handed to a computer algebra system."""
 MAX_EXPONENT = 100
 """Largest absolute literal exponent."""
-MAX_DIGITS = 30
+MAX_DIGITS = 400
 """Most digits in one number."""
 FUNCTIONS = frozenset(
     {"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "exp", "log", "ln", "sqrt", "Abs"}
