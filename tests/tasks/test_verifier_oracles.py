@@ -1,0 +1,250 @@
+"""Every multi-answer verifier agrees with an independent brute-force checker on random candidate answers.
+
+Candidates are drawn as structures (a run list, an expression tree, an assignment, a permutation), mostly
+as near misses of the reference answer, then written out as text. The oracle below judges the structure
+with its own few lines of code (never the task's checker); the task judges the text. They must agree on
+every candidate: no false positives, no false negatives.
+"""
+
+from collections import Counter
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from polyrl import get_task
+
+ORACLE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SEEDS = st.integers(0, 10_000)
+LEVELS = st.sampled_from(["easy", "medium", "hard"])
+
+
+def _correct(name, problem, answer_text):
+    return get_task(name).verify(problem, f"<answer>{answer_text}</answer>").correct
+
+
+# -- run-length encoding -------------------------------------------------------------------------------------
+def _runs(text):
+    runs = []
+    for ch in text:
+        if runs and runs[-1][1] == ch:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, ch])
+    return runs
+
+
+def _take_digits(text, i):
+    j = i
+    while j < len(text) and text[j].isdigit():
+        j += 1
+    return text[i:j], j
+
+
+def _rle_oracle(text, target):
+    """Correct iff ``text``, read wholly count-first or wholly letter-first (a missing count is 1, a count has
+    no leading zero), gives exactly the target's maximal runs."""
+    for count_first in (True, False):
+        runs, i, ok = [], 0, True
+        while ok and i < len(text):
+            if count_first:
+                digits, i = _take_digits(text, i)
+                ok = i < len(text) and text[i].isalpha()
+                ch, i = text[i : i + 1], i + 1
+            else:
+                ch, i = text[i], i + 1
+                ok = ch.isalpha()
+                digits, i = _take_digits(text, i)
+            ok = ok and not digits.startswith("0")
+            runs.append([int(digits) if digits else 1, ch])
+        if ok and runs == _runs(target):
+            return True
+    return False
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_run_length_encoding_matches_oracle(seed, level, data):
+    problem = get_task("run_length_encoding").generate(seed, level)
+    pieces = []
+    for n, ch in _runs(problem.answer):
+        n = data.draw(st.sampled_from([n, n, n, 0, n + 1, max(1, n - 1)]))
+        written = data.draw(st.sampled_from([str(n), str(n), "", "0" + str(n)]))
+        if written == "" and n != 1:
+            n = 1  # an omitted count means 1
+        ch = data.draw(st.sampled_from([ch] * 5 + ["a", "e"]))
+        pieces.append((data.draw(st.sampled_from(["count", "count", "letter"])), n, ch, written))
+    if data.draw(st.booleans()) and len(pieces) > 1:
+        pieces.pop(data.draw(st.integers(0, len(pieces) - 1)))
+    text = "".join(w + c if style == "count" else c + w for style, _, c, w in pieces)
+    assert _correct("run_length_encoding", problem, text) == _rle_oracle(text, problem.answer), text
+
+
+# -- knights and knaves --------------------------------------------------------------------------------------
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_knights_knaves_matches_oracle(seed, level, data):
+    problem = get_task("knights_knaves").generate(seed, level)
+    people, roles = problem.answer["people"], problem.answer["roles"]
+    pairs = [(p, data.draw(st.sampled_from([r, r, r, "knight", "knave"]))) for p, r in zip(people, roles)]
+    extra = data.draw(st.sampled_from([None, None, "dup_other_case", "drop", "stranger"]))
+    if extra == "dup_other_case":
+        p = data.draw(st.sampled_from(people))
+        pairs.insert(
+            data.draw(st.integers(0, len(pairs))), (p.lower(), data.draw(st.sampled_from(["knight", "knave"])))
+        )
+    elif extra == "drop":
+        pairs.pop(data.draw(st.integers(0, len(pairs) - 1)))
+    elif extra == "stranger":
+        pairs.append(("Z", "knight"))
+    pairs = [(p.lower() if data.draw(st.booleans()) else p, r) for p, r in pairs]
+    text = " ".join(f"{p}={r}" for p, r in pairs)
+    names = [p.upper() for p, _ in pairs]
+    oracle = sorted(names) == sorted(people) and all(r == roles[people.index(p.upper())] for p, r in pairs)
+    assert _correct("knights_knaves", problem, text) == oracle, text
+
+
+# -- cryptarithm ---------------------------------------------------------------------------------------------
+def _cryptarithm_oracle(pairs, addends, total):
+    letters = [k.upper() for k, _ in pairs]
+    digits = dict((k.upper(), v) for k, v in pairs)
+    words = addends + [total]
+    if sorted(letters) != sorted({c for w in words for c in w}) or len(set(digits.values())) != len(digits):
+        return False
+    if any(not 0 <= v <= 9 for v in digits.values()) or any(len(w) > 1 and digits[w[0]] == 0 for w in words):
+        return False
+    value = [int("".join(str(digits[c]) for c in w)) for w in words]
+    return sum(value[:-1]) == value[-1]
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_cryptarithm_matches_oracle(seed, level, data):
+    problem = get_task("cryptarithm").generate(seed, level)
+    reference = [(k, int(v)) for k, v in (kv.split("=") for kv in problem.solution.split())]
+    pairs = [(k, data.draw(st.sampled_from([v, v, v, (v + 1) % 10, 0, 10]))) for k, v in reference]
+    if data.draw(st.booleans()):
+        k, _ = data.draw(st.sampled_from(pairs))
+        pairs.append((k.lower(), data.draw(st.integers(0, 9))))
+    pairs = data.draw(st.permutations(pairs))
+    text = " ".join(f"{k}={v}" for k, v in pairs)
+    oracle = _cryptarithm_oracle(pairs, problem.answer["addends"], problem.answer["total"])
+    assert _correct("cryptarithm", problem, text) == oracle, text
+
+
+# -- countdown and game24 ------------------------------------------------------------------------------------
+def _tree(data, numbers):
+    """A random full binary expression tree over ``numbers`` (in the given order): (text, value or None, leaves)."""
+    if len(numbers) == 1:
+        return str(numbers[0]), Fraction(numbers[0])
+    cut = data.draw(st.integers(1, len(numbers) - 1))
+    (lt, lv), (rt, rv) = _tree(data, numbers[:cut]), _tree(data, numbers[cut:])
+    op = data.draw(st.sampled_from("+-*/"))
+    if lv is None or rv is None or (op == "/" and rv == 0):
+        value = None
+    else:
+        value = {"+": lv + rv, "-": lv - rv, "*": lv * rv, "/": lv / rv if rv else None}[op]
+    return f"({lt}{op}{rt})", value
+
+
+@pytest.mark.parametrize("name", ["countdown", "game24"])
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_target_puzzles_match_oracle(name, seed, level, data):
+    problem = get_task(name).generate(seed, level)
+    numbers, target = problem.answer["numbers"], problem.answer["target"]
+    picked = data.draw(st.lists(st.sampled_from(numbers + [1, 7]), min_size=1, max_size=len(numbers) + 1))
+    if data.draw(st.booleans()):  # a near miss of the reference: its numbers, other operators and grouping
+        picked = data.draw(st.permutations(numbers))
+    text, value = _tree(data, picked)
+    stated = data.draw(st.sampled_from([None, None, target, target + 1, value]))
+    if stated is not None:
+        text += f" = {stated}"
+    used_ok = not Counter(picked) - Counter(numbers) and (name == "countdown" or Counter(picked) == Counter(numbers))
+    oracle = used_ok and value is not None and value == target and (stated is None or stated == value)
+    assert _correct(name, problem, text) == oracle, text
+
+
+# -- subset sum, n-queens, coloring, topological order, Hamiltonian path, sat ---------------------------------
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_subset_sum_matches_oracle(seed, level, data):
+    problem = get_task("subset_sum").generate(seed, level)
+    numbers, target = problem.answer["numbers"], problem.answer["target"]
+    picked = data.draw(st.lists(st.sampled_from(numbers + [0, -1, target]), max_size=len(numbers)))
+    oracle = bool(picked) and not Counter(picked) - Counter(numbers) and sum(picked) == target
+    assert _correct("subset_sum", problem, " ".join(map(str, picked)) or "none") == oracle
+
+
+def _near_permutation(data, items):
+    items = list(items)
+    for _ in range(data.draw(st.integers(0, 2))):
+        i, j = data.draw(st.integers(0, len(items) - 1)), data.draw(st.integers(0, len(items) - 1))
+        items[i], items[j] = items[j], items[i]
+    if data.draw(st.integers(0, 5)) == 0:
+        items[data.draw(st.integers(0, len(items) - 1))] = data.draw(st.integers(-1, len(items) + 1))
+    return items
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_n_queens_matches_oracle(seed, level, data):
+    problem = get_task("n_queens").generate(seed, level)
+    given_cols = problem.answer["given"]
+    n = len(given_cols)
+    cols = _near_permutation(data, [int(c) for c in problem.solution.split()])
+    in_range = all(1 <= c <= n for c in cols)
+    attacks = any(cols[a] == cols[b] or abs(cols[a] - cols[b]) == b - a for a in range(n) for b in range(a + 1, n))
+    keeps = all(g == 0 or g == c for g, c in zip(given_cols, cols))
+    assert _correct("n_queens", problem, " ".join(map(str, cols))) == (in_range and not attacks and keeps)
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_graph_coloring_matches_oracle(seed, level, data):
+    problem = get_task("graph_coloring").generate(seed, level)
+    k, edges = problem.answer["colors"], problem.answer["edges"]
+    colors = [int(c) for c in problem.solution.split()]
+    colors = [data.draw(st.sampled_from([c, c, c, 1, k, k + 1, 0])) for c in colors]
+    oracle = all(1 <= c <= k for c in colors) and all(colors[a] != colors[b] for a, b in edges)
+    assert _correct("graph_coloring", problem, " ".join(map(str, colors))) == oracle
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_topological_sort_matches_oracle(seed, level, data):
+    problem = get_task("topological_sort").generate(seed, level)
+    n, edges = problem.answer["nodes"], problem.answer["edges"]
+    order = _near_permutation(data, [int(c) for c in problem.solution.split()])
+    oracle = sorted(order) == list(range(n)) and all(order.index(a) < order.index(b) for a, b in edges)
+    assert _correct("topological_sort", problem, " ".join(map(str, order))) == oracle
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_hamiltonian_path_matches_oracle(seed, level, data):
+    problem = get_task("hamiltonian_path").generate(seed, level)
+    n, edges = problem.answer["nodes"], {tuple(e) for e in problem.answer["edges"]}
+    walk = _near_permutation(data, [int(c) for c in problem.solution.split()])
+    steps = all((min(a, b), max(a, b)) in edges for a, b in zip(walk, walk[1:]))
+    assert _correct("hamiltonian_path", problem, " ".join(map(str, walk))) == (
+        sorted(walk) == list(range(n)) and steps
+    )
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_sat_matches_oracle(seed, level, data):
+    problem = get_task("sat").generate(seed, level)
+    n, clauses = problem.answer["variables"], problem.answer["clauses"]
+    names = [f"x{i + 1}" for i in range(n)] if n > 26 else [chr(ord("a") + i) for i in range(n)]
+    values = [bool(int(kv.split("=")[1])) for kv in problem.solution.split()]
+    values = [v != data.draw(st.booleans()) if data.draw(st.integers(0, 3)) == 0 else v for v in values]
+    pairs = list(zip(names, values))
+    if data.draw(st.integers(0, 4)) == 0:
+        pairs.pop(data.draw(st.integers(0, n - 1)))
+    given = dict(pairs)
+    needed = {names[abs(lit) - 1] for c in clauses for lit in c}
+    oracle = needed <= set(given) and all(any(given[names[abs(lit) - 1]] == (lit > 0) for lit in c) for c in clauses)
+    assert _correct("sat", problem, " ".join(f"{k}={int(v)}" for k, v in pairs)) == oracle
