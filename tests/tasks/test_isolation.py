@@ -137,3 +137,21 @@ def test_verifier_config_rejects_bad_limits_and_applies_good_ones():
     VerifierConfig(timeout_s=1.5, memory_mb=512, workers=3).apply()
     assert isolation.verifier_pool().limits.timeout_s == 1.5
     assert isolation.verifier_pool().limits.workers == 3
+
+
+def test_replies_are_json_so_a_hijacked_worker_cannot_run_code_in_the_trainer(tmp_path):
+
+    marker = tmp_path / "ran"
+    read_fd, write_fd = os.pipe()
+    # a protocol-0 pickle of os.system('touch …'): loading it would run the command
+    evil = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()
+    isolation._write(write_fd, evil)
+    with pytest.raises(EOFError):
+        isolation._read_reply(read_fd, time.monotonic() + 5)
+    assert not marker.exists()
+    os.close(read_fd), os.close(write_fd)
+
+
+@pytest.mark.parametrize("message", [None, "ready", [2.0, True, "correct", True, None], [1, 1, 1, 1, 1], [0.5]])
+def test_malformed_verdict_from_a_worker_is_a_verifier_error(message):
+    assert isolation._verdict_from_wire(message).reason == "verifier_error"

@@ -12,8 +12,9 @@ Such calls go to long-lived worker processes, each with
 
 A timed-out call is the verdict ``verifier_timeout`` and a crashed one ``verifier_error`` (score 0), so a
 hostile response costs at most one time limit and never stops the run. Workers are started on first use
-(``subprocess`` + pickles on pipes, so nothing is forked from a threaded trainer or a Ray actor and no
+(``subprocess`` with pipes, so nothing is forked from a threaded trainer or a Ray actor and no
 ``__main__`` guard is needed), shared by the whole process, reused across calls, and stopped at exit.
+Workers answer in JSON, never pickle: what a worker sends cannot run code in the trainer.
 
 This bounds time, memory and network; it is not a sandbox for the file system. Verifiers that ``eval``
 model text are guarded before they run (see ``polyrl.tasks.reasoning_gym``).
@@ -22,6 +23,7 @@ model text are guarded before they run (see ``polyrl.tasks.reasoning_gym``).
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import pickle
 import select
@@ -81,12 +83,15 @@ class _Limits:
     grace_s: float = DEFAULT_GRACE_S
 
 
-# -- wire format: an 8-byte length, then a pickle ---------------------------------------------------------
+# -- wire format: an 8-byte length, then the message ------------------------------------------------------
+# The trainer sends pickles (it trusts itself); workers answer in JSON, so that a verifier that was made to
+# run model text cannot send the trainer a pickle that runs code when loaded.
 _HEADER = struct.Struct("!Q")
+MAX_REPLY_BYTES = 1 << 20
+"""Longest reply the trainer reads from a worker (a verdict carries an answer of at most 20,000 characters)."""
 
 
-def _send(fd: int, obj) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+def _write(fd: int, data: bytes) -> None:
     view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
         view = view[os.write(fd, view) :]
@@ -107,9 +112,45 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def _receive(fd: int, deadline: float | None = None):
+def _read(fd: int, deadline: float | None = None, limit: int | None = None) -> bytes:
     (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline))
-    return pickle.loads(_read_exact(fd, size, deadline))
+    if limit is not None and size > limit:
+        raise EOFError(f"reply of {size} bytes")
+    return _read_exact(fd, size, deadline)
+
+
+def _reply(fd: int, message) -> None:
+    """Worker to trainer: JSON."""
+    _write(fd, json.dumps(message).encode())
+
+
+def _read_reply(fd: int, deadline: float):
+    try:
+        return json.loads(_read(fd, deadline, MAX_REPLY_BYTES))
+    except ValueError:
+        raise EOFError("not JSON") from None
+
+
+def _verdict_to_wire(v: Verdict) -> list:
+    return [v.score, v.correct, v.reason, v.format_ok, v.answer]
+
+
+def _verdict_from_wire(message) -> Verdict:
+    """The verdict a worker sent, type-checked; anything else is a ``verifier_error``."""
+    try:
+        score, correct, reason, format_ok, answer = message
+        valid = (
+            isinstance(score, (int, float))
+            and isinstance(correct, bool)
+            and isinstance(reason, str)
+            and isinstance(format_ok, bool)
+            and (answer is None or isinstance(answer, str))
+        )
+    except (TypeError, ValueError):
+        valid = False
+    if not valid or not 0.0 <= score <= 1.0:
+        return Verdict(0.0, False, ERROR)
+    return Verdict(float(score), correct, reason[:64], format_ok, answer)
 
 
 # -- the worker process ------------------------------------------------------------------------------------
@@ -154,7 +195,7 @@ def _verify_one(task: Task, problem: Problem, response: str, timeout_s: float) -
 
 
 def worker_main(timeout_s: float, memory_mb: int) -> None:
-    """Serve batches on the pipes: ``(tasks, items)`` in; one message once the tasks are loaded, then one verdict per item."""
+    """Serve batches: ``(sys.path, tasks, items)`` in; ``"loaded"`` once the tasks are, then one verdict per item."""
     import socket
 
     # The protocol keeps a private copy of stdout; whatever a scorer prints goes nowhere.
@@ -168,22 +209,22 @@ def worker_main(timeout_s: float, memory_mb: int) -> None:
     import polyrl.tasks  # noqa: F401  (the registry, before the memory limit)
 
     _limit_memory(memory_mb)
-    _send(fd_out, "ready")
+    _reply(fd_out, "ready")
     loaded: dict[bytes, Task | None] = {}
     while True:
         try:
-            path, tasks, items = _receive(fd_in)
+            path, tasks, items = pickle.loads(_read(fd_in))
         except EOFError:
             return
         sys.path[:] = path  # the parent's, so plugin modules it found since this worker started are found too
         for blob in tasks:
             if blob not in loaded:
                 loaded[blob] = _load_task(blob)
-        _send(fd_out, "loaded")
+        _reply(fd_out, "loaded")
         for key, problem, response in items:
             task = loaded[tasks[key]]
             verdict = Verdict(0.0, False, ERROR) if task is None else _verify_one(task, problem, response, timeout_s)
-            _send(fd_out, verdict)
+            _reply(fd_out, _verdict_to_wire(verdict))
 
 
 def _load_task(blob: bytes) -> Task | None:
@@ -228,7 +269,7 @@ class _Worker:
 
     def wait_ready(self) -> None:
         if not self.started:
-            if _receive(self.fd_in, time.monotonic() + STARTUP_TIMEOUT_S) != "ready":
+            if _read_reply(self.fd_in, time.monotonic() + STARTUP_TIMEOUT_S) != "ready":
                 raise EOFError
             self.started = True
 
@@ -315,8 +356,9 @@ class VerifierPool:
             try:
                 worker = self._worker(slot)
                 worker.wait_ready()
-                _send(worker.fd_out, (list(sys.path), tasks, [items[i] for i in todo]))
-                if _receive(worker.fd_in, time.monotonic() + STARTUP_TIMEOUT_S) != "loaded":
+                message = (list(sys.path), tasks, [items[i] for i in todo])
+                _write(worker.fd_out, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+                if _read_reply(worker.fd_in, time.monotonic() + STARTUP_TIMEOUT_S) != "loaded":
                     raise EOFError
             except (EOFError, TimeoutError, OSError, pickle.PickleError):
                 self._replace(slot)
@@ -324,10 +366,10 @@ class VerifierPool:
                 continue
             while todo:
                 try:
-                    verdicts[todo[0]] = _receive(worker.fd_in, time.monotonic() + per_call)
+                    verdicts[todo[0]] = _verdict_from_wire(_read_reply(worker.fd_in, time.monotonic() + per_call))
                 except TimeoutError:
                     verdicts[todo[0]] = Verdict(0.0, False, TIMEOUT)
-                except (EOFError, OSError, pickle.PickleError):
+                except (EOFError, OSError):
                     verdicts[todo[0]] = Verdict(0.0, False, ERROR)
                 else:
                     todo.popleft()
