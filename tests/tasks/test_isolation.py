@@ -7,7 +7,7 @@ import time
 import pytest
 
 from polyrl.tasks import Example, Task, get_task, isolation
-from polyrl.tasks.isolation import VerifierConfig, verify_many
+from polyrl.tasks.isolation import IsolatedReward, VerifierConfig, verify_many
 
 
 class EvalTask(Task):
@@ -155,3 +155,18 @@ def test_replies_are_json_so_a_hijacked_worker_cannot_run_code_in_the_trainer(tm
 @pytest.mark.parametrize("message", [None, "ready", [2.0, True, "correct", True, None], [1, 1, 1, 1, 1], [0.5]])
 def test_malformed_verdict_from_a_worker_is_a_verifier_error(message):
     assert isolation._verdict_from_wire(message).reason == "verifier_error"
+
+
+def length_reward(problem, response):
+    """A reward callable for the opt-in test: shorter responses score higher; 'boom' raises."""
+    if "boom" in response:
+        raise RuntimeError("boom")
+    return 1.0 / max(1, len(response))
+
+
+def test_reward_callable_that_opts_in_runs_isolated():
+    reward = IsolatedReward(length_reward)
+    problem = EvalTask().generate(0)
+    assert reward(problem, "ab") == 0.5
+    assert reward.scores([problem] * 3, ["a", "abcd", "boom"]) == [1.0, 0.25, 0.0]
+    assert reward.name.endswith(".length_reward")

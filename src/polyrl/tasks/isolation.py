@@ -36,9 +36,9 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -431,7 +431,7 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 
-def verify_many(calls: Sequence[tuple[Task, Problem, str]]) -> list[Verdict]:
+def verify_many(calls: Sequence[tuple[Task | IsolatedReward, Problem, str]]) -> list[Verdict]:
     """One verdict per ``(task, problem, response)``, in order, with one pool round trip for all impure ones.
 
     Pure verifiers run here, in this process; the others run batched in the worker pool. The rollout scores
@@ -448,3 +448,31 @@ def verify_many(calls: Sequence[tuple[Task, Problem, str]]) -> list[Verdict]:
         for i, verdict in zip(isolated, verifier_pool().verify([calls[i] for i in isolated])):
             verdicts[i] = verdict
     return verdicts  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class IsolatedReward:
+    """A reward callable ``fn(problem, response) -> float`` in [0, 1] that opts in to isolation.
+
+    Calls run in the verifier pool under the same limits as impure tasks; an exception, a timeout or a
+    crash scores 0 (the verdict says which). ``fn`` must be importable by name (defined at module level).
+    """
+
+    fn: Callable[[Problem, str], float]
+    pure: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.fn.__module__}.{self.fn.__qualname__}"
+
+    def verify_in_process(self, problem: Problem, response: str) -> Verdict:
+        score = float(self.fn(problem, response))
+        score = min(max(score, 0.0), 1.0) if score == score else 0.0  # NaN scores 0
+        return Verdict(score, score >= 1.0, "correct" if score >= 1.0 else ("partial" if score > 0 else "wrong"))
+
+    def __call__(self, problem: Problem, response: str) -> float:
+        return verify_many([(self, problem, response)])[0].score
+
+    def scores(self, problems: Sequence[Problem], responses: Sequence[str]) -> list[float]:
+        """One score per pair, with one pool round trip for the batch."""
+        return [v.score for v in verify_many([(self, p, r) for p, r in zip(problems, responses)])]
