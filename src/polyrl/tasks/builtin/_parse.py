@@ -162,7 +162,7 @@ def evaluate_expression(
     Shunting-yard evaluation: iterative (no recursion on nesting), linear in the length, and bounded in the
     length, nesting depth and operand size so adversarial input costs microseconds. Unary minus is not
     accepted: countdown-style answers must combine the given numbers only. A stated result (``... = 24``)
-    must be the expression's value. Raises ValueError on malformed input or a wrong stated result, and
+    must be the expression's value; a bare trailing ``=`` states nothing. Raises ValueError on malformed input or a wrong stated result, and
     ZeroDivisionError on division by zero.
     """
     s, equals, stated = text.translate(_EXPR_ALIASES).partition("=")
@@ -170,7 +170,7 @@ def evaluate_expression(
     if not s or len(s) > max_chars:
         raise ValueError("empty or too long expression")
     value, operands = _shunting_yard(s, max_depth, max_digits)
-    if equals and parse_rational(stated) != value:
+    if equals and stated.strip() and parse_rational(stated) != value:  # "12*3=" states nothing
         raise ValueError("the stated result is not the expression's value")
     return value, operands
 
