@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from polyrl.tasks import Example, Task, get_task, isolation
+from polyrl.tasks import Example, Task, Verdict, get_task, isolation
 from polyrl.tasks.isolation import IsolatedReward, VerifierConfig, verify_many
 
 
@@ -170,3 +170,12 @@ def test_reward_callable_that_opts_in_runs_isolated():
     assert reward(problem, "ab") == 0.5
     assert reward.scores([problem] * 3, ["a", "abcd", "boom"]) == [1.0, 0.25, 0.0]
     assert reward.name.endswith(".length_reward")
+
+
+def test_task_that_overrides_verify_keeps_it_in_verify_many():
+    class Episode(EvalTask):
+        def verify(self, problem, response):
+            return Verdict(0.25, False, "episode")
+
+    task = Episode()
+    assert [v.reason for v in task.verify_many([task.generate(0)] * 2, ["a", "b"])] == ["episode", "episode"]

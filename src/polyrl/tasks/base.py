@@ -259,7 +259,9 @@ class Task:
         """
         if self.pure:
             return self.verify_in_process(problem, response)
-        return self.verify_many([problem], [response])[0]
+        from polyrl.tasks.isolation import verifier_pool
+
+        return verifier_pool().verify([(self, problem, response)])[0]
 
     def verify_many(self, problems: Sequence[Problem], responses: Sequence[str]) -> list[Verdict]:
         """One verdict per ``(problem, response)`` pair, in order; an impure task's batch is one pool round trip."""

@@ -44,10 +44,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.tasks.base import VERIFIER_ERROR as ERROR
 from polyrl.tasks.base import VERIFIER_TIMEOUT as TIMEOUT
-from polyrl.tasks.base import Verdict
+from polyrl.tasks.base import Task, Verdict
 
 if TYPE_CHECKING:
-    from polyrl.tasks.base import Problem, Task
+    from polyrl.tasks.base import Problem
 
 DEFAULT_TIMEOUT_S = 5.0
 """Seconds one isolated verify call may take before it is the verdict ``verifier_timeout``."""
@@ -434,13 +434,16 @@ atexit.register(shutdown)
 def verify_many(calls: Sequence[tuple[Task | IsolatedReward, Problem, str]]) -> list[Verdict]:
     """One verdict per ``(task, problem, response)``, in order, with one pool round trip for all impure ones.
 
-    Pure verifiers run here, in this process; the others run batched in the worker pool. The rollout scores
-    a whole step with one call.
+    Pure verifiers run here, in this process; the others run batched in the worker pool. A task class that
+    overrides ``verify`` (an environment playing a one-turn episode) keeps its own, called here. The rollout
+    scores a whole step with one call.
     """
     verdicts: list[Verdict | None] = [None] * len(calls)
     isolated = []
     for i, (task, problem, response) in enumerate(calls):
-        if task.pure:
+        if getattr(type(task), "verify", Task.verify) is not Task.verify:
+            verdicts[i] = task.verify(problem, response)
+        elif task.pure:
             verdicts[i] = task.verify_in_process(problem, response)
         else:
             isolated.append(i)
