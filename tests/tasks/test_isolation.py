@@ -179,3 +179,14 @@ def test_task_that_overrides_verify_keeps_it_in_verify_many():
 
     task = Episode()
     assert [v.reason for v in task.verify_many([task.generate(0)] * 2, ["a", "b"])] == ["episode", "episode"]
+
+
+def test_every_built_in_task_is_pure_and_its_module_evaluates_no_text():
+    import inspect
+
+    from polyrl.tasks import list_tasks
+
+    for cls in list_tasks():
+        assert cls.pure, cls.name
+        source = inspect.getsource(inspect.getmodule(cls))
+        assert not any(word in source for word in ("eval(", "exec(", "sympy", "literal_eval")), cls.name

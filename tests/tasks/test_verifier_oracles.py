@@ -248,3 +248,106 @@ def test_sat_matches_oracle(seed, level, data):
     needed = {names[abs(lit) - 1] for c in clauses for lit in c}
     oracle = needed <= set(given) and all(any(given[names[abs(lit) - 1]] == (lit > 0) for lit in c) for c in clauses)
     assert _correct("sat", problem, " ".join(f"{k}={int(v)}" for k, v in pairs)) == oracle
+
+
+# -- sudoku, magic square: grids ----------------------------------------------------------------------------
+def _mutate_cells(data, rows):
+    rows = [list(r) for r in rows]
+    n = len(rows)
+    for _ in range(data.draw(st.integers(0, 2))):
+        r1, c1, r2, c2 = (data.draw(st.integers(0, n - 1)) for _ in range(4))
+        rows[r1][c1], rows[r2][c2] = rows[r2][c2], rows[r1][c1]
+    if data.draw(st.integers(0, 3)) == 0:
+        rows[data.draw(st.integers(0, n - 1))][data.draw(st.integers(0, n - 1))] = data.draw(st.integers(1, n * n))
+    return rows
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_sudoku_matches_oracle(seed, level, data):
+    problem = get_task("sudoku").generate(seed, level)
+    puzzle, (br, bc) = problem.answer["puzzle"], problem.answer["box"]
+    n = br * bc
+    grid = _mutate_cells(data, [[int(ch) for ch in row] for row in problem.solution.split("/")])
+    full = set(range(1, n + 1))
+    units = [list(row) for row in grid] + [list(col) for col in zip(*grid)]
+    units += [
+        [grid[r][c] for r in range(r0, r0 + br) for c in range(c0, c0 + bc)]
+        for r0 in range(0, n, br)
+        for c0 in range(0, n, bc)
+    ]
+    keeps = all(g == "." or int(g) == x for grow, row in zip(puzzle, grid) for g, x in zip(grow, row))
+    oracle = keeps and all(set(u) == full for u in units) and all(1 <= x <= n for row in grid for x in row)
+    text = "/".join("".join(map(str, row)) if all(x <= 9 for x in row) else " ".join(map(str, row)) for row in grid)
+    assert _correct("sudoku", problem, text) == oracle, text
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_magic_square_matches_oracle(seed, level, data):
+    problem = get_task("magic_square").generate(seed, level)
+    puzzle, total = problem.answer["puzzle"], problem.answer["sum"]
+    square = _mutate_cells(data, [[int(x) for x in row.split()] for row in problem.solution.split("/")])
+    n = len(square)
+    lines = square + [list(col) for col in zip(*square)]
+    lines += [[square[i][i] for i in range(n)], [square[i][n - 1 - i] for i in range(n)]]
+    keeps = all(g == 0 or g == x for grow, row in zip(puzzle, square) for g, x in zip(grow, row))
+    distinct = len({x for row in square for x in row}) == n * n
+    oracle = keeps and distinct and all(sum(line) == total for line in lines)
+    assert _correct("magic_square", problem, "/".join(" ".join(map(str, row)) for row in square)) == oracle
+
+
+# -- tower of Hanoi, shortest path: sequences of moves -------------------------------------------------------
+def _mutate_sequence(data, items, alphabet):
+    items = list(items)
+    edit = data.draw(st.sampled_from(["none", "none", "swap", "drop", "insert", "replace"]))
+    if edit == "swap" and len(items) > 1:
+        i = data.draw(st.integers(0, len(items) - 2))
+        items[i], items[i + 1] = items[i + 1], items[i]
+    elif edit == "drop" and items:
+        items.pop(data.draw(st.integers(0, len(items) - 1)))
+    elif edit == "insert":
+        items.insert(data.draw(st.integers(0, len(items))), data.draw(st.sampled_from(alphabet)))
+    elif edit == "replace" and items:
+        items[data.draw(st.integers(0, len(items) - 1))] = data.draw(st.sampled_from(alphabet))
+    return items
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_tower_of_hanoi_correct_only_for_optimal_legal_solutions(seed, level, data):
+    problem = get_task("tower_of_hanoi").generate(seed, level)
+    n, source, target = problem.answer["disks"], problem.answer["source"], problem.answer["target"]
+    moves = _mutate_sequence(data, problem.solution.split(), ["AB", "BA", "AC", "CA", "BC", "CB"])
+    pegs = {p: [] for p in "ABC"}
+    pegs[source] = list(range(n, 0, -1))
+    legal = True
+    for a, b in moves:
+        if not pegs[a] or (pegs[b] and pegs[b][-1] < pegs[a][-1]):
+            legal = False
+            break
+        pegs[b].append(pegs[a].pop())
+    oracle = legal and pegs[target] == list(range(n, 0, -1)) and len(moves) == 2**n - 1
+    assert _correct("tower_of_hanoi", problem, " ".join(moves) or "AB") == oracle
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_shortest_path_correct_only_for_shortest_valid_paths(seed, level, data):
+    problem = get_task("shortest_path").generate(seed, level)
+    a = problem.answer
+    edges = {frozenset(e) for e in a["edges"]}
+    dist, frontier = {a["source"]: 0}, [a["source"]]
+    while frontier:  # breadth-first distances over the edge set
+        nxt = []
+        for u in frontier:
+            for v in range(a["nodes"]):
+                if frozenset((u, v)) in edges and v not in dist:
+                    dist[v] = dist[u] + 1
+                    nxt.append(v)
+        frontier = nxt
+    walk = _mutate_sequence(data, [int(x) for x in problem.solution.split()], list(range(a["nodes"])))
+    valid = len(walk) >= 2 and walk[0] == a["source"] and walk[-1] == a["target"]
+    valid = valid and all(frozenset((u, v)) in edges for u, v in zip(walk, walk[1:]))
+    oracle = valid and len(walk) - 1 == dist[a["target"]]
+    assert _correct("shortest_path", problem, " ".join(map(str, walk)) or "none") == oracle
