@@ -190,3 +190,11 @@ def test_every_built_in_task_is_pure_and_its_module_evaluates_no_text():
         assert cls.pure, cls.name
         source = inspect.getsource(inspect.getmodule(cls))
         assert not any(word in source for word in ("eval(", "exec(", "sympy", "literal_eval")), cls.name
+
+
+def test_workers_that_cannot_start_in_a_network_namespace_start_without_one():
+    pool = isolation.verifier_pool()
+    pool._prefix = ["false"]  # a prefix under which no worker ever starts
+    with pytest.warns(UserWarning, match="network namespace"):
+        assert _verify(EvalTask(), "4").correct
+    assert not pool.network_namespace

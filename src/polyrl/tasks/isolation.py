@@ -347,6 +347,20 @@ class VerifierPool:
                     t.join()
             return [v if v is not None else Verdict(0.0, False, ERROR) for v in verdicts]
 
+    def _wait_ready(self, worker: _Worker) -> None:
+        """Wait for a new worker's start-up; one that cannot start inside ``unshare`` is retried without it."""
+        try:
+            worker.wait_ready()
+        except (EOFError, TimeoutError, OSError):
+            if self._prefix:
+                warnings.warn(
+                    "verifier workers do not start in a network namespace here; using them without", stacklevel=2
+                )
+                self._prefix = []
+            else:
+                warnings.warn("a verifier worker failed to start; its calls are verifier errors", stacklevel=2)
+            raise
+
     def _run_chunk(self, slot: int, chunk: list[int], tasks: list[bytes], items: list, verdicts: list) -> None:
         """Verify ``items[i]`` for i in ``chunk`` on worker ``slot``, replacing the worker on a timeout or a crash."""
         per_call = self.limits.timeout_s + self.limits.grace_s
@@ -355,7 +369,7 @@ class VerifierPool:
         while todo and attempts_left:
             try:
                 worker = self._worker(slot)
-                worker.wait_ready()
+                self._wait_ready(worker)
                 message = (list(sys.path), tasks, [items[i] for i in todo])
                 _write(worker.fd_out, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
                 if _read_reply(worker.fd_in, time.monotonic() + STARTUP_TIMEOUT_S) != "loaded":
