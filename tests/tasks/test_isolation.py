@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from polyrl.tasks import Example, Task, Verdict, get_task, isolation
+from polyrl.tasks import Example, Task, Verdict, get_task, isolation, verifier_worker
 from polyrl.tasks.isolation import IsolatedReward, VerifierConfig, verify_many
 
 
@@ -145,16 +145,16 @@ def test_replies_are_json_so_a_hijacked_worker_cannot_run_code_in_the_trainer(tm
     read_fd, write_fd = os.pipe()
     # a protocol-0 pickle of os.system('touch …'): loading it would run the command
     evil = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()
-    isolation._write(write_fd, evil)
+    verifier_worker.write_message(write_fd, evil)
     with pytest.raises(EOFError):
-        isolation._read_reply(read_fd, time.monotonic() + 5)
+        verifier_worker.read_reply(read_fd, time.monotonic() + 5)
     assert not marker.exists()
     os.close(read_fd), os.close(write_fd)
 
 
 @pytest.mark.parametrize("message", [None, "ready", [2.0, True, "correct", True, None], [1, 1, 1, 1, 1], [0.5]])
 def test_malformed_verdict_from_a_worker_is_a_verifier_error(message):
-    assert isolation._verdict_from_wire(message).reason == "verifier_error"
+    assert verifier_worker.verdict_from_wire(message).reason == "verifier_error"
 
 
 def length_reward(problem, response):
