@@ -351,3 +351,48 @@ def test_shortest_path_correct_only_for_shortest_valid_paths(seed, level, data):
     valid = valid and all(frozenset((u, v)) in edges for u, v in zip(walk, walk[1:]))
     oracle = valid and len(walk) - 1 == dist[a["target"]]
     assert _correct("shortest_path", problem, " ".join(map(str, walk)) or "none") == oracle
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_knapsack_correct_only_for_an_optimal_packing(seed, level, data):
+    problem = get_task("knapsack").generate(seed, level)
+    items, capacity = problem.answer["items"], problem.answer["capacity"]
+    best = 0
+    for mask in range(1 << len(items)):  # every subset
+        chosen = [i for i in range(len(items)) if mask >> i & 1]
+        if sum(items[i][0] for i in chosen) <= capacity:
+            best = max(best, sum(items[i][1] for i in chosen))
+    picked = _mutate_sequence(data, [int(x) for x in problem.solution.split()], list(range(len(items) + 2)))
+    fits = sum(items[i - 1][0] for i in picked if 1 <= i <= len(items)) <= capacity
+    valid = len(set(picked)) == len(picked) and all(1 <= i <= len(items) for i in picked) and fits
+    oracle = valid and sum(items[i - 1][1] for i in picked) == best
+    assert _correct("knapsack", problem, " ".join(map(str, picked)) or "none") == oracle
+
+
+@ORACLE
+@given(seed=SEEDS, level=LEVELS, data=st.data())
+def test_maze_path_correct_only_for_shortest_paths_to_the_exit(seed, level, data):
+    problem = get_task("maze_path").generate(seed, level)
+    rows = problem.answer["maze"]
+    cells = {(r, c): ch for r, row in enumerate(rows) for c, ch in enumerate(row)}
+    start = next(cell for cell, ch in cells.items() if ch == "S")
+    step = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
+    dist, frontier = {start: 0}, [start]
+    while frontier:
+        nxt = []
+        for r, c in frontier:
+            for dr, dc in step.values():
+                cell = (r + dr, c + dc)
+                if cells.get(cell, "#") != "#" and cell not in dist:
+                    dist[cell] = dist[(r, c)] + 1
+                    nxt.append(cell)
+        frontier = nxt
+    exit_ = next(cell for cell, ch in cells.items() if ch == "E")
+    moves = _mutate_sequence(data, list(problem.solution), list("UDLR"))
+    at, ok = start, True
+    for m in moves:
+        at = (at[0] + step[m][0], at[1] + step[m][1])
+        ok = ok and cells.get(at, "#") != "#"
+    oracle = ok and at == exit_ and len(moves) == dist[exit_]
+    assert _correct("maze_path", problem, "".join(moves) or "none") == oracle
