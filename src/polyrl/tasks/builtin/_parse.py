@@ -162,8 +162,8 @@ def evaluate_expression(
     Shunting-yard evaluation: iterative (no recursion on nesting), linear in the length, and bounded in the
     length, nesting depth and operand size so adversarial input costs microseconds. Unary minus is not
     accepted: countdown-style answers must combine the given numbers only. A stated result (``... = 24``)
-    must be the expression's value; a bare trailing ``=`` states nothing. Raises ValueError on malformed input or a wrong stated result, and
-    ZeroDivisionError on division by zero.
+    must be the expression's value; a bare trailing ``=`` states nothing. Raises ValueError on malformed
+    input or a wrong stated result, and ZeroDivisionError on division by zero.
     """
     s, equals, stated = text.translate(_EXPR_ALIASES).partition("=")
     s = s.strip()
