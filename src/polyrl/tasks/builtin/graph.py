@@ -17,6 +17,7 @@ from polyrl.tasks.registry import register_task
 class ConnectedComponents(Task):
     name = "connected_components"
     category = "graph"
+    pure = True
     description = "Count the connected components of an undirected graph (isolated nodes count too)."
     answer_shape = "a single integer"
     params = (
@@ -54,6 +55,7 @@ class ConnectedComponents(Task):
 class GraphColoring(Task):
     name = "graph_coloring"
     category = "graph"
+    pure = True
     description = (
         "Color the nodes with colors 1..k so that no edge joins two nodes of one color; any proper coloring counts."
     )
@@ -93,6 +95,7 @@ class GraphColoring(Task):
 class TopologicalSort(Task):
     name = "topological_sort"
     category = "graph"
+    pure = True
     description = (
         "Order the nodes of a directed acyclic graph so that every edge a>b has a before b; any valid order counts."
     )
