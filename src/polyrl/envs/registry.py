@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.envs.base import EnvTask
+from polyrl.envs.sandbox import SandboxMode
 from polyrl.errors import UserError
 from polyrl.registry import load_plugins
 from polyrl.tasks import Task, get_task
@@ -42,6 +43,11 @@ class EnvConfig(BaseModel):
     attempts: int = Field(3, ge=1, description="Attempts of env/retry (the first one included).")
     retry_discount: float = Field(
         0.5, ge=0, le=1, description="env/retry: reward of a success at attempt k is discount**(k-1)."
+    )
+    python_sandbox: SandboxMode = Field(
+        "bwrap",
+        description="How env/python runs snippets: `bwrap` isolates them with bubblewrap (Debian package "
+        "`bubblewrap`); `unsafe_local` runs them unisolated, with rlimits only (see docs/security.md).",
     )
 
 
