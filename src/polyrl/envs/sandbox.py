@@ -179,8 +179,8 @@ def _probe_bwrap() -> None:
         raise UserError(f"bubblewrap cannot start the python sandbox here: {reason[:300]}")
 
 
-@functools.cache
 def _warn_unsafe() -> None:
+    # Python's default warning filter shows it once per process
     warnings.warn(
         "python sandbox 'unsafe_local': model-written code runs without isolation (only rlimits and a wall clock)",
         stacklevel=3,
