@@ -58,7 +58,8 @@ sys.stdin.close()
 for limit, value in ((resource.RLIMIT_CPU, (cpu_s, cpu_s + 1)), (resource.RLIMIT_AS, (memory, memory)),
                      (resource.RLIMIT_FSIZE, (file_size, file_size)), (resource.RLIMIT_NOFILE, (open_files, open_files)),
                      (resource.RLIMIT_NPROC, (processes, processes)), (resource.RLIMIT_CORE, (0, 0))):
-    resource.setrlimit(limit, value)
+    if value[0] >= 0:  # -1: leave as it is
+        resource.setrlimit(limit, value)
 sys.argv = ["<snippet>"]
 exec(compile(source, "<snippet>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
 """
@@ -150,8 +151,10 @@ def _bwrap_command(limits: SandboxLimits, seccomp_fd: int) -> list[str]:
     return [*shared[:at], *tmp, *shared[at:], *env, "--seccomp", str(seccomp_fd), "--", *_python_command(limits)]
 
 
-def _python_command(limits: SandboxLimits) -> list[str]:
-    numbers = (limits.cpu_s, limits.memory_mb << 20, limits.output_bytes, limits.open_files, limits.processes)
+def _python_command(limits: SandboxLimits, isolated: bool = True) -> list[str]:
+    # outside a user namespace RLIMIT_NPROC would count every process of the user, not the snippet's
+    processes = limits.processes if isolated else -1
+    numbers = (limits.cpu_s, limits.memory_mb << 20, limits.output_bytes, limits.open_files, processes)
     return [interpreter(), "-I", "-S", "-c", _RUNNER, *map(str, numbers)]
 
 
@@ -195,7 +198,7 @@ def run_python(source: str, limits: SandboxLimits | None = None, mode: SandboxMo
         check_sandbox(mode)  # raises the one-line error
     if mode == "unsafe_local":
         _warn_unsafe()
-    fds = [os.memfd_create(f"polyrl-sandbox-{name}", os.MFD_CLOEXEC) for name in ("in", "out", "err", "bpf", "info")]
+    fds = [_anonymous_file(f"polyrl-sandbox-{name}") for name in ("in", "out", "err", "bpf", "info")]
     stdin, stdout, stderr, filter_fd, info_fd = fds
     try:
         _fill(stdin, source.encode("utf-8", "surrogatepass"))
@@ -210,7 +213,7 @@ def run_python(source: str, limits: SandboxLimits | None = None, mode: SandboxMo
         else:
             with tempfile.TemporaryDirectory(prefix="polyrl-sandbox-") as scratch:
                 env = {"HOME": scratch, "TMPDIR": scratch, **_PYTHON_ENV}
-                returncode, timed_out = _run(_python_command(limits), limits.wall_s, streams, scratch, env, ())
+                returncode, timed_out = _run(_python_command(limits, False), limits.wall_s, streams, scratch, env, ())
         out, out_size = _read(stdout, limits.output_bytes)
         err, _ = _read(stderr, limits.output_bytes)
     finally:
@@ -236,6 +239,15 @@ def _wait_for_namespace(info_fd: int, timeout_s: float = 2.0) -> None:
         select.select([pidfd], [], [], timeout_s)  # a pidfd is readable once its process has exited
     finally:
         os.close(pidfd)
+
+
+def _anonymous_file(name: str) -> int:
+    """A file descriptor of a file with no name: in memory on Linux, an unlinked temporary file elsewhere."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create(name, os.MFD_CLOEXEC)
+    fd, path = tempfile.mkstemp(prefix=name)
+    os.unlink(path)
+    return fd
 
 
 def _fill(fd: int, data: bytes) -> None:
