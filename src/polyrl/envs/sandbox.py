@@ -8,8 +8,8 @@ bubblewrap (``bwrap``, Debian package ``bubblewrap``), never from checks inside 
   session (no terminal to inject keystrokes into), uid/gid 65534 inside. The pid namespace dies with its
   first process, so nothing the snippet started outlives the call.
 * **Filesystem** — a fresh root with read-only binds of ``/usr``, ``/lib*`` and the interpreter's prefix
-  only (no ``/etc``, ``/root``, ``/home``, working directory or repository), a private ``/proc`` and
-  minimal ``/dev`` (both read-only but for the device nodes), and a size-limited tmpfs ``/tmp`` — the
+  only (no ``/etc``, ``/root``, ``/home``, working directory or repository), the ``/proc`` of its own pid
+  namespace, a minimal read-only ``/dev`` (null, zero, random, …), and a size-limited tmpfs ``/tmp`` — the
   only writable place and the working directory. It vanishes with the sandbox.
 * **Processes** — a seccomp filter (:mod:`polyrl.envs.seccomp`) refuses fork, vfork and non-thread
   clone; ``RLIMIT_NPROC`` as well (which the kernel enforces for users other than root).
