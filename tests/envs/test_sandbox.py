@@ -140,3 +140,22 @@ def test_the_python_tool_returns_output_and_reports_failures_as_tool_errors():
 def test_the_python_tool_takes_the_smaller_of_its_wall_clock_and_the_call_timeout():
     with pytest.raises(ToolError, match=r"^timeout$"):
         python_tool(LIMITS).run({"code": "import time\ntime.sleep(60)"}, 1.0)
+
+
+@needs_bwrap
+def test_only_tmp_is_writable():
+    src = """
+for path in ('/x', '/usr/x', '/dev/shm/x', '/proc/x', '/tmp/x'):
+    try:
+        open(path, 'w').close()
+        print(path, 'written')
+    except OSError as exc:
+        print(path, type(exc).__name__)
+"""
+    assert run_python(src, LIMITS).stdout.splitlines() == [
+        "/x OSError",  # read-only file system
+        "/usr/x OSError",
+        "/dev/shm/x OSError",
+        "/proc/x FileNotFoundError",
+        "/tmp/x written",
+    ]

@@ -102,7 +102,7 @@ def interpreter() -> str:
 
 @functools.cache
 def bwrap_arguments() -> tuple[str, ...]:
-    """The bubblewrap options shared by every call (everything but the seccomp fd and the limits)."""
+    """The namespaces and read-only binds shared by every call (the mounts that depend on limits follow)."""
     args = [
         "--unshare-all",
         "--unshare-user",
@@ -125,8 +125,7 @@ def bwrap_arguments() -> tuple[str, ...]:
             args += ["--ro-bind", path, path]
     for path in python_roots():
         args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev", "--remount-ro", "/"]
-    return tuple(args)
+    return (*args, "--proc", "/proc", "--dev", "/dev")
 
 
 def python_roots() -> list[str]:
@@ -142,13 +141,12 @@ def python_roots() -> list[str]:
 def _bwrap_command(limits: SandboxLimits, seccomp_fd: int) -> list[str]:
     """bwrap's arguments for one call: the shared ones, the sized tmpfs, the environment, the filter, the runner."""
     tmp = ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    read_only = ["--remount-ro", "/dev", "--remount-ro", "/"]  # after every mount point is made
     env = ["--clearenv"]
     for name, value in {"HOME": "/tmp", "TMPDIR": "/tmp", **_PYTHON_ENV}.items():
         env += ["--setenv", name, value]
-    # --remount-ro / must follow every mount under /: put the tmpfs before the shared arguments' remount
-    shared = list(bwrap_arguments())
-    at = shared.index("--remount-ro")
-    return [*shared[:at], *tmp, *shared[at:], *env, "--seccomp", str(seccomp_fd), "--", *_python_command(limits)]
+    filters = ["--seccomp", str(seccomp_fd)]
+    return [*bwrap_arguments(), *tmp, *read_only, *env, *filters, "--", *_python_command(limits)]
 
 
 def _python_command(limits: SandboxLimits, isolated: bool = True) -> list[str]:
