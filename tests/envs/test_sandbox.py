@@ -10,7 +10,14 @@ import struct
 import pytest
 
 from polyrl.envs import EnvConfig, get_env_task, seccomp
-from polyrl.envs.sandbox import SandboxLimits, bwrap_arguments, check_sandbox, python_roots, run_python
+from polyrl.envs.sandbox import (
+    SandboxLimits,
+    bwrap_arguments,
+    bwrap_version,
+    check_sandbox,
+    python_roots,
+    run_python,
+)
 from polyrl.envs.tool_use import python_tool
 from polyrl.envs.tools import ToolError
 from polyrl.errors import UserError
@@ -99,6 +106,19 @@ def test_without_bwrap_the_sandbox_refuses_naming_the_package(no_bwrap):
 def test_without_bwrap_env_python_fails_when_the_task_is_resolved(no_bwrap):
     with pytest.raises(UserError, match="bubblewrap"):
         get_env_task("env/python:addition", EnvConfig())
+
+
+def test_a_bubblewrap_older_than_0_8_is_a_one_line_error(monkeypatch, tmp_path):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho bubblewrap 0.6.1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    bwrap_version.cache_clear()
+    try:
+        with pytest.raises(UserError, match=r"bubblewrap 0.6.1 is too old for the python sandbox \(needs 0.8.0"):
+            check_sandbox("bwrap")
+    finally:
+        bwrap_version.cache_clear()
 
 
 def test_unsafe_local_mode_runs_unisolated_and_warns(no_bwrap):

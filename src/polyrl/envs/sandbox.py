@@ -45,6 +45,7 @@ from polyrl.errors import UserError
 
 SandboxMode = Literal["bwrap", "unsafe_local"]
 SANDBOX_MODES: tuple[str, ...] = get_args(SandboxMode)
+_MIN_BWRAP = (0, 8, 0)
 _SANDBOX_UID = 65534  # "nobody" inside the user namespace
 _SYSTEM_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32")
 _PYTHON_ENV = {"PYTHONUTF8": "1", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -167,9 +168,21 @@ def check_sandbox(mode: SandboxMode = "bwrap") -> None:
             "the python tool needs bubblewrap: apt-get install bubblewrap (Debian package `bubblewrap`), "
             "or set env.python_sandbox: unsafe_local to run model-written code without isolation"
         )
+    version = bwrap_version()
+    if version < _MIN_BWRAP:
+        found, needed = ".".join(map(str, version)), ".".join(map(str, _MIN_BWRAP))
+        raise UserError(f"bubblewrap {found} is too old for the python sandbox (needs {needed}: --disable-userns)")
     if not seccomp.supported():
         raise UserError(f"the python sandbox's seccomp filter does not support this machine ({os.uname().machine})")
     _probe_bwrap()
+
+
+@functools.cache
+def bwrap_version() -> tuple[int, ...]:
+    """bubblewrap's version, e.g. ``(0, 8, 0)``; ``(0,)`` when it does not say."""
+    words = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10).stdout.split()
+    digits = words[-1].split(".") if words else []
+    return tuple(int(d) for d in digits if d.isdigit()) or (0,)
 
 
 @functools.cache
