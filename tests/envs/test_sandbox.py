@@ -13,7 +13,6 @@ from polyrl.envs import EnvConfig, get_env_task, seccomp
 from polyrl.envs.sandbox import (
     SandboxLimits,
     bwrap_arguments,
-    bwrap_version,
     check_sandbox,
     python_roots,
     run_python,
@@ -108,17 +107,29 @@ def test_without_bwrap_env_python_fails_when_the_task_is_resolved(no_bwrap):
         get_env_task("env/python:addition", EnvConfig())
 
 
-def test_a_bubblewrap_older_than_0_8_is_a_one_line_error(monkeypatch, tmp_path):
-    fake = tmp_path / "bwrap"
-    fake.write_text("#!/bin/sh\necho bubblewrap 0.6.1\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    bwrap_version.cache_clear()
-    try:
-        with pytest.raises(UserError, match=r"bubblewrap 0.6.1 is too old for the python sandbox \(needs 0.8.0"):
-            check_sandbox("bwrap")
-    finally:
-        bwrap_version.cache_clear()
+@pytest.fixture
+def fake_bwrap(monkeypatch, tmp_path):
+    """Put a shell script named bwrap first on PATH; returns a function that sets the script's body."""
+
+    def install(body: str):
+        fake = tmp_path / "bwrap"
+        fake.write_text(f"#!/bin/sh\n{body}\n")
+        fake.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+
+    return install
+
+
+def test_a_bubblewrap_older_than_0_8_is_a_one_line_error(fake_bwrap):
+    fake_bwrap("echo bubblewrap 0.6.1")
+    with pytest.raises(UserError, match=r"bubblewrap 0.6.1 is too old for the python sandbox \(needs 0.8.0"):
+        check_sandbox("bwrap")
+
+
+def test_a_bubblewrap_that_cannot_create_namespaces_fails_the_start_up_check(fake_bwrap):
+    fake_bwrap('[ "$1" = --version ] && echo bubblewrap 0.8.0 && exit 0\necho "bwrap: No permissions" >&2; exit 1')
+    with pytest.raises(UserError, match=r"^bubblewrap cannot start the python sandbox here: bwrap: No permissions$"):
+        check_sandbox("bwrap")
 
 
 def test_unsafe_local_mode_runs_unisolated_and_warns(no_bwrap):

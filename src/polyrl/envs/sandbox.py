@@ -163,30 +163,32 @@ def check_sandbox(mode: SandboxMode = "bwrap") -> None:
         raise UserError(f"unknown python sandbox {mode!r}; choose one of {', '.join(SANDBOX_MODES)}")
     if mode == "unsafe_local":
         return
-    if shutil.which("bwrap") is None:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
         raise UserError(
             "the python tool needs bubblewrap: apt-get install bubblewrap (Debian package `bubblewrap`), "
             "or set env.python_sandbox: unsafe_local to run model-written code without isolation"
         )
-    version = bwrap_version()
+    version = bwrap_version(bwrap)
     if version < _MIN_BWRAP:
         found, needed = ".".join(map(str, version)), ".".join(map(str, _MIN_BWRAP))
         raise UserError(f"bubblewrap {found} is too old for the python sandbox (needs {needed}: --disable-userns)")
     if not seccomp.supported():
         raise UserError(f"the python sandbox's seccomp filter does not support this machine ({os.uname().machine})")
-    _probe_bwrap()
+    _probe_bwrap(bwrap)
 
 
 @functools.cache
-def bwrap_version() -> tuple[int, ...]:
-    """bubblewrap's version, e.g. ``(0, 8, 0)``; ``(0,)`` when it does not say."""
-    words = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10).stdout.split()
+def bwrap_version(bwrap: str) -> tuple[int, ...]:
+    """The version of the bubblewrap at path ``bwrap``, e.g. ``(0, 8, 0)``; ``(0,)`` when it does not say."""
+    words = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout.split()
     digits = words[-1].split(".") if words else []
     return tuple(int(d) for d in digits if d.isdigit()) or (0,)
 
 
 @functools.cache
-def _probe_bwrap() -> None:
+def _probe_bwrap(bwrap: str) -> None:
+    # cached per path: a probe that passed holds for the process
     result = run_python("print(6 * 7)", SandboxLimits(wall_s=30.0), mode="bwrap")
     if result.stdout != "42\n":
         reason = (result.stderr.strip().splitlines() or [result.status])[-1]
