@@ -227,3 +227,17 @@ for i in range(1000):
 """
     r = attack(marker, src)  # 1000 files of 19 kB = 19 MB > tmp_mb (4 MB)
     assert r.status == "error" and "No space left on device" in r.stderr
+
+
+def test_the_trainer_cannot_be_signalled_and_only_the_sandbox_processes_are_visible(marker):
+    src = f"""
+import os, signal
+for pid in ({os.getpid()}, {os.getppid()}):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        print(pid, 'not visible')
+print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
+"""
+    r = attack(marker, src)
+    assert r.stdout.splitlines() == [f"{os.getpid()} not visible", f"{os.getppid()} not visible", "[1, 2]"]
