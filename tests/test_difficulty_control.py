@@ -9,7 +9,6 @@ from polyrl.train.checkpoint import latest_checkpoint
 from polyrl.train.config import load_config
 from polyrl.train.trainer import Trainer
 
-
 BAND = {"target_low": 0.25, "target_high": 0.75, "step_size": 0.1, "window": 4, "max_difficulty": 1.0}
 
 
