@@ -5,6 +5,13 @@ from __future__ import annotations
 import typer
 
 from polyrl.errors import UserError
+from polyrl.serve.limits import ServeLimits
+
+
+def _limit(field: str, **bounds):
+    """A CLI option for one ServeLimits field: its default and its description, from the one place they live."""
+    info = ServeLimits.model_fields[field]
+    return typer.Option(info.default, "--" + field.replace("_", "-"), help=info.description, **bounds)
 
 
 def register(app: typer.Typer) -> None:
@@ -16,6 +23,13 @@ def register(app: typer.Typer) -> None:
         model_name: str | None = typer.Option(
             None, "--model-name", help="Name in /v1/models (default: the directory name)."
         ),
+        max_request_bytes: int = _limit("max_request_bytes", min=1024),
+        max_messages: int = _limit("max_messages", min=1),
+        max_prompt_tokens: int | None = _limit("max_prompt_tokens", min=1),
+        default_max_tokens: int = _limit("default_max_tokens", min=1),
+        max_tokens: int = _limit("max_tokens", min=1),
+        max_waiting: int = _limit("max_waiting", min=0),
+        retry_after_s: int = _limit("retry_after_s", min=1),
     ) -> None:
         """Serve CHECKPOINT at /v1/chat/completions, /v1/models and /health."""
         try:
@@ -26,5 +40,14 @@ def register(app: typer.Typer) -> None:
         from polyrl.policy.loading import check_model_dir
         from polyrl.serve.app import serve as run_server
 
+        limits = ServeLimits(
+            max_request_bytes=max_request_bytes,
+            max_messages=max_messages,
+            max_prompt_tokens=max_prompt_tokens,
+            default_max_tokens=default_max_tokens,
+            max_tokens=max_tokens,
+            max_waiting=max_waiting,
+            retry_after_s=retry_after_s,
+        )
         check_model_dir(checkpoint)
-        run_server(checkpoint, host, port, model_name)
+        run_server(checkpoint, host, port, model_name, limits)
