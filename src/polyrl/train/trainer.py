@@ -30,6 +30,7 @@ from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_
 from polyrl.train.config import TrainConfig, save_config
 from polyrl.train.progress import StageProgress
 from polyrl.train.run_dir import RunDir, atomic_write_text
+from polyrl.train.threads import available_cores, default_threads
 
 
 class TrainingError(RuntimeError):
@@ -83,8 +84,7 @@ class Trainer:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        if config.threads:
-            torch.set_num_threads(config.threads)
+        torch.set_num_threads(config.threads or default_threads(available_cores()))
         torch.manual_seed(config.seed)
         self.policy = load_policy(config.model, seed=config.seed, device=config.device)
         self.prompts = PromptBuilder(self.policy.tokenizer, config.prompt)
