@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,11 @@ def main() -> None:
             for t in counts:
                 alone[t].append(sft_seconds(t, args.sft_steps, Path(tmp) / f"alone_{t}_{rep}"))
                 busy[t].append(beside_busy_loop(t, args.sft_steps, Path(tmp) / f"busy_{t}_{rep}"))
-                print(f"repeat {rep} threads {t}: alone {alone[t][-1]:.1f} s, beside a busy loop {busy[t][-1]:.1f} s")
+                load = os.getloadavg()[0]  # the machine may be shared: say how busy it was
+                print(
+                    f"repeat {rep} threads {t}: alone {alone[t][-1]:.1f} s, beside a busy loop {busy[t][-1]:.1f} s "
+                    f"(1-min load average after: {load:.1f})"
+                )
     print(f"\n{cpu_model()}, {args.sft_steps} SFT steps, {args.repeats} repeats\n")
     rows = []
     for t in counts:

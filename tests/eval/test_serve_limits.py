@@ -211,6 +211,22 @@ def test_an_unexpected_error_is_a_500_in_openai_shape(strict, monkeypatch):
     assert "secret" not in error["message"]
 
 
+def test_a_chat_template_that_refuses_the_messages_is_a_400():
+    from jinja2 import TemplateError
+
+    from polyrl.serve.app import prompt_ids
+
+    class StrictTemplate:
+        chat_template = "{{ raise_exception('roles must alternate') }}"
+
+        def apply_chat_template(self, messages, **kwargs):
+            raise TemplateError("roles must alternate")
+
+    with pytest.raises(ServeError) as refused:
+        prompt_ids(StrictTemplate(), [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    assert refused.value.status == 400 and "roles must alternate" in refused.value.message
+
+
 def test_validation_message_names_the_field_and_drops_pydantics_prefix():
     errors = [{"type": "value_error", "loc": ("body", "messages", 0, "content"), "msg": "Value error, bad"}]
     assert validation_message(errors) == ("messages.0.content: bad", "messages.0.content")

@@ -30,6 +30,9 @@ def register(app: typer.Typer) -> None:
         max_tokens: int = _limit("max_tokens", min=1),
         max_waiting: int = _limit("max_waiting", min=0),
         retry_after_s: int = _limit("retry_after_s", min=1),
+        threads: int | None = typer.Option(
+            None, "--threads", min=1, help="torch CPU threads (default: half the CPU cores, 1 to 4)."
+        ),
     ) -> None:
         """Serve CHECKPOINT at /v1/chat/completions, /v1/models and /health."""
         try:
@@ -50,4 +53,4 @@ def register(app: typer.Typer) -> None:
             retry_after_s=retry_after_s,
         )
         check_model_dir(checkpoint)
-        run_server(checkpoint, host, port, model_name, limits)
+        run_server(checkpoint, host, port, model_name, limits, threads)

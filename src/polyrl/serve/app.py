@@ -28,9 +28,17 @@ from polyrl.serve.schema import ChatRequest, sampling
 
 
 def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """The prompt through the tokenizer's chat template (plain concatenation when it has none)."""
+    """The prompt through the tokenizer's chat template (plain concatenation when it has none).
+
+    A template that refuses the messages (many raise on roles that do not alternate) makes this a 400.
+    """
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        from jinja2 import TemplateError
+
+        try:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except TemplateError as exc:
+            raise ServeError(400, f"the model's chat template refused the messages: {exc}", param="messages") from None
         return tokenizer(text, add_special_tokens=False).input_ids
     return tokenizer("\n".join(m["content"] for m in messages) + "\n").input_ids
 
@@ -129,14 +137,19 @@ def serve(
     port: int = 8000,
     model_name: str | None = None,
     limits: ServeLimits | None = None,
+    threads: int | None = None,
 ) -> None:
-    """Load ``checkpoint`` and serve it until interrupted."""
+    """Load ``checkpoint`` and serve it until interrupted, generating with ``threads`` torch CPU threads
+    (default: :func:`~polyrl.policy.threads.default_threads`; torch's one per core collapses on a busy machine)."""
     from pathlib import Path
 
+    import torch
     import uvicorn
 
     from polyrl.policy.loading import ModelConfig, load_policy
+    from polyrl.policy.threads import available_cores, default_threads
 
+    torch.set_num_threads(threads or default_threads(available_cores()))
     policy = load_policy(ModelConfig(path=checkpoint))
     name = model_name or Path(checkpoint).resolve().name
     uvicorn.run(build_app(policy, name, limits), host=host, port=port, log_level="info")

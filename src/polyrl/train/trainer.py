@@ -24,13 +24,13 @@ from polyrl.envs import resolve_task
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
+from polyrl.policy.threads import available_cores, default_threads
 from polyrl.rewards import RewardScorer
 from polyrl.train import rl, sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
 from polyrl.train.progress import StageProgress
 from polyrl.train.run_dir import RunDir, atomic_write_text
-from polyrl.train.threads import available_cores, default_threads
 
 
 class TrainingError(RuntimeError):
