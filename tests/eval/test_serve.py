@@ -125,3 +125,19 @@ def test_serve_rejects_a_directory_that_is_not_a_checkpoint(tmp_path, capsys):
 
     assert run(["serve", str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--max-request-bytes", "10"], "--max-request-bytes: Input should be greater than or equal to 1024"),
+        (["--max-waiting", "-1"], "--max-waiting: Input should be greater than or equal to 0"),
+        (["--port", "0"], "--port: 0 is not a TCP port (1-65535)"),
+        (["--threads", "0"], "--threads: 0; give 1 or more"),
+    ],
+)
+def test_serve_options_out_of_bounds_are_one_line_errors(tmp_path, capsys, option, message):
+    from polyrl.cli import run
+
+    assert run(["serve", str(tmp_path), *option]) == 2
+    assert capsys.readouterr().err == f"polyrl: error: {message}\n"
