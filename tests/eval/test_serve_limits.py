@@ -194,6 +194,42 @@ def test_a_full_queue_answers_503_with_retry_after(strict, monkeypatch):
     assert [r.status_code for r in results] == [200, 200]
 
 
+def test_a_request_whose_client_left_while_waiting_is_not_generated(tiny_policy, monkeypatch):
+    import json
+
+    from polyrl.policy.generation import TransformersBackend
+    from polyrl.serve import build_app
+
+    calls = []
+    monkeypatch.setattr(TransformersBackend, "generate", lambda self, *a, **k: calls.append(a))
+    body = json.dumps(user("abc")).encode()
+    messages = [{"type": "http.request", "body": body, "more_body": False}, {"type": "http.disconnect"}]
+    sent = []
+
+    async def receive():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": CHAT,
+        "raw_path": CHAT.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8000),
+    }
+    asyncio.run(build_app(tiny_policy, "tiny", STRICT)(scope, receive, send))
+    assert calls == [] and sent[0]["status"] == 499
+
+
 # -- 500s ----------------------------------------------------------------------------------------------------------
 
 

@@ -13,6 +13,9 @@ import time
 import uuid
 from typing import Any
 
+from fastapi import FastAPI, Request  # at module level: FastAPI resolves the handlers' annotations here
+from starlette.concurrency import run_in_threadpool
+
 from polyrl.errors import UserError
 from polyrl.policy.generation import TransformersBackend
 from polyrl.serve.errors import ServeError, install_handlers
@@ -70,9 +73,6 @@ def completion_response(model_name: str, prompt_tokens: int, gens) -> dict[str, 
 
 def build_app(policy, model_name: str, limits: ServeLimits | None = None):
     """The FastAPI app serving ``policy`` (a :class:`~polyrl.policy.loading.Policy`) as ``model_name``."""
-    from fastapi import FastAPI
-    from starlette.concurrency import run_in_threadpool
-
     limits = limits or ServeLimits()
     tokenizer = policy.tokenizer
     backend = TransformersBackend(policy.model, tokenizer)
@@ -101,7 +101,7 @@ def build_app(policy, model_name: str, limits: ServeLimits | None = None):
         }
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: ChatRequest):
+    async def chat_completions(request: ChatRequest, http: Request):
         if len(request.messages) > limits.max_messages:
             raise ServeError(
                 400, f"{len(request.messages)} messages; at most {limits.max_messages} fit", param="messages"
@@ -118,6 +118,8 @@ def build_app(policy, model_name: str, limits: ServeLimits | None = None):
             max_tokens = min(max_tokens, context - len(ids))  # like vLLM: cut the budget to what fits
         how = sampling(request.temperature, request.top_p)
         async with admission.turn():
+            if await http.is_disconnected():  # gave up while waiting: generating for nobody would delay the rest
+                raise ServeError(499, "the client disconnected while its request waited")
             gens = await run_in_threadpool(
                 backend.generate,
                 [ids] * request.n,
