@@ -257,7 +257,9 @@ class TrainConfig(_Strict):
     seed: int = Field(0, description="Run seed: every random choice flows from it.")
     run_dir: str = Field("runs/default", description="Run directory (config, metrics, checkpoints, models).")
     device: str = Field("cpu", description="Torch device: cpu, cuda, cuda:1, mps.")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice).")
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads (default: half the CPU cores, 1 to 4; see docs/training.md)."
+    )
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="How problems are shown.")
     tasks: list[TaskSpec] = Field(description="The training mix.", min_length=1)
