@@ -191,3 +191,11 @@ def test_corrupt_parquet_is_a_user_error(capsys, tmp_path):
     path = tmp_path / "bad.parquet"
     path.write_bytes(b"PAR1 not really")
     assert "not a readable parquet file" in _user_error(capsys, ["tasks", "check-leakage", str(path), str(path)])
+
+
+def test_an_option_outside_its_range_is_a_one_line_error(capsys):
+    from polyrl.cli import run
+
+    assert run(["tasks", "sample", "addition", "--n", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err) and any("greater than or equal to 1" in line for line in err)
