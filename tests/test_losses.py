@@ -236,9 +236,7 @@ def test_tis_weight_is_truncated_at_the_cap_and_scales_loss_and_gradient():
     logprobs = torch.zeros(1, 2, requires_grad=True)
     old = torch.zeros(1, 2)
     behaviour = torch.tensor([[-math.log(3.0), -math.log(1.5)]])  # weights exp(old - behaviour) = 3, 1.5
-    loss, stats = ppo(
-        logprobs, old, torch.tensor([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour, tis_cap=2.0
-    )
+    loss, stats = ppo(logprobs, old, torch.tensor([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour, tis_cap=2.0)
     loss.backward()
     close(loss, -(2.0 + 1.5) / 2)
     close(logprobs.grad, [[-1.0, -0.75]])
@@ -280,8 +278,8 @@ def test_kl_estimators_hand_values():
 def test_k3_is_nonnegative_and_zero_when_policies_agree():
     torch.manual_seed(0)
     logprobs, ref = torch.randn(4, 16), torch.randn(4, 16)
-    assert (kl_penalty(logprobs, ref) >= 0).all()
-    close(kl_penalty(logprobs, logprobs), torch.zeros(4, 16))
+    assert (kl_penalty(logprobs, ref, "k3") >= 0).all()
+    close(kl_penalty(logprobs, logprobs, "k3"), torch.zeros(4, 16))
 
 
 def test_k1_and_k3_are_unbiased_estimates_of_kl_under_the_policy():
@@ -294,12 +292,12 @@ def test_k1_and_k3_are_unbiased_estimates_of_kl_under_the_policy():
 
 def test_k3_gradient_pushes_logprob_towards_reference():
     logprobs = torch.zeros(1, 1, requires_grad=True)
-    kl_penalty(logprobs, torch.full((1, 1), LN2)).sum().backward()
+    kl_penalty(logprobs, torch.full((1, 1), LN2), "k3").sum().backward()
     close(logprobs.grad, [[1.0 - 2.0]])  # d/dlogp = 1 - exp(ref - logp)
 
 
 def test_k3_stays_finite_for_vanishing_policy_probability():
-    assert torch.isfinite(kl_penalty(torch.tensor([[-200.0]]), torch.zeros(1, 1))).all()
+    assert torch.isfinite(kl_penalty(torch.tensor([[-200.0]]), torch.zeros(1, 1), "k3")).all()
 
 
 def test_unknown_kl_estimator_is_a_user_error():

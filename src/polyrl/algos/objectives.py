@@ -108,7 +108,7 @@ class Objective(Protocol):
     def __call__(self, inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
-OBJECTIVES = Registry("policy objective")
+OBJECTIVES = Registry("policy objective", "polyrl.objectives", builtins=("polyrl.algos.objectives",))
 
 
 def register_objective(name: str) -> Callable[[Objective], Objective]:
