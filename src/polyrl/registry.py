@@ -8,7 +8,7 @@ estimator, value loss, reward term) is one :class:`Registry`::
     @OBJECTIVES.register("ppo_clip")
     def ppo_clip(inputs, settings): ...
 
-    OBJECTIVES.lookup("ppo_clip")   # UserError "unknown policy objective 'ppo_clp'; did you mean 'ppo_clip'?"
+    OBJECTIVES.lookup("ppo_clip")   # UserError "unknown policy objective 'ppo_clp'; did you mean ppo_clip?"
     OBJECTIVES.names()              # sorted names, built-ins and plugins
 
 On the first read (``lookup``, ``names``, ``in``, iteration) a registry imports its built-in modules,
@@ -116,12 +116,15 @@ class Registry(MutableMapping[str, T], Generic[T]):
             raise UserError(self.unknown_message(name)) from None
 
     def unknown_message(self, name: Any, prefix: str = "") -> str:
-        """``unknown <kind> 'x'; did you mean 'y'?`` (or the known names when nothing is close)."""
-        known = [prefix + n for n in self.names()]
-        close = difflib.get_close_matches(str(name), known, n=3) if isinstance(name, str) else []
+        """``unknown <kind> 'x'; did you mean y?`` (or the known names when nothing is close).
+
+        ``prefix`` is shown before the name and the suggestions (``env/`` for environments).
+        """
+        names = self.names()
+        close = difflib.get_close_matches(name, names, n=3) if isinstance(name, str) else []
         if close:
-            return f"unknown {self.kind} {name!r}; did you mean {', '.join(map(repr, close))}?"
-        return f"unknown {self.kind} {name!r}; known: {', '.join(known) or 'none'}"
+            return f"unknown {self.kind} {prefix + str(name)!r}; did you mean {', '.join(prefix + c for c in close)}?"
+        return f"unknown {self.kind} {prefix + str(name)!r}; known: {', '.join(prefix + n for n in names) or 'none'}"
 
     def __getitem__(self, name: str) -> T:
         self.load()
