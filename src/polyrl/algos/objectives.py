@@ -10,11 +10,13 @@ generated (0 on padding and on environment/tool tokens in multi-turn trajectorie
 
 The parts every objective shares live here once, in the order they apply to a token:
 
-1. the loss mask: ``mask``, minus truncated completions when ``mask_truncated`` (:func:`loss_mask`);
+1. the loss mask: ``mask``, minus truncated completions when ``mask_truncated`` (:func:`loss_mask`),
+   and the log-ratio to the old policy (:func:`objective_terms`);
 2. the objective's own per-token loss (PPO-clip, GSPO, CISPO);
 3. truncated importance sampling towards the behaviour policy (``tis_cap``, :func:`tis_weights`);
 4. off-policy sequence masking (``offpolicy_kl_threshold``, :func:`offpolicy_mask`);
-5. the registered aggregation, normalized by this batch or by the minibatch totals in ``inputs``.
+5. the registered aggregation, normalized by this batch or by the minibatch totals in ``inputs``
+   (3–5: :func:`weight_mask_aggregate`).
 
 ``stats`` holds detached 0-d tensors (call ``.item()`` when logging, once per step), averaged over the
 tokens in the loss: ``clip_fraction``, ``clip_fraction_low``, ``clip_fraction_high``, ``approx_kl`` (k3
@@ -47,12 +49,14 @@ __all__ = [
     "get_objective",
     "gspo",
     "loss_mask",
+    "objective_terms",
     "objective_totals",
     "offpolicy_mask",
     "policy_loss",
     "ppo_clip",
     "register_objective",
     "tis_weights",
+    "weight_mask_aggregate",
 ]
 
 
@@ -215,8 +219,12 @@ def _sequence_fraction(dropped: Tensor, mask: Tensor) -> Tensor:
     return (dropped & has_tokens).sum().to(mask.dtype) / has_tokens.sum().clamp(min=1)
 
 
-def _prepare(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, Tensor, Tensor]:
-    """Step 1: ``(loss mask, per-token advantages, log ratio to the old policy)``, all ``[N, T]``."""
+def objective_terms(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, Tensor, Tensor]:
+    """Step 1: ``(loss mask, per-token advantages, log ratio to the old policy)``, all ``[N, T]``.
+
+    Checks ``settings`` too. An objective starts here, computes its token losses, and ends with
+    :func:`weight_mask_aggregate`; a plugin objective that does the same honours every option.
+    """
     check_settings(settings)
     mask = loss_mask(inputs.mask, inputs.truncated, settings.mask_truncated).to(inputs.logprobs.dtype)
     # Detached so that an on-policy caller passing ``old_logprobs = logprobs`` still gets a gradient
@@ -243,10 +251,13 @@ def _ratio_stats(
         }
 
 
-def _reweight_mask_aggregate(
+def weight_mask_aggregate(
     token_losses: Tensor, mask: Tensor, advantages: Tensor, inputs: ObjectiveInputs, settings: ObjectiveSettings
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Steps 3–5: TIS weights, off-policy mask, aggregation; returns the loss and these steps' statistics."""
+    """Steps 3–5: TIS weights, off-policy mask, aggregation; returns the loss and these steps' statistics.
+
+    ``mask`` and ``advantages`` are the ones :func:`objective_terms` returned.
+    """
     stats: dict[str, Tensor] = {}
     if settings.tis_cap is not None:
         if inputs.behaviour_logprobs is None:
@@ -293,10 +304,10 @@ def ppo_clip(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tens
     PPO (Schulman et al. 2017, eq. 7) with DAPO's Clip-Higher (Yu et al. 2025, eq. 10): a larger
     ``clip_ratio_high`` lets low-probability tokens grow, which counters entropy collapse.
     """
-    mask, advantages, log_ratio = _prepare(inputs, settings)
+    mask, advantages, log_ratio = objective_terms(inputs, settings)
     ratio = torch.exp(log_ratio)
     token_losses, low, high = _clipped_surrogate(ratio, advantages, settings.clip_ratio_low, settings.clip_ratio_high)
-    loss, stats = _reweight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
+    loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
     return loss, _ratio_stats(ratio, log_ratio, low, high, mask) | stats
 
 
@@ -312,14 +323,14 @@ def gspo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, 
     advantages and also accepts per-token ``[N, T]`` advantages. GSPO's ``1/G sum_i`` is the
     ``seq_mean_token_mean`` aggregation. ``ratio_*`` stats describe ``s_i`` (per token).
     """
-    mask, advantages, log_ratio = _prepare(inputs, settings)
+    mask, advantages, log_ratio = objective_terms(inputs, settings)
     sequence_log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
     token_log_ratio = sequence_log_ratio.detach() + inputs.logprobs - inputs.logprobs.detach()
     ratio = torch.exp(token_log_ratio)
     token_losses, low, high = _clipped_surrogate(
         ratio, advantages, settings.gspo_clip_ratio_low, settings.gspo_clip_ratio_high
     )
-    loss, stats = _reweight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
+    loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
     return loss, _ratio_stats(ratio, log_ratio, low, high, mask) | stats
 
 
@@ -337,12 +348,12 @@ def cispo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor,
     absolute cap, i.e. ``cispo_clip_ratio_high = 4.0`` here.) MiniMax-M1 normalizes by all tokens:
     the ``token_mean`` aggregation. ``clip_fraction_high`` counts tokens whose weight was truncated.
     """
-    mask, advantages, log_ratio = _prepare(inputs, settings)
+    mask, advantages, log_ratio = objective_terms(inputs, settings)
     ratio = torch.exp(log_ratio)
     cap = math.log1p(settings.cispo_clip_ratio_high)
     weight = torch.exp(log_ratio.detach().clamp(max=cap))
     token_losses = -advantages * weight * torch.exp(inputs.logprobs - inputs.logprobs.detach())
-    loss, stats = _reweight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
+    loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
     truncated_high = log_ratio.detach() > cap
     return loss, _ratio_stats(ratio, log_ratio, torch.zeros_like(truncated_high), truncated_high, mask) | stats
 
