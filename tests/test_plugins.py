@@ -11,6 +11,7 @@ import importlib
 import math
 import re
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -217,7 +218,15 @@ def test_broken_plugin_warns_once_and_builtins_still_work(install, capsys):
 
 
 def test_plugin_taking_a_builtin_name_is_skipped_with_a_warning(install, capsys):
-    source = "from polyrl.algos import register_advantage\n\n@register_advantage('grpo')\ndef grpo(r, g, eps=1e-6):\n    return r\n"
+    source = textwrap.dedent(
+        """
+        from polyrl.algos import register_advantage
+
+        @register_advantage("grpo")
+        def grpo(rewards, group_ids, eps=1e-6):
+            return rewards
+        """
+    )
     install("hijack", {"hijack_plugin.py": source}, {"polyrl.advantages": {"grpo": "hijack_plugin"}})
     estimator = get_advantage_estimator("grpo")
     assert estimator.__module__ == "polyrl.algos.advantages"

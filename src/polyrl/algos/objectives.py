@@ -216,7 +216,7 @@ def _token_mean(values: Tensor, mask: Tensor) -> Tensor:
 def _sequence_fraction(dropped: Tensor, mask: Tensor) -> Tensor:
     """Fraction of the sequences with tokens in ``mask`` for which ``dropped[N]`` holds."""
     has_tokens = mask.sum(-1) > 0
-    return (dropped & has_tokens).sum().to(mask.dtype) / has_tokens.sum().clamp(min=1)
+    return (dropped & has_tokens).sum() / has_tokens.sum().clamp(min=1)
 
 
 def objective_terms(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, Tensor, Tensor]:
@@ -318,9 +318,9 @@ def gspo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, 
     Zheng et al. 2025, "Group Sequence Policy Optimization", eq. 7: the importance ratio of sequence
     ``i`` is the geometric mean of its token ratios, ``s_i = exp(1/|y_i| sum_t log r_{i,t})``, clipped at
     sequence level (eq. 5) with the much smaller range ``gspo_clip_ratio_low/high`` (§5.1: 3e-4, 4e-4).
-    Implemented as the GSPO-token variant (same paper, §4.3): ``s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]`` has the value
-    ``s_i`` and the gradient ``s_i * grad log pi(y_t)``, which equals GSPO's gradient for per-sequence
-    advantages and also accepts per-token ``[N, T]`` advantages. GSPO's ``1/G sum_i`` is the
+    Implemented as the GSPO-token variant (same paper, §4.3): ``s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]``
+    has the value ``s_i`` and the gradient ``s_i * grad log pi(y_t)``, which equals GSPO's gradient for
+    per-sequence advantages and also accepts per-token ``[N, T]`` advantages. GSPO's ``1/G sum_i`` is the
     ``seq_mean_token_mean`` aggregation. ``ratio_*`` stats describe ``s_i`` (per token).
     """
     mask, advantages, log_ratio = objective_terms(inputs, settings)
@@ -338,8 +338,9 @@ def gspo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, 
 def cispo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """REINFORCE with clipped, stop-gradient importance weights: Clipped IS-weight Policy Optimization.
 
-    MiniMax 2025, "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", §3.1: every token keeps a gradient, weighted by its importance
-    ratio truncated from above, ``w_t = sg(min(r_t, 1 + cispo_clip_ratio_high))``::
+    MiniMax 2025, "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", §3.1:
+    every token keeps a gradient, weighted by its importance ratio truncated from above,
+    ``w_t = sg(min(r_t, 1 + cispo_clip_ratio_high))``::
 
         loss_t = -w_t * A * log pi(y_t)      (written here as -w_t * A * pi(y_t) / sg[pi(y_t)])
 
@@ -383,6 +384,7 @@ def policy_loss(
         tis_cap=tis_cap,
         mask_truncated=False,
         offpolicy_kl_threshold=None,
+        # read only by gspo and cispo
         gspo_clip_ratio_low=0.0,
         gspo_clip_ratio_high=0.0,
         cispo_clip_ratio_high=0.0,
