@@ -14,6 +14,7 @@ from polyrl.algos import (
     entropy_from_logits,
     get_aggregation,
     kl_penalty,
+    loss_totals,
     overlong_penalty,
     policy_loss,
     register_aggregation,
@@ -196,6 +197,28 @@ def test_seq_mean_token_sum_norm_divides_by_a_constant_budget():
 
 def test_seq_mean_token_mean_skips_sequences_without_tokens():
     close(aggregate(VALUES, torch.tensor([[1, 1, 1], [0, 0, 0]]), "seq_mean_token_mean"), 2.0)
+
+
+def test_seq_mean_token_sum_norm_skips_sequences_without_tokens():
+    close(aggregate(VALUES, torch.tensor([[1, 1, 1], [0, 0, 0]]), "seq_mean_token_sum_norm", max_tokens=4), 6 / 4)
+
+
+def test_loss_totals_count_tokens_and_sequences_with_tokens():
+    tokens, sequences = loss_totals(torch.tensor([[1, 1, 1], [0, 0, 0], [1, 0, 0]]))
+    close(tokens, 4)
+    close(sequences, 2)
+
+
+@pytest.mark.parametrize(
+    "aggregation, totals, expected",
+    [
+        ("token_mean", {"total_tokens": 8}, 10 / 8),  # this batch's 4 tokens of a minibatch of 8
+        ("seq_mean_token_mean", {"total_sequences": 4}, (2.0 + 4.0) / 4),
+        ("seq_mean_token_sum_norm", {"total_sequences": 4}, (6 / 4 + 4 / 4) / 4),
+    ],
+)
+def test_minibatch_totals_replace_the_batch_own_counts(aggregation, totals, expected):
+    close(aggregate(VALUES, MASK, aggregation, max_tokens=4, **totals), expected)
 
 
 @pytest.mark.parametrize(

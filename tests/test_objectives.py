@@ -267,6 +267,13 @@ def test_stats_are_detached_scalars_with_the_required_names(name):
     assert all(v.dim() == 0 and not v.requires_grad for v in stats.values())
 
 
+def test_objective_totals_leave_truncated_completions_out():
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]])
+    tokens, sequences = objective_totals(mask, torch.tensor([False, True, False]), with_(mask_truncated=True))
+    close(tokens, 2.0)
+    close(sequences, 1.0)
+
+
 def test_approx_kl_is_k3_of_the_token_ratio():
     _, stats, _ = run("ppo_clip", [[LN2]], [1.0])
     close(stats["approx_kl"], 2.0 - 1.0 - LN2)
@@ -304,11 +311,14 @@ def test_micro_batch_losses_with_minibatch_totals_add_up_to_the_full_batch_loss(
     old = 0.3 * torch.randn(5, 4, dtype=torch.float64)
     advantages = torch.tensor([1.0, -1.0, 0.5, 2.0, -0.5], dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.float64)
+    behaviour = old + 0.3 * torch.randn(5, 4, dtype=torch.float64)
     truncated = torch.tensor([False, False, False, True, False])
-    settings = with_(aggregation=aggregation, max_tokens=4, mask_truncated=True, offpolicy_kl_threshold=0.05)
+    settings = with_(
+        aggregation=aggregation, max_tokens=4, tis_cap=1.5, mask_truncated=True, offpolicy_kl_threshold=0.05
+    )
     objective = get_objective(name)
 
-    full, _ = objective(ObjectiveInputs(logprobs, old, advantages, mask, truncated=truncated), settings)
+    full, _ = objective(ObjectiveInputs(logprobs, old, advantages, mask, behaviour, truncated), settings)
     (full_grad,) = torch.autograd.grad(full, logprobs)
 
     parts = [slice(0, 2), slice(2, 5)]
@@ -321,7 +331,8 @@ def test_micro_batch_losses_with_minibatch_totals_add_up_to_the_full_batch_loss(
                 old[p],
                 advantages[p],
                 mask[p],
-                truncated=truncated[p],
+                behaviour[p],
+                truncated[p],
                 total_tokens=total_tokens,
                 total_sequences=total_sequences,
             ),
