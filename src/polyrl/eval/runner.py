@@ -21,8 +21,8 @@ from polyrl.eval.endpoint import EndpointError
 from polyrl.eval.results import aggregate, problem_key, results_markdown
 from polyrl.eval.sources import Completion, CompletionSource, SampleRequest, chat_messages
 from polyrl.eval.suite import EvalItem, EvalSuite, suite_items
+from polyrl.run_dir import atomic_write_text
 from polyrl.tasks import get_task
-from polyrl.train.run_dir import atomic_write_text
 
 
 def read_samples(path: Path) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ import yaml
 
 from polyrl.errors import UserError
 from polyrl.report import plots
-from polyrl.train.run_dir import RunDir, atomic_write_text
+from polyrl.run_dir import RunDir, atomic_write_text
 
 CSS = """
 body{margin:0;background:#f5f6f8;color:#1f2430;font:15px/1.5 -apple-system,'Segoe UI',Helvetica,Arial,sans-serif}

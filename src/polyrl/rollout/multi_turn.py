@@ -19,7 +19,7 @@ from polyrl.envs.tools import Tool, describe_tools
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rewards import RewardConfig
-from polyrl.rollout.single_turn import Trajectory
+from polyrl.rollout.trajectory import Trajectory
 from polyrl.tasks import Problem, Verdict
 
 _PLACEHOLDER = "\x00polyrl\x00"
@@ -201,8 +201,6 @@ def _trajectory(ep: Episode, reward: RewardConfig, version: int) -> Trajectory:
     info.update(
         {
             "turns": len(ep.turn_spans),
-            "turn_rewards": ep.turn_rewards,
-            "turn_spans": ep.turn_spans,
             "policy_tokens": sum(ep.policy_mask),
             "env_tokens": len(ep.policy_mask) - sum(ep.policy_mask),
             **stats,
@@ -221,7 +219,9 @@ def _trajectory(ep: Episode, reward: RewardConfig, version: int) -> Trajectory:
         verdict,
         version,
         ep.policy_mask,
-        info,
+        turn_spans=list(ep.turn_spans),
+        turn_rewards=list(ep.turn_rewards),
+        info=info,
     )
 
 
@@ -260,8 +260,8 @@ def turn_advantages(trajs: list[Trajectory], width: int, eps: float = 1e-6) -> t
         returns = torch.tensor(groups[t.group])
         mean, std = returns.mean(), returns.std(unbiased=False)
         std = std if std > eps else torch.tensor(1.0)
-        rewards = t.info.get("turn_rewards") or [t.reward]
-        spans = t.info.get("turn_spans") or [(0, len(t.response_ids))]
+        rewards = t.turn_rewards or [t.reward]
+        spans = t.turn_spans or [(0, len(t.response_ids))]
         scale = t.reward / sum(rewards) if sum(rewards) else 1.0  # reward-config weight on the return
         offset = len(t.prompt_ids) - 1
         for k, (a, b) in enumerate(spans):
@@ -336,7 +336,7 @@ def episode_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     fraction of episodes ending for each reason (``end/<reason>/<env>``)."""
     by_env: dict[str, list[Trajectory]] = {}
     for t in trajs:
-        if "turn_spans" in t.info:
+        if t.is_episode:
             by_env.setdefault(t.task, []).append(t)
     out: dict[str, float] = {}
     for name, ts in sorted(by_env.items()):

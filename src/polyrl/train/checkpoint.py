@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from polyrl.train.run_dir import atomic_write_text
+from polyrl.run_dir import atomic_write_text
 
 STATE_FILE = "trainer_state.json"
 
