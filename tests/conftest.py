@@ -29,7 +29,7 @@ TINY_TRAIN = {
 @pytest.fixture
 def tiny_train_config(tmp_path):
     """A TrainConfig for a seconds-long run of the whole pipeline in a fresh run directory."""
-    from polyrl.train.config import TrainConfig
+    from polyrl.train.config import load_config
 
     def make(**updates):
         data = {**TINY_TRAIN, "run_dir": str(tmp_path / "run")}
@@ -39,6 +39,6 @@ def tiny_train_config(tmp_path):
                 data[section] = {**data.get(section, {}), field: value}
             else:
                 data[key] = value
-        return TrainConfig.model_validate(data)
+        return load_config(None, base=data)
 
     return make

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -26,10 +28,11 @@ from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
 from polyrl.rewards import RewardScorer
 from polyrl.rollout.collect import LocalSource, Sampling, collect_groups
 from polyrl.run_dir import RunDir, atomic_write_text
+from polyrl.tasks.answers import AnswerFormat
 from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
-from polyrl.train.learner import critic_update, policy_update, prepare_update
+from polyrl.train.learner import BaseModelReference, critic_update, policy_update, prepare_update
 from polyrl.train.metrics import step_metrics
 from polyrl.train.progress import StageProgress
 
@@ -48,7 +51,8 @@ class Trainer:
         self.config = config
         self.resume = resume
         # -- everything a user can get wrong, before training starts --------------------------------
-        self.tasks = {spec.name: resolve_task(spec.name, config.env) for spec in config.tasks}
+        answers = AnswerFormat(think_tags=config.prompt.think_tags) if config.prompt.think_tags else None
+        self.tasks = {spec.name: resolve_task(spec.name, config.env, answers) for spec in config.tasks}
         self.specs = {spec.name: spec for spec in config.tasks}
         for spec in config.tasks:
             space = self.tasks[spec.name].difficulty_space()
@@ -245,6 +249,7 @@ class Trainer:
                 "bad_steps": self.bad_steps,
                 "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
                 "policy_version": self.policy_version,
+                "metrics_lines": self.run_dir.metrics_lines(),
             },
             self.config.keep_checkpoints,
             tensors={"critic": self.critic.state_dict()} if self.critic is not None else None,
@@ -272,17 +277,21 @@ class Trainer:
     # -- stages -------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         ckpt = latest_checkpoint(self.run_dir.checkpoints) if self.resume else None
-        if ckpt is not None:
+        # everything logged after the checkpoint is redone below, and logged again exactly once
+        if ckpt is None:
+            self.run_dir.keep_metrics(0)
+        elif "metrics_lines" in ckpt.state:
+            self.run_dir.keep_metrics(ckpt.state["metrics_lines"])
+        else:  # a checkpoint written before metrics_lines existed
             self.run_dir.truncate_metrics(ckpt.stage, ckpt.step)
-        else:
-            self.run_dir.truncate_metrics("sft", -1)
+        in_sft = ckpt is None or ckpt.stage == "sft"
         try:
-            if ckpt is None or ckpt.stage == "sft":
+            if in_sft:
                 self.run_sft(ckpt)
-            results = {"after_sft": self.evaluate("after_sft")}
+            results = {"after_sft": self.evaluate("after_sft", log=in_sft)}
             if self.config.rl.enabled and self.config.rl.steps:
-                self.run_rl(ckpt if ckpt is not None and ckpt.stage == "rl" else None)
-                self.policy.save(self.run_dir.model_dir("final_model"))
+                self.run_rl(ckpt if not in_sft else None)
+                self._save_model("final_model")
                 results["after_rl"] = self.evaluate("after_rl")
         finally:
             self.progress.stop()
@@ -337,9 +346,31 @@ class Trainer:
                 self._checkpoint("sft", step + 1)
         for rnd in range(cfg.rejection_sampling_rounds if total > start else 0):
             self._rejection_round(rnd)
+        # the SFT model is saved before the stage's last checkpoint: a checkpoint that marks SFT complete
+        # always has its sft_model/ beside it (and a resume re-saves one lost in between)
+        if total > start or ckpt is None or not self.run_dir.model_dir("sft_model").exists():
+            self._save_model("sft_model")
         if total > start or ckpt is None:
             self._checkpoint("sft", total)
-            self.policy.save(self.run_dir.model_dir("sft_model"))
+
+    def _reference_model(self):
+        """The frozen KL reference: the policy as it was when RL started. Under LoRA, the policy model itself
+        (its log-probs are taken with the adapters disabled: the base model, no copy); otherwise a copy
+        loaded from ``sft_model/``, the same in a fresh and a resumed run."""
+        if hasattr(self.policy.model, "disable_adapter"):
+            return BaseModelReference(self.policy.model)
+        reference = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
+        load_model_weights(reference, self.run_dir.model_dir("sft_model"))
+        return reference
+
+    def _save_model(self, name: str) -> None:
+        """Save the policy as a Hugging Face checkpoint in ``RUN_DIR/name``, atomically (temp dir + rename)."""
+        final = self.run_dir.model_dir(name)
+        tmp = final.with_name(f".{name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.policy.save(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
 
     def _reference_tasks(self) -> dict:
         return {n: t for n, t in self.tasks.items() if self.has_references[n]}
@@ -393,35 +424,31 @@ class Trainer:
             }
         )
 
-    def evaluate(self, name: str) -> dict[str, dict[str, float]]:
+    def evaluate(self, name: str, log: bool = True) -> dict[str, dict[str, float]]:
+        """Held-out results ``name`` (computed, or read back: the after-SFT evaluation is done once per run);
+        logged as an ``eval`` record unless ``log`` is False (the record is already in the metrics)."""
         path = self.run_dir.eval_file(name)
         if path.exists() and name == "after_sft":
-            import json
-
-            return json.loads(path.read_text())
-        cfg = self.config.eval
-        self.progress.stop()
-        self._sync_backend()
-        results = evaluate_policy(
-            self.backend,
-            self.prompts,
-            self.eval_tasks(),
-            cfg.problems_per_task,
-            cfg.max_new_tokens or self.config.rl.max_new_tokens,
-            cfg.pass_k,
-            cfg.temperature,
-            seed=self.config.seed,
-            max_episode_tokens=self.config.env.max_episode_tokens,
-        )
-        self.run_dir.save_json(path, results)
-        self.run_dir.log(
-            {
-                "stage": "eval",
-                "step": self.step,
-                "name": name,
-                **{f"{m}/{t}": v for t, row in results.items() for m, v in row.items()},
-            }
-        )
+            results = json.loads(path.read_text())
+        else:
+            cfg = self.config.eval
+            self.progress.stop()
+            self._sync_backend()
+            results = evaluate_policy(
+                self.backend,
+                self.prompts,
+                self.eval_tasks(),
+                cfg.problems_per_task,
+                cfg.max_new_tokens or self.config.rl.max_new_tokens,
+                cfg.pass_k,
+                cfg.temperature,
+                seed=self.config.seed,
+                max_episode_tokens=self.config.env.max_episode_tokens,
+            )
+            self.run_dir.save_json(path, results)
+        if log:
+            record = {f"{m}/{t}": v for t, row in results.items() for m, v in row.items()}
+            self.run_dir.log({"stage": "eval", "step": self.step, "name": name, **record})
         return results
 
     def rl_step(self, step: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -465,10 +492,7 @@ class Trainer:
         cfg = self.config.rl
         self._make_optimizer(cfg.lr, cfg.warmup_steps, cfg.steps, cosine=False, weight_decay=cfg.weight_decay)
         if cfg.kl_coef > 0:
-            self.reference = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
-            sft_dir = self.run_dir.model_dir("sft_model")
-            if ckpt is not None and sft_dir.exists():
-                load_model_weights(self.reference, sft_dir)
+            self.reference = self._reference_model()
         if cfg.advantage == "gae":
             from polyrl.critic import Critic
 
