@@ -31,6 +31,7 @@ from polyrl.algos import (
     get_objective,
     kl_penalty,
 )
+from polyrl.algos.gradient_surgery import SURGERIES, get_surgery
 from polyrl.critic.value_losses import VALUE_LOSSES, value_loss
 from polyrl.curriculum import SAMPLERS, make_sampler
 from polyrl.envs.registry import ENVS, get_env_task
@@ -39,7 +40,17 @@ from polyrl.tasks import get_task, list_tasks
 from polyrl.tasks.registry import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
-REGISTRIES = (TASKS, ENVS, SAMPLERS, ADVANTAGE_ESTIMATORS, OBJECTIVES, AGGREGATIONS, KL_ESTIMATORS, VALUE_LOSSES)
+REGISTRIES = (
+    TASKS,
+    ENVS,
+    SAMPLERS,
+    ADVANTAGE_ESTIMATORS,
+    OBJECTIVES,
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    VALUE_LOSSES,
+    SURGERIES,
+)
 
 
 @pytest.fixture
@@ -104,7 +115,7 @@ def example_task_plugin(install, entry_point: str = "polyrl_plugin_example:Count
 
 def test_docs_show_one_module_per_kind():
     files, entry_points = docs_plugin()
-    assert len(files) == 1 + 7  # __init__ and one module per kind
+    assert len(files) == 1 + 8  # __init__ and one module per kind
     assert set(entry_points) == {
         "polyrl.envs",
         "polyrl.samplers",
@@ -113,6 +124,7 @@ def test_docs_show_one_module_per_kind():
         "polyrl.aggregations",
         "polyrl.kl",
         "polyrl.value_losses",
+        "polyrl.gradient_surgery",
     }
 
 
@@ -175,6 +187,12 @@ def test_plugin_value_loss_is_huber_on_a_scalar_head(my_plugin):
     # errors 0.5 and 3: 0.5 * 0.5^2 = 0.125 and 3 - 0.5 = 2.5; mean 1.3125
     loss = value_loss(torch.tensor([[0.0, 3.0]]), torch.tensor([[0.5, 0.0]]), torch.ones(1, 2), "huber")
     torch.testing.assert_close(loss, torch.tensor(1.3125))
+
+
+def test_plugin_surgery_keeps_the_coordinates_tasks_agree_on(my_plugin):
+    grads = torch.tensor([[1.0, 2.0, -1.0], [3.0, -1.0, -2.0]])
+    # signs agree on coordinates 0 and 2: the sum [4, 1, -3] is kept there
+    torch.testing.assert_close(get_surgery("and_mask")(grads, None), torch.tensor([4.0, 0.0, -3.0]))
 
 
 def test_plugins_sit_next_to_the_builtins(my_plugin):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from polyrl.algos import ADVANTAGE_ESTIMATORS, AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES
+from polyrl.algos.gradient_surgery import SURGERIES
 from polyrl.critic.value_losses import VALUE_LOSSES
 from polyrl.curriculum import SAMPLERS, TaskSampler, register_sampler
 from polyrl.envs.registry import ENVS, list_envs
@@ -138,6 +139,7 @@ def test_builtin_modules_load_on_first_read_only(tmp_path, monkeypatch):
         (AGGREGATIONS, "polyrl.aggregations", "token_mean"),
         (KL_ESTIMATORS, "polyrl.kl", "k3"),
         (VALUE_LOSSES, "polyrl.value_losses", "hl_gauss"),
+        (SURGERIES, "polyrl.gradient_surgery", "pcgrad"),
     ],
 )
 def test_every_kind_is_a_registry_with_its_entry_point_group(registry, group, builtin):
