@@ -23,6 +23,7 @@ from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
+from polyrl.run_dir import atomic_write_text
 
 
 class _Strict(BaseModel):
@@ -376,4 +377,5 @@ def load_config(
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    """Write the resolved config (atomically: a run killed meanwhile has the whole file or none)."""
+    atomic_write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

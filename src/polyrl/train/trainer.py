@@ -32,9 +32,10 @@ from polyrl.tasks.answers import AnswerFormat
 from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
-from polyrl.train.learner import BaseModelReference, critic_update, policy_update, prepare_update
+from polyrl.train.learner import BaseModelReference, critic_update, policy_update
 from polyrl.train.metrics import step_metrics
 from polyrl.train.progress import StageProgress
+from polyrl.train.update_batch import prepare_update
 
 
 class TrainingError(RuntimeError):
