@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from polyrl.algos import get_advantage_estimator, get_aggregation, get_objective, kl_penalty
+from polyrl.algos import KL_ESTIMATORS, get_advantage_estimator, get_aggregation, get_objective
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
+from polyrl.curriculum import SAMPLERS
 from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import EnvConfig
 from polyrl.errors import UserError
@@ -65,6 +65,8 @@ class SamplerConfig(_Strict):
 
     name: str = Field("uniform", description="Registered sampler name (uniform, weighted, …).")
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for the sampler.")
+
+    _name = field_validator("name")(registered(SAMPLERS.lookup))
 
 
 class DifficultyControlConfig(_Strict):
@@ -198,7 +200,7 @@ class RLConfig(_Strict):
     _aggregation = field_validator("loss_aggregation")(registered(get_aggregation))
     _objective = field_validator("objective")(registered(get_objective))
     _surgery = field_validator("gradient_surgery")(registered(get_surgery))
-    _kl = field_validator("kl_estimator")(registered(lambda name: kl_penalty(torch.zeros(1), torch.zeros(1), name)))
+    _kl = field_validator("kl_estimator")(registered(KL_ESTIMATORS.lookup))
 
     @model_validator(mode="after")
     def _compatible(self):
