@@ -24,6 +24,7 @@ from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
 from polyrl.run_dir import atomic_write_text
+from polyrl.tasks.isolation import VerifierConfig
 
 
 class _Strict(BaseModel):
@@ -270,6 +271,10 @@ class TrainConfig(_Strict):
         default_factory=DifficultyControlConfig, description="Difficulty controller."
     )
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward terms and weights.")
+    verifier: VerifierConfig = Field(
+        default_factory=VerifierConfig,
+        description="Limits of the worker processes that run verifiers which are not pure (rg/ tasks, plugins, expression-evaluating dataset verifiers).",
+    )
     env: EnvConfig = Field(default_factory=EnvConfig, description="Limits of multi-turn environments (env/... tasks).")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Warm start.")
     rl: RLConfig = Field(default_factory=RLConfig, description="RL stage.")

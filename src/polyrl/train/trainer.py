@@ -53,6 +53,7 @@ class Trainer:
         self.config = config
         self.resume = resume
         # -- everything a user can get wrong, before training starts --------------------------------
+        config.verifier.apply()  # the isolated verifier pool's limits, before any task verifies anything
         answers = AnswerFormat(think_tags=config.prompt.think_tags) if config.prompt.think_tags else None
         self.tasks = {spec.name: resolve_task(spec.name, config.env, answers) for spec in config.tasks}
         self.specs = {spec.name: spec for spec in config.tasks}
