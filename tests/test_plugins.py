@@ -185,7 +185,9 @@ def test_plugin_kl_estimator_named_by_function_is_capped(my_plugin):
 def test_plugin_value_loss_is_huber_on_a_scalar_head(my_plugin):
     assert VALUE_LOSSES.lookup("huber").head_size(51) == 1
     # errors 0.5 and 3: 0.5 * 0.5^2 = 0.125 and 3 - 0.5 = 2.5; mean 1.3125
-    loss = value_loss(torch.tensor([[0.0, 3.0]]), torch.tensor([[0.5, 0.0]]), torch.ones(1, 2), "huber")
+    loss = value_loss(
+        torch.tensor([[0.0, 3.0]]), torch.tensor([[0.5, 0.0]]), torch.ones(1, 2), "huber", -1.0, 1.5, 0.75
+    )
     torch.testing.assert_close(loss, torch.tensor(1.3125))
 
 

@@ -142,14 +142,15 @@ def value_loss(
     returns: Tensor,
     mask: Tensor,
     kind: str,
-    v_min: float = -1.0,
-    v_max: float = 1.5,
-    sigma_ratio: float = 0.75,
+    v_min: float,
+    v_max: float,
+    sigma_ratio: float,
 ) -> Tensor:
     """Mean over ``mask`` of the per-token value loss registered as ``kind``.
 
     ``outputs`` is ``[N, T]`` (scalar values) for ``mse`` and ``[N, T, B]`` (logits) for the categorical
-    losses; ``returns`` and ``mask`` are ``[N, T]``.
+    losses; ``returns`` and ``mask`` are ``[N, T]``. The support ``[v_min, v_max]`` and ``sigma_ratio`` (used by
+    the categorical losses) come from ``rl.critic`` in the config, their only home.
     """
     per_token = VALUE_LOSSES.lookup(kind).per_token(outputs, returns, Support(v_min, v_max, sigma_ratio))
     return (per_token * mask).sum() / mask.sum().clamp(min=1)
