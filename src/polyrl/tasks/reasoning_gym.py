@@ -34,6 +34,7 @@ def rg_seed(seed: int, split: str) -> int:
     is folded into the adapter's range, deterministically; train and eval seeds never coincide."""
     return 2 * (int(seed) % (MAX_SEED + 1)) + SPLITS.index(split)
 
+
 _CLASSES: dict[str, type[ReasoningGymTask]] = {}
 
 

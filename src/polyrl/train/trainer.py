@@ -20,11 +20,11 @@ import torch
 
 from polyrl.algos import get_advantage_estimator, get_aggregation
 from polyrl.curriculum import curriculum_metrics, make_difficulty_controller, make_sampler
-from polyrl.envs import resolve_task
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
 from polyrl.rewards import RewardScorer
+from polyrl.tasks.dataset import resolve_task_spec
 from polyrl.train import rl, sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
@@ -46,7 +46,7 @@ class Trainer:
         self.config = config
         self.resume = resume
         # -- everything a user can get wrong, before training starts --------------------------------
-        self.tasks = {spec.name: resolve_task(spec.name, config.env) for spec in config.tasks}
+        self.tasks = {spec.name: resolve_task_spec(spec, config.env) for spec in config.tasks}
         self.specs = {spec.name: spec for spec in config.tasks}
         for spec in config.tasks:
             space = self.tasks[spec.name].difficulty_space()
