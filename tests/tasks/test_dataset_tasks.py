@@ -296,3 +296,23 @@ def test_dataset_and_generated_tasks_train_together(tmp_path, gsm8k, tiny_train_
     assert set(results["after_rl"]) == {"addition", "gsm8k_mix", "mean"}
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert "reward/gsm8k_mix" in [r for r in records if r["stage"] == "rl"][-1]
+
+
+def test_cli_commands_take_dataset_tasks_from_a_config(tmp_path, gsm8k, capsys):
+    from polyrl.policy.loading import ModelConfig, load_policy
+
+    entry = {"name": "gsm8k_cli", "dataset": gsm8k, "answer_after": "####", "verifier": "math", "eval_fraction": 0.25}
+    config = _train_config(tmp_path, entry)
+    train, held = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+    for split, out, n in (("train", train, 20), ("eval", held, 5)):
+        args = ["tasks", "export", "--config", config, "--tasks", "gsm8k_cli", "--n", str(n), "--split", split]
+        assert run([*args, "--out", str(out)]) == 0
+    assert run(["tasks", "check-leakage", str(train), str(held), "--fail"]) == 0
+    model = tmp_path / "model"
+    load_policy(ModelConfig(tiny={"hidden_size": 16, "intermediate_size": 32, "num_layers": 1, "num_heads": 2})).save(
+        model
+    )
+    args = ["eval", "--model", str(model), "--config", config, "--tasks", "gsm8k_cli", "--n", "3", "--samples", "2"]
+    assert run([*args, "--max-new-tokens", "4", "--out", str(tmp_path / "ev")]) == 0
+    results = json.loads((tmp_path / "ev" / "results.json").read_text())
+    assert "gsm8k_cli" in json.dumps(results) and "pass@2" in json.dumps(results)
