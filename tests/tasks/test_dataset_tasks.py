@@ -316,3 +316,13 @@ def test_cli_commands_take_dataset_tasks_from_a_config(tmp_path, gsm8k, capsys):
     assert run([*args, "--max-new-tokens", "4", "--out", str(tmp_path / "ev")]) == 0
     results = json.loads((tmp_path / "ev" / "results.json").read_text())
     assert "gsm8k_cli" in json.dumps(results) and "pass@2" in json.dumps(results)
+
+
+def test_a_mix_entry_can_wrap_its_dataset_in_an_environment(gsm8k):
+    from polyrl.tasks.dataset import resolve_task_spec
+
+    entry = TaskSpec.model_validate({"name": "env/retry:gsm8k_env", "dataset": gsm8k, "answer_after": "####"})
+    env = resolve_task_spec(entry)
+    assert env.name == "env/retry:gsm8k_env" and get_task("gsm8k_env").name == "gsm8k_env"
+    problem = env.generate(7)
+    assert env.reference_actions(problem) == [f"<answer>{problem.answer}</answer>"]
