@@ -326,3 +326,11 @@ def test_a_mix_entry_can_wrap_its_dataset_in_an_environment(gsm8k):
     assert env.name == "env/retry:gsm8k_env" and get_task("gsm8k_env").name == "gsm8k_env"
     problem = env.generate(7)
     assert env.reference_actions(problem) == [f"<answer>{problem.answer}</answer>"]
+
+
+def test_asking_for_more_eval_problems_than_eval_rows_warns_once(gsm8k, capsys):
+    task = dataset_task("test_repeats", spec(gsm8k, eval_fraction=0.25))
+    n = len(task.rows.splits["eval"])
+    problems = [task.generate(s, split="eval") for s in range(n + 2)]
+    assert problems[n].question == problems[0].question
+    assert capsys.readouterr().err.count(f"task test_repeats has {n} eval rows") == 1

@@ -33,6 +33,7 @@ import json
 import math
 import random
 import re
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -352,6 +353,8 @@ class DatasetTask(Task):
         params = space.resolve(difficulty)
         bucket = self._nearest_bucket(split, int(params.get("bucket", 0)))
         order = self._order(split, bucket)
+        if split == "eval" and int(seed) >= len(order):
+            _warn_repeats(self.name, len(order))
         row = order[int(seed) % len(order)]
         prompt = f"{row.question}\n{self.answer_format.instruction()}"
         served = {"bucket": bucket, "row": row.index} if self.params else {"row": row.index}
@@ -366,6 +369,20 @@ class DatasetTask(Task):
         if not isinstance(self._verifier, UserCallable):
             return super().verify(problem, response)
         return _verify_with_callable(self._verifier, self.answer_format.extract(response), problem, response)
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_repeats(task: str, rows: int) -> None:
+    """Held-out metrics over more problems than there are eval rows count some rows twice: say so, once."""
+    if task not in _WARNED:
+        _WARNED.add(task)
+        print(
+            f"polyrl: warning: task {task} has {rows} eval rows (at this difficulty); eval seeds from {rows} on "
+            "repeat rows, so held-out metrics count some rows more than once",
+            file=sys.stderr,
+        )
 
 
 def _verify_with_callable(fn: UserCallable, ext, problem: Problem, response: str) -> Verdict:
