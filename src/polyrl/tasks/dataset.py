@@ -61,7 +61,7 @@ class DatasetSpec(BaseModel):
     eval_path: str | None = Field(None, description="A separate file of eval rows (instead of eval_fraction).")
     eval_split: str | None = Field(None, description="Hub datasets: a split of eval rows (e.g. 'test').")
     eval_fraction: float = Field(
-        0.1, ge=0, lt=1, description="Share of rows held out for eval, by a hash of the prompt."
+        0.1, gt=0, lt=1, description="Share of rows held out for eval, by a hash of the prompt (without eval_path)."
     )
     prompt: str = Field("question", description="Column holding the question shown to the policy.")
     answer: str = Field("answer", description="Column holding the answer (processed by answer_after/answer_regex).")
@@ -290,7 +290,7 @@ def split_rows(spec: DatasetSpec) -> DatasetRows:
         held = [prompt_hash(r.question) < spec.eval_fraction for r in train]
         eval_rows = [r for r, h in zip(train, held) if h]
         train = [r for r, h in zip(train, held) if not h]
-        if not eval_rows and spec.eval_fraction > 0:
+        if not eval_rows:
             raise UserError(
                 f"dataset {spec.path}: eval_fraction {spec.eval_fraction} of {len(train)} rows leaves no eval rows; "
                 "raise eval_fraction or give eval_path"
@@ -329,15 +329,18 @@ class DatasetTask(Task):
         """``check(answer, target)`` of a registered verifier, or the user's :class:`UserCallable`."""
         return verifier_for(self.spec)
 
+    @cached_property
+    def _orders(self) -> dict[tuple[str, int], list[Row]]:
+        return {}
+
     def _order(self, split: str, bucket: int) -> list[Row]:
         """The split's rows of ``bucket`` in a fixed shuffled order (seed ``seed`` serves ``order[seed % n]``)."""
         key = (split, bucket)
-        orders = self.__dict__.setdefault("_orders", {})
-        if key not in orders:
+        if key not in self._orders:
             rows = [r for r in self.rows.splits[split] if self.rows.bucket_of(r) == bucket]
             random.Random(f"{self.name}|{split}|{bucket}").shuffle(rows)
-            orders[key] = rows
-        return orders[key]
+            self._orders[key] = rows
+        return self._orders[key]
 
     def _nearest_bucket(self, split: str, bucket: int) -> int:
         """``bucket``, or the nearest one that has rows in ``split`` (an eval split may miss a bucket)."""
