@@ -334,3 +334,20 @@ def test_asking_for_more_eval_problems_than_eval_rows_warns_once(gsm8k, capsys):
     problems = [task.generate(s, split="eval") for s in range(n + 2)]
     assert problems[n].question == problems[0].question
     assert capsys.readouterr().err.count(f"task test_repeats has {n} eval rows") == 1
+
+
+def test_the_worked_example_config_builds_its_task_and_reward_term(monkeypatch):
+    from pathlib import Path
+
+    from polyrl.rewards import RewardScorer
+    from polyrl.tasks.dataset import resolve_task_spec
+    from polyrl.train.config import load_config
+
+    root = Path(__file__).parents[2]
+    monkeypatch.chdir(root)
+    monkeypatch.syspath_prepend(str(root / "examples"))
+    config = load_config("configs/gsm8k_demo.yaml")
+    task = resolve_task_spec(config.tasks[0])
+    assert (len(task.rows.splits["train"]), len(task.rows.splits["eval"])) == (171, config.eval.problems_per_task)
+    assert task.pure is False  # verifier: math
+    assert RewardScorer(config.reward, ["gsm8k"]).sources.keys() == {"brevity"}
