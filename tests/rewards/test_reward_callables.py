@@ -155,6 +155,7 @@ def test_unknown_term_names_and_duplicates_are_config_errors(tmp_path, rewards_m
         ("{brevityy: 0.5}", "reward.brevityy: unknown option"),
         ("{terms: [{name: nope}]}", "unknown reward term 'nope'"),
         ("{terms: [{fn: 'my_rewards:brevity'}, {fn: 'my_rewards:brevity'}]}", "'brevity' is configured twice"),
+        ("{terms: [{name: judge}]}", "'judge' is a built-in option: set reward.judge instead"),
     ]:
         path.write_text(f"tasks: [addition]\nreward: {reward}\n")
         with pytest.raises(UserError, match=message):

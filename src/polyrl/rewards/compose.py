@@ -135,9 +135,12 @@ class RewardConfig(BaseModel):
     @model_validator(mode="after")
     def _known_terms(self):
         labels = [t.label for t in self.terms]
-        clash = sorted({x for x in labels if labels.count(x) > 1 or x in RULE_TERMS + MODEL_TERMS})
-        if clash:
-            raise ValueError(f"reward term {clash[0]!r} is configured twice (give one of them another name)")
+        builtin = sorted(set(labels) & set(RULE_TERMS + MODEL_TERMS))
+        if builtin:
+            raise ValueError(f"reward term {builtin[0]!r} is a built-in option: set reward.{builtin[0]} instead")
+        twice = sorted({x for x in labels if labels.count(x) > 1})
+        if twice:
+            raise ValueError(f"reward term {twice[0]!r} is configured twice (give one of them another name)")
         known = RULE_TERMS + MODEL_TERMS + tuple(labels)
         for name, weights in self.tasks.items():
             unknown = sorted(set(weights) - set(known))
