@@ -477,21 +477,41 @@ def dataset_task_name(entry_name: str) -> str:
     return entry_name.partition(":")[2] if entry_name.startswith("env/") else entry_name
 
 
-def resolve_task_spec(spec, env_config=None) -> Task:
+def resolve_task_spec(spec, env_config=None, answer_format=None) -> Task:
     """The task of one training-mix entry (a ``TaskSpec``): its dataset, if it has one, is registered under the
     entry's name first; then the name resolves as any task name does (``env/...`` wrappers included)."""
     from polyrl.envs.registry import resolve_task
 
     if getattr(spec, "dataset", None) is not None:
         register_dataset_task(dataset_task_name(spec.name), spec.dataset)
-    return resolve_task(spec.name, env_config)
+    return resolve_task(spec.name, env_config, answer_format)
+
+
+TASK_ENTRY_FIELDS = {"name", "difficulty", "eval_difficulty"}
+"""Keys of a training-mix entry that are not dataset fields (see ``TaskSpec``)."""
 
 
 def register_config_datasets(path: str | Path) -> list[str]:
-    """Register the dataset tasks of a training config's ``tasks:`` (for CLI commands given ``--config``)."""
-    from polyrl.train.config import load_config
+    """Register the dataset tasks in a training config's ``tasks:`` (for CLI commands given ``--config``)."""
+    import yaml
+    from pydantic import ValidationError
 
-    specs = [s for s in load_config(path).tasks if s.dataset is not None]
-    for spec in specs:
-        register_dataset_task(dataset_task_name(spec.name), spec.dataset)
-    return [dataset_task_name(s.name) for s in specs]
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"cannot read config {str(path)!r}: {type(exc).__name__}") from None
+    entries = data.get("tasks", []) if isinstance(data, dict) else []
+    names = []
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        entry = fold_dataset_fields(entry, TASK_ENTRY_FIELDS)
+        if not isinstance(entry, dict) or "dataset" not in entry:
+            continue
+        try:
+            spec = DatasetSpec.model_validate(entry["dataset"])
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise UserError(f"config {str(path)!r}: tasks.{i}.{where}: {err['msg']}") from None
+        names.append(dataset_task_name(str(entry.get("name", ""))))
+        register_dataset_task(names[-1], spec)
+    return names
