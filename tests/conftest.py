@@ -10,7 +10,15 @@ TINY_TRAIN = {
     "prompt": {"field": "question"},
     "tasks": [{"name": "addition", "difficulty": "easy"}, {"name": "sort_digits", "difficulty": "easy"}],
     "sft": {"steps": 6, "batch_size": 8, "warmup_steps": 1},
-    "rl": {"steps": 6, "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8, "epochs": 2, "minibatches": 2},
+    "rl": {
+        "steps": 6,
+        "prompts_per_step": 4,
+        "group_size": 4,
+        "max_new_tokens": 8,
+        "epochs": 2,
+        "minibatches": 2,
+        "dynamic_sampling": False,
+    },
     "eval": {"problems_per_task": 4, "pass_k": 2},
     "checkpoint_every": 3,
     "tensorboard": True,
@@ -21,7 +29,7 @@ TINY_TRAIN = {
 @pytest.fixture
 def tiny_train_config(tmp_path):
     """A TrainConfig for a seconds-long run of the whole pipeline in a fresh run directory."""
-    from polyrl.train.config import TrainConfig
+    from polyrl.train.config import load_config
 
     def make(**updates):
         data = {**TINY_TRAIN, "run_dir": str(tmp_path / "run")}
@@ -31,6 +39,6 @@ def tiny_train_config(tmp_path):
                 data[section] = {**data.get(section, {}), field: value}
             else:
                 data[key] = value
-        return TrainConfig.model_validate(data)
+        return load_config(None, base=data)
 
     return make

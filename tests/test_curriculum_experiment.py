@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from polyrl.cli import run as cli
-from polyrl.curriculum.mixture_search import choose_mixture, fit_ridge, search_mixture
+from polyrl.curriculum.mixture_search import choose_mixture, fit_ridge
 from polyrl.errors import UserError
 from polyrl.experiments.curriculum import parse_strategies
+from polyrl.experiments.mixture_search import search_mixture
 from polyrl.experiments.report import forgetting
 
 TINY = """

@@ -27,10 +27,18 @@ def close(actual, expected, atol=1e-5):
     torch.testing.assert_close(actual, torch.as_tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
 
 
+# policy_loss has no defaults of its own (they live in RLConfig); these tests pick symmetric PPO.
+PPO = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "aggregation": "token_mean"}
+
+
+def ppo(logprobs, old_logprobs, advantages, mask, **kwargs):
+    return policy_loss(logprobs, old_logprobs, advantages, mask, **(PPO | kwargs))
+
+
 def single_token(ratio: float, advantage: float, **kwargs):
     """policy_loss on one token whose ratio to the old policy is ``ratio``; returns (loss, stats, grad)."""
     logprobs = torch.tensor([[math.log(ratio)]], requires_grad=True)
-    loss, stats = policy_loss(logprobs, torch.zeros(1, 1), torch.tensor([advantage]), torch.ones(1, 1), **kwargs)
+    loss, stats = ppo(logprobs, torch.zeros(1, 1), torch.tensor([advantage]), torch.ones(1, 1), **kwargs)
     loss.backward()
     return loss, stats, logprobs.grad
 
@@ -133,15 +141,15 @@ def test_per_sequence_advantages_broadcast_over_tokens():
     torch.manual_seed(0)
     logprobs, old = torch.randn(2, 3), torch.randn(2, 3)
     advantages, mask = torch.tensor([1.0, -2.0]), torch.ones(2, 3)
-    per_sequence, _ = policy_loss(logprobs, old, advantages, mask)
-    per_token, _ = policy_loss(logprobs, old, advantages[:, None].expand(2, 3), mask)
+    per_sequence, _ = ppo(logprobs, old, advantages, mask)
+    per_token, _ = ppo(logprobs, old, advantages[:, None].expand(2, 3), mask)
     close(per_sequence, per_token)
 
 
 def test_padding_tokens_neither_change_the_loss_nor_receive_gradient():
     logprobs = torch.tensor([[0.1, -0.2, 5.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    loss, stats = policy_loss(logprobs, torch.zeros(1, 3), torch.tensor([1.0]), mask, clip_ratio_high=10.0)
+    loss, stats = ppo(logprobs, torch.zeros(1, 3), torch.tensor([1.0]), mask, clip_ratio_high=10.0)
     loss.backward()
     close(loss, -(math.exp(0.1) + math.exp(-0.2)) / 2)
     assert logprobs.grad[0, 2] == 0.0
@@ -150,7 +158,7 @@ def test_padding_tokens_neither_change_the_loss_nor_receive_gradient():
 
 def test_on_policy_call_with_the_same_tensor_still_has_a_gradient():
     logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-    loss, _ = policy_loss(logprobs, logprobs, torch.tensor([1.0]), torch.ones(1, 2))
+    loss, _ = ppo(logprobs, logprobs, torch.tensor([1.0]), torch.ones(1, 2))
     loss.backward()
     close(logprobs.grad, [[-0.5, -0.5]])
 
@@ -195,7 +203,7 @@ def test_seq_mean_token_mean_skips_sequences_without_tokens():
 )
 def test_policy_loss_uses_the_named_aggregation(aggregation, expected):
     # at ratio 1 the token loss is -A, so advantages -VALUES give token losses VALUES
-    loss, _ = policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), -VALUES, MASK, aggregation=aggregation, max_tokens=4)
+    loss, _ = ppo(torch.zeros(2, 3), torch.zeros(2, 3), -VALUES, MASK, aggregation=aggregation, max_tokens=4)
     close(loss, expected)
 
 
@@ -206,12 +214,12 @@ def test_token_sum_norm_without_budget_is_a_user_error():
 
 def test_unknown_aggregation_is_a_user_error_listing_known_names():
     with pytest.raises(UserError, match=r"unknown loss aggregation 'sum'.*token_mean"):
-        policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1), aggregation="sum")
+        ppo(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1), aggregation="sum")
 
 
 def test_register_aggregation_adds_a_named_aggregation():
     @register_aggregation("token_sum_for_test")
-    def token_sum(values, mask, max_tokens=None):
+    def token_sum(values, mask, max_tokens, total_tokens, total_sequences):
         return (values * mask).sum()
 
     try:
@@ -228,9 +236,7 @@ def test_tis_weight_is_truncated_at_the_cap_and_scales_loss_and_gradient():
     logprobs = torch.zeros(1, 2, requires_grad=True)
     old = torch.zeros(1, 2)
     behaviour = torch.tensor([[-math.log(3.0), -math.log(1.5)]])  # weights exp(old - behaviour) = 3, 1.5
-    loss, stats = policy_loss(
-        logprobs, old, torch.tensor([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour, tis_cap=2.0
-    )
+    loss, stats = ppo(logprobs, old, torch.tensor([1.0]), torch.ones(1, 2), behaviour_logprobs=behaviour, tis_cap=2.0)
     loss.backward()
     close(loss, -(2.0 + 1.5) / 2)
     close(logprobs.grad, [[-1.0, -0.75]])
@@ -241,7 +247,7 @@ def test_tis_weight_is_truncated_at_the_cap_and_scales_loss_and_gradient():
 def test_tis_weight_carries_no_gradient_to_behaviour_logprobs():
     logprobs = torch.zeros(1, 1, requires_grad=True)
     behaviour = torch.full((1, 1), -1.0, requires_grad=True)
-    loss, _ = policy_loss(
+    loss, _ = ppo(
         logprobs, torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1), behaviour_logprobs=behaviour, tis_cap=5.0
     )
     loss.backward()

@@ -83,7 +83,7 @@ def test_environment_steps_run_on_env_workers(local_ray):
         trajs = [t for g in groups for t in g]
         assert len(trajs) == 8
         assert all(t.info["turns"] >= 1 and t.verdict.reason != "env_error" for t in trajs)
-        assert all(len(t.info["behaviour_logprobs"]) == len(t.response_ids) for t in trajs)
+        assert all(len(t.behaviour_logprobs) == len(t.response_ids) for t in trajs)
         counts = ray.get([w.counts.remote() for w in pool.env_workers])
         assert [c["started"] for c in counts] == [4, 4]  # episodes spread over both environment workers
         assert sum(c["steps"] for c in counts) == sum(t.info["turns"] for t in trajs)

@@ -65,7 +65,7 @@ def test_trajectories_carry_version_and_behaviour_logprobs(local_ray, tiny_train
         (group,) = pool.groups(1, lambda n: problems * n, group_size=3, max_new_tokens=6, temperature=1.0, top_p=1.0)
         assert [t.policy_version for t in group] == [7, 7, 7]
         for t in group:
-            assert len(t.info["behaviour_logprobs"]) == len(t.response_ids)
-            assert all(lp <= 0 for lp in t.info["behaviour_logprobs"])
+            assert len(t.behaviour_logprobs) == len(t.response_ids)
+            assert all(lp <= 0 for lp in t.behaviour_logprobs)
     finally:
         pool.shutdown()

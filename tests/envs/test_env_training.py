@@ -49,16 +49,17 @@ def test_ppo_with_a_critic_trains_on_multi_turn_episodes(tiny_train_config, monk
     value metrics next to the episode metrics."""
     import torch
 
-    from polyrl.train import rl as rl_module
+    from polyrl.algos import get_objective
+    from polyrl.train import learner
 
     seen = []
-    original = rl_module.policy_loss
+    original = get_objective("ppo_clip")
 
-    def spy(logp, old, advantages, mask, *args, **kwargs):
-        seen.append((advantages.detach().clone(), mask.clone()))
-        return original(logp, old, advantages, mask, *args, **kwargs)
+    def spy(inputs, settings):
+        seen.append((inputs.advantages.detach().clone(), inputs.mask.clone()))
+        return original(inputs, settings)
 
-    monkeypatch.setattr(rl_module, "policy_loss", spy)
+    monkeypatch.setattr(learner, "get_objective", lambda name: spy)
     config = tiny_train_config(
         tasks=[{"name": "env/retry:addition", "difficulty": "easy"}, "addition"],
         env={"max_turns": 3, "max_episode_tokens": 400},

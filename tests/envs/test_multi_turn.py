@@ -97,7 +97,6 @@ def test_reference_episode_masks_the_tool_result(prompts, tiny_tokenizer):
 
 def _traj(group, turn_rewards, spans, prompt_len=2):
     width = spans[-1][1]
-    info = {"turn_rewards": turn_rewards, "turn_spans": spans}
     return Trajectory(
         "t",
         group,
@@ -109,7 +108,8 @@ def _traj(group, turn_rewards, spans, prompt_len=2):
         sum(turn_rewards),
         {},
         Verdict(0, False, "x"),
-        info=info,
+        turn_spans=spans,
+        turn_rewards=turn_rewards,
     )
 
 

@@ -1,6 +1,13 @@
-from polyrl.envs import get_env_task
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from polyrl.envs import EnvConfig, get_env_task
+from polyrl.envs.tool_formats import MISTRAL, describe_tools
 from polyrl.envs.tool_use import CALCULATOR
 from polyrl.envs.tools import call_tool, check_arguments, parse_tool_calls
+from polyrl.errors import UserError
 
 TOOLS = {"calculator": CALCULATOR}
 
@@ -86,3 +93,36 @@ def test_a_correct_answer_after_the_tool_result_succeeds():
     ).observation
     end = env.step(f"<answer>{obs[0]['content']}</answer>")
     assert end.done and end.info["success"] and end.reward == 1.0
+
+
+def test_brackets_nested_past_the_json_parsers_depth_are_an_error_call_not_an_exception():
+    (call,) = parse_tool_calls("<tool_call>" + "[" * 100_000 + "</tool_call>")
+    assert call.error == "tool call is not valid JSON"
+
+
+def test_the_tool_listing_shows_the_call_syntax_of_the_chosen_format():
+    tools = [CALCULATOR.schema()]
+    assert describe_tools(tools) == (
+        'Tools: calculator(expression). Call: <tool_call>{"name":...,"arguments":{...}}</tool_call>'
+    )
+    assert describe_tools(tools, MISTRAL) == (
+        'Tools: calculator(expression). Call: [TOOL_CALLS] [{"name":...,"arguments":{...}}]'
+    )
+
+
+def test_an_unknown_tool_format_is_a_user_error():
+    with pytest.raises(UserError, match="unknown tool format 'llama'; choose one of auto, hermes"):
+        get_env_task("env/calculator:addition").use_tool_format("llama")
+    with pytest.raises(ValidationError):
+        EnvConfig(tool_format="llama")
+
+
+def test_a_task_configured_for_llama_json_writes_and_reads_that_syntax():
+    task = get_env_task("env/calculator:multiplication", EnvConfig(tool_format="llama3_json"))
+    problem = task.generate(0, {"digits_a": 2, "digits_b": 2})
+    call, answer = task.reference_actions(problem)
+    assert call == json.dumps({"name": "calculator", "parameters": {"expression": problem.question.rstrip("=")}})
+    env = task.make_env(problem)
+    env.reset()
+    assert env.step(call).observation[0]["content"] == problem.solution
+    assert env.step(answer).info["success"]

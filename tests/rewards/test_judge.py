@@ -176,7 +176,7 @@ def test_scorer_marks_position_inconsistent_samples_without_failing_them(rubric,
     scorer.score(trajs)
     for t in trajs:
         assert t.reward_terms["judge"] == 0.5 and t.reward == pytest.approx(1.0 + 0.5 * 0.5)
-        assert t.info["judge_position_inconsistent"] is True and "reward_failures" not in t.info
+        assert t.judge_position_inconsistent is True and not t.reward_failures
     assert scorer.sources["judge"].judge_source.position_inconsistent == 3 and server.calls == 6
 
 

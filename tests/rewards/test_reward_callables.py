@@ -80,9 +80,9 @@ def test_a_group_function_scores_each_group_on_its_own(rewards_module):
 def test_a_raising_or_nan_term_is_a_counted_failure_with_zero_reward(rewards_module, capsys):
     config = RewardConfig(terms=[{"fn": f"{rewards_module}:broken", "weight": 1.0}])
     ok, boom, nan = _score(config, [_traj("<answer>1</answer>"), _traj("boom"), _traj("nan")])
-    assert ok.reward_terms["broken"] == 1.0 and "reward_failures" not in ok.info
-    assert boom.reward_terms["broken"] == 0.0 and boom.info["reward_failures"]["broken"].startswith("error: Runtime")
-    assert nan.reward_terms["broken"] == 0.0 and nan.info["reward_failures"]["broken"] == "not_finite"
+    assert ok.reward_terms["broken"] == 1.0 and not ok.reward_failures
+    assert boom.reward_terms["broken"] == 0.0 and boom.reward_failures["broken"].startswith("error: Runtime")
+    assert nan.reward_terms["broken"] == 0.0 and nan.reward_failures["broken"] == "not_finite"
     assert math.isfinite(nan.reward)
     assert capsys.readouterr().err.count("reward term 'broken'") == 1  # printed once, then only counted
 
@@ -90,7 +90,7 @@ def test_a_raising_or_nan_term_is_a_counted_failure_with_zero_reward(rewards_mod
 def test_a_group_function_returning_the_wrong_number_of_values_fails_the_whole_group(rewards_module):
     config = RewardConfig(terms=[{"fn": f"{rewards_module}:wrong_length"}])
     trajs = _score(config, [_traj("<answer>1</answer>"), _traj("<answer>2</answer>")])
-    assert all("returned 1 values for a group of 2" in t.info["reward_failures"]["wrong_length"] for t in trajs)
+    assert all("returned 1 values for a group of 2" in t.reward_failures["wrong_length"] for t in trajs)
 
 
 def test_a_registered_term_is_configurable_by_name():

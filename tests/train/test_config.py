@@ -98,3 +98,47 @@ def test_existing_run_is_never_overwritten(tmp_path, capsys):
 def test_config_reference_in_docs_is_up_to_date():
     docs = Path(__file__).parents[2] / "docs" / "config.md"
     assert docs.read_text() == config_reference()
+
+
+def test_the_config_classes_are_the_default_job():
+    """One home per default: the embedded default YAML changes only what it lists."""
+    import yaml
+
+    from polyrl.train.config import TrainConfig
+
+    listed = yaml.safe_load(DEFAULT.read_text())
+    from_yaml = load_config(DEFAULT).model_dump(mode="json")
+    from_classes = TrainConfig(tasks=listed["tasks"], **{k: v for k, v in listed.items() if k != "tasks"})
+    assert from_classes.model_dump(mode="json") == from_yaml
+    assert set(listed) == {"model", "prompt", "tasks"}
+    assert from_yaml["rl"]["steps"] == TrainConfig.model_fields["rl"].default_factory().steps
+
+
+@pytest.mark.parametrize(
+    "overrides,both",
+    [
+        (["rl.advantage=gae", "rl.task_normalize=true"], ("rl.task_normalize", "rl.advantage=gae")),
+        (["rl.advantage_level=turn", "rl.advantage=rloo"], ("rl.advantage_level=turn", "rl.advantage=rloo")),
+        (["rl.advantage_level=turn", "rl.task_normalize=true"], ("rl.advantage_level=turn", "rl.task_normalize")),
+        (["generation.engine=vllm", "backend=ray", "device=cuda"], ("generation.engine=vllm", "backend=ray")),
+        (["rl.offpolicy_kl_threshold=0.5"], ("rl.offpolicy_kl_threshold", "backend=ray")),
+    ],
+)
+def test_conflicting_options_are_an_error_naming_both(overrides, both):
+    with pytest.raises(UserError) as err:
+        load_config(DEFAULT, overrides)
+    assert all(name in str(err.value) for name in both), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("rl.advantage=grpp", "did you mean grpo"),
+        ("rl.objective=gpso", "did you mean gspo"),
+        ("rl.loss_aggregation=token_sum", "unknown loss aggregation"),
+        ("rl.kl_estimator=k4", "unknown KL estimator"),
+    ],
+)
+def test_choices_are_checked_against_the_registries(override, message):
+    with pytest.raises(UserError, match=message):
+        load_config(DEFAULT, [override])

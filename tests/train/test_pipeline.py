@@ -57,17 +57,17 @@ def test_dynamic_sampling_drops_zero_variance_groups(tiny_train_config):
 def test_nonfinite_losses_skip_updates_then_stop_with_a_usable_checkpoint(tiny_train_config, monkeypatch):
     import pytest
 
-    from polyrl.train import rl as rl_module
+    from polyrl.train import learner
     from polyrl.train.checkpoint import latest_checkpoint
     from polyrl.train.trainer import TrainingError
 
-    real = rl_module.sequence_logprobs
+    real = learner.sequence_logprobs
 
     def poisoned(model, batch, *args, **kwargs):
         logp, ent = real(model, batch, *args, **kwargs)
         return logp * float("nan"), ent
 
-    monkeypatch.setattr(rl_module, "sequence_logprobs", poisoned)
+    monkeypatch.setattr(learner, "sequence_logprobs", poisoned)
     # an entropy bonus keeps zero-advantage sequences in the update, so every step runs a (poisoned) update
     cfg = tiny_train_config(rl__max_bad_steps=2, rl__epochs=1, rl__minibatches=1, rl__entropy_coef=0.01)
     trainer = Trainer(cfg)
@@ -131,14 +131,14 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
 
     import numpy as np
 
-    from polyrl.train import rl as rl_module
+    from polyrl.train.learner import policy_update, prepare_update
 
     cfg = tiny_train_config(sft__steps=4, rl__epochs=1, rl__minibatches=1, rl__group_size=4, rl__prompts_per_step=8)
     trainer = Trainer(cfg)
     trainer.run_sft(None)
     trainer._make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
     torch.manual_seed(0)
-    trajs, _ = rl_module.collect_rollouts(trainer, 0, np.random.default_rng(0))
+    trajs = trainer._collect(0, np.random.default_rng(0)).trajectories
     for k, t in enumerate(trajs):  # mixed rewards in the first two groups, all-zero rewards elsewhere
         t.reward = float(k % 2) if t.group < 2 else 0.0
     start = copy.deepcopy(trainer.policy.model.state_dict())
@@ -146,12 +146,13 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
     def update(skip: bool):
         trainer.policy.model.load_state_dict(start)
         trainer._make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
-        trainer.config = cfg.model_copy(update={"rl": cfg.rl.model_copy(update={"skip_zero_advantage": skip})})
-        out = rl_module.rl_update(trainer, trajs)
+        rl = cfg.rl.model_copy(update={"skip_zero_advantage": skip})
+        batch = prepare_update(trajs, list(trainer.tasks), trainer.policy.tokenizer.pad_token_id, rl)
+        out = policy_update(trainer.policy.model, trainer.optimizer, batch, rl, trainer.trainable_parameters())
         return out, {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
 
     skipped, w_skip = update(True)
     full, w_full = update(False)
-    assert 0 < skipped["trained_sequences"] < full["trained_sequences"] == len(trajs)
+    assert 0 < skipped.trained_sequences < full.trained_sequences == len(trajs)
     assert all(torch.allclose(w_skip[k], w_full[k], atol=1e-6) for k in w_full)
-    assert abs(skipped["loss"] - full["loss"]) < 1e-5
+    assert abs(skipped.loss - full.loss) < 1e-5

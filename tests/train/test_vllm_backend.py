@@ -197,15 +197,12 @@ def test_missing_vllm_is_a_user_error(monkeypatch, tiny_train_config):
         ({"generation": {"engine": "vllm"}, "backend": "ray"}, "rollout workers generate with transformers"),
     ],
 )
-def test_vllm_configuration_errors_stop_before_the_run_starts(fake_vllm, tiny_train_config, updates, message):
-    from polyrl.train.trainer import Trainer
+def test_vllm_configuration_errors_are_config_errors(fake_vllm, tiny_train_config, updates, message):
+    from polyrl.train.config import load_config
 
-    cfg = tiny_train_config(**updates)
+    data = {**tiny_train_config().model_dump(mode="json"), **updates}
     with pytest.raises(UserError, match=message):
-        Trainer(cfg)
-    from pathlib import Path
-
-    assert not (Path(cfg.run_dir) / "config.yaml").exists()
+        load_config(None, base=data)
 
 
 def test_cli_reports_a_vllm_config_error_in_one_line(capsys, tmp_path):
@@ -213,4 +210,4 @@ def test_cli_reports_a_vllm_config_error_in_one_line(capsys, tmp_path):
 
     assert run(["train", "--run-dir", str(tmp_path / "r"), "generation.engine=vllm"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "generation.engine: vllm" in err[0]
+    assert len(err) == 1 and "generation.engine=vllm needs a CUDA device" in err[0]

@@ -1,8 +1,9 @@
-"""Advantage estimators and policy losses: small pure functions on tensors, registered by name.
+"""Advantage estimators, policy objectives and losses: small pure functions on tensors, registered by name.
 
 ``advantages`` turns rewards into per-sequence advantages (GRPO, Dr. GRPO, RLOO, REINFORCE++), plus
-cross-task normalization and token-level GAE; ``losses`` turns token log-probs and advantages into a
-scalar loss (clipped surrogate, KL penalty) and shapes rewards (DAPO overlong penalty).
+cross-task normalization and token-level GAE; ``objectives`` turns token log-probs and advantages into
+the policy loss (PPO-clip, GSPO, CISPO) and its statistics; ``losses`` holds log-probs from logits, the
+aggregations, the KL penalty and reward shaping (DAPO overlong penalty).
 """
 
 from polyrl.algos.advantages import (
@@ -26,28 +27,44 @@ from polyrl.algos.losses import (
     entropy_from_logits,
     get_aggregation,
     kl_penalty,
+    loss_totals,
     overlong_penalty,
-    policy_loss,
     register_aggregation,
     token_logprobs,
+)
+from polyrl.algos.objectives import (
+    OBJECTIVES,
+    ObjectiveInputs,
+    ObjectiveSettings,
+    get_objective,
+    objective_totals,
+    policy_loss,
+    register_objective,
 )
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGGREGATIONS",
     "KL_ESTIMATORS",
+    "OBJECTIVES",
+    "ObjectiveInputs",
+    "ObjectiveSettings",
     "aggregate",
     "dr_grpo",
     "entropy_from_logits",
     "gae",
     "get_advantage_estimator",
     "get_aggregation",
+    "get_objective",
     "grpo",
     "kl_penalty",
+    "loss_totals",
+    "objective_totals",
     "overlong_penalty",
     "policy_loss",
     "register_advantage",
     "register_aggregation",
+    "register_objective",
     "reinforce_pp",
     "reinforce_pp_baseline",
     "rloo",

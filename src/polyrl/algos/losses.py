@@ -12,7 +12,6 @@ only there), so aggregations are registered by name like estimators::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -29,8 +28,8 @@ __all__ = [
     "entropy_from_logits",
     "get_aggregation",
     "kl_penalty",
+    "loss_totals",
     "overlong_penalty",
-    "policy_loss",
     "register_aggregation",
     "token_logprobs",
 ]
@@ -93,8 +92,19 @@ def entropy_from_logits(logits: Tensor, temperature: float = 1.0, chunk_rows: in
 # Aggregation of per-token values into one scalar
 
 
+# A normalizer: a Python number or a 0-d tensor (a count gathered over micro-batches or ranks).
+Count = float | Tensor
+
+
 class Aggregation(Protocol):
-    def __call__(self, values: Tensor, mask: Tensor, max_tokens: int | None = None) -> Tensor: ...
+    def __call__(
+        self,
+        values: Tensor,
+        mask: Tensor,
+        max_tokens: int | None,
+        total_tokens: Count | None,
+        total_sequences: Count | None,
+    ) -> Tensor: ...
 
 
 AGGREGATIONS = Registry("loss aggregation")
@@ -110,132 +120,92 @@ def get_aggregation(name: str) -> Aggregation:
     return AGGREGATIONS.lookup(name)
 
 
-def aggregate(values: Tensor, mask: Tensor, aggregation: str = "token_mean", max_tokens: int | None = None) -> Tensor:
-    """Reduce per-token ``values[N, T]`` over ``mask`` with the aggregation named ``aggregation``."""
-    return get_aggregation(aggregation)(values, mask.to(values.dtype), max_tokens)
+def aggregate(
+    values: Tensor,
+    mask: Tensor,
+    aggregation: str,
+    max_tokens: int | None = None,
+    total_tokens: Count | None = None,
+    total_sequences: Count | None = None,
+) -> Tensor:
+    """Reduce per-token ``values[N, T]`` over ``mask`` with the aggregation named ``aggregation``.
+
+    Without totals each aggregation normalizes by this batch's own token / sequence count. Under gradient
+    accumulation pass the counts of the whole minibatch (see :func:`loss_totals`): then every micro-batch
+    loss is a partial sum, and the micro-batch losses add up to the loss of the whole minibatch.
+    """
+    return get_aggregation(aggregation)(values, mask.to(values.dtype), max_tokens, total_tokens, total_sequences)
+
+
+def loss_totals(mask: Tensor) -> tuple[Tensor, Tensor]:
+    """``(total_tokens, total_sequences)`` of ``mask[N, T]``: its valid tokens, and its sequences with any.
+
+    Sum these over the micro-batches of a minibatch (or all-reduce them over ranks) and pass them to
+    :func:`aggregate` so that each micro-batch is normalized by the minibatch's counts.
+    """
+    mask = mask.detach()
+    return mask.sum(), (mask.sum(-1) > 0).sum().to(mask.dtype)
+
+
+def _sequences_with_tokens(mask: Tensor, total_sequences: Count | None) -> Count:
+    if total_sequences is not None:
+        return total_sequences
+    return (mask.sum(-1) > 0).sum().clamp(min=1)
 
 
 @register_aggregation("token_mean")
-def token_mean(values: Tensor, mask: Tensor, max_tokens: int | None = None) -> Tensor:
-    """Sum over every valid token in the batch / number of valid tokens.
+def token_mean(
+    values: Tensor,
+    mask: Tensor,
+    max_tokens: int | None = None,
+    total_tokens: Count | None = None,
+    total_sequences: Count | None = None,
+) -> Tensor:
+    """Sum over every valid token in the batch / number of valid tokens (``total_tokens`` when given).
 
     DAPO (Yu et al. 2025, §3.3 Token-Level Policy Gradient Loss): each token weighs the same, so long
     responses are not under-weighted the way a per-sequence mean under-weights them.
     """
-    return (values * mask).sum() / mask.sum().clamp(min=1)
+    denominator = mask.sum().clamp(min=1) if total_tokens is None else total_tokens
+    return (values * mask).sum() / denominator
 
 
 @register_aggregation("seq_mean_token_mean")
-def seq_mean_token_mean(values: Tensor, mask: Tensor, max_tokens: int | None = None) -> Tensor:
+def seq_mean_token_mean(
+    values: Tensor,
+    mask: Tensor,
+    max_tokens: int | None = None,
+    total_tokens: Count | None = None,
+    total_sequences: Count | None = None,
+) -> Tensor:
     """Mean over each sequence's tokens, then mean over sequences (the original GRPO objective).
 
     Shao et al. 2024, "DeepSeekMath", eq. 3: ``1/G sum_i 1/|o_i| sum_t``. Sequences without valid
-    tokens are left out of the outer mean.
+    tokens are left out of the outer mean (``total_sequences``, when given, counts the minibatch's).
     """
-    lengths = mask.sum(-1)
-    per_sequence = (values * mask).sum(-1) / lengths.clamp(min=1)
-    has_tokens = (lengths > 0).to(values.dtype)
-    return (per_sequence * has_tokens).sum() / has_tokens.sum().clamp(min=1)
+    per_sequence = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    return per_sequence.sum() / _sequences_with_tokens(mask, total_sequences)
 
 
 @register_aggregation("seq_mean_token_sum_norm")
-def seq_mean_token_sum_norm(values: Tensor, mask: Tensor, max_tokens: int | None = None) -> Tensor:
+def seq_mean_token_sum_norm(
+    values: Tensor,
+    mask: Tensor,
+    max_tokens: int | None = None,
+    total_tokens: Count | None = None,
+    total_sequences: Count | None = None,
+) -> Tensor:
     """Sum over each sequence's tokens / a constant ``max_tokens``, then mean over sequences.
 
     Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", §3.1): dividing by ``|o_i|`` biases
     towards long wrong answers; dividing by a constant (the generation budget) removes that length bias.
+    Sequences without valid tokens are left out of the mean, as in ``seq_mean_token_mean``.
     """
     if max_tokens is None or max_tokens <= 0:
         raise UserError(
             f"aggregation 'seq_mean_token_sum_norm' needs max_tokens > 0 (the generation budget), got {max_tokens}"
         )
-    return (values * mask).sum(-1).div(max_tokens).mean()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Clipped policy loss
-
-
-def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    return token_mean(values.detach(), mask)
-
-
-def policy_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    aggregation: str = "token_mean",
-    max_tokens: int | None = None,
-    behaviour_logprobs: Tensor | None = None,
-    tis_cap: float | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate loss with decoupled clip range; returns ``(loss, stats)``.
-
-    Per token, with ``r = exp(logprobs - old_logprobs)``::
-
-        loss_t = -min(r * A, clip(r, 1 - clip_ratio_low, 1 + clip_ratio_high) * A)
-
-    PPO (Schulman et al. 2017, eq. 7) with DAPO's Clip-Higher (Yu et al. 2025, eq. 10): a larger
-    ``clip_ratio_high`` lets low-probability tokens grow, which counters entropy collapse.
-    ``advantages`` is ``[N]`` (broadcast over tokens) or ``[N, T]``.
-
-    Truncated importance sampling (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You
-    Off-Policy RL Training"): when rollouts come from a behaviour policy that differs from the old
-    policy (asynchronous rollouts, or a different inference engine), each token loss is multiplied by
-    ``min(exp(old_logprobs - behaviour_logprobs), tis_cap)``, detached. ``tis_cap=None`` disables it.
-
-    ``stats`` holds detached scalar tensors (call ``.item()`` when logging, once per step):
-    ``clip_fraction`` (tokens whose gradient the clip zeroes), ``clip_fraction_low`` / ``_high`` (split
-    by side), ``approx_kl`` (k3 estimate of KL(old || new)), ``ratio_mean``, ``ratio_max``, ``ratio_min``
-    and, with TIS, ``tis_weight_mean`` and ``tis_truncated_fraction``.
-    """
-    if not 0.0 <= clip_ratio_low < 1.0:
-        raise UserError(f"clip_ratio_low must be in [0, 1), got {clip_ratio_low}")
-    if not clip_ratio_high >= 0.0:
-        raise UserError(f"clip_ratio_high must be >= 0, got {clip_ratio_high}")
-    if tis_cap is not None and not tis_cap > 0.0:
-        raise UserError(f"tis_cap must be > 0 (or null to disable truncated importance sampling), got {tis_cap}")
-    if tis_cap is not None and behaviour_logprobs is None:
-        raise ValueError("tis_cap is set but behaviour_logprobs were not passed")
-    aggregate_fn = get_aggregation(aggregation)
-
-    mask = mask.to(logprobs.dtype)
-    if advantages.dim() == 1:
-        advantages = advantages.unsqueeze(-1)
-    advantages = advantages.to(logprobs.dtype)
-    # Detached so that an on-policy caller passing ``old_logprobs = logprobs`` still gets a gradient
-    # (otherwise the ratio would be the constant 1 and the gradient silently 0).
-    log_ratio = logprobs - old_logprobs.detach()
-    ratio = torch.exp(log_ratio)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    token_losses = torch.maximum(unclipped, clipped)
-
-    stats: dict[str, Tensor] = {}
-    if tis_cap is not None:
-        raw_weight = torch.exp(old_logprobs - behaviour_logprobs).detach()
-        weight = raw_weight.clamp(max=tis_cap)
-        token_losses = token_losses * weight
-        stats["tis_weight_mean"] = _masked_mean(weight, mask)
-        stats["tis_truncated_fraction"] = _masked_mean((raw_weight > tis_cap).to(mask.dtype), mask)
-
-    loss = aggregate_fn(token_losses, mask, max_tokens)
-
-    with torch.no_grad():
-        is_clipped = clipped > unclipped  # the clipped branch wins the max: zero gradient for this token
-        valid = mask.bool()
-        stats["clip_fraction"] = _masked_mean(is_clipped.to(mask.dtype), mask)
-        stats["clip_fraction_low"] = _masked_mean((is_clipped & (ratio < 1.0)).to(mask.dtype), mask)
-        stats["clip_fraction_high"] = _masked_mean((is_clipped & (ratio > 1.0)).to(mask.dtype), mask)
-        stats["approx_kl"] = _masked_mean(ratio - 1.0 - log_ratio, mask)
-        stats["ratio_mean"] = _masked_mean(ratio, mask)
-        # masked_fill rather than ratio[valid]: boolean indexing would force a device sync per call.
-        stats["ratio_max"] = ratio.masked_fill(~valid, 0.0).max()
-        stats["ratio_min"] = ratio.masked_fill(~valid, math.inf).min()
-    return loss, stats
+    return (values * mask).sum() / max_tokens / _sequences_with_tokens(mask, total_sequences)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def mixture_search(
     seed: int = typer.Option(0, "--seed", help="Seed for the candidate mixtures and proxy runs."),
 ) -> None:
     """Short proxy runs over candidate mixtures, a ridge fit from weights to held-out score, the best mixture."""
-    from polyrl.curriculum.mixture_search import search_mixture
+    from polyrl.experiments.mixture_search import search_mixture
 
     result = search_mixture(config, candidates, proxy_steps, out, seed, log=lambda m: print(m, flush=True))
     weights = ", ".join(f"{t}: {w:.3f}" for t, w in result["weights"].items())

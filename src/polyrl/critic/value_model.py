@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from polyrl.algos import gae
 from polyrl.critic.value_losses import expected_value, value_loss
+from polyrl.optim import clip_and_step
 
 
 class CriticConfig(BaseModel):
@@ -150,11 +151,8 @@ class Critic:
         )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-        if not (torch.isfinite(loss) and torch.isfinite(norm)):
-            self.optimizer.zero_grad(set_to_none=True)
+        if clip_and_step(self.optimizer, list(self.model.parameters()), cfg.max_grad_norm, loss.detach()) is None:
             return None
-        self.optimizer.step()
         return float(loss.detach())
 
     def state_dict(self) -> dict:

@@ -219,3 +219,34 @@ class RolloutPool:
             self.ray.kill(actor)
         if self.owns_ray:
             self.ray.shutdown()
+
+
+class RaySource:
+    """The collector's :class:`~polyrl.rollout.collect.GroupSource` on a :class:`RolloutPool`."""
+
+    def __init__(self, pool: RolloutPool, sampling):
+        self.pool, self.sampling = pool, sampling
+        self._seen = 0  # staleness entries already reported
+
+    def groups(self, n: int, make_problems: Callable[[int], list[Problem]]) -> list[list]:
+        s = self.sampling
+        return self.pool.groups(
+            n,
+            make_problems,
+            group_size=s.group_size,
+            max_new_tokens=s.max_new_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+        )
+
+    def stats(self) -> dict[str, float]:
+        st = self.pool.stats
+        staleness, self._seen = st.staleness[self._seen :], len(st.staleness)
+        return {
+            "staleness_mean": float(sum(staleness) / len(staleness)) if staleness else 0.0,
+            "staleness_max": float(max(staleness)) if staleness else 0.0,
+            "failed_groups": st.failed_groups,
+            "reruns": st.reruns,
+            "stale_reruns": st.stale_reruns,
+            "task_errors": st.task_errors,
+        }

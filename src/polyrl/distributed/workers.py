@@ -96,7 +96,7 @@ class RemoteEnvTask:
 
 
 def behaviour_logprobs(model, trajs, pad_id: int, temperature: float) -> None:
-    """Store in ``t.info["behaviour_logprobs"]`` the log-prob of each response token under ``model``."""
+    """Store in ``t.behaviour_logprobs`` the log-prob of each response token under ``model``."""
     from polyrl.rollout import collate, sequence_logprobs
 
     if not trajs:
@@ -106,7 +106,7 @@ def behaviour_logprobs(model, trajs, pad_id: int, temperature: float) -> None:
         logp, _ = sequence_logprobs(model, batch, temperature)
     for i, t in enumerate(trajs):
         start = len(t.prompt_ids) - 1
-        t.info["behaviour_logprobs"] = logp[i, start : start + len(t.response_ids)].tolist()
+        t.behaviour_logprobs = logp[i, start : start + len(t.response_ids)].tolist()
 
 
 class RolloutWorker:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +42,11 @@ class EnvConfig(BaseModel):
     attempts: int = Field(3, ge=1, description="Attempts of env/retry (the first one included).")
     retry_discount: float = Field(
         0.5, ge=0, le=1, description="env/retry: reward of a success at attempt k is discount**(k-1)."
+    )
+    tool_format: Literal["auto", "hermes", "qwen3", "llama3_json", "mistral", "native"] = Field(
+        "auto",
+        description="Tool-call syntax of the policy: auto (from the chat template), a model family, or native "
+        "(the tokenizer's own response_template).",
     )
 
 
@@ -92,8 +97,13 @@ def get_env_task(name: str, config: EnvConfig | None = None) -> EnvTask:
     return task
 
 
-def resolve_task(name: str, env_config: EnvConfig | None = None, **kwargs: Any) -> Task:
-    """A task or an environment by name: ``env/...`` names go to the environment registry."""
-    if name.startswith(ENV_PREFIX):
-        return get_env_task(name, env_config)
-    return get_task(name, **kwargs)
+def resolve_task(name: str, env_config: EnvConfig | None = None, answer_format=None, **kwargs: Any) -> Task:
+    """A task or an environment by name: ``env/...`` names go to the environment registry. ``answer_format``
+    (e.g. with think tags for a reasoning model) replaces the task's, and the wrapped task's of an
+    environment, so every verifier in the episode reads answers the same way."""
+    task = get_env_task(name, env_config) if name.startswith(ENV_PREFIX) else get_task(name, **kwargs)
+    node = task
+    while answer_format is not None and node is not None:
+        node.answer_format = answer_format
+        node = getattr(node, "inner", None)
+    return task

@@ -8,12 +8,12 @@ and then the answer, so the SFT warm start teaches the protocol.
 
 from __future__ import annotations
 
-import json
 from fractions import Fraction
 
 from polyrl.envs.base import Environment
 from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.envs.sandbox import SandboxLimits, run_python
+from polyrl.envs.tool_formats import HERMES, UsesToolFormat
 from polyrl.envs.tools import Tool, ToolEnvironment, ToolError
 from polyrl.envs.wrapped import WrappedTask
 from polyrl.tasks import Problem, get_task
@@ -82,19 +82,25 @@ def _expression(problem: Problem) -> str | None:
 
 
 def tool_call_text(name: str, arguments: dict) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments}, separators=(',', ':'))}</tool_call>"
+    """One call in the Hermes ``<tool_call>`` form (compact JSON)."""
+    return HERMES.write([(name, arguments)])
 
 
-class ToolTask(WrappedTask):
-    """A wrapped task with one tool."""
+class ToolTask(UsesToolFormat, WrappedTask):
+    """A wrapped task with one tool; its calls follow ``env.tool_format``."""
 
     def __init__(self, inner, tool: Tool, config: EnvConfig):
         super().__init__(inner, config.max_turns or 3)
         self.tool = tool
         self.tool_timeout_s = config.tool_timeout_s
+        self.use_tool_format(config.tool_format)
 
     def make_env(self, problem: Problem) -> Environment:
-        return ToolEnvironment(problem, self.inner, [self.tool], self.max_turns, self.tool_timeout_s)
+        env = ToolEnvironment(
+            problem, self.inner, [self.tool], self.max_turns, self.tool_timeout_s, self.requested_tool_format
+        )
+        env.bind_tool_format(self.tool_format, self.response_template)
+        return env
 
     def reference_actions(self, problem: Problem) -> list[str] | None:
         expr = _expression(problem)
@@ -103,7 +109,7 @@ class ToolTask(WrappedTask):
         if expr is None:
             return [self.answer_format.wrap(problem.solution)]
         args = {"expression": expr} if self.tool.name == "calculator" else {"code": f"print({expr})"}
-        return [tool_call_text(self.tool.name, args), self.answer_format.wrap(problem.solution)]
+        return [self.tool_format.write([(self.tool.name, args)]), self.answer_format.wrap(problem.solution)]
 
 
 @register_env("calculator", needs_argument=True)

@@ -1,25 +1,25 @@
-"""Tools in the OpenAI function-calling format, the ``<tool_call>`` parser, and a tool-using environment.
+"""Tools in the OpenAI function-calling format, argument checking, and a tool-using environment.
 
-A tool is a JSON Schema declaration plus a Python function of its arguments. The model calls one by
-writing ``<tool_call>{"name": "calculator", "arguments": {"expression": "12*34"}}</tool_call>``: the
-plain tagged format for models without a native tool format (the tiny model has single tokens for the
-tags), and the format Hermes/Qwen chat templates teach when ``tools=`` is passed to
-``apply_chat_template`` — the same parser reads both. Anything wrong with a call becomes a tool message
-that states the reason; nothing a model writes can crash a rollout.
+A tool is a JSON Schema declaration plus a Python function of its arguments. The model calls one in its
+family's syntax (:mod:`polyrl.envs.tool_formats`): by default
+``<tool_call>{"name": "calculator", "arguments": {"expression": "12*34"}}</tool_call>``, the plain tagged
+format for models without a native tool format (the tiny model has single tokens for the tags) and the one
+Hermes/Qwen chat templates teach; Llama 3 JSON and Mistral ``[TOOL_CALLS]`` with those templates. Anything
+wrong with a call becomes a tool-result message that states the reason; nothing a model writes can crash a
+rollout.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from polyrl.envs.base import Environment, Message, StepResult
+from polyrl.envs.tool_formats import ToolCall, UsesToolFormat, call_id, parse_tool_calls
 from polyrl.tasks.base import Problem, Task
 
-_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+__all__ = ["Tool", "ToolCall", "ToolEnvironment", "ToolError", "call_tool", "check_arguments", "parse_tool_calls"]
 MAX_CALLS_PER_TURN = 4
 MAX_RESULT_CHARS = 2000
 _JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
@@ -44,42 +44,6 @@ class Tool:
 
 class ToolError(Exception):
     """A failed tool call; its message goes back to the model."""
-
-
-@dataclass
-class ToolCall:
-    name: str | None
-    arguments: dict[str, Any] | None
-    error: str | None
-    """Why the call could not be parsed (None when it parsed)."""
-
-
-def parse_tool_calls(text: str) -> list[ToolCall]:
-    """Every ``<tool_call>`` in ``text``, parsed or with the reason it failed. An unclosed tag is one bad call."""
-    calls = []
-    for body in _CALL_RE.findall(text):
-        calls.append(_parse_call(body))
-    if text.count("<tool_call>") > len(calls):
-        calls.append(ToolCall(None, None, "unclosed <tool_call> tag"))
-    return calls
-
-
-def _parse_call(body: str) -> ToolCall:
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return ToolCall(None, None, "tool call is not valid JSON")
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return ToolCall(None, None, 'tool call must be a JSON object with a "name" string')
-    args = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):  # OpenAI sends arguments as a JSON string
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return ToolCall(obj["name"], None, "arguments are not valid JSON")
-    if not isinstance(args, dict):
-        return ToolCall(obj["name"], None, "arguments must be a JSON object")
-    return ToolCall(obj["name"], args, None)
 
 
 def check_arguments(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
@@ -121,23 +85,27 @@ def call_tool(tools: dict[str, Tool], call: ToolCall, timeout_s: float) -> tuple
     return result, True
 
 
-def describe_tools(tools: list[Tool]) -> str:
-    """A compact text listing for models without a native tool format (every character is a token)."""
-    signatures = ", ".join(f"{t.name}({', '.join(t.parameters.get('properties', {}))})" for t in tools)
-    return f'Tools: {signatures}. Call: <tool_call>{{"name":...,"arguments":{{...}}}}</tool_call>'
-
-
-class ToolEnvironment(Environment):
+class ToolEnvironment(UsesToolFormat, Environment):
     """A single-turn task played with tools: call tools for some turns, then answer in the task's format.
 
-    An action with tool calls runs them (at most ``MAX_CALLS_PER_TURN``) and returns their results as
-    ``tool`` messages; an action with an answer and no tool call ends the episode with the task's verdict;
+    Calls are read in the episode's tool format (:mod:`polyrl.envs.tool_formats`). An action with tool calls
+    runs them (at most ``MAX_CALLS_PER_TURN``) and returns their results as tool-result messages of that
+    format; an action with an answer and no tool call ends the episode with the task's verdict;
     an answer together with a tool call is an answer at the wrong moment (an error observation); an
     action with neither is an invalid action. The final reward is the verifier score.
     """
 
-    def __init__(self, problem: Problem, task: Task, tools: list[Tool], max_turns: int, tool_timeout_s: float):
+    def __init__(
+        self,
+        problem: Problem,
+        task: Task,
+        tools: list[Tool],
+        max_turns: int,
+        tool_timeout_s: float,
+        tool_format: str = "auto",
+    ):
         super().__init__(problem, max_turns)
+        self.use_tool_format(tool_format)
         self.task = task
         self.tool_list = tools
         self.by_name = {t.name: t for t in tools}
@@ -149,7 +117,7 @@ class ToolEnvironment(Environment):
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
-        calls = parse_tool_calls(action)
+        calls = self.tool_format.parse(action, self.response_template)
         has_answer = self.task.answer_format.extract(action).answer is not None
         if not calls:
             if has_answer or self.turn >= self.max_turns:
@@ -174,18 +142,18 @@ class ToolEnvironment(Environment):
                     "content": "error: answer given together with a tool call; answer after reading the result.",
                 }
             )
-        for call in calls[:MAX_CALLS_PER_TURN]:
+        for k, call in enumerate(calls[:MAX_CALLS_PER_TURN]):
             self.stats["tool_calls"] += 1
             result, ok = call_tool(self.by_name, call, self.tool_timeout_s)
             self.stats["tool_errors"] += not ok
-            observation.append({"role": "tool", "name": call.name or "invalid", "content": result})
+            observation.append(self.tool_format.result_message(call, result, call_id(call, self.turn, k)))
         if len(calls) > MAX_CALLS_PER_TURN:
             self.stats["tool_errors"] += 1
+            excess = calls[MAX_CALLS_PER_TURN]
+            message = f"error: at most {MAX_CALLS_PER_TURN} tool calls per turn"
             observation.append(
-                {
-                    "role": "tool",
-                    "name": "invalid",
-                    "content": f"error: at most {MAX_CALLS_PER_TURN} tool calls per turn",
-                }
+                self.tool_format.result_message(
+                    ToolCall(None, None, message, excess.id), message, call_id(excess, self.turn, MAX_CALLS_PER_TURN)
+                )
             )
         return self.out_of_turns() or StepResult(observation, 0.0, False)

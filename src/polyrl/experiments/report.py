@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from polyrl.train.run_dir import RunDir, atomic_write_text
+from polyrl.run_dir import RunDir, atomic_write_text
 
 
 def _mean_std(xs: list[float]) -> tuple[float, float]:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from polyrl.policy.loading import TINY
 from polyrl.tasks import Problem
+
+PromptStyle = Literal["natural", "terse"]
+
+
+def default_style(model_path: str) -> PromptStyle:
+    """``terse`` for the embedded tiny model (a character vocabulary trained on the shorthand), ``natural`` for
+    any Hugging Face model (an instruction-tuned LLM reads a statement of the rules and the answer shape)."""
+    return "terse" if model_path == TINY else "natural"
 
 
 class PromptConfig(BaseModel):
@@ -17,8 +26,45 @@ class PromptConfig(BaseModel):
     field: Literal["prompt", "question"] = Field(
         "prompt", description="'prompt' adds the answer-format instruction; 'question' shows the bare statement."
     )
+    style: PromptStyle | None = Field(
+        None,
+        description="'natural': a full statement of the rules and the answer shape (for LLMs); 'terse': the "
+        "shorthand the tiny model learns. Default: terse for model.path tiny, natural otherwise.",
+    )
     system: str | None = Field(None, description="Optional system message.")
     chat_template: bool = Field(True, description="Apply the tokenizer's chat template when it has one.")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra arguments of the chat template, e.g. {enable_thinking: false} for Qwen3.",
+    )
+    think_tags: tuple[str, str] | None = Field(
+        None,
+        description="Reasoning models: the tags around the thinking block, e.g. ['<think>', '</think>']; "
+        "the block is cut off before the answer is extracted.",
+    )
+
+    @field_validator("think_tags")
+    @classmethod
+    def _distinct_tags(cls, tags):
+        if tags is not None and (not tags[0].strip() or not tags[1].strip() or tags[0] == tags[1]):
+            raise ValueError("think_tags must be two different non-empty tags, e.g. ['<think>', '</think>']")
+        return tags
+
+    def resolved(self, model_path: str) -> PromptConfig:
+        """This config with ``style`` filled in for ``model_path`` when it was left unset."""
+        if self.style is not None:
+            return self
+        return self.model_copy(update={"style": default_style(model_path)})
+
+
+def problem_text(problem: Problem, field: str = "prompt", style: PromptStyle | None = "terse") -> str:
+    """The text shown for ``problem``: its natural statement when asked for and the task has one, else the terse
+    one (``style`` None, an unresolved config, means terse)."""
+    if style == "natural":
+        natural = getattr(problem, f"natural_{field}", None)
+        if natural is not None:
+            return natural
+    return getattr(problem, field)
 
 
 class PromptBuilder:
@@ -29,15 +75,21 @@ class PromptBuilder:
         self.config = config or PromptConfig()
         self.use_chat = self.config.chat_template and getattr(tokenizer, "chat_template", None) is not None
 
+    def content(self, problem: Problem) -> str:
+        """The user message for ``problem`` in the configured field and style."""
+        return problem_text(problem, self.config.field, self.config.style)
+
     def text(self, problem: Problem) -> str:
-        content = getattr(problem, self.config.field)
+        content = self.content(problem)
         if not self.use_chat:
             system = f"{self.config.system}\n" if self.config.system else ""
             return f"{system}{content}\n"
         messages = [{"role": "user", "content": content}]
         if self.config.system:
             messages.insert(0, {"role": "system", "content": self.config.system})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **self.config.chat_template_kwargs
+        )
 
     def ids(self, problem: Problem) -> list[int]:
         return self.tokenizer(self.text(problem), add_special_tokens=not self.use_chat).input_ids

@@ -17,8 +17,10 @@ from typing import Any
 import yaml
 
 from polyrl.errors import UserError
-from polyrl.report import plots
-from polyrl.train.run_dir import RunDir, atomic_write_text
+from polyrl.report import panels, plots, series
+from polyrl.report.samples import samples_section
+from polyrl.report.series import Omitted
+from polyrl.run_dir import RunDir, atomic_write_text
 
 CSS = """
 body{margin:0;background:#f5f6f8;color:#1f2430;font:15px/1.5 -apple-system,'Segoe UI',Helvetica,Arial,sans-serif}
@@ -38,6 +40,14 @@ td:first-child,th:first-child{text-align:left}tr.mean td{font-weight:700;backgro
 .up{color:#1d6b34}.down{color:#b42318}
 pre{background:#1f2430;color:#e6e9ef;padding:16px;border-radius:10px;overflow:auto;font-size:13px;line-height:1.45}
 .note{color:#5b6473;font-style:italic}
+details.samples{background:#fff;border:1px solid #e1e4e8;border-radius:10px;margin:0 0 10px;padding:8px 12px}
+details.samples summary{cursor:pointer;font-weight:600}
+table.samples{width:100%;margin-top:8px;table-layout:fixed;font-size:13px}
+table.samples th,table.samples td{text-align:left;vertical-align:top;overflow-wrap:anywhere}
+table.samples th:nth-child(1){width:14%}table.samples th:nth-child(2),table.samples th:nth-child(3){width:7%}
+table.samples th:nth-child(4){width:10%}
+table.samples td.text div{white-space:pre-wrap;overflow-wrap:anywhere;max-height:14em;overflow:auto;
+font:12px/1.4 ui-monospace,'DejaVu Sans Mono',monospace}
 """
 
 
@@ -51,6 +61,11 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
+def _png_width(data: bytes) -> int:
+    """Pixel width from the PNG header (IHDR: bytes 16-20, big-endian)."""
+    return int.from_bytes(data[16:20], "big")
+
+
 def load_run(run_dir: Path) -> dict[str, Any]:
     """What the report reads: config (text and parsed), metrics by stage, held-out results."""
     if not (run_dir / "config.yaml").is_file():
@@ -60,14 +75,18 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         config = yaml.safe_load(config_text) or {}
     except yaml.YAMLError:
         raise UserError(f"{run_dir / 'config.yaml'} is not valid YAML") from None
-    records = RunDir(run_dir).read_metrics()
+    if not isinstance(config, dict):
+        raise UserError(f"{run_dir / 'config.yaml'} is not a polyrl config (not a mapping)")
+    # a record the report can place: an object with a stage and an integer step (anything else is skipped)
+    records = [r for r in RunDir(run_dir).read_metrics() if isinstance(r, dict) and isinstance(r.get("step"), int)]
     evals = {}
     for path in sorted((run_dir / "eval").glob("*.json")):
         try:
             evals[path.stem] = json.loads(path.read_text())
         except ValueError:
             continue  # being written by a live run; the next report will have it
-    tasks = [t["name"] for t in config.get("tasks", []) if isinstance(t, dict) and "name" in t]
+    listed = config.get("tasks") if isinstance(config.get("tasks"), list) else []
+    tasks = [str(t["name"]) for t in listed if isinstance(t, dict) and "name" in t]
     return {
         "config_text": config_text,
         "config": config,
@@ -108,7 +127,7 @@ def heldout_table(evals: dict[str, Any]) -> str:
     before, after = evals.get("after_sft"), evals.get("after_rl")
     if before is None:
         return '<p class="note">No held-out evaluation yet (it runs after SFT).</p>'
-    extra = [m for m in next(iter(before.values())) if m.startswith("pass@")]
+    extra = [m for m in next(iter(before.values()), {}) if m.startswith("pass@")]
     head = "<tr><th>task</th><th>after SFT</th>" + ("<th>after RL</th><th>Δ (points)</th>" if after else "")
     head += "".join(f"<th>{html.escape(m)} {'after RL' if after else 'after SFT'}</th>" for m in extra) + "</tr>"
     rows = []
@@ -144,6 +163,103 @@ def _cards(run: dict[str, Any], status: tuple[str, str]) -> str:
     )
 
 
+def _omitted_note(omitted: list[Omitted]) -> str:
+    if not omitted:
+        return ""
+    items = "; ".join(f"{html.escape(o.title)}: {html.escape(o.reason)}" for o in omitted)
+    return f'<p class="note">Not drawn — {items}.</p>'
+
+
+def _figure_html(key: str, data: bytes, caption: str, titles: list[str]) -> str:
+    listed = f" Panels: {html.escape(' · '.join(titles))}." if titles else ""
+    return (
+        f'<figure id="fig-{key}"><img alt="{key}" width="{_png_width(data)}" '
+        f'src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+        f"<figcaption>{caption}{listed}</figcaption></figure>"
+    )
+
+
+def _sections(
+    run: dict[str, Any], tasks: list[str]
+) -> list[tuple[str, str, list[tuple[str, Any, str, list[str]]], str]]:
+    """(title, HTML before the figures, [(png key, figure or None, caption, panel titles)], note after them) for each
+    plotted section, in order."""
+    rl, config = run["rl"], run["config"]
+    rl_done = max((r["step"] for r in rl), default=0)
+    per_task, per_task_off = panels.select(panels.PER_TASK, rl, tasks, config)
+    terms, terms_off = panels.select(panels.term_panels(rl, tasks), rl, tasks, config)
+    diagnostics, diagnostics_off = panels.select(panels.DIAGNOSTICS, rl, tasks, config)
+    titles = lambda ps: [p.title for p in ps]
+    return [
+        (
+            "Held-out results",
+            heldout_table(run["evals"]) + "<div style='height:14px'></div>",
+            [
+                (
+                    "heldout",
+                    plots.heldout_bars(run["evals"]),
+                    "Greedy accuracy on the eval split, after the SFT warm start and after RL.",
+                    [],
+                ),
+                (
+                    "heldout_steps",
+                    plots.heldout_over_time(run["evals"], rl_done),
+                    "Periodic held-out evaluations during RL.",
+                    [],
+                ),
+            ],
+            "",
+        ),
+        (
+            "Training curves",
+            "",
+            [
+                (
+                    "training",
+                    plots.per_task_curves(rl, tasks, per_task),
+                    "Per task, on the RL training batches: smoothed lines, raw values faint; black: all tasks.",
+                    titles(per_task),
+                ),
+                (
+                    "reward_terms",
+                    plots.overlay_curves(rl, terms),
+                    "All tasks: the mean weighted value of each reward term"
+                    + ("; how many completions each term failed to score." if len(terms) > 1 else "."),
+                    titles(terms),
+                ),
+            ],
+            _omitted_note(per_task_off + terms_off),
+        ),
+        (
+            "Objective diagnostics",
+            "",
+            [
+                (
+                    "diagnostics",
+                    plots.overlay_curves(rl, diagnostics),
+                    "What the policy-gradient objective computed "
+                    "at each RL step (all tasks): smoothed lines, raw values faint.",
+                    titles(diagnostics),
+                ),
+            ],
+            _omitted_note(diagnostics_off),
+        ),
+        (
+            "Curriculum",
+            "",
+            [
+                (
+                    "curriculum",
+                    plots.curriculum(rl, tasks),
+                    "How often the sampler drew each task, and each task's difficulty knob.",
+                    [],
+                )
+            ],
+            "",
+        ),
+    ]
+
+
 def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, list[Path]]:
     """Write the HTML report (default ``RUN_DIR/report.html``) and its PNGs; return their paths."""
     run_dir = Path(run_dir)
@@ -152,35 +268,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
     if out.suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--out {str(out)!r} must end in .html")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tasks = run["tasks"] or sorted({k.split("/", 1)[1] for r in run["rl"] for k in r if k.startswith("reward/")})
-    rl_done = max((r["step"] for r in run["rl"]), default=0)
-    figures = [
-        (
-            "heldout",
-            "Held-out results",
-            plots.heldout_bars(run["evals"]),
-            "Greedy accuracy on the eval split, after the SFT warm start and after RL.",
-        ),
-        (
-            "heldout_steps",
-            None,
-            plots.heldout_over_time(run["evals"], rl_done),
-            "Periodic held-out evaluations during RL.",
-        ),
-        (
-            "training",
-            "Training curves",
-            plots.training_curves(run["rl"], tasks),
-            "Per task, on the RL training batches: smoothed lines, raw values faint; black: all tasks.",
-        ),
-        (
-            "curriculum",
-            "Curriculum",
-            plots.curriculum(run["rl"], tasks),
-            "How often the sampler drew each task, and each task's difficulty knob.",
-        ),
-        ("sft", "SFT warm start", plots.sft_loss(run["sft"]), "Cross-entropy on reference solutions."),
-    ]
+    tasks = series.task_names(run["tasks"], run["rl"])
     status = run_status(run)
     name = html.escape(run_dir.resolve().name)
     updated = time.strftime("%Y-%m-%d %H:%M", time.localtime(run["updated"])) if run["updated"] else "never"
@@ -191,25 +279,33 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
         _cards(run, status),
     ]
     written = []
-    for key, title, fig, caption in figures:
-        if title:
-            body.append(f"<h2>{title}</h2>")
-        if key == "heldout":
-            body.append(heldout_table(run["evals"]))
-            body.append("<div style='height:14px'></div>")
-        if fig is None:
-            if title and key != "heldout":
-                body.append('<p class="note">Nothing logged yet for this section.</p>')
-            continue
-        width = int(fig.get_figwidth() * DPI)
-        data = _png(fig)
-        png = out.with_name(f"{out.stem}_{key}.png")
-        png.write_bytes(data)
-        written.append(png)
-        body.append(
-            f'<figure><img alt="{key}" width="{width}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
-            f"<figcaption>{caption}</figcaption></figure>"
-        )
+
+    def figures(entries) -> list[str]:
+        parts = []
+        for key, fig, caption, titles in entries:
+            if fig is None:
+                continue
+            data = _png(fig)
+            png = out.with_name(f"{out.stem}_{key}.png")
+            png.write_bytes(data)
+            written.append(png)
+            parts.append(_figure_html(key, data, caption, titles))
+        return parts
+
+    for title, lead, entries, note in _sections(run, tasks):
+        drawn = figures(entries)
+        body += [f"<h2>{title}</h2>", lead, *drawn]
+        nothing = "" if drawn or lead else '<p class="note">Nothing logged yet for this section.</p>'
+        body.append(note or nothing)  # a section whose every panel is off still says which and why
+    samples = samples_section(run["rl"])
+    body += [
+        '<h2 id="samples">Samples</h2>',
+        samples or '<p class="note">No completions logged (RL records carry them as <code>samples</code>).</p>',
+    ]
+    body.append("<h2>SFT warm start</h2>")
+    body += figures([("sft", plots.sft_loss(run["sft"]), "Cross-entropy on reference solutions.", [])]) or [
+        '<p class="note">Nothing logged yet for this section.</p>'
+    ]
     body += ["<h2>Resolved config</h2>", f"<pre>{html.escape(run['config_text'])}</pre>"]
     page = (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>polyrl run {name}</title>'

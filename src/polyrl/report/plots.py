@@ -15,18 +15,15 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-TRAINING_METRICS = (
-    ("reward", "reward"),
-    ("accuracy", "accuracy (sampled)"),
-    ("response_length", "response length (tokens)"),
-    ("entropy", "entropy (nats / token)"),
-    ("kl", "KL to reference"),
-)
+from polyrl.report import series
+from polyrl.report.panels import PALETTE, Panel
+
 STYLE = {
     "figure.facecolor": "white",
     "axes.facecolor": "white",
     "axes.edgecolor": "#c8ccd2",
     "axes.grid": True,
+    "axes.axisbelow": True,
     "grid.color": "#eceef1",
     "grid.linewidth": 0.8,
     "axes.spines.top": False,
@@ -39,20 +36,7 @@ STYLE = {
     "legend.fontsize": 8,
     "legend.frameon": False,
     "font.family": "DejaVu Sans",
-    "axes.prop_cycle": matplotlib.cycler(
-        color=[
-            "#4c72b0",
-            "#dd8452",
-            "#55a868",
-            "#c44e52",
-            "#8172b3",
-            "#937860",
-            "#da8bc3",
-            "#8c8c8c",
-            "#ccb974",
-            "#64b5cd",
-        ]
-    ),
+    "axes.prop_cycle": matplotlib.cycler(color=list(PALETTE)),
 }
 
 
@@ -65,14 +49,37 @@ def smooth(values: list[float], alpha: float) -> list[float]:
     return out
 
 
-def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
-    return [p[0] for p in pts], [float(p[1]) for p in pts]
+def ema_alpha(points: int) -> float:
+    """EMA decay for a curve of ``points`` steps: span ≈ points / 15 (``alpha = 1 - 2 / (span + 1)``), so a long run
+    is smoothed as much as a short one looks; none under 30 points."""
+    span = max(1, points // 15)
+    return 1 - 2 / (span + 1)
 
 
-def _figure(rows: int, cols: int, width: float = 12.0, height: float = 3.1) -> tuple[Figure, Any]:
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(rows, cols, figsize=(width, height * rows), squeeze=False)
+def task_colors(tasks: list[str]) -> dict[str, str]:
+    """One colour per task, the same in every panel and figure (by position in the run's task list); tab20 for more
+    than 10 tasks (beyond 20, colours repeat)."""
+    palette = PALETTE if len(tasks) <= len(PALETTE) else [matplotlib.colors.to_hex(c) for c in plt.cm.tab20.colors]
+    return {t: palette[i % len(palette)] for i, t in enumerate(tasks)}
+
+
+def _noisy(ax, steps: list[int], ys: list[float], color: str, lw: float, label: str | None, raw: bool = True):
+    """A noisy per-step curve: the smoothed line, with the raw values faint behind it."""
+    if raw and len(ys) >= 30:
+        ax.plot(steps, ys, lw=0.7, alpha=0.22, color=color)
+        ys = smooth(ys, ema_alpha(len(ys)))
+    (line,) = ax.plot(steps, ys, lw=lw, color=color, label=label, marker="o" if len(ys) == 1 else None, ms=3)
+    return line
+
+
+def _figure(panels: int, cols: int = 3, panel_width: float = 4.0, height: float = 3.0) -> tuple[Figure, Any]:
+    """A constrained-layout grid for ``panels`` panels (unused cells hidden): room is made for outside legends."""
+    cols = min(cols, panels)
+    rows = (panels + cols - 1) // cols
+    width = max(6.0, panel_width * cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height * rows), squeeze=False, layout="constrained")
+    for ax in list(axes.flat)[panels:]:
+        ax.set_visible(False)
     return fig, axes
 
 
@@ -81,82 +88,113 @@ def _integer_steps(axes) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _legend_below(fig: Figure, axes, ncol: int) -> None:
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=min(ncol, 8), frameon=False, fontsize=9)
-
-
-def training_curves(rl: list[dict[str, Any]], tasks: list[str]) -> Figure | None:
-    """One panel per training metric; a smoothed line per task, the all-task mean in black."""
-    metrics = [(k, label) for k, label in TRAINING_METRICS if any(k in r for r in rl)]
-    if not rl or not metrics:
+def legend_below(fig: Figure, handles: list, labels: list[str]):
+    """A figure legend under the panels, with as many columns (≤ 8) as fit the figure's width: never clipped."""
+    if not handles:
         return None
-    cols = 3
-    rows = (len(metrics) + cols - 1) // cols
+    renderer = fig.canvas.get_renderer()
+    for ncol in range(min(len(labels), 8), 0, -1):
+        legend = fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, fontsize=9)
+        box = legend.get_window_extent(renderer)
+        if ncol == 1 or box.width <= 0.96 * fig.bbox.width:
+            # the layout takes the legend's height from the panels: give it back, so many tasks do not squash them
+            fig.set_figheight(fig.get_figheight() + box.height / fig.dpi)
+            return legend
+        legend.remove()
+    return None
+
+
+def per_task_curves(rl: list[dict[str, Any]], tasks: list[str], panels: list[Panel]) -> Figure | None:
+    """One panel per metric: a smoothed line per task (``<key>/<task>``), the all-task value ``<key>`` in black."""
+    if not rl or not panels:
+        return None
+    colors = task_colors(tasks)
+    handles: dict[str, Any] = {}
     with plt.rc_context(STYLE):
-        fig, axes = _figure(rows, cols, height=3.2)
-        alpha = 0.6 if len(rl) > 20 else 0.0
-        for ax, (key, label) in zip(axes.flat, metrics):
+        fig, axes = _figure(len(panels), height=3.0)
+        for ax, panel in zip(axes.flat, panels):
             for task in tasks:
-                steps, ys = _series(rl, f"{key}/{task}")
+                steps, ys = series.series(rl, f"{panel.key}/{task}")
                 if steps:
-                    (line,) = ax.plot(steps, smooth(ys, alpha), lw=1.6, label=task)
-                    ax.plot(steps, ys, lw=0.8, alpha=0.25, color=line.get_color())
-            steps, ys = _series(rl, key)
+                    handles.setdefault(task, _noisy(ax, steps, ys, colors[task], 1.5, task, panel.raw))
+            steps, ys = series.series(rl, panel.key)
             if steps:
-                ax.plot(steps, smooth(ys, alpha), lw=2.2, color="#222", label="all tasks")
-            ax.set_title(label)
+                handles.setdefault("all tasks", _noisy(ax, steps, ys, "#222222", 2.2, "all tasks", panel.raw))
+            ax.set_title(panel.title)
             ax.set_xlabel("RL step")
-        for ax in list(axes.flat)[len(metrics) :]:
-            ax.set_visible(False)
         _integer_steps(axes)
-        _legend_below(fig, axes, len(tasks) + 1)
-        fig.tight_layout(rect=(0, 0.07 if rows == 1 else 0.04, 1, 1))
+        order = [t for t in tasks if t in handles] + (["all tasks"] if "all tasks" in handles else [])
+        legend_below(fig, [handles[k] for k in order], order)
+    return fig
+
+
+def overlay_curves(rl: list[dict[str, Any]], panels: list[Panel]) -> Figure | None:
+    """One panel per diagnostic, its overall series overlaid (a legend in the panel when there are several)."""
+    if not rl or not panels:
+        return None
+    with plt.rc_context(STYLE):
+        fig, axes = _figure(len(panels), height=2.7)
+        for ax, panel in zip(axes.flat, panels):
+            drawn = [(c, *series.series(rl, c.key)) for c in panel.curves]
+            drawn = [d for d in drawn if d[1]]
+            if panel.band and len(drawn) >= 2 and drawn[0][1] == drawn[-1][1]:
+                ax.fill_between(drawn[0][1], drawn[0][2], drawn[-1][2], color="#4c72b0", alpha=0.08, lw=0)
+            for curve, steps, ys in drawn:
+                _noisy(ax, steps, ys, curve.color, 1.6, curve.label, panel.raw)
+            if len(panel.curves) > 1:
+                ax.legend(loc="best", fontsize=7, frameon=True, facecolor="white", framealpha=0.85, edgecolor="none")
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 5), useOffset=False)
+            ax.set_title(panel.title)
+            ax.set_xlabel("RL step")
+        _integer_steps(axes)
     return fig
 
 
 def sft_loss(sft: list[dict[str, Any]]) -> Figure | None:
-    steps, ys = _series([r for r in sft if "rft_round" not in r], "loss")
+    steps, ys = series.series([r for r in sft if "rft_round" not in r], "loss")
     if not steps:
         return None
     with plt.rc_context(STYLE):
-        fig, axes = _figure(1, 1, width=6, height=3)
+        fig, axes = _figure(1, panel_width=6, height=3)
         ax = axes[0, 0]
-        ax.plot(steps, ys, lw=0.8, alpha=0.3, color="#4c72b0")
-        ax.plot(steps, smooth(ys, 0.8), lw=1.8, color="#4c72b0")
+        _noisy(ax, steps, ys, "#4c72b0", 1.8, None)
         ax.set_title("SFT loss (cross-entropy)")
         ax.set_xlabel("SFT step")
-        fig.tight_layout()
     return fig
 
 
 def curriculum(rl: list[dict[str, Any]], tasks: list[str]) -> Figure | None:
     """Sampler weights (stacked) and difficulty knobs over RL steps, for whichever of the two was logged."""
-    weights = [(t, *_series(rl, f"sampler_weight/{t}")) for t in tasks]
+    weights = [(t, *series.series(rl, f"sampler_weight/{t}")) for t in tasks]
     weights = [w for w in weights if w[1]]
-    knobs = [(t, *_series(rl, f"difficulty/{t}")) for t in tasks]
+    steps = weights[0][1] if weights else []
+    weights = [w for w in weights if w[1] == steps]  # a stack needs every task at the same steps
+    knobs = [(t, *series.series(rl, f"difficulty/{t}")) for t in tasks]
     knobs = [k for k in knobs if k[1]]
     panels = [p for p in (("weights", weights), ("difficulty", knobs)) if p[1]]
     if not panels:
         return None
+    colors = task_colors(tasks)
+    handles: dict[str, Any] = {}
     with plt.rc_context(STYLE):
-        fig, axes = _figure(1, len(panels), width=6 * len(panels), height=3.4)
-        for ax, (kind, series) in zip(axes.flat, panels):
+        fig, axes = _figure(len(panels), cols=2, panel_width=6, height=3.4)
+        for ax, (kind, drawn) in zip(axes.flat, panels):
             if kind == "weights":
-                steps = series[0][1]
-                ax.stackplot(steps, *[s[2] for s in series], labels=[s[0] for s in series], alpha=0.85)
+                stacks = ax.stackplot(steps, *[w[2] for w in drawn], colors=[colors[w[0]] for w in drawn], alpha=0.85)
+                for (task, *_), patch in zip(drawn, stacks):
+                    handles.setdefault(task, patch)
                 ax.set_ylim(0, 1)
                 ax.set_title("task sampler weights")
             else:
-                for task, steps, ys in series:
-                    ax.plot(steps, ys, lw=1.8, label=task, drawstyle="steps-post")
+                for task, task_steps, ys in drawn:
+                    line = ax.plot(task_steps, ys, lw=1.8, color=colors[task], drawstyle="steps-post")[0]
+                    handles.setdefault(task, line)
                 ax.set_ylim(-0.03, 1.03)
                 ax.set_title("difficulty knob (0 easy … 1 hard)")
             ax.set_xlabel("RL step")
         _integer_steps(axes)
-        _legend_below(fig, axes, len(tasks))
-        fig.tight_layout(rect=(0, 0.1, 1, 1))
+        order = [t for t in tasks if t in handles]
+        legend_below(fig, [handles[t] for t in order], order)
     return fig
 
 
@@ -169,11 +207,11 @@ def heldout_bars(evals: dict[str, dict[str, dict[str, float]]], metric: str = "a
     width = 0.8 / len(stages)
     colors = {"after_sft": "#a9b4c2", "after_rl": "#4c72b0"}
     with plt.rc_context(STYLE):
-        fig, axes = _figure(1, 1, width=max(6.0, 1.1 * len(tasks) + 2), height=3.6)
+        fig, axes = _figure(1, panel_width=max(6.0, 1.1 * len(tasks) + 2), height=3.6)
         ax = axes[0, 0]
         for i, (name, label) in enumerate(stages):
             xs = [j + (i - (len(stages) - 1) / 2) * width for j in range(len(tasks))]
-            ys = [100 * evals[name].get(t, {}).get(metric, 0.0) for t in tasks]
+            ys = [100 * (series.value(evals[name].get(t, {}), metric) or 0.0) for t in tasks]
             bars = ax.bar(xs, ys, width * 0.92, label=label, color=colors[name])
             ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2, color="#444")
         ax.set_xticks(range(len(tasks)), tasks, rotation=20, ha="right")
@@ -182,7 +220,6 @@ def heldout_bars(evals: dict[str, dict[str, dict[str, float]]], metric: str = "a
         ax.set_title(f"held-out {metric} per task (greedy, eval split)")
         ax.grid(axis="x", visible=False)
         ax.legend(loc="upper left", ncol=len(stages))
-        fig.tight_layout()
     return fig
 
 
@@ -195,32 +232,25 @@ def heldout_over_time(evals: dict[str, dict[str, dict[str, float]]], final_step:
     if len(points) < 3:  # two points are already the bar chart
         return None
     tasks = [t for t in points[0][1] if t != "mean"]
+    colors = task_colors(tasks)
     steps = [p[0] for p in points]
+
+    def accuracy(evaluation: dict[str, Any], task: str) -> float:
+        x = series.value(evaluation.get(task, {}), "accuracy")
+        return float("nan") if x is None else 100 * x
+
     with plt.rc_context(STYLE):
-        fig, axes = _figure(1, 1, width=8, height=3.4)
+        fig, axes = _figure(1, panel_width=8, height=3.4)
         ax = axes[0, 0]
         for task in tasks:
-            ax.plot(
-                steps,
-                [100 * p[1].get(task, {}).get("accuracy", float("nan")) for p in points],
-                marker="o",
-                ms=3,
-                lw=1.5,
-                label=task,
-            )
-        if all("mean" in p[1] for p in points):
-            ax.plot(
-                steps,
-                [100 * p[1]["mean"]["accuracy"] for p in points],
-                marker="o",
-                ms=4,
-                lw=2.4,
-                color="#222",
-                label="mean",
-            )
+            ax.plot(steps, [accuracy(p[1], task) for p in points], marker="o", ms=3, lw=1.5, color=colors[task])
+        labels = list(tasks)
+        if any("mean" in p[1] for p in points):
+            ax.plot(steps, [accuracy(p[1], "mean") for p in points], marker="o", ms=4, lw=2.4, color="#222")
+            labels.append("mean")
         ax.set_title("held-out accuracy during RL (greedy)")
         ax.set_xlabel("RL step")
         ax.set_ylabel("%")
-        ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5))
-        fig.tight_layout()
+        lines = ax.get_lines()
+        ax.legend(lines, labels, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig

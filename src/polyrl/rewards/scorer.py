@@ -23,9 +23,9 @@ Each source returns ``(value, failure reason or None)`` per trajectory; a functi
 non-number or NaN is such a failure (value 0, reason ``error: <exception>`` or ``not_finite``), counted,
 never a crash. The scorer writes
 ``reward_terms[<term>]``, adds ``weight * value`` to ``reward`` (with ``gate: verifier`` only for
-verified-correct completions) and records failures in ``info["reward_failures"]`` (a failure is a
+verified-correct completions) and records failures in ``Trajectory.reward_failures`` (a failure is a
 zero value with a reason; the trainer logs ``reward_failures/<term>`` counts). A swapped pairwise judge
-also marks samples whose two verdicts disagree (``info["judge_position_inconsistent"]``, logged per step
+also marks samples whose two verdicts disagree (``Trajectory.judge_position_inconsistent``, logged per step
 as ``judge_position_inconsistent``); those keep their judge reward.
 """
 
@@ -44,7 +44,6 @@ Scores = list[tuple[float, "str | None"]]
 SourceFactory = Callable[[RewardConfig, str], Callable[[list], Scores]]
 # A swapped pairwise judgment whose two orders disagree: not a failure (the sample keeps its averaged judge
 # reward), but counted per step, so the metrics show how position-biased the judge is.
-POSITION_INCONSISTENT = "judge_position_inconsistent"
 
 
 def register_reward_source(name: str) -> Callable[[SourceFactory], SourceFactory]:
@@ -202,7 +201,7 @@ def _judge(config: RewardConfig, device: str):
         for i, j in zip(idx, judged):
             out[i] = (j.value, j.reason)
             if j.position_inconsistent:  # counted per step as judge_position_inconsistent
-                trajs[i].info[POSITION_INCONSISTENT] = True
+                trajs[i].judge_position_inconsistent = True
         return out
 
     score.judge_source = source  # its counters (calls, position_inconsistent) for callers and tests
@@ -247,7 +246,7 @@ class RewardScorer:
             for t, (value, reason) in zip(chosen, source(chosen)):
                 t.reward_terms[term] = value
                 if reason is not None:
-                    t.info.setdefault("reward_failures", {})[term] = reason
+                    t.reward_failures[term] = reason
                 if self.config.gate == "verifier" and not t.verdict.correct:
                     continue
                 t.reward += self.weights[t.task][term] * value

@@ -15,33 +15,74 @@ from dataclasses import dataclass, field
 import torch
 
 from polyrl.envs.base import Environment, EnvTask, Message, StepResult
-from polyrl.envs.tools import Tool, describe_tools
+from polyrl.envs.tool_formats import ToolFormat, UsesToolFormat, describe_tools, resolve_tool_format
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rewards import RewardConfig
-from polyrl.rollout.single_turn import Trajectory
+from polyrl.rollout.trajectory import Trajectory
 from polyrl.tasks import Problem, Verdict
 
 _PLACEHOLDER = "\x00polyrl\x00"
 
 
 class ChatCodec:
-    """Renders episode messages into token ids with the tokenizer's chat template (or plain text)."""
+    """Renders episode messages into token ids with the tokenizer's chat template (or plain text), and binds
+    tool-using tasks and environments to the tool-call format of that template."""
 
     def __init__(self, prompts: PromptBuilder):
         self.tok = prompts.tokenizer
         self.system = prompts.config.system
         self.use_chat = prompts.use_chat
-        self.bare_question = prompts.config.field == "question"
+        self.content = prompts.content  # the problem in the configured field and style
+        self.template_kwargs = prompts.config.chat_template_kwargs
         self.native_tools = self.use_chat and "tools" in (self.tok.chat_template or "")
         if self.use_chat:
             user = [{"role": "user", "content": "q"}]
             with_turn = self._render(user + [{"role": "assistant", "content": _PLACEHOLDER}])
             self.turn_end = with_turn[with_turn.rindex(_PLACEHOLDER) + len(_PLACEHOLDER) :]
         self.eos_text = self.tok.eos_token or ""
+        self._formats: dict[str, tuple[ToolFormat, dict | None]] = {}
+        self._kept: dict[str, dict[int, str]] = {}
+        self.tool_format = self.resolve("auto")[0]
+        """The format tools are described in when the template has no native tool format."""
+
+    def resolve(self, requested: str) -> tuple[ToolFormat, dict | None]:
+        if requested not in self._formats:
+            self._formats[requested] = resolve_tool_format(requested, self.tok if self.use_chat else None)
+        return self._formats[requested]
+
+    def bind(self, target) -> None:
+        """Give a tool-using task or environment this tokenizer's tool format (``env.tool_format`` resolved)."""
+        if isinstance(target, UsesToolFormat):
+            fmt, response_template = self.resolve(target.requested_tool_format)
+            target.bind_tool_format(fmt, response_template)
+            self.tool_format = fmt
+
+    def action_text(self, completion_ids: list[int], text: str) -> str:
+        """The policy's turn as the environment reads it: ``text`` (decoded without special tokens) with the
+        tool format's marker tokens put back where the vocabulary makes them special (``[TOOL_CALLS]``)."""
+        keep = self._kept_ids(self.tool_format)
+        if not keep.keys() & set(completion_ids):
+            return text
+        pieces, start = [], 0
+        for i, t in enumerate(completion_ids):
+            if t in keep:
+                pieces += [self.tok.decode(completion_ids[start:i], skip_special_tokens=True), keep[t]]
+                start = i + 1
+        return "".join(pieces) + self.tok.decode(completion_ids[start:], skip_special_tokens=True)
+
+    def _kept_ids(self, fmt: ToolFormat) -> dict[int, str]:
+        if fmt.name not in self._kept:
+            ids = {self.tok.convert_tokens_to_ids(marker): marker for marker in fmt.keep_tokens}
+            self._kept[fmt.name] = {
+                i: marker
+                for i, marker in ids.items()
+                if i is not None and i != self.tok.unk_token_id and not self.tok.decode([i], skip_special_tokens=True)
+            }
+        return self._kept[fmt.name]
 
     def _render(self, messages: list[Message], tools=None, generation_prompt: bool = False) -> str:
-        kwargs = {"tools": tools} if tools else {}
+        kwargs = {**self.template_kwargs, **({"tools": tools} if tools else {})}
         return self.tok.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs
         )
@@ -51,19 +92,12 @@ class ChatCodec:
 
     def start(self, messages: list[Message], tools: list[dict], problem: Problem | None = None) -> list[int]:
         """Prompt ids of the first turn; tools go through the template when it has a native format.
-        With ``prompt.field: question`` a first message that is the problem's prompt shows the bare question."""
-        if self.bare_question and problem is not None and messages and messages[0]["content"] == problem.prompt:
-            messages = [{**messages[0], "content": problem.question}, *messages[1:]]
+        A first message that is the problem's prompt shows the configured field and style instead."""
+        if problem is not None and messages and messages[0]["content"] == problem.prompt:
+            messages = [{**messages[0], "content": self.content(problem)}, *messages[1:]]
         system = [self.system] if self.system else []
         if tools and not self.native_tools:
-            system.append(
-                describe_tools(
-                    [
-                        Tool(t["function"]["name"], t["function"]["description"], t["function"]["parameters"], None)
-                        for t in tools
-                    ]
-                )
-            )
+            system.append(describe_tools(tools, self.tool_format))
         if not self.use_chat:
             text = "\n".join(system + [m["content"] for m in messages]) + "\n"
             return self.tok(text).input_ids
@@ -71,16 +105,20 @@ class ChatCodec:
         return self._ids(self._render(head + messages, tools if self.native_tools else None, generation_prompt=True))
 
     def between_turns(self, observation: list[Message], finished: bool) -> list[int]:
-        """Environment ids after a policy turn: close the turn, the observation, the next generation prompt."""
+        """Environment ids after a policy turn: close the turn, the observation, the next generation prompt.
+        The observation is what the template renders after the (placeholder) assistant turn, so templates that
+        render an earlier turn differently once it is no longer the last (Qwen3's think block) still work."""
         if not self.use_chat:
             return self._ids("".join(f"\n[{m['role']}] {m['content']}" for m in observation) + "\n")
         closing = self.turn_end
         if finished and closing.startswith(self.eos_text):
             closing = closing[len(self.eos_text) :]  # the policy already produced the end-of-turn token
         head = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _PLACEHOLDER}]
-        before = self._render(head)
         after = self._render(head + observation, generation_prompt=True)
-        return self._ids(closing + after[len(before) :])
+        rest = after[after.rindex(_PLACEHOLDER) + len(_PLACEHOLDER) :]
+        if not rest.startswith(self.turn_end):
+            raise ValueError(f"chat template closes an assistant turn inconsistently: {rest[:40]!r}")
+        return self._ids(closing + rest[len(self.turn_end) :])
 
 
 @dataclass
@@ -150,6 +188,7 @@ def rollout_episodes(
         task = tasks[problem.task]
         for _ in range(group_size):
             env = task.make_env(problem)
+            codec.bind(env)
             first = env.reset()
             episodes.append(Episode(task, env, problem, group_offset + g, codec.start(first, env.tools, problem)))
     live = list(episodes)
@@ -172,7 +211,7 @@ def rollout_episodes(
                 ep.turn_rewards.append(0.0)
                 _finish(ep, None, "token_budget")
                 continue
-            result = _step(ep, gen.text)
+            result = _step(ep, codec.action_text(gen.completion_ids, gen.text))
             ep.turn_rewards.append(float(result.reward))
             if result.done:
                 _finish(ep, result)
@@ -201,8 +240,6 @@ def _trajectory(ep: Episode, reward: RewardConfig, version: int) -> Trajectory:
     info.update(
         {
             "turns": len(ep.turn_spans),
-            "turn_rewards": ep.turn_rewards,
-            "turn_spans": ep.turn_spans,
             "policy_tokens": sum(ep.policy_mask),
             "env_tokens": len(ep.policy_mask) - sum(ep.policy_mask),
             **stats,
@@ -221,7 +258,9 @@ def _trajectory(ep: Episode, reward: RewardConfig, version: int) -> Trajectory:
         verdict,
         version,
         ep.policy_mask,
-        info,
+        turn_spans=list(ep.turn_spans),
+        turn_rewards=list(ep.turn_rewards),
+        info=info,
     )
 
 
@@ -229,11 +268,13 @@ def reference_episode(
     task: EnvTask, problem: Problem, prompts: PromptBuilder, eos_id: int
 ) -> tuple[list[int], list[int], list[int]] | None:
     """``(prompt_ids, response_ids, policy_mask)`` of the environment's reference trajectory, or None."""
+    codec = ChatCodec(prompts)
+    codec.bind(task)
     actions = task.reference_actions(problem)
     if not actions:
         return None
-    codec = ChatCodec(prompts)
     env = task.make_env(problem)
+    codec.bind(env)
     try:
         ep = Episode(task, env, problem, 0, codec.start(env.reset(), env.tools, problem))
         for action in actions:
@@ -260,8 +301,8 @@ def turn_advantages(trajs: list[Trajectory], width: int, eps: float = 1e-6) -> t
         returns = torch.tensor(groups[t.group])
         mean, std = returns.mean(), returns.std(unbiased=False)
         std = std if std > eps else torch.tensor(1.0)
-        rewards = t.info.get("turn_rewards") or [t.reward]
-        spans = t.info.get("turn_spans") or [(0, len(t.response_ids))]
+        rewards = t.turn_rewards or [t.reward]
+        spans = t.turn_spans or [(0, len(t.response_ids))]
         scale = t.reward / sum(rewards) if sum(rewards) else 1.0  # reward-config weight on the return
         offset = len(t.prompt_ids) - 1
         for k, (a, b) in enumerate(spans):
@@ -336,7 +377,7 @@ def episode_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     fraction of episodes ending for each reason (``end/<reason>/<env>``)."""
     by_env: dict[str, list[Trajectory]] = {}
     for t in trajs:
-        if "turn_spans" in t.info:
+        if t.is_episode:
             by_env.setdefault(t.task, []).append(t)
     out: dict[str, float] = {}
     for name, ts in sorted(by_env.items()):

@@ -2,33 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rewards import RewardConfig, compute_rewards
-from polyrl.tasks import Problem, Task, Verdict
-
-
-@dataclass
-class Trajectory:
-    """One scored completion: the unit that flows from rollout to loss."""
-
-    task: str
-    group: int
-    """Index of the problem this completion answers, within the step."""
-    problem: Problem
-    prompt_ids: list[int]
-    response_ids: list[int]
-    text: str
-    finished: bool
-    reward: float
-    reward_terms: dict[str, float]
-    verdict: Verdict
-    policy_version: int = 0
-    policy_mask: list[int] | None = None
-    """Which response tokens the policy produced (None: all, as in single-turn)."""
-    info: dict = field(default_factory=dict)
+from polyrl.rollout.trajectory import Trajectory
+from polyrl.tasks import Problem, Task
 
 
 def rollout_problems(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -135,6 +135,11 @@ class Problem:
     difficulty: float | None
     """The knob the problem was generated at (None for explicit parameters)."""
     params: dict[str, Any]
+    natural_question: str | None = None
+    """The same problem as a natural-language statement for instruction-tuned LLMs: what the puzzle is, the data,
+    the rules and exactly what the answer looks like (None where the task has only ``question``)."""
+    natural_prompt: str | None = None
+    """The natural statement followed by the answer-format instruction (``prompt.style: natural``)."""
 
     @property
     def id(self) -> str:
@@ -161,6 +166,12 @@ class Problem:
         return cls(**values)
 
 
+VERIFIER_TIMEOUT = "verifier_timeout"
+"""Verdict reason (score 0): an isolated verify call ran past its time limit."""
+VERIFIER_ERROR = "verifier_error"
+"""Verdict reason (score 0): the verifier crashed, ran out of memory, or its task could not be loaded."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The verifier's judgment of one response."""
@@ -169,7 +180,8 @@ class Verdict:
     """In [0, 1]; partial credit where the task has a natural notion of it."""
     correct: bool
     reason: str
-    """Machine-readable: ``correct``, ``partial``, ``wrong``, ``malformed``, ``no_answer``, ``unclosed_tag``…"""
+    """Machine-readable: ``correct``, ``partial``, ``wrong``, ``malformed``, ``no_answer``, ``unclosed_tag``,
+    ``verifier_timeout``, ``verifier_error``…"""
     format_ok: bool = False
     """The response followed the answer format (independent of correctness)."""
     answer: str | None = None
@@ -181,8 +193,11 @@ class Example:
     """What a task's generator returns; :meth:`Task.generate` adds the bookkeeping."""
 
     question: str
+    """The terse shorthand the embedded tiny model learns (``prompt.style: terse``)."""
     answer: Any
     solution: str | None
+    statement: str | None = None
+    """The same problem in natural language, with the exact answer shape (``prompt.style: natural``)."""
 
 
 def _params_key(params: Mapping[str, Any]) -> str:
@@ -198,8 +213,9 @@ def rng_for(task: str, split: str, seed: int, params: Mapping[str, Any]) -> rand
 class Task:
     """Base class of every task. Subclasses set the class attributes and implement ``make`` and ``check``.
 
-    ``make(rng, params) -> Example`` draws one problem; ``check(answer, problem) -> float | (float, reason)``
-    scores an extracted answer and may raise on malformed input (the exception becomes reason ``malformed``).
+    ``make(rng, params) -> Example`` draws one problem (its terse question and, for LLMs, its natural statement);
+    ``check(answer, problem) -> float | (float, reason)`` scores an extracted answer and may raise on malformed
+    input (the exception becomes reason ``malformed``).
     """
 
     name: ClassVar[str]
@@ -209,6 +225,12 @@ class Task:
     presets: ClassVar[Mapping[str, float]] = DEFAULT_PRESETS
     partial_credit: ClassVar[bool] = False
     """Whether ``check`` can return scores strictly between 0 and 1."""
+    answer_shape: ClassVar[str] = ""
+    """The words the natural statement uses for what the answer looks like (e.g. ``a single integer``)."""
+    pure: ClassVar[bool] = False
+    """Whether ``check`` is safe to run in the trainer's process: it never evaluates model text as code and
+    its time and memory are bounded by the answer's length. Tasks that are not pure are verified in the
+    isolated worker pool (:mod:`polyrl.tasks.isolation`); plugins opt in with ``pure = True``."""
 
     def __init__(self, answer_format: AnswerFormat | str = "tags"):
         self.answer_format = AnswerFormat(answer_format) if isinstance(answer_format, str) else answer_format
@@ -233,15 +255,49 @@ class Task:
         params = space.resolve(difficulty)
         knob = space.knob(difficulty)
         ex = self.make(rng_for(self.name, split, int(seed), params), params)
-        prompt = f"{ex.question}\n{self.answer_format.instruction()}"
-        return Problem(self.name, ex.question, prompt, ex.answer, ex.solution, int(seed), split, knob, dict(params))
+        instruction = self.answer_format.instruction()
+        prompt = f"{ex.question}\n{instruction}"
+        natural_prompt = None if ex.statement is None else f"{ex.statement}\n{instruction}"
+        return Problem(
+            self.name,
+            ex.question,
+            prompt,
+            ex.answer,
+            ex.solution,
+            int(seed),
+            split,
+            knob,
+            dict(params),
+            natural_question=ex.statement,
+            natural_prompt=natural_prompt,
+        )
 
     def reference_response(self, problem: Problem) -> str | None:
         """The reference solution written in this task's answer format (for SFT warm starts)."""
         return None if problem.solution is None else self.answer_format.wrap(problem.solution)
 
     def verify(self, problem: Problem, response: str) -> Verdict:
-        """Score ``response``. Never raises: any input gets a Verdict with a reason."""
+        """Score ``response``. Never raises: any input gets a Verdict with a reason.
+
+        Pure tasks verify here; the others in the isolated worker pool, where a call that runs too long or
+        crashes is the verdict ``verifier_timeout`` or ``verifier_error`` (score 0).
+        """
+        if self.pure:
+            return self.verify_in_process(problem, response)
+        from polyrl.tasks.isolation import verifier_pool
+
+        return verifier_pool().verify([(self, problem, response)])[0]
+
+    def verify_many(self, problems: Sequence[Problem], responses: Sequence[str]) -> list[Verdict]:
+        """One verdict per ``(problem, response)`` pair, in order; an impure task's batch is one pool round trip."""
+        from polyrl.tasks.isolation import verify_many
+
+        if len(problems) != len(responses):
+            raise ValueError(f"{len(problems)} problems but {len(responses)} responses")
+        return verify_many([(self, p, r) for p, r in zip(problems, responses)])
+
+    def verify_in_process(self, problem: Problem, response: str) -> Verdict:
+        """Extract the answer and run ``check`` in this process, whatever ``pure`` says (the worker pool's entry)."""
         ext = self.answer_format.extract(response)
         if ext.answer is None:
             return Verdict(0.0, False, ext.reason, False, None)
@@ -249,6 +305,8 @@ class Task:
             return Verdict(0.0, False, "malformed", ext.format_ok, None)
         try:
             result = self.check(ext.answer, problem)
+        except MemoryError:  # the verifier's limit, not the answer's form
+            return Verdict(0.0, False, VERIFIER_ERROR, ext.format_ok, ext.answer)
         except Exception:
             return Verdict(0.0, False, "malformed", ext.format_ok, ext.answer)
         score, reason = result if isinstance(result, tuple) else (result, None)

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from polyrl.errors import UserError
 from polyrl.tasks.answers import MAX_ANSWER_CHARS
-from polyrl.tasks.base import SPLITS, Difficulty, Param, Problem, Task, Verdict
+from polyrl.tasks.base import SPLITS, VERIFIER_ERROR, Difficulty, Param, Problem, Task, Verdict
 from polyrl.tasks.verifiers import DATASET_VERIFIERS, UserCallable, import_callable
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -368,10 +368,15 @@ class DatasetTask(Task):
     def check(self, answer: str, problem: Problem) -> float | tuple[float, str]:
         return self._verifier(answer, str(problem.answer))
 
-    def verify(self, problem: Problem, response: str) -> Verdict:
+    def verify_in_process(self, problem: Problem, response: str) -> Verdict:
         if not isinstance(self._verifier, UserCallable):
-            return super().verify(problem, response)
+            return super().verify_in_process(problem, response)
         return _verify_with_callable(self._verifier, self.answer_format.extract(response), problem, response)
+
+    def __reduce__(self):
+        # made by register_dataset_task, so not importable by name: an isolated verifier worker rebuilds the
+        # class from the spec (checking needs the verifier only, so the rows are not loaded there)
+        return _dataset_task_in_worker, (self.name, self.spec.model_dump(), self.params, self.answer_format)
 
 
 _WARNED: set[str] = set()
@@ -399,9 +404,9 @@ def _verify_with_callable(fn: UserCallable, ext, problem: Problem, response: str
         score, reason = result if isinstance(result, tuple) else (result, None)
         score = float(score)
     except Exception:
-        return Verdict(0.0, False, "verifier_error", ext.format_ok, ext.answer)
+        return Verdict(0.0, False, VERIFIER_ERROR, ext.format_ok, ext.answer)
     if not math.isfinite(score):
-        return Verdict(0.0, False, "verifier_error", ext.format_ok, ext.answer)
+        return Verdict(0.0, False, VERIFIER_ERROR, ext.format_ok, ext.answer)
     score = min(max(score, 0.0), 1.0)
     reason = reason or ("correct" if score >= 1.0 else ("partial" if score > 0 else "wrong"))
     return Verdict(score, score >= 1.0, str(reason), ext.format_ok, ext.answer)
@@ -451,20 +456,19 @@ def register_dataset_task(name: str, spec: DatasetSpec | dict[str, Any]) -> type
     buckets = len(rows.bounds)
     params = (Param("bucket", 0, buckets - 1, "difficulty bucket (0 = easiest rows)"),) if buckets > 1 else ()
     counts = f"{len(rows.splits['train'])} train / {len(rows.splits['eval'])} eval rows"
-    cls = type(
-        "DatasetTask_" + re.sub(r"\W", "_", name),
-        (DatasetTask,),
-        {
-            "name": name,
-            "spec": spec,
-            "params": params,
-            "pure": verifier_is_pure(spec),
-            "description": f"rows of {spec.path} ({counts}), verifier {spec.verifier}",
-            "__module__": __name__,
-        },
-    )
+    cls = _dataset_task_class(name, spec, params, f"rows of {spec.path} ({counts}), verifier {spec.verifier}")
     _CLASSES[name] = register_task(cls)
     return cls
+
+
+def _dataset_task_class(name: str, spec: DatasetSpec, params: tuple[Param, ...], description: str):
+    attrs = {"name": name, "spec": spec, "params": params, "pure": verifier_is_pure(spec), "description": description}
+    return type("DatasetTask_" + re.sub(r"\W", "_", name), (DatasetTask,), {**attrs, "__module__": __name__})
+
+
+def _dataset_task_in_worker(name: str, spec: dict[str, Any], params: tuple[Param, ...], answer_format) -> DatasetTask:
+    """The task of a pickled DatasetTask, rebuilt (not registered) where it is unpickled."""
+    return _dataset_task_class(name, DatasetSpec.model_validate(spec), params, "")(answer_format)
 
 
 def dataset_task(name: str, spec: DatasetSpec | dict[str, Any], **kwargs: Any) -> DatasetTask:

@@ -3,7 +3,9 @@
 One Task subclass is made per dataset on first use. Generation builds the dataset with a one-item config
 whose seed comes from the polyrl seed and split, so train and eval never share a reasoning-gym seed.
 Difficulty maps the knob in [0, 1] onto the dataset's curriculum levels (where it has a curriculum).
-Verification runs polyrl's shared answer extraction, then the dataset's own ``score_answer``.
+Verification runs polyrl's shared answer extraction, then the dataset's own ``score_answer``, always in
+the isolated verifier pool (``pure = False``): several scorers ``eval`` or ``sympy.parse_expr`` the answer.
+Guards in ``polyrl.tasks.rg_guards`` run first where a scorer can be fooled or made to run code.
 
 reasoning-gym is imported only here and only when an ``rg/`` task is asked for: it takes over a second
 to import, and ``polyrl tasks list`` should not pay that.
@@ -18,6 +20,7 @@ from typing import Any, ClassVar
 
 from polyrl.errors import UserError
 from polyrl.tasks.base import SPLITS, Difficulty, Param, Problem, Task
+from polyrl.tasks.rg_guards import guard_answer, replace_eval
 
 INSTALL_HINT = "reasoning-gym is not installed; install it with `pip install polyrl[rg]`"
 
@@ -58,6 +61,7 @@ class ReasoningGymTask(Task):
     rg_group: ClassVar[str]
     has_curriculum: ClassVar[bool]
     partial_credit = True  # many score_answer functions give partial credit
+    pure = False  # several score_answer functions eval or sympy-parse the answer: always verified isolated
 
     def __init__(self, answer_format="tags"):
         super().__init__(answer_format)
@@ -118,7 +122,8 @@ class ReasoningGymTask(Task):
         # survive the answer format). Such items keep solution=None so nobody trains on a wrong target.
         if isinstance(reference, str) and reference.strip():
             problem.solution = reference
-            if self.verify(problem, self.answer_format.wrap(reference)).score < 1.0:
+            # the reference is the dataset's own, so its check needs no isolation
+            if self.verify_in_process(problem, self.answer_format.wrap(reference)).score < 1.0:
                 problem.solution = None
         return problem
 
@@ -126,11 +131,21 @@ class ReasoningGymTask(Task):
         if level not in self._scorers:
             config = self._config(0, level)[0] if level is not None else self._config_cls(seed=0, size=1)
             self._scorers[level] = self._dataset_cls(config=config)
+            replace_eval(self.rg_dataset, self._dataset_cls)
         return self._scorers[level]
 
-    def check(self, answer: str, problem: Problem) -> float:
-        level = problem.answer.get("rg_level") if isinstance(problem.answer, dict) else None
-        score = self._scorer(level if isinstance(level, int) else None).score_answer(answer, problem.answer)
+    def __reduce__(self):
+        # made by rg_task_class, so not importable by its name: a verifier worker rebuilds it from the dataset
+        return rg_task, (self.rg_dataset, self.answer_format.style)
+
+    def check(self, answer: str, problem: Problem) -> float | tuple[float, str]:
+        entry = problem.answer
+        guarded = guard_answer(self.rg_dataset, answer, entry)
+        if guarded is not None:
+            return guarded
+        level = entry.get("rg_level") if isinstance(entry, dict) else None
+        scorer = self._scorer(level if isinstance(level, int) else None)
+        score = scorer.score_answer(answer, entry)
         return float(score) if score is not None and math.isfinite(float(score)) else 0.0
 
 
@@ -178,6 +193,11 @@ def rg_task_class(name: str) -> type[ReasoningGymTask]:
     )
     _CLASSES[name] = cls
     return cls
+
+
+def rg_task(name: str, answer_format: str = "tags") -> ReasoningGymTask:
+    """The ``rg/<name>`` task (how a verifier worker rebuilds one it was sent)."""
+    return rg_task_class(name)(answer_format)
 
 
 def rg_task_classes() -> list[type[ReasoningGymTask]]:

@@ -21,6 +21,7 @@ import importlib
 import inspect
 import math
 import re
+import signal
 import threading
 import unicodedata
 from collections.abc import Callable
@@ -137,6 +138,14 @@ def regex(answer: str, target: str) -> float:
     return float(re.fullmatch(str(target), answer) is not None)
 
 
+def _math_timeout() -> int | None:
+    """math-verify's own 5 s limit, where it may use SIGALRM: only a main thread may set it, and when the
+    alarm is already someone's (the isolated verifier worker's per-call limit) math-verify must not cancel it."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return 5 if signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None) else None
+
+
 def _math_parse(text: str, timeout: int | None):
     from math_verify import parse
 
@@ -153,9 +162,7 @@ def math_equivalent(answer: str, target: str, float_rounding: int = 6) -> CheckR
     """Equivalence by math-verify (``verify(gold, prediction)``); unparseable answers are ``malformed``."""
     from math_verify import verify
 
-    # math-verify's time limit uses SIGALRM, which only the main thread may set; elsewhere the caller's
-    # worker limits apply
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    timeout = _math_timeout()
     gold = _math_parse(str(target), timeout)
     predicted = _math_parse(answer, timeout)
     if not predicted:

@@ -7,9 +7,11 @@ half-written one that would be loaded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from polyrl.train.run_dir import atomic_write_text
+from polyrl.run_dir import atomic_write_text
 
 STATE_FILE = "trainer_state.json"
 
@@ -60,8 +62,11 @@ def save_checkpoint(
         },
         tmp / "optim.pt",
     )
-    # trainer_state.json is written last: its presence marks a complete checkpoint
-    atomic_write_text(tmp / STATE_FILE, json.dumps({"stage": stage, "step": step, **extra}, indent=2))
+    # trainer_state.json is written last: its presence marks a complete checkpoint, and the digests of every
+    # other file let a resume tell an intact checkpoint from one damaged after the fact
+    files = {str(p.relative_to(tmp)): _digest(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    state = {"stage": stage, "step": step, **extra, "files": files}
+    atomic_write_text(tmp / STATE_FILE, json.dumps(state, indent=2))
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -83,22 +88,50 @@ def _prune(root: Path, keep: int) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _intact(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """The checkpoint's state if every file it lists is there with its digest; else None and what is wrong."""
+    try:
+        state = json.loads((path / STATE_FILE).read_text())
+        stage, step = state["stage"], int(state["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"{STATE_FILE} is unreadable"
+    if stage not in ("sft", "rl") or step < 0:
+        return None, f"{STATE_FILE} names stage {stage!r} step {step}"
+    for name, digest in state.get("files", {}).items():
+        file = path / name
+        if not file.is_file():
+            return None, f"{name} is missing"
+        if _digest(file) != digest:
+            return None, f"{name} is damaged (checksum mismatch)"
+    return state, ""
+
+
 def latest_checkpoint(root: Path) -> Checkpoint | None:
+    """The newest intact checkpoint under ``root``. A damaged newer one (a file cut short, edited or gone) is
+    skipped with a one-line warning, so a run resumes from the one before it."""
     if not root.exists():
         return None
-    path = None
+    candidates = list(reversed(_complete(root)))
     pointer = root / "LATEST"
     if pointer.exists():
-        candidate = root / pointer.read_text().strip()
-        if (candidate / STATE_FILE).exists():
-            path = candidate
-    if path is None:
-        complete = _complete(root)
-        path = complete[-1] if complete else None
-    if path is None:
-        return None
-    state = json.loads((path / STATE_FILE).read_text())
-    return Checkpoint(path, state["stage"], int(state["step"]), state)
+        named = root / pointer.read_text().strip()
+        if named in candidates:  # LATEST first: it names the checkpoint written last
+            candidates.remove(named)
+            candidates.insert(0, named)
+    for path in candidates:
+        state, problem = _intact(path)
+        if state is not None:
+            return Checkpoint(path, state["stage"], int(state["step"]), state)
+        warnings.warn(f"checkpoint {path.name} is not usable ({problem}); trying an older one", stacklevel=2)
+    return None
 
 
 def load_model_weights(model, directory: Path) -> None:

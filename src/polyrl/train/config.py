@@ -10,9 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from polyrl.algos import get_advantage_estimator, get_aggregation, get_objective, kl_penalty
 from polyrl.critic import CriticConfig
 from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import EnvConfig
@@ -25,6 +27,19 @@ from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def registered(lookup):
+    """A field validator: the value must be a name ``lookup`` knows (its one-line error otherwise)."""
+
+    def check(cls, name):
+        try:
+            lookup(name)
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
+        return name
+
+    return classmethod(check)
 
 
 class TaskSpec(_Strict):
@@ -82,9 +97,9 @@ class SFTConfig(_Strict):
     """Stage 1: supervised warm start on the generators' reference solutions."""
 
     enabled: bool = Field(True, description="Run the SFT warm start before RL.")
-    steps: int = Field(300, ge=0, description="Optimizer steps.")
+    steps: int = Field(600, ge=0, description="Optimizer steps.")
     batch_size: int = Field(64, ge=1, description="Examples per step.")
-    lr: float = Field(1e-3, gt=0, description="Peak learning rate (linear warmup, cosine decay).")
+    lr: float = Field(3e-3, gt=0, description="Peak learning rate (linear warmup, cosine decay).")
     warmup_steps: int = Field(20, ge=0, description="Linear warmup steps.")
     difficulty: float | str | None = Field(
         None, description="SFT difficulty (default: each task's training difficulty)."
@@ -101,17 +116,37 @@ class RLConfig(_Strict):
     """Stage 2: multi-task RL with verifiable rewards."""
 
     enabled: bool = Field(True, description="Run the RL stage.")
-    steps: int = Field(150, ge=0, description="RL steps (one batch of rollouts each).")
+    steps: int = Field(400, ge=0, description="RL steps (one batch of rollouts each).")
     prompts_per_step: int = Field(16, ge=1, description="Distinct problems per step.")
     group_size: int = Field(8, ge=1, description="Completions per problem (G).")
-    max_new_tokens: int = Field(32, ge=1, description="Longest completion in tokens.")
+    max_new_tokens: int = Field(24, ge=1, description="Longest completion in tokens.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature for rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling for rollouts.")
-    lr: float = Field(2e-4, gt=0, description="Learning rate (constant after warmup).")
+    lr: float = Field(1e-4, gt=0, description="Learning rate (constant after warmup).")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     epochs: int = Field(1, ge=1, description="Optimization passes over each batch (PPO epochs).")
-    minibatches: int = Field(1, ge=1, description="Optimizer steps per epoch (the batch is split evenly).")
+    minibatches: int = Field(
+        1, ge=1, description="Optimizer steps per epoch: the trained rows are split into this many minibatches."
+    )
+    micro_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Largest padded micro-batch (rows x longest sequence) per forward/backward; gradients accumulate over a minibatch's micro-batches (same gradient, bounded memory). null: the whole minibatch at once.",
+    )
+    objective: str = Field(
+        "ppo_clip",
+        description="Policy objective (registered): ppo_clip (PPO with DAPO's asymmetric clip), gspo (sequence-level ratio), cispo (clipped IS weights).",
+    )
+    mask_truncated: bool = Field(
+        False,
+        description="Leave completions cut off by max_new_tokens out of the policy loss (DAPO overlong filtering).",
+    )
+    offpolicy_kl_threshold: float | None = Field(
+        None,
+        gt=0,
+        description="Mask whole sequences whose KL(behaviour || current policy) exceeds this (off-policy sequence masking; needs behaviour log-probs, i.e. Ray rollouts). null: off.",
+    )
     advantage: str = Field(
         "grpo",
         description="Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, or gae (PPO with the critic below).",
@@ -126,15 +161,26 @@ class RLConfig(_Strict):
     task_normalize: bool = Field(
         False, description="Standardize advantages within each task across the batch (AgentRL)."
     )
-    clip_ratio_low: float = Field(0.2, ge=0, description="PPO clip below 1 (1 - eps_low).")
+    clip_ratio_low: float = Field(0.2, ge=0, lt=1, description="PPO clip below 1 (1 - eps_low).")
     clip_ratio_high: float = Field(0.28, ge=0, description="PPO clip above 1 (1 + eps_high; DAPO clip-higher).")
+    gspo_clip_ratio_low: float = Field(
+        3e-4, ge=0, lt=1, description="gspo: sequence-ratio clip below 1 (GSPO paper: 3e-4)."
+    )
+    gspo_clip_ratio_high: float = Field(
+        4e-4, ge=0, description="gspo: sequence-ratio clip above 1 (GSPO paper: 4e-4)."
+    )
+    cispo_clip_ratio_high: float = Field(
+        4.0, ge=0, description="cispo: importance weights are truncated at 1 + this (TRL's epsilon_high 5.0)."
+    )
     loss_aggregation: str = Field(
         "token_mean", description="token_mean (DAPO), seq_mean_token_mean (GRPO), seq_mean_token_sum_norm (Dr. GRPO)."
     )
-    dynamic_sampling: bool = Field(False, description="Drop zero-variance groups and refill the batch (DAPO).")
-    max_refills: int = Field(3, ge=0, description="Extra generation rounds per step to refill dropped groups.")
+    dynamic_sampling: bool = Field(
+        True, description="Drop groups whose rewards are all equal (no signal) and refill the batch (DAPO)."
+    )
+    max_refills: int = Field(2, ge=0, description="Extra generation rounds per step to refill dropped groups.")
     kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference (0 disables it).")
-    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator (Schulman's k1/k2/k3).")
+    kl_estimator: str = Field("k3", description="KL estimator (registered; Schulman's k1, k2, k3).")
     entropy_coef: float = Field(0.0, description="Entropy bonus weight.")
     skip_zero_advantage: bool = Field(
         True,
@@ -147,11 +193,33 @@ class RLConfig(_Strict):
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     max_bad_steps: int = Field(5, ge=1, description="Consecutive NaN/inf steps that stop the run.")
 
+    _advantage = field_validator("advantage")(registered(lambda name: name == "gae" or get_advantage_estimator(name)))
+    _aggregation = field_validator("loss_aggregation")(registered(get_aggregation))
+    _objective = field_validator("objective")(registered(get_objective))
+    _kl = field_validator("kl_estimator")(registered(lambda name: kl_penalty(torch.zeros(1), torch.zeros(1), name)))
+
+    @model_validator(mode="after")
+    def _compatible(self):
+        if self.advantage == "gae" and self.task_normalize:
+            raise ValueError(
+                "rl.task_normalize applies to group advantages, not rl.advantage=gae (the critic's advantages are "
+                "normalized by rl.critic.normalize_advantages)"
+            )
+        if self.advantage_level == "turn":
+            if self.advantage != "grpo":
+                raise ValueError(
+                    f"rl.advantage_level=turn uses GRPO's normalization of the reward-to-go; it cannot be combined "
+                    f"with rl.advantage={self.advantage}"
+                )
+            if self.task_normalize:
+                raise ValueError("rl.advantage_level=turn cannot be combined with rl.task_normalize")
+        return self
+
 
 class EvalConfig(_Strict):
     """Held-out evaluation on the eval seed space."""
 
-    problems_per_task: int = Field(64, ge=1, description="Held-out problems per task.")
+    problems_per_task: int = Field(100, ge=1, description="Held-out problems per task.")
     every: int = Field(0, ge=0, description="Evaluate every N RL steps (0: only before and after RL).")
     pass_k: int = Field(4, ge=1, description="Samples per problem for pass@k (1 disables sampling).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature for pass@k.")
@@ -208,7 +276,7 @@ class TrainConfig(_Strict):
         default_factory=RayConfig,
         description="Ray workers, cluster address and asynchronous mode (used when backend is ray).",
     )
-    checkpoint_every: int = Field(25, ge=1, description="Save a checkpoint every N RL steps (and at stage ends).")
+    checkpoint_every: int = Field(50, ge=1, description="Save a checkpoint every N RL steps (and at stage ends).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
     tensorboard: bool = Field(True, description="Write TensorBoard event files.")
     progress: bool = Field(True, description="Live progress display in the terminal.")
@@ -221,6 +289,29 @@ class TrainConfig(_Strict):
         if dup:
             raise ValueError(f"tasks listed twice: {', '.join(dup)}")
         return tasks
+
+    @model_validator(mode="after")
+    def _prompt_style(self):
+        """An unset ``prompt.style`` becomes the model's default, so the saved config shows the one used."""
+        self.prompt = self.prompt.resolved(self.model.path)
+        return self
+
+    @model_validator(mode="after")
+    def _compatible(self):
+        if self.generation.engine == "vllm":
+            if self.backend == "ray":
+                raise ValueError(
+                    "generation.engine=vllm samples in the trainer process; it cannot be combined with backend=ray, "
+                    "whose rollout workers generate with transformers"
+                )
+            if not self.device.startswith("cuda"):
+                raise ValueError(f"generation.engine=vllm needs a CUDA device (device=cuda), not device={self.device}")
+        if self.rl.offpolicy_kl_threshold is not None and self.backend != "ray":
+            raise ValueError(
+                "rl.offpolicy_kl_threshold masks sequences by their behaviour log-probs, which only backend=ray "
+                "rollouts carry (in-process rollouts are on-policy)"
+            )
+        return self
 
 
 def _set_dotted(data: dict, key: str, value: Any) -> None:
@@ -275,12 +366,12 @@ def load_config(
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "config"
+        loc = "".join(f"{x}: " if i == len(err["loc"]) - 1 else f"{x}." for i, x in enumerate(err["loc"]))
         msg = err["msg"].replace("Value error, ", "")
         if err["type"] == "extra_forbidden":
             msg = "unknown option"
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        raise UserError(f"invalid config: {loc}: {msg}{more}") from None
+        raise UserError(f"invalid config: {loc}{msg}{more}") from None
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
+import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -18,18 +19,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from polyrl.algos import get_advantage_estimator, get_aggregation
 from polyrl.curriculum import curriculum_metrics, make_difficulty_controller, make_sampler
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
+from polyrl.optim import make_optimizer
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
 from polyrl.rewards import RewardScorer
+from polyrl.rollout.collect import LocalSource, Sampling, collect_groups
+from polyrl.run_dir import RunDir, atomic_write_text
+from polyrl.tasks.answers import AnswerFormat
 from polyrl.tasks.dataset import resolve_task_spec
-from polyrl.train import rl, sft
+from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
+from polyrl.train.learner import BaseModelReference, critic_update, policy_update, prepare_update
+from polyrl.train.metrics import step_metrics
 from polyrl.train.progress import StageProgress
-from polyrl.train.run_dir import RunDir, atomic_write_text
 
 
 class TrainingError(RuntimeError):
@@ -46,7 +51,8 @@ class Trainer:
         self.config = config
         self.resume = resume
         # -- everything a user can get wrong, before training starts --------------------------------
-        self.tasks = {spec.name: resolve_task_spec(spec, config.env) for spec in config.tasks}
+        answers = AnswerFormat(think_tags=config.prompt.think_tags) if config.prompt.think_tags else None
+        self.tasks = {spec.name: resolve_task_spec(spec, config.env, answers) for spec in config.tasks}
         self.specs = {spec.name: spec for spec in config.tasks}
         for spec in config.tasks:
             space = self.tasks[spec.name].difficulty_space()
@@ -58,22 +64,9 @@ class Trainer:
         self.sampler = make_sampler(config.sampler.name, list(self.tasks), config.sampler.options)
         self.difficulty_controller = make_difficulty_controller(config.difficulty_control, self.tasks, self.specs)
         self.reward_scorer = RewardScorer(config.reward, list(self.tasks), config.device)
-        if config.rl.advantage != "gae":
-            get_advantage_estimator(config.rl.advantage)
-        elif config.rl.task_normalize:
-            raise UserError(
-                "rl.task_normalize applies to group advantages; with rl.advantage=gae the critic's advantages are normalized by rl.critic.normalize_advantages"
-            )
-        get_aggregation(config.rl.loss_aggregation)
         if config.device.startswith("cuda") and not torch.cuda.is_available():
             raise UserError(f"device {config.device!r} requested but CUDA is not available")
-        if config.generation.engine == "vllm":
-            if config.backend == "ray":
-                raise UserError(
-                    "generation.engine: vllm samples in the trainer process; with backend: ray the rollout workers generate with transformers"
-                )
-            if not config.device.startswith("cuda"):
-                raise UserError(f"generation.engine: vllm needs a CUDA device (device=cuda), not {config.device!r}")
+        if config.generation.engine == "vllm":  # the config checked the device and the backend
             from polyrl.policy.vllm_backend import require_vllm
 
             require_vllm()
@@ -101,6 +94,21 @@ class Trainer:
                 reward_config=config.reward,
                 max_episode_tokens=config.env.max_episode_tokens,
                 tasks=self.tasks,
+            )
+        sampling = Sampling(
+            config.rl.group_size,
+            config.rl.max_new_tokens,
+            config.rl.temperature,
+            config.rl.top_p,
+            config.env.max_episode_tokens,
+        )
+        if self.rollout_pool is not None:
+            from polyrl.distributed.pool import RaySource
+
+            self.source = RaySource(self.rollout_pool, sampling)
+        else:
+            self.source = LocalSource(
+                self.tasks, self.backend, self.prompts, sampling, config.reward, lambda: self.policy_version
             )
         self.has_references = {n: self._has_reference(n) for n in self.tasks}
         if config.sft.enabled and config.sft.steps and not any(self.has_references.values()):
@@ -148,11 +156,30 @@ class Trainer:
             self.rollout_pool.sync_weights(self.policy.model, self.policy_version)
 
     def _collect(self, step: int, rng: np.random.Generator):
-        if self.rollout_pool is not None:
-            from polyrl.distributed.rollouts import collect_rollouts_ray
+        """Stage 1: the step's scored groups from the rollout source (in process or on Ray)."""
+        cfg = self.config.rl
+        self.sampler.set_step(step)
 
-            return collect_rollouts_ray(self, step, rng)
-        return rl.collect_rollouts(self, step, rng)
+        def make_problems(n: int):
+            names = self.sampler.sample(n, rng)
+            return [self.tasks[m].generate(int(rng.integers(2**62)), self.difficulty(m), split="train") for m in names]
+
+        return collect_groups(
+            self.source,
+            cfg.prompts_per_step,
+            make_problems,
+            self.reward_scorer.score,
+            self._observe,
+            cfg.dynamic_sampling,
+            cfg.max_refills,
+        )
+
+    def _observe(self, group) -> None:
+        """The curriculum sees every generated group's verifier scores (dropped groups included)."""
+        scores = [t.verdict.score for t in group]
+        self.sampler.update(group[0].task, scores)
+        if self.difficulty_controller is not None:
+            self.difficulty_controller.update(group[0].task, scores)
 
     def _critic_warmup(self, steps: int) -> None:
         """Value-model updates on the starting policy's rollouts before any policy update, so that GAE starts
@@ -160,10 +187,14 @@ class Trainer:
         self.progress.start("critic warm-up", steps, 0)
         for k in range(steps):
             t0 = time.perf_counter()
-            trajs, _ = self._collect(k, self._seed_step("critic_warmup", k))
+            trajs = self._collect(k, self._seed_step("critic_warmup", k)).trajectories
             record = {"stage": "critic_warmup", "step": k + 1, "sequences": len(trajs)}
             if trajs:
-                record.update(rl.critic_only_update(self, trajs))
+                batch = prepare_update(
+                    trajs, list(self.tasks), self.policy.tokenizer.pad_token_id, self.config.rl, self.critic
+                )
+                record.update(critic_update(self.critic, batch, self.config.rl))
+                record["reward"] = sum(t.reward for t in trajs) / len(trajs)
             record["step_time"] = time.perf_counter() - t0
             self.run_dir.log(record)
             self.progress.update(
@@ -196,17 +227,9 @@ class Trainer:
         return [p for p in self.policy.model.parameters() if p.requires_grad]
 
     def _make_optimizer(self, lr: float, warmup: int, total: int, cosine: bool, weight_decay: float = 0.0) -> None:
-        self.optimizer = torch.optim.AdamW(self.trainable_parameters(), lr=lr, weight_decay=weight_decay)
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / (warmup + 1)
-            if not cosine:
-                return 1.0
-            progress = (step - warmup) / max(1, total - warmup)
-            return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.optimizer, self.scheduler = make_optimizer(
+            self.trainable_parameters(), lr, warmup, total, cosine, weight_decay
+        )
 
     def _seed_step(self, stage: str, step: int) -> np.random.Generator:
         s = _step_seed(self.config.seed, stage, step)
@@ -226,6 +249,7 @@ class Trainer:
                 "bad_steps": self.bad_steps,
                 "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
                 "policy_version": self.policy_version,
+                "metrics_lines": self.run_dir.metrics_lines(),
             },
             self.config.keep_checkpoints,
             tensors={"critic": self.critic.state_dict()} if self.critic is not None else None,
@@ -253,17 +277,21 @@ class Trainer:
     # -- stages -------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         ckpt = latest_checkpoint(self.run_dir.checkpoints) if self.resume else None
-        if ckpt is not None:
+        # everything logged after the checkpoint is redone below, and logged again exactly once
+        if ckpt is None:
+            self.run_dir.keep_metrics(0)
+        elif "metrics_lines" in ckpt.state:
+            self.run_dir.keep_metrics(ckpt.state["metrics_lines"])
+        else:  # a checkpoint written before metrics_lines existed
             self.run_dir.truncate_metrics(ckpt.stage, ckpt.step)
-        else:
-            self.run_dir.truncate_metrics("sft", -1)
+        in_sft = ckpt is None or ckpt.stage == "sft"
         try:
-            if ckpt is None or ckpt.stage == "sft":
+            if in_sft:
                 self.run_sft(ckpt)
-            results = {"after_sft": self.evaluate("after_sft")}
+            results = {"after_sft": self.evaluate("after_sft", log=in_sft)}
             if self.config.rl.enabled and self.config.rl.steps:
-                self.run_rl(ckpt if ckpt is not None and ckpt.stage == "rl" else None)
-                self.policy.save(self.run_dir.model_dir("final_model"))
+                self.run_rl(ckpt if not in_sft else None)
+                self._save_model("final_model")
                 results["after_rl"] = self.evaluate("after_rl")
         finally:
             self.progress.stop()
@@ -290,7 +318,16 @@ class Trainer:
         for step in range(start, total):
             rng = self._seed_step("sft", step)
             t0 = time.perf_counter()
-            loss = sft.sft_step(self, sft.reference_batch(self, rng, cfg.batch_size))
+            loss = self._sft_step(
+                sft.reference_batch(
+                    self._reference_tasks(),
+                    self.sft_difficulty,
+                    self.prompts,
+                    self.policy.tokenizer.eos_token_id,
+                    rng,
+                    cfg.batch_size,
+                )
+            )
             if loss is None:
                 self._nonfinite("sft", step)
             else:
@@ -309,19 +346,71 @@ class Trainer:
                 self._checkpoint("sft", step + 1)
         for rnd in range(cfg.rejection_sampling_rounds if total > start else 0):
             self._rejection_round(rnd)
+        # the SFT model is saved before the stage's last checkpoint: a checkpoint that marks SFT complete
+        # always has its sft_model/ beside it (and a resume re-saves one lost in between)
+        if total > start or ckpt is None or not self.run_dir.model_dir("sft_model").exists():
+            self._save_model("sft_model")
         if total > start or ckpt is None:
             self._checkpoint("sft", total)
-            self.policy.save(self.run_dir.model_dir("sft_model"))
+
+    def _reference_model(self):
+        """The frozen KL reference: the policy as it was when RL started. Under LoRA, the policy model itself
+        (its log-probs are taken with the adapters disabled: the base model, no copy); otherwise a copy
+        loaded from ``sft_model/``, the same in a fresh and a resumed run."""
+        if hasattr(self.policy.model, "disable_adapter"):
+            return BaseModelReference(self.policy.model)
+        reference = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
+        load_model_weights(reference, self.run_dir.model_dir("sft_model"))
+        return reference
+
+    def _save_model(self, name: str) -> None:
+        """Save the policy as a Hugging Face checkpoint in ``RUN_DIR/name``, atomically (temp dir + rename)."""
+        final = self.run_dir.model_dir(name)
+        tmp = final.with_name(f".{name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.policy.save(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+
+    def _reference_tasks(self) -> dict:
+        return {n: t for n, t in self.tasks.items() if self.has_references[n]}
+
+    def _sft_step(self, sequences) -> float | None:
+        loss = sft.sft_step(
+            self.policy.model,
+            self.optimizer,
+            self.trainable_parameters(),
+            self.policy.tokenizer.pad_token_id,
+            sequences,
+        )
+        if loss is not None:
+            self.scheduler.step()
+        return loss
 
     def _rejection_round(self, rnd: int) -> None:
         cfg = self.config.sft
         rng = self._seed_step("rft", rnd)
         self._sync_backend()
-        data, pass_rate = sft.rejection_samples(self, rng)
+        sampling = {
+            "max_new_tokens": self.config.rl.max_new_tokens,
+            "reward": self.config.reward,
+            "max_episode_tokens": self.config.env.max_episode_tokens,
+            "temperature": self.config.rl.temperature,
+        }
+        data, pass_rate = sft.rejection_samples(
+            self.tasks,
+            self.sft_difficulty,
+            self.backend,
+            self.prompts,
+            rng,
+            cfg.rejection_problems,
+            cfg.rejection_samples,
+            sampling,
+        )
         losses = []
         for _ in range(cfg.rejection_steps if data else 0):
             pick = rng.integers(len(data), size=min(cfg.batch_size, len(data)))
-            loss = sft.sft_step(self, [data[i] for i in pick])
+            loss = self._sft_step([data[i] for i in pick])
             if loss is not None:
                 losses.append(loss)
         self.run_dir.log(
@@ -335,45 +424,75 @@ class Trainer:
             }
         )
 
-    def evaluate(self, name: str) -> dict[str, dict[str, float]]:
+    def evaluate(self, name: str, log: bool = True) -> dict[str, dict[str, float]]:
+        """Held-out results ``name`` (computed, or read back: the after-SFT evaluation is done once per run);
+        logged as an ``eval`` record unless ``log`` is False (the record is already in the metrics)."""
         path = self.run_dir.eval_file(name)
         if path.exists() and name == "after_sft":
-            import json
-
-            return json.loads(path.read_text())
-        cfg = self.config.eval
-        self.progress.stop()
-        self._sync_backend()
-        results = evaluate_policy(
-            self.backend,
-            self.prompts,
-            self.eval_tasks(),
-            cfg.problems_per_task,
-            cfg.max_new_tokens or self.config.rl.max_new_tokens,
-            cfg.pass_k,
-            cfg.temperature,
-            seed=self.config.seed,
-            max_episode_tokens=self.config.env.max_episode_tokens,
-        )
-        self.run_dir.save_json(path, results)
-        self.run_dir.log(
-            {
-                "stage": "eval",
-                "step": self.step,
-                "name": name,
-                **{f"{m}/{t}": v for t, row in results.items() for m, v in row.items()},
-            }
-        )
+            results = json.loads(path.read_text())
+        else:
+            cfg = self.config.eval
+            self.progress.stop()
+            self._sync_backend()
+            results = evaluate_policy(
+                self.backend,
+                self.prompts,
+                self.eval_tasks(),
+                cfg.problems_per_task,
+                cfg.max_new_tokens or self.config.rl.max_new_tokens,
+                cfg.pass_k,
+                cfg.temperature,
+                seed=self.config.seed,
+                max_episode_tokens=self.config.env.max_episode_tokens,
+            )
+            self.run_dir.save_json(path, results)
+        if log:
+            record = {f"{m}/{t}": v for t, row in results.items() for m, v in row.items()}
+            self.run_dir.log({"stage": "eval", "step": self.step, "name": name, **record})
         return results
+
+    def rl_step(self, step: int, rng: np.random.Generator) -> dict[str, Any]:
+        """One RL step, stage by stage (docs/architecture.md): collect scored groups → advantages and the
+        rows to train on → the policy update → metrics. Returns the step's metrics."""
+        cfg = self.config.rl
+        t0 = time.perf_counter()
+        collected = self._collect(step, rng)
+        trajs = collected.trajectories
+        batch = update = None
+        if trajs:
+            batch = prepare_update(trajs, list(self.tasks), self.policy.tokenizer.pad_token_id, cfg, self.critic)
+            update = policy_update(
+                self.policy.model,
+                self.optimizer,
+                batch,
+                cfg,
+                self.trainable_parameters(),
+                reference=self.reference,
+                critic=self.critic,
+                tis_cap=self.config.ray.tis_cap if batch.behaviour_logprobs is not None else None,
+            )
+            if update.updates == 0:
+                pass  # every advantage was zero: nothing to learn from this batch
+            elif update.skipped_updates == update.updates:
+                self._nonfinite("rl", step)
+            else:
+                self.bad_steps = 0
+                self.policy_version += 1
+                self._broadcast_weights()
+        self.scheduler.step()
+        elapsed = time.perf_counter() - t0
+        metrics = step_metrics(trajs, collected, update, batch.zero_variance if batch else None, elapsed)
+        if batch is not None:
+            metrics.update(batch.critic_stats)
+        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        metrics.update(curriculum_metrics(self.sampler, self.difficulty_controller))
+        return metrics
 
     def run_rl(self, ckpt) -> None:
         cfg = self.config.rl
         self._make_optimizer(cfg.lr, cfg.warmup_steps, cfg.steps, cosine=False, weight_decay=cfg.weight_decay)
         if cfg.kl_coef > 0:
-            self.reference = copy.deepcopy(self.policy.model).eval().requires_grad_(False)
-            sft_dir = self.run_dir.model_dir("sft_model")
-            if ckpt is not None and sft_dir.exists():
-                load_model_weights(self.reference, sft_dir)
+            self.reference = self._reference_model()
         if cfg.advantage == "gae":
             from polyrl.critic import Critic
 
@@ -388,47 +507,7 @@ class Trainer:
         self.progress.start("RL", cfg.steps, start)
         for step in range(start, cfg.steps):
             self.step = step + 1
-            rng = self._seed_step("rl", step)
-            t0 = time.perf_counter()
-            trajs, info = self._collect(step, rng)
-            if not trajs:
-                self.scheduler.step()
-                update = {
-                    "loss": float("nan"),
-                    "grad_norm": float("nan"),
-                    "skipped_updates": 0,
-                    "zero_variance": [],
-                    "seq_entropy": [],
-                    "seq_kl": [],
-                    "seq_clip": [],
-                }
-            else:
-                update = rl.rl_update(self, trajs)
-                if update["updates"] == 0:
-                    pass  # every advantage was zero: nothing to learn from this batch
-                elif update["skipped_updates"] == update["updates"]:
-                    self._nonfinite("rl", step)
-                else:
-                    self.bad_steps = 0
-                    self.policy_version += 1
-                    self._broadcast_weights()
-            metrics = rl.step_metrics(trajs, update, info, time.perf_counter() - t0)
-            metrics["lr"] = self.scheduler.get_last_lr()[0]
-            metrics.update(
-                {
-                    k: info[k]
-                    for k in (
-                        "staleness_mean",
-                        "staleness_max",
-                        "failed_groups",
-                        "reruns",
-                        "stale_reruns",
-                        "task_errors",
-                    )
-                    if k in info
-                }
-            )
-            metrics.update(curriculum_metrics(self.sampler, self.difficulty_controller))
+            metrics = self.rl_step(step, self._seed_step("rl", step))
             self.run_dir.log({"stage": "rl", "step": step + 1, **metrics})
             self.progress.update(step + 1, {k: metrics[k] for k in ("reward", "accuracy", "entropy") if k in metrics})
             if self.config.eval.every and (step + 1) % self.config.eval.every == 0 and step + 1 < cfg.steps:

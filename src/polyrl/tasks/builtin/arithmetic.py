@@ -26,7 +26,9 @@ def random_with_digits(rng, digits: int) -> int:
 class Addition(Task):
     name = "addition"
     category = "arithmetic"
+    pure = True
     description = "Add several non-negative integers."
+    answer_shape = "a single integer"
     params = (
         Param("digits", 2, 12, "digits per operand"),
         Param("terms", 2, 5, "number of operands"),
@@ -35,7 +37,11 @@ class Addition(Task):
     def make(self, rng, p):
         lo, hi = 10 ** (p["digits"] - 1), 10 ** p["digits"] - 1
         terms = [rng.randint(lo, hi) for _ in range(p["terms"])]
-        return Example(f"{'+'.join(map(str, terms))}=", sum(terms), str(sum(terms)))
+        statement = (
+            f"Compute the sum {' + '.join(map(str, terms))}.\n"
+            "Answer with a single integer written in digits, for example 4096."
+        )
+        return Example(f"{'+'.join(map(str, terms))}=", sum(terms), str(sum(terms)), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
@@ -45,7 +51,9 @@ class Addition(Task):
 class Multiplication(Task):
     name = "multiplication"
     category = "arithmetic"
+    pure = True
     description = "Multiply two non-negative integers."
+    answer_shape = "a single integer"
     params = (
         Param("digits_a", 2, 10, "digits of the first factor"),
         Param("digits_b", 1, 8, "digits of the second factor"),
@@ -53,7 +61,10 @@ class Multiplication(Task):
 
     def make(self, rng, p):
         a, b = random_with_digits(rng, p["digits_a"]), random_with_digits(rng, p["digits_b"])
-        return Example(f"{a}*{b}=", a * b, str(a * b))
+        statement = (
+            f"Compute the product {a} × {b}.\nAnswer with a single integer written in digits, for example 4096."
+        )
+        return Example(f"{a}*{b}=", a * b, str(a * b), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
@@ -80,7 +91,9 @@ def _random_expression(rng, operators: int, digits: int) -> tuple[str, int]:
 class ExpressionEvaluation(Task):
     name = "expression_evaluation"
     category = "arithmetic"
+    pure = True
     description = "Evaluate an integer expression with + - * and parentheses, respecting precedence."
+    answer_shape = "a single integer"
     params = (
         Param("operators", 2, 10, "binary operators in the expression"),
         Param("digits", 1, 3, "digits per number"),
@@ -91,7 +104,12 @@ class ExpressionEvaluation(Task):
             text, _ = _random_expression(rng, p["operators"], p["digits"])
             value, _ = evaluate_expression(text, max_chars=400, max_depth=32)
             if abs(value) < 10**15:
-                return Example(f"{text}=", int(value), str(int(value)))
+                statement = (
+                    f"Evaluate the expression {text}, where * is multiplication. Parentheses come first, then "
+                    "multiplication, then addition and subtraction from left to right.\n"
+                    "Answer with a single integer (it may be negative), for example -173."
+                )
+                return Example(f"{text}=", int(value), str(int(value)), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
@@ -101,7 +119,9 @@ class ExpressionEvaluation(Task):
 class ModularArithmetic(Task):
     name = "modular_arithmetic"
     category = "arithmetic"
+    pure = True
     description = "Compute a power of an integer modulo m (the least non-negative residue)."
+    answer_shape = "a single integer"
     params = (
         Param("digits", 2, 12, "digits of the base"),
         Param("exponent", 1, 1_000_000, "largest exponent (1 means a plain remainder)"),
@@ -114,7 +134,12 @@ class ModularArithmetic(Task):
         m = rng.randint(max(2, p["modulus"] // 2), p["modulus"])
         residue = pow(a, e, m)
         power = f"{a}^{e}" if e > 1 else str(a)
-        return Example(f"{power} mod {m}=", residue, str(residue))
+        number = f"{a} raised to the power {e}" if e > 1 else str(a)
+        statement = (
+            f"Compute {power} mod {m}: the remainder when {number} is divided by {m}, a number from 0 to {m - 1}.\n"
+            "Answer with a single integer, for example 5."
+        )
+        return Example(f"{power} mod {m}=", residue, str(residue), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
@@ -137,7 +162,9 @@ def to_base(n: int, base: int) -> str:
 class BaseConversion(Task):
     name = "base_conversion"
     category = "arithmetic"
+    pure = True
     description = "Rewrite a non-negative integer from one base into another (digits 0-9 then a-z)."
+    answer_shape = "the digits of the number in base"
     params = (
         Param("bits", 4, 48, "the number is below 2**bits"),
         Param("max_base", 2, 36, "largest base used; at 2 the conversion is decimal to binary"),
@@ -149,7 +176,15 @@ class BaseConversion(Task):
         # decimal is always a possible source, so the easy end is the familiar decimal-to-binary
         source = rng.choice(sorted(({10} | set(range(2, p["max_base"] + 1))) - {target}))
         out = to_base(n, target)
-        return Example(f"{to_base(n, source)} base {source} to base {target}", {"digits": out, "base": target}, out)
+        example_word, example = ("thirteen", 13) if n == 12 else ("twelve", 12)  # never the number asked about
+        statement = (
+            f"The number {to_base(n, source)} is written in base {source}. Write it in base {target}. Digits above 9 "
+            "are the letters a (10), b (11), … z (35).\n"
+            f"Answer with the digits of the number in base {target} only, without a prefix or leading zeros; "
+            f"for example, {example_word} in base {target} is {to_base(example, target)}."
+        )
+        question = f"{to_base(n, source)} base {source} to base {target}"
+        return Example(question, {"digits": out, "base": target}, out, statement)
 
     def check(self, answer: str, problem: Problem):
         base = problem.answer["base"]
@@ -178,7 +213,9 @@ _X_PREFIX_RE = re.compile(r"^\s*x\s*=\s*")
 class LinearEquation(Task):
     name = "linear_equation"
     category = "arithmetic"
+    pure = True
     description = "Solve a linear equation in x; the solution may be a fraction."
+    answer_shape = "an integer or a fraction p/q"
     params = (
         Param("coefficient", 9, 99, "largest absolute coefficient or constant"),
         Param("form", 0, 2, "0: ax+b=c with non-negative numbers; 1: any signs; 2: x on both sides, fractions"),
@@ -204,7 +241,11 @@ class LinearEquation(Task):
                 a, x, b = nonzero(), Fraction(rng.randint(-k, k)), rng.randint(-k, k)
             question = f"{_linear_side(a, b)}={a * x + b}"
         solution = str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
-        return Example(question, [x.numerator, x.denominator], solution)
+        statement = (
+            f"Solve the equation {question} for x (a number next to x multiplies it).\n"
+            "Answer with the value of x as an integer or a fraction p/q in lowest terms, for example 3 or -7/2."
+        )
+        return Example(question, [x.numerator, x.denominator], solution, statement)
 
     def check(self, answer: str, problem: Problem):
         num, den = problem.answer
@@ -215,7 +256,9 @@ class LinearEquation(Task):
 class GcdLcm(Task):
     name = "gcd_lcm"
     category = "arithmetic"
+    pure = True
     description = "Greatest common divisor or least common multiple of a few integers."
+    answer_shape = "a single integer"
     params = (
         Param("digits", 2, 6, "digits per number"),
         Param("count", 2, 3, "how many numbers"),
@@ -231,7 +274,9 @@ class GcdLcm(Task):
         else:
             nums = [random_with_digits(rng, d) or 1 for _ in range(count)]
             op, value = "lcm", math.lcm(*nums)
-        return Example(f"{op} {' '.join(map(str, nums))}", value, str(value))
+        what = "greatest common divisor" if op == "gcd" else "least common multiple"
+        statement = f"Find the {what} of {', '.join(map(str, nums))}.\nAnswer with a single integer, for example 36."
+        return Example(f"{op} {' '.join(map(str, nums))}", value, str(value), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)

@@ -36,6 +36,7 @@ def _expression_value(answer: str, numbers: list[int], exactly_once: bool):
 class Countdown(Task):
     name = "countdown"
     category = "arithmetic"
+    pure = True
     description = "Reach the target with + - * / over the given numbers, each used at most once."
     params = (
         Param("count", 3, 6, "numbers given"),
@@ -43,6 +44,7 @@ class Countdown(Task):
         Param("max_target", 50, 999, "largest target"),
     )
     partial_credit = True
+    answer_shape = "the expression only"
 
     def make(self, rng, p):
         while True:
@@ -61,7 +63,13 @@ class Countdown(Task):
             target, expr = items[0]
             if 2 <= target <= p["max_target"] and target not in numbers:
                 question = f"make {target} from {' '.join(map(str, numbers))}, each at most once"
-                return Example(question, {"target": target, "numbers": numbers}, _strip_outer(expr))
+                statement = (
+                    f"Using some of the numbers {', '.join(map(str, numbers))}, write an arithmetic expression whose "
+                    f"value is {target}. You may use + - * / and parentheses; each listed number may be used at most "
+                    "as often as it is listed, you need not use them all, and no other numbers may appear.\n"
+                    "Answer with the expression only, for example (7+3)*5-2."
+                )
+                return Example(question, {"target": target, "numbers": numbers}, _strip_outer(expr), statement)
 
     def check(self, answer: str, problem: Problem):
         target = problem.answer["target"]
@@ -107,11 +115,13 @@ def _split(rng, value: int, leaves: int, max_number: int):
 class Game24(Task):
     name = "game24"
     category = "arithmetic"
+    pure = True
     description = "Make 24 with + - * / using every given number exactly once."
     params = (
         Param("count", 2, 5, "numbers given (4 is the classic game)"),
         Param("max_number", 9, 13, "largest given number"),
     )
+    answer_shape = "the expression only"
 
     def make(self, rng, p):
         while True:
@@ -120,7 +130,12 @@ class Game24(Task):
                 expr, numbers = built
                 numbers = sorted(numbers)
                 question = f"make 24 from {' '.join(map(str, numbers))}, each exactly once"
-                return Example(question, {"target": 24, "numbers": numbers}, _strip_outer(expr))
+                statement = (
+                    f"Using each of the numbers {', '.join(map(str, numbers))} exactly once, with + - * / and "
+                    "parentheses, write an expression whose value is 24 (division is exact: fractions are allowed "
+                    "along the way).\nAnswer with the expression only, for example (1+2)*3-4."
+                )
+                return Example(question, {"target": 24, "numbers": numbers}, _strip_outer(expr), statement)
 
     def check(self, answer: str, problem: Problem):
         value, reason = _expression_value(answer, problem.answer["numbers"], exactly_once=True)

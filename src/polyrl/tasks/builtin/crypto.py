@@ -11,19 +11,11 @@ import string
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_assignment, parse_int
+from polyrl.tasks.builtin._text import positional_credit, random_letters, random_words
 from polyrl.tasks.registry import register_task
 
 _ALPHABET = string.ascii_lowercase
-
-
-def random_text(rng, letters: int) -> str:
-    """Words of 3-7 random lowercase letters, ``letters`` letters in all (spaces not counted)."""
-    words, left = [], letters
-    while left > 0:
-        size = left if left <= 7 else rng.randint(3, min(7, left - 3))
-        words.append("".join(rng.choice(_ALPHABET) for _ in range(size)))
-        left -= size
-    return " ".join(words)
+_DECODED_TEXT = "Answer with the decoded text in lowercase, spaces where the ciphertext has them, for example: abc de."
 
 
 def shift_letters(text: str, shifts: list[int]) -> str:
@@ -39,20 +31,17 @@ def shift_letters(text: str, shifts: list[int]) -> str:
 
 
 def score_plaintext(answer: str, target: str):
-    """1 for the exact text (case and spacing aside); half the share of right letters at the right length."""
-    got, want = " ".join(answer.lower().split()), target
-    if got == want:
-        return 1.0
-    if len(got) != len(want):
-        return 0.0, "wrong"
-    return 0.5 * sum(a == b for a, b in zip(got, want)) / len(want), "partial"
+    """The text letter by letter (case and spacing aside): see :func:`positional_credit`."""
+    return positional_credit(" ".join(answer.lower().split()), target)
 
 
 @register_task
 class Caesar(Task):
     name = "caesar"
     category = "crypto"
+    pure = True
     description = "Decode a Caesar cipher by shifting each letter back by the given amount."
+    answer_shape = "decoded text in lowercase"
     params = (
         Param("letters", 3, 60, "letters of plaintext"),
         Param("max_shift", 3, 25, "largest shift"),
@@ -60,9 +49,15 @@ class Caesar(Task):
     partial_credit = True
 
     def make(self, rng, p):
-        plain = random_text(rng, p["letters"])
+        plain = random_words(rng, p["letters"])
         k = rng.randint(1, p["max_shift"])
-        return Example(f"caesar -{k} {shift_letters(plain, [k])}", plain, plain)
+        cipher = shift_letters(plain, [k])
+        statement = (
+            f"This text was encrypted with a Caesar cipher: every letter was shifted {k} places forward in the "
+            f"alphabet, wrapping from z to a; spaces were kept. Decode it by shifting every letter {k} places back.\n"
+            f"Ciphertext: {cipher}\n{_DECODED_TEXT}"
+        )
+        return Example(f"caesar -{k} {cipher}", plain, plain, statement)
 
     def check(self, answer: str, problem: Problem):
         return score_plaintext(answer, problem.answer)
@@ -72,7 +67,9 @@ class Caesar(Task):
 class Vigenere(Task):
     name = "vigenere"
     category = "crypto"
+    pure = True
     description = "Decode a Vigenere cipher with the given key (key letters advance on letters only)."
+    answer_shape = "decoded text in lowercase"
     params = (
         Param("letters", 4, 60, "letters of plaintext"),
         Param("key_length", 2, 8, "letters in the key"),
@@ -80,10 +77,15 @@ class Vigenere(Task):
     partial_credit = True
 
     def make(self, rng, p):
-        plain = random_text(rng, p["letters"])
-        key = "".join(rng.choice(_ALPHABET) for _ in range(p["key_length"]))
+        plain = random_words(rng, p["letters"])
+        key = random_letters(rng, p["key_length"])
         cipher = shift_letters(plain, [_ALPHABET.index(c) for c in key])
-        return Example(f"vigenere key={key} {cipher}", plain, plain)
+        statement = (
+            f"This text was encrypted with a Vigenere cipher with the key {key}: the letters of the text (spaces "
+            "skipped) were shifted forward by the letters of the key in turn, a by 0, b by 1, … z by 25, the key "
+            f"repeating; spaces were kept. Decode it.\nCiphertext: {cipher}\n{_DECODED_TEXT}"
+        )
+        return Example(f"vigenere key={key} {cipher}", plain, plain, statement)
 
     def check(self, answer: str, problem: Problem):
         return score_plaintext(answer, problem.answer)
@@ -96,13 +98,20 @@ _ATBASH = str.maketrans(_ALPHABET, _ALPHABET[::-1])
 class Atbash(Task):
     name = "atbash"
     category = "crypto"
+    pure = True
     description = "Decode an Atbash cipher (a<->z, b<->y, ...)."
+    answer_shape = "decoded text in lowercase"
     params = (Param("letters", 3, 60, "letters of plaintext"),)
     partial_credit = True
 
     def make(self, rng, p):
-        plain = random_text(rng, p["letters"])
-        return Example(f"atbash {plain.translate(_ATBASH)}", plain, plain)
+        plain = random_words(rng, p["letters"])
+        cipher = plain.translate(_ATBASH)
+        statement = (
+            "This text was encrypted with the Atbash cipher, which reverses the alphabet: a and z swap, b and y, "
+            f"c and x, and so on; spaces were kept. Decode it.\nCiphertext: {cipher}\n{_DECODED_TEXT}"
+        )
+        return Example(f"atbash {cipher}", plain, plain, statement)
 
     def check(self, answer: str, problem: Problem):
         return score_plaintext(answer, problem.answer)
@@ -115,15 +124,26 @@ _CODE_SEPARATORS_RE = re.compile(r"[\s,\-]+")
 class LetterNumbers(Task):
     name = "letter_numbers"
     category = "crypto"
+    pure = True
     description = "A1Z26: turn letters into their alphabet positions, or positions back into letters."
+    answer_shape = "alphabet positions"
     params = (Param("letters", 3, 30, "letters in the word"),)
 
     def make(self, rng, p):
-        word = "".join(rng.choice(_ALPHABET) for _ in range(p["letters"]))
+        word = random_letters(rng, p["letters"])
         codes = [_ALPHABET.index(c) + 1 for c in word]
         if rng.random() < 0.5:
-            return Example(f"a1z26 {word}", {"encode": True, "codes": codes}, " ".join(map(str, codes)))
-        return Example(f"a1z26 {'-'.join(map(str, codes))}", {"encode": False, "codes": codes}, word)
+            statement = (
+                f"Replace every letter of the word {word} by its position in the alphabet (a=1, b=2, … z=26).\n"
+                "Answer with the alphabet positions separated by spaces; cab, for example, is 3 1 2."
+            )
+            return Example(f"a1z26 {word}", {"encode": True, "codes": codes}, " ".join(map(str, codes)), statement)
+        statement = (
+            f"Each number in {'-'.join(map(str, codes))} is the position of a letter in the alphabet (1=a, 2=b, … "
+            "26=z). Write the word they spell.\n"
+            "Answer with the letters at those alphabet positions as one lowercase word; 3-1-2, for example, is cab."
+        )
+        return Example(f"a1z26 {'-'.join(map(str, codes))}", {"encode": False, "codes": codes}, word, statement)
 
     def check(self, answer: str, problem: Problem):
         codes = problem.answer["codes"]
@@ -139,7 +159,9 @@ class LetterNumbers(Task):
 class Cryptarithm(Task):
     name = "cryptarithm"
     category = "crypto"
+    pure = True
     description = "Give each letter a distinct digit (no leading zeros) so the sum holds; any valid answer counts."
+    answer_shape = "LETTER=digit"
     params = (
         Param("digits", 2, 5, "digits per addend"),
         Param("addends", 2, 3, "numbers added"),
@@ -157,15 +179,20 @@ class Cryptarithm(Task):
         words = [word(n) for n in addends]
         used = sorted({c for w in words + [word(total)] for c in w})
         solution = " ".join(f"{c}={letters.index(c)}" for c in used)
-        return Example(
-            f"cryptarithm {'+'.join(words)}={word(total)}", {"addends": words, "total": word(total)}, solution
+        statement = (
+            f"Solve the cryptarithm {' + '.join(words)} = {word(total)}: each letter stands for a digit, different "
+            "letters for different digits, and no number starts with 0. Find digits that make the sum correct.\n"
+            f"Answer with one LETTER=digit pair for each of the {len(used)} letters, separated by spaces, for "
+            "example A=1 B=7 C=0."
         )
+        question = f"cryptarithm {'+'.join(words)}={word(total)}"
+        return Example(question, {"addends": words, "total": word(total)}, solution, statement)
 
     def check(self, answer: str, problem: Problem):
         addends, total = problem.answer["addends"], problem.answer["total"]
         words = addends + [total]
         needed = {c for w in words for c in w}
-        digits = {k.upper(): parse_int(v) for k, v in parse_assignment(answer, max_pairs=30).items()}
+        digits = {k: parse_int(v) for k, v in parse_assignment(answer, max_pairs=30, upper=True).items()}
         if set(digits) != needed:
             return 0.0, "wrong_letters"
         if any(not 0 <= v <= 9 for v in digits.values()) or len(set(digits.values())) != len(digits):

@@ -17,7 +17,9 @@ from polyrl.tasks.registry import register_task
 class ConnectedComponents(Task):
     name = "connected_components"
     category = "graph"
+    pure = True
     description = "Count the connected components of an undirected graph (isolated nodes count too)."
+    answer_shape = "a single integer"
     params = (
         Param("nodes", 4, 30, "number of nodes"),
         Param("edge_share", 0.5, 0.9, "edges per node", integer=False),
@@ -38,7 +40,12 @@ class ConnectedComponents(Task):
         for a, b in edges:
             parent[root(a)] = root(b)
         count = len({root(x) for x in range(n)})
-        return Example(f"components of {n} nodes: {edges_text(edges)}", count, str(count))
+        statement = (
+            f"An undirected graph has {n} nodes, numbered 0 to {n - 1}, and these edges (a-b joins nodes a and b): "
+            f"{edges_text(edges)}. How many connected components does it have? A node without edges is a "
+            "component of its own.\nAnswer with a single integer, for example 3."
+        )
+        return Example(f"components of {n} nodes: {edges_text(edges)}", count, str(count), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
@@ -48,9 +55,11 @@ class ConnectedComponents(Task):
 class GraphColoring(Task):
     name = "graph_coloring"
     category = "graph"
+    pure = True
     description = (
         "Color the nodes with colors 1..k so that no edge joins two nodes of one color; any proper coloring counts."
     )
+    answer_shape = "integers separated by spaces"
     params = (
         Param("nodes", 4, 16, "number of nodes"),
         Param("colors", 2, 4, "colors allowed"),
@@ -65,7 +74,14 @@ class GraphColoring(Task):
         allowed = [[a, b] for a in range(n) for b in range(a + 1, n) if color[a] != color[b]]
         edges = sorted(rng.sample(allowed, max(1, round(p["edge_share"] * len(allowed)))))
         answer = {"nodes": n, "colors": k, "edges": edges}
-        return Example(f"colors 1-{k} for nodes 0-{n - 1}: {edges_text(edges)}", answer, " ".join(map(str, color)))
+        statement = (
+            f"Color each node of an undirected graph with one of the colors 1 to {k} so that no edge joins two "
+            f"nodes of the same color. The nodes are 0 to {n - 1}; the edges (a-b joins nodes a and b) are: "
+            f"{edges_text(edges)}.\nAnswer with the colors of nodes 0, 1, 2, … in order: {n} integers separated "
+            "by spaces (for 3 nodes and 2 colors, for example, 1 2 1)."
+        )
+        question = f"colors 1-{k} for nodes 0-{n - 1}: {edges_text(edges)}"
+        return Example(question, answer, " ".join(map(str, color)), statement)
 
     def check(self, answer: str, problem: Problem):
         n, k, edges = problem.answer["nodes"], problem.answer["colors"], problem.answer["edges"]
@@ -79,9 +95,11 @@ class GraphColoring(Task):
 class TopologicalSort(Task):
     name = "topological_sort"
     category = "graph"
+    pure = True
     description = (
         "Order the nodes of a directed acyclic graph so that every edge a>b has a before b; any valid order counts."
     )
+    answer_shape = "separated by spaces"
     params = (
         Param("nodes", 4, 20, "number of nodes"),
         Param("edge_share", 1.0, 2.0, "edges per node", integer=False),
@@ -96,7 +114,13 @@ class TopologicalSort(Task):
             pairs.add((order[i], order[j]))
         edges = sorted([a, b] for a, b in pairs)
         answer = {"nodes": n, "edges": edges}
-        return Example(f"toposort {n} nodes: {edges_text(edges, '>')}", answer, " ".join(map(str, order)))
+        statement = (
+            f"A directed graph has {n} nodes, numbered 0 to {n - 1}, and these edges (a>b goes from a to b): "
+            f"{edges_text(edges, '>')}. Order all the nodes so that for every edge a>b, a comes before b.\n"
+            "Answer with every node number once, in that order, separated by spaces (for 3 nodes, for example, "
+            "2 0 1)."
+        )
+        return Example(f"toposort {n} nodes: {edges_text(edges, '>')}", answer, " ".join(map(str, order)), statement)
 
     def check(self, answer: str, problem: Problem):
         n, edges = problem.answer["nodes"], problem.answer["edges"]

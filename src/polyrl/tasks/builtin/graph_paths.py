@@ -69,13 +69,20 @@ _PATH_PARAMS = (
 class GraphDistance(Task):
     name = "graph_distance"
     category = "graph"
+    pure = True
     description = "The number of edges on a shortest path between two nodes of an undirected graph."
+    answer_shape = "a single integer"
     params = _PATH_PARAMS
 
     def make(self, rng, p):
         edges, source, target, path = _source_target_path(rng, p)
         steps = len(path) - 1
-        return Example(f"dist {source} {target}: {edges_text(edges)}", steps, str(steps))
+        statement = (
+            f"An undirected graph has these edges (a-b joins nodes a and b): {edges_text(edges)}. How many edges "
+            f"are on a shortest path from node {source} to node {target}?\n"
+            "Answer with a single integer, for example 4."
+        )
+        return Example(f"dist {source} {target}: {edges_text(edges)}", steps, str(steps), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
@@ -85,16 +92,24 @@ class GraphDistance(Task):
 class ShortestPath(Task):
     name = "shortest_path"
     category = "graph"
+    pure = True
     description = (
         "A shortest path between two nodes, as its node sequence; any shortest path scores 1, longer walks partial."
     )
     params = _PATH_PARAMS
     partial_credit = True
+    answer_shape = "separated by spaces"
 
     def make(self, rng, p):
         edges, source, target, path = _source_target_path(rng, p)
         answer = {"nodes": p["nodes"], "edges": edges, "source": source, "target": target, "steps": len(path) - 1}
-        return Example(f"path {source} {target}: {edges_text(edges)}", answer, " ".join(map(str, path)))
+        statement = (
+            f"An undirected graph has these edges (a-b joins nodes a and b): {edges_text(edges)}. Find a shortest "
+            f"path from node {source} to node {target}, moving only along edges.\n"
+            "Answer with the nodes of the path in order, from the first node to the last, separated by spaces "
+            "(a path from node 5 to node 8, for example, is written 5 3 8)."
+        )
+        return Example(f"path {source} {target}: {edges_text(edges)}", answer, " ".join(map(str, path)), statement)
 
     def check(self, answer: str, problem: Problem):
         a = problem.answer
@@ -112,7 +127,9 @@ class ShortestPath(Task):
 class HamiltonianPath(Task):
     name = "hamiltonian_path"
     category = "graph"
+    pure = True
     description = "A path that visits every node exactly once; any such path counts."
+    answer_shape = "separated by spaces"
     params = (
         Param("nodes", 5, 12, "number of nodes"),
         Param("extra_share", 0.4, 1.0, "edges beyond the planted path, per node", integer=False),
@@ -126,7 +143,14 @@ class HamiltonianPath(Task):
         for _ in range(round(p["extra_share"] * n)):
             pairs.add(tuple(sorted(rng.sample(range(n), 2))))
         edges = sorted([a, b] for a, b in pairs)
-        return Example(f"hampath {edges_text(edges)}", {"nodes": n, "edges": edges}, " ".join(map(str, path)))
+        statement = (
+            f"An undirected graph has {n} nodes, numbered 0 to {n - 1}, and these edges (a-b joins nodes a and b): "
+            f"{edges_text(edges)}. Find a path that visits every node exactly once, moving only along edges.\n"
+            f"Answer with the {n} node numbers in visiting order, separated by spaces (for 4 nodes, for example, "
+            "3 0 2 1)."
+        )
+        answer = {"nodes": n, "edges": edges}
+        return Example(f"hampath {edges_text(edges)}", answer, " ".join(map(str, path)), statement)
 
     def check(self, answer: str, problem: Problem):
         n, edges = problem.answer["nodes"], problem.answer["edges"]

@@ -12,6 +12,7 @@ from collections import deque
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin import grid_puzzles  # noqa: F401  (registers sudoku and n_queens)
 from polyrl.tasks.builtin._parse import parse_char_grid, parse_int, parse_letters
+from polyrl.tasks.builtin._text import positional_credit, random_letters
 from polyrl.tasks.registry import register_task
 
 _STEPS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
@@ -50,12 +51,14 @@ def _maze_moves(rows: list[str], start: tuple[int, int], goal: tuple[int, int]) 
 class MazePath(Task):
     name = "maze_path"
     category = "grid"
+    pure = True
     description = "Walk a grid maze from S to E with moves U/D/L/R; any shortest path scores 1, longer ones partial."
     params = (
         Param("size", 3, 12, "maze side"),
         Param("wall_share", 0.2, 0.35, "share of cells that are walls", integer=False),
     )
     partial_credit = True
+    answer_shape = "a string of the letters U, D, L and R"
 
     def make(self, rng, p):
         n = p["size"]
@@ -69,7 +72,14 @@ class MazePath(Task):
             rows = ["".join(row) for row in cells]
             moves = _maze_moves(rows, start, goal)
             if moves:
-                return Example(f"maze {'/'.join(rows)}; moves U/D/L/R", {"maze": rows, "steps": len(moves)}, moves)
+                statement = (
+                    "Find a shortest walk through this maze from S to E. Each line is a row; # is a wall, . is open "
+                    "floor. Each move goes one cell up (U), down (D), left (L) or right (R), never into a wall or off "
+                    f"the grid.\n{chr(10).join(rows)}\n"
+                    "Answer with the moves as a string of the letters U, D, L and R, for example RRDL."
+                )
+                question = f"maze {'/'.join(rows)}; moves U/D/L/R"
+                return Example(question, {"maze": rows, "steps": len(moves)}, moves, statement)
 
     def check(self, answer: str, problem: Problem):
         rows, steps = problem.answer["maze"], problem.answer["steps"]
@@ -111,20 +121,37 @@ def _count_islands(rows: list[str]) -> int:
 class CountIslands(Task):
     name = "count_islands"
     category = "grid"
+    pure = True
     description = "Count the islands (4-connected groups of #) in a grid."
     params = (
         Param("size", 3, 14, "grid side"),
         Param("land_share", 0.35, 0.5, "share of cells that are land", integer=False),
     )
+    answer_shape = "a single integer"
 
     def make(self, rng, p):
         n = p["size"]
         rows = ["".join("#" if rng.random() < p["land_share"] else "." for _ in range(n)) for _ in range(n)]
         count = _count_islands(rows)
-        return Example(f"islands {'/'.join(rows)}", count, str(count))
+        statement = (
+            "In this grid, # is land and . is water; each line is a row. An island is a group of land cells joined "
+            "up, down, left or right (not diagonally). How many islands are there?\n"
+            f"{chr(10).join(rows)}\nAnswer with a single integer, for example 3."
+        )
+        return Example(f"islands {'/'.join(rows)}", count, str(count), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
+
+
+_TRANSFORM_WORDS = {
+    "rot90": "rotate it 90 degrees clockwise",
+    "rot180": "rotate it 180 degrees",
+    "rot270": "rotate it 90 degrees counterclockwise",
+    "transpose": "transpose it (row i becomes column i)",
+    "fliph": "mirror it left to right",
+    "flipv": "mirror it top to bottom",
+}
 
 
 def _transform(rows: list[str], op: str) -> list[str]:
@@ -147,6 +174,7 @@ def _transform(rows: list[str], op: str) -> list[str]:
 class GridTransform(Task):
     name = "grid_transform"
     category = "grid"
+    pure = True
     description = "Apply rotations (clockwise), transposes and flips to a letter grid, left to right."
     params = (
         Param("size", 2, 8, "largest grid side"),
@@ -154,21 +182,23 @@ class GridTransform(Task):
     )
     partial_credit = True
     _OPS = ("rot90", "rot180", "rot270", "transpose", "fliph", "flipv")
+    answer_shape = "rows separated by /"
 
     def make(self, rng, p):
         h, w = rng.randint(2, p["size"]), rng.randint(2, p["size"])
-        rows = ["".join(rng.choice(string.ascii_lowercase) for _ in range(w)) for _ in range(h)]
+        rows = [random_letters(rng, w) for _ in range(h)]
         ops = [rng.choice(self._OPS) for _ in range(p["ops"])]
         out = rows
         for op in ops:
             out = _transform(out, op)
-        return Example(f"{','.join(ops)} {'/'.join(rows)}", out, "/".join(out))
+        steps = "; then ".join(_TRANSFORM_WORDS[op] for op in ops)
+        statement = (
+            f"Take this grid of letters, one row per line:\n{chr(10).join(rows)}\nApply, in this order: {steps}.\n"
+            "Answer with the resulting grid, top row first, rows separated by /, for example abc/def."
+        )
+        return Example(f"{','.join(ops)} {'/'.join(rows)}", out, "/".join(out), statement)
 
     def check(self, answer: str, problem: Problem):
         target = problem.answer
         rows = parse_char_grid(answer, len(target), len(target[0]), string.ascii_lowercase)
-        if rows == target:
-            return 1.0
-        # Right shape, some cells misplaced: the share right, halved so it never rivals a full solve.
-        right = sum(a == b for row, want in zip(rows, target) for a, b in zip(row, want))
-        return 0.5 * right / (len(target) * len(target[0]))
+        return positional_credit("".join(rows), "".join(target))  # same shape: cell by cell

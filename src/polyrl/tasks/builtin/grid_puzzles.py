@@ -56,11 +56,13 @@ def _sudoku_valid(rows: list[str], br: int, bc: int) -> bool:
 class Sudoku(Task):
     name = "sudoku"
     category = "grid"
+    pure = True
     description = "Fill the blanks of a sudoku (4x4, 6x6 with 2x3 boxes, or 9x9); any valid completion counts."
     params = (
         Param("size", 4, 9, "grid side; rounded down to 4, 6 or 9"),
         Param("blank_share", 0.125, 0.62, "share of cells left blank", integer=False),
     )
+    answer_shape = "rows separated by /"
 
     def make(self, rng, p):
         br, bc = _box_shape(p["size"])
@@ -70,7 +72,15 @@ class Sudoku(Task):
         puzzle = ["".join("." if r * n + c in blanks else str(grid[r][c]) for c in range(n)) for r in range(n)]
         boxes = " (2x3 boxes)" if (br, bc) == (2, 3) else ""
         solution = "/".join("".join(map(str, row)) for row in grid)
-        return Example(f"sudoku{boxes} {'/'.join(puzzle)}", {"puzzle": puzzle, "box": [br, bc]}, solution)
+        statement = (
+            f"Solve this {n}x{n} sudoku: replace each . by a digit from 1 to {n} so that every row, every column "
+            f"and every {br}x{bc} box (of {br} rows and {bc} columns) holds each digit once. One row per line:\n"
+            f"{chr(10).join(puzzle)}\n"
+            f"Answer with the completed grid, {n} digits per row, rows separated by /, top row first; for "
+            f"example 2143/3412/… with all {n} rows."
+        )
+        answer = {"puzzle": puzzle, "box": [br, bc]}
+        return Example(f"sudoku{boxes} {'/'.join(puzzle)}", answer, solution, statement)
 
     def check(self, answer: str, problem: Problem):
         puzzle = problem.answer["puzzle"]
@@ -120,11 +130,13 @@ def _queens_valid(cols: list[int]) -> bool:
 class NQueens(Task):
     name = "n_queens"
     category = "grid"
+    pure = True
     description = "Place n non-attacking queens, one per row, keeping the given ones; any valid placement counts."
     params = (
         Param("n", 4, 12, "board side and number of queens"),
         Param("given", 0, 3, "queens already placed"),
     )
+    answer_shape = "integers separated by spaces"
 
     def make(self, rng, p):
         n = p["n"]
@@ -132,7 +144,16 @@ class NQueens(Task):
         shown = set(rng.sample(range(n), min(p["given"], n)))
         spec = " ".join(str(cols[r] + 1) if r in shown else "?" for r in range(n))
         given = [cols[r] + 1 if r in shown else 0 for r in range(n)]
-        return Example(f"queens {n}, column per row: {spec}", {"given": given}, " ".join(str(c + 1) for c in cols))
+        kept = ", ".join(f"row {r + 1} column {cols[r] + 1}" for r in sorted(shown))
+        statement = (
+            f"Place {n} queens on a {n}x{n} chessboard, one in each row, so that no two share a column or a "
+            f"diagonal. Rows and columns are numbered 1 to {n}."
+            + (f" These queens are already placed and stay: {kept}." if kept else "")
+            + f"\nAnswer with the column of the queen in each row, top row first: {n} integers separated by spaces; "
+            + ("on a 5x5 board, for example, 1 3 5 2 4." if n == 4 else "on a 4x4 board, for example, 2 4 1 3.")
+        )
+        solution = " ".join(str(c + 1) for c in cols)
+        return Example(f"queens {n}, column per row: {spec}", {"given": given}, solution, statement)
 
     def check(self, answer: str, problem: Problem):
         given = problem.answer["given"]

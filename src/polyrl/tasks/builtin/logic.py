@@ -51,6 +51,9 @@ def evaluate(f: list, env: dict[str, bool]) -> bool:
     return _BINARY[f[0]](evaluate(f[1], env), evaluate(f[2], env))
 
 
+_OPERATOR_WORDS = "! is not, & is and, | is or, ^ is exclusive or, -> is implication; parentheses group."
+
+
 def render(f: list, top: bool = True) -> str:
     """Infix with ! for not; every compound below the top is parenthesized, so no precedence rules apply."""
     if f[0] == "var":
@@ -65,11 +68,13 @@ def render(f: list, top: bool = True) -> str:
 class BooleanEvaluation(Task):
     name = "boolean_evaluation"
     category = "logic"
+    pure = True
     description = "Evaluate a boolean formula (! & | ^) under a given assignment of 0/1 values."
     params = (
         Param("variables", 2, 8, "distinct variables"),
         Param("operators", 2, 20, "binary operators in the formula"),
     )
+    answer_shape = "1 if the formula is true and 0 if it is false"
 
     def make(self, rng, p):
         names = list(string.ascii_lowercase[: p["variables"]])
@@ -77,7 +82,12 @@ class BooleanEvaluation(Task):
         f = random_formula(rng, names, p["operators"])
         value = evaluate(f, env)
         values = " ".join(f"{n}={int(env[n])}" for n in names)
-        return Example(f"{values}: {render(f)}", value, str(int(value)))
+        statement = (
+            f"Evaluate the boolean formula {render(f)} where {', '.join(f'{n}={int(env[n])}' for n in names)} "
+            f"(1 is true, 0 is false). {_OPERATOR_WORDS}\n"
+            "Answer with 1 if the formula is true and 0 if it is false."
+        )
+        return Example(f"{values}: {render(f)}", value, str(int(value)), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_bool(answer) == problem.answer)
@@ -108,12 +118,14 @@ def _variable_names(n: int) -> list[str]:
 class Satisfiability(Task):
     name = "sat"
     category = "logic"
+    pure = True
     description = "Find an assignment satisfying a CNF formula; any satisfying assignment is accepted."
     params = (
         Param("variables", 2, 20, "distinct variables"),
         Param("clauses", 2, 86, "clauses (86 with 20 variables is near the 3-SAT phase transition)"),
         Param("clause_size", 2, 3, "literals per clause"),
     )
+    answer_shape = "name=1 for true or name=0 for false"
 
     def make(self, rng, p):
         n = p["variables"]
@@ -135,7 +147,13 @@ class Satisfiability(Task):
             "(" + "|".join(("" if lit > 0 else "!") + names[abs(lit) - 1] for lit in c) + ")" for c in clauses
         )
         solution = " ".join(f"{names[i]}={int(planted[i])}" for i in range(n))
-        return Example(f"sat {formula}", {"variables": n, "clauses": clauses}, solution)
+        statement = (
+            f"Find truth values for the variables {', '.join(names)} that make this formula true: {formula}. "
+            "! is not, | is or, & is and: every parenthesized clause needs at least one true literal.\n"
+            "Answer with a value for every variable, name=1 for true or name=0 for false, separated by spaces; "
+            "for example a=1 b=0 c=1."
+        )
+        return Example(f"sat {formula}", {"variables": n, "clauses": clauses}, solution, statement)
 
     def check(self, answer: str, problem: Problem):
         names = _variable_names(problem.answer["variables"])
@@ -157,12 +175,14 @@ _ENTAILMENT_OPS = ("&", "|", "->")
 class Entailment(Task):
     name = "entailment"
     category = "logic"
+    pure = True
     description = "Decide whether a conclusion follows from propositional premises (yes/no)."
     params = (
         Param("variables", 2, 5, "distinct propositions"),
         Param("premises", 2, 6, "premises given"),
         Param("operators", 1, 3, "largest number of connectives in one premise"),
     )
+    answer_shape = "yes or no"
 
     def make(self, rng, p):
         names = list("pqrstu"[: p["variables"]])
@@ -184,7 +204,11 @@ class Entailment(Task):
             if all(evaluate(query, e) for e in models) == want:
                 break
         text = "; ".join(render(f) for f in premises)
-        return Example(f"given {text}. does {render(query)} follow?", want, "yes" if want else "no")
+        statement = (
+            f"The premises are: {text}. {_OPERATOR_WORDS} Does the conclusion {render(query)} follow from the "
+            "premises, that is, is it true whenever all the premises are true?\nAnswer with yes or no."
+        )
+        return Example(f"given {text}. does {render(query)} follow?", want, "yes" if want else "no", statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_bool(answer) == problem.answer)

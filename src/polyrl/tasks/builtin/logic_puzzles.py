@@ -59,8 +59,10 @@ def _random_statement(rng, speaker: int, n: int) -> tuple:
 class KnightsAndKnaves(Task):
     name = "knights_knaves"
     category = "logic"
+    pure = True
     description = "Knights always tell the truth, knaves always lie: say who is which (the solution is unique)."
     params = (Param("people", 2, 5, "islanders, each making one statement"),)
+    answer_shape = "NAME=knight or NAME=knave"
 
     def make(self, rng, p):
         n = p["people"]
@@ -81,7 +83,16 @@ class KnightsAndKnaves(Task):
         text = " ".join(f"{names[i]}: {_say(s, names)}." for i, s in enumerate(statements))
         roles = [_ROLE[k] for k in planted]
         solution = " ".join(f"{names[i]}={r}" for i, r in enumerate(roles))
-        return Example(f"knights/knaves {text}", {"people": list(names), "roles": roles}, solution)
+        said = "\n".join(f'{names[i]} says: "{_say(s, names)}."' for i, s in enumerate(statements))
+        statement = (
+            f"On an island, knights always tell the truth and knaves always lie. Each of {n} islanders, "
+            f"{', '.join(names)}, is a knight or a knave, and each says one thing (two people are alike when both "
+            "are knights or both are knaves, and differ otherwise):\n"
+            f"{said}\nExactly one assignment fits. Who is a knight and who is a knave?\n"
+            "Answer with NAME=knight or NAME=knave for every islander, separated by spaces; with islanders P and "
+            "Q, for example, P=knave Q=knight."
+        )
+        return Example(f"knights/knaves {text}", {"people": list(names), "roles": roles}, solution, statement)
 
     def check(self, answer: str, problem: Problem):
         people, roles = problem.answer["people"], problem.answer["roles"]
@@ -89,7 +100,7 @@ class KnightsAndKnaves(Task):
         if words and all(w in ("knight", "knave") for w in words):
             given = words  # roles alone, in the order the people were introduced
         else:
-            pairs = {k.upper(): v.lower().rstrip("s") for k, v in parse_assignment(answer).items()}
+            pairs = {k: v.lower().rstrip("s") for k, v in parse_assignment(answer, upper=True).items()}
             if set(pairs) != set(people):
                 return 0.0, "wrong_people"
             given = [pairs[name] for name in people]
@@ -99,18 +110,21 @@ class KnightsAndKnaves(Task):
 
 
 _ORDINALS = {1: "", 2: "2nd ", 3: "3rd "}
+_ORDINAL_WORDS = {1: "", 2: "second ", 3: "third ", 4: "fourth ", 5: "fifth "}
 
 
 @register_task
 class HeightOrdering(Task):
     name = "height_ordering"
     category = "logic"
+    pure = True
     description = "From pairwise height comparisons (X>Y: X is taller), name the person at a given rank."
     params = (
         Param("people", 3, 10, "people compared"),
         Param("distractors", 0, 6, "extra comparisons implied by the others"),
         Param("rank", 1, 5, "deepest rank asked for (1 = tallest or shortest)"),
     )
+    answer_shape = "the letter of that person"
 
     def make(self, rng, p):
         n = p["people"]
@@ -120,13 +134,23 @@ class HeightOrdering(Task):
         implied = [(i, j) for i in range(n) for j in range(i + 2, n)]
         pairs += rng.sample(implied, min(p["distractors"], len(implied)))
         rng.shuffle(pairs)
-        facts = [f"{order[i]}>{order[j]}" if rng.random() < 0.5 else f"{order[j]}<{order[i]}" for i, j in pairs]
+        taller_first = [rng.random() < 0.5 for _ in pairs]
+        facts = [f"{order[i]}>{order[j]}" if t else f"{order[j]}<{order[i]}" for (i, j), t in zip(pairs, taller_first)]
+        said = [
+            f"{order[i]} is taller than {order[j]}" if t else f"{order[j]} is shorter than {order[i]}"
+            for (i, j), t in zip(pairs, taller_first)
+        ]
         rank = rng.randint(1, min(p["rank"], n))
         tallest = rng.random() < 0.5
         person = order[rank - 1] if tallest else order[n - rank]
         ordinal = _ORDINALS.get(rank, f"{rank}th ")
         question = f"heights {', '.join(facts)}; {ordinal}{'tallest' if tallest else 'shortest'}?"
-        return Example(question, person, person)
+        which = f"{_ORDINAL_WORDS[rank]}{'tallest' if tallest else 'shortest'}"
+        statement = (
+            f"{n} people, {', '.join(sorted(order))}, all have different heights. We know: {'; '.join(said)}. "
+            f"Who is the {which}?\nAnswer with the letter of that person only, for example C."
+        )
+        return Example(question, person, person, statement)
 
     def check(self, answer: str, problem: Problem):
         got = re.sub(r"[\s.!'\"]+", "", answer).upper()

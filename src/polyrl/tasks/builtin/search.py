@@ -10,6 +10,7 @@ from collections import Counter
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_int, parse_int_grid, parse_int_list
+from polyrl.tasks.builtin._text import random_letters
 from polyrl.tasks.registry import register_task
 
 
@@ -17,9 +18,11 @@ from polyrl.tasks.registry import register_task
 class SubsetSum(Task):
     name = "subset_sum"
     category = "search"
+    pure = True
     description = (
         "Pick some of the given numbers (each at most once) that add up to the target; any such subset counts."
     )
+    answer_shape = "separated by spaces"
     params = (
         Param("count", 3, 20, "numbers offered"),
         Param("max_value", 9, 999, "largest number"),
@@ -30,7 +33,12 @@ class SubsetSum(Task):
         chosen = rng.sample(numbers, rng.randint(2, max(2, p["count"] // 2)))
         target = sum(chosen)
         question = f"subset of {' '.join(map(str, numbers))} sum {target}"
-        return Example(question, {"numbers": numbers, "target": target}, " ".join(map(str, chosen)))
+        statement = (
+            f"Choose some of the numbers {' '.join(map(str, numbers))} so that they add up to exactly {target}; "
+            "each number may be used as many times as it is listed, no more.\n"
+            "Answer with the chosen numbers separated by spaces, for example 12 5 30."
+        )
+        return Example(question, {"numbers": numbers, "target": target}, " ".join(map(str, chosen)), statement)
 
     def check(self, answer: str, problem: Problem):
         numbers, target = problem.answer["numbers"], problem.answer["target"]
@@ -58,6 +66,7 @@ def _knapsack_optimum(items: list[list[int]], capacity: int) -> tuple[int, list[
 class Knapsack(Task):
     name = "knapsack"
     category = "search"
+    pure = True
     description = "Choose items (by number, from 1) of the greatest total value within the weight capacity; suboptimal packings get partial credit."
     params = (
         Param("items", 3, 15, "items offered"),
@@ -65,6 +74,7 @@ class Knapsack(Task):
         Param("max_value", 9, 99, "most valuable item"),
     )
     partial_credit = True
+    answer_shape = "the numbers of the chosen items"
 
     def make(self, rng, p):
         items = [[rng.randint(1, p["max_weight"]), rng.randint(1, p["max_value"])] for _ in range(p["items"])]
@@ -72,7 +82,13 @@ class Knapsack(Task):
         optimum, chosen = _knapsack_optimum(items, capacity)
         question = f"knapsack cap {capacity}: {' '.join(f'{i}=w{w}v{v}' for i, (w, v) in enumerate(items, 1))}"
         answer = {"items": items, "capacity": capacity, "optimum": optimum}
-        return Example(question, answer, " ".join(map(str, chosen)))
+        listing = "; ".join(f"item {i}: weight {w}, value {v}" for i, (w, v) in enumerate(items, 1))
+        statement = (
+            f"A knapsack holds a total weight of at most {capacity}. The items are: {listing}. Choose items, each "
+            f"at most once, with total weight at most {capacity} and the greatest possible total value.\n"
+            "Answer with the numbers of the chosen items separated by spaces, for example 1 4 5."
+        )
+        return Example(question, answer, " ".join(map(str, chosen)), statement)
 
     def check(self, answer: str, problem: Problem):
         items, capacity, optimum = problem.answer["items"], problem.answer["capacity"], problem.answer["optimum"]
@@ -135,11 +151,13 @@ def _is_magic(square: list[list[int]], total: int) -> bool:
 class MagicSquare(Task):
     name = "magic_square"
     category = "search"
+    pure = True
     description = "Fill the blanks (_) so that every row, column and diagonal adds up to the given sum, with all entries distinct."
     params = (
         Param("blanks", 2, 10, "cells left blank; up to 5 the square is 3x3, above it is 4x4"),
         Param("scale", 1, 4, "how far entries range beyond 1..n*n"),
     )
+    answer_shape = "rows separated by /"
 
     def make(self, rng, p):
         square = _magic3(rng, p["scale"]) if p["blanks"] <= 5 else _magic4(rng, p["scale"])
@@ -149,7 +167,14 @@ class MagicSquare(Task):
         total = sum(square[0])
         shown = "/".join(" ".join(str(x) if x else "_" for x in row) for row in puzzle)
         solution = "/".join(" ".join(map(str, row)) for row in square)
-        return Example(f"magic sum {total}: {shown}", {"puzzle": puzzle, "sum": total}, solution)
+        grid = "\n".join(" ".join(str(x) if x else "_" for x in row) for row in puzzle)
+        statement = (
+            f"Complete this {n}x{n} magic square: replace each _ by an integer so that every row, every column and "
+            f"both diagonals add up to {total}, and all {n * n} entries are different.\n{grid}\n"
+            "Answer with the whole square, rows separated by / and the numbers of a row by spaces; a 2x2 square, "
+            "for example, is written 1 2/3 4."
+        )
+        return Example(f"magic sum {total}: {shown}", {"puzzle": puzzle, "sum": total}, solution, statement)
 
     def check(self, answer: str, problem: Problem):
         puzzle, total = problem.answer["puzzle"], problem.answer["sum"]
@@ -164,18 +189,24 @@ class MagicSquare(Task):
 class LetterCount(Task):
     name = "letter_count"
     category = "search"
+    pure = True
     description = "How many times a letter occurs in a string."
     params = (
         Param("length", 4, 60, "letters in the string"),
         Param("alphabet", 4, 26, "distinct letters the string is drawn from"),
     )
+    answer_shape = "a single integer"
 
     def make(self, rng, p):
         pool = string.ascii_lowercase[: p["alphabet"]]
-        text = "".join(rng.choice(pool) for _ in range(p["length"]))
+        text = random_letters(rng, p["length"], pool)
         letter = rng.choice(text) if rng.random() < 0.9 else rng.choice(pool)  # a count of 0 now and then
         count = text.count(letter)
-        return Example(f"count {letter} in {text}", count, str(count))
+        statement = (
+            f"How many times does the letter {letter} occur in the string {text}?\n"
+            "Answer with a single integer, for example 3."
+        )
+        return Example(f"count {letter} in {text}", count, str(count), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-import string
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_int, parse_int_list, parse_letters
+from polyrl.tasks.builtin._text import positional_credit, random_letters
 from polyrl.tasks.registry import register_task
 
 
@@ -14,30 +14,31 @@ from polyrl.tasks.registry import register_task
 class ReverseLetters(Task):
     name = "reverse_letters"
     category = "sequential"
+    pure = True
     description = "Write a string of letters backwards."
     params = (Param("length", 4, 40, "letters in the string"),)
     partial_credit = True
+    answer_shape = "the reversed string"
 
     def make(self, rng, p):
-        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(p["length"]))
-        return Example(f"reverse {word}", word[::-1], word[::-1])
+        word = random_letters(rng, p["length"])
+        statement = (
+            f"Write the string {word} backwards, from its last letter to its first.\n"
+            "Answer with the reversed string only; hello, for example, becomes olleh."
+        )
+        return Example(f"reverse {word}", word[::-1], word[::-1], statement)
 
     def check(self, answer: str, problem: Problem):
-        target = problem.answer
-        got = answer.strip()
-        if got == target:
-            return 1.0
-        if len(got) != len(target):
-            return 0.0, "wrong"
-        # Partial credit: the share of positions right, halved so it never rivals a full solve.
-        return 0.5 * sum(a == b for a, b in zip(got, target)) / len(target)
+        return positional_credit(answer.strip(), problem.answer)
 
 
 @register_task
 class SortDigits(Task):
     name = "sort_digits"
     category = "sequential"
+    pure = True
     description = "Sort a list of integers in ascending order."
+    answer_shape = "separated by spaces"
     params = (
         Param("count", 4, 30, "numbers to sort"),
         Param("digits", 1, 4, "digits per number"),
@@ -46,42 +47,44 @@ class SortDigits(Task):
     def make(self, rng, p):
         nums = [rng.randint(0, 10 ** p["digits"] - 1) for _ in range(p["count"])]
         out = sorted(nums)
-        return Example(f"sort {' '.join(map(str, nums))}", out, " ".join(map(str, out)))
+        statement = (
+            f"Sort these {len(nums)} numbers in ascending order: {' '.join(map(str, nums))}.\n"
+            "Answer with all the numbers, smallest first, separated by spaces, repeats kept; for example 3 8 8 15."
+        )
+        return Example(f"sort {' '.join(map(str, nums))}", out, " ".join(map(str, out)), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int_list(answer) == problem.answer)
-
-
-def _random_word(rng, lo: int, hi: int) -> str:
-    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(lo, hi)))
 
 
 @register_task
 class ReverseWords(Task):
     name = "reverse_words"
     category = "sequential"
+    pure = True
     description = "Write the words of a sentence in reverse order."
     params = (Param("words", 3, 25, "words in the sentence"),)
     partial_credit = True
+    answer_shape = "the words separated by spaces"
 
     def make(self, rng, p):
-        words = [_random_word(rng, 2, 6) for _ in range(p["words"])]
+        words = [random_letters(rng, rng.randint(2, 6)) for _ in range(p["words"])]
         out = words[::-1]
-        return Example(f"reverse words: {' '.join(words)}", out, " ".join(out))
+        statement = (
+            "Write the words of this sentence in reverse order, the last word first, each word spelled as it is: "
+            f"{' '.join(words)}\n"
+            "Answer with the words separated by spaces; one two three, for example, becomes three two one."
+        )
+        return Example(f"reverse words: {' '.join(words)}", out, " ".join(out), statement)
 
     def check(self, answer: str, problem: Problem):
-        target = problem.answer
-        got = answer.split()
-        if got == target:
-            return 1.0
-        if len(got) != len(target):
-            return 0.0, "wrong"
-        # Partial credit: the share of words in place, halved so it never rivals a full solve.
-        return 0.5 * sum(a == b for a, b in zip(got, target)) / len(target)
+        return positional_credit(answer.split(), problem.answer)  # word by word
 
 
-_RLE_COUNT_FIRST = re.compile(r"(?:\d{0,6}[a-z])+")
-_RLE_LETTER_FIRST = re.compile(r"(?:[a-z]\d{0,6})+")
+# A count is 1-999999 without leading zeros (so no zero-length runs), or omitted for 1.
+_RLE_COUNT = r"(?:[1-9]\d{0,5})?"
+_RLE_COUNT_FIRST = re.compile(rf"(?:{_RLE_COUNT}[a-z])+")
+_RLE_LETTER_FIRST = re.compile(rf"(?:[a-z]{_RLE_COUNT})+")
 
 
 def _rle_runs(answer: str) -> list[list[tuple[int, str]]]:
@@ -101,7 +104,9 @@ def _rle_runs(answer: str) -> list[list[tuple[int, str]]]:
 class RunLengthEncoding(Task):
     name = "run_length_encoding"
     category = "sequential"
+    pure = True
     description = "Run-length encode a string of letters as count-letter pairs (aaab -> 3a1b)."
+    answer_shape = "count-letter pairs"
     params = (
         Param("runs", 2, 16, "runs of equal letters"),
         Param("max_run", 3, 12, "longest run"),
@@ -113,7 +118,12 @@ class RunLengthEncoding(Task):
             letter = rng.choice([c for c in "abcde" if not runs or c != runs[-1][1]])
             runs.append((rng.randint(1, p["max_run"]), letter))
         text = "".join(ch * n for n, ch in runs)
-        return Example(f"rle {text}", text, "".join(f"{n}{ch}" for n, ch in runs))
+        statement = (
+            f"Run-length encode the string {text}: replace each run of equal consecutive letters by the length of "
+            "the run followed by the letter.\n"
+            "Answer with the count-letter pairs written together, without spaces; aaabcc, for example, is 3a1b2c."
+        )
+        return Example(f"rle {text}", text, "".join(f"{n}{ch}" for n, ch in runs), statement)
 
     def check(self, answer: str, problem: Problem):
         target = problem.answer
@@ -140,11 +150,25 @@ def _apply_list_op(items: list[int], op: str) -> list[int]:
     raise ValueError(op)
 
 
+def _list_op_words(op: str) -> str:
+    if op[:4] in ("rotl", "rotr"):
+        k = int(op[4:])
+        items = "item moves" if k == 1 else f"{k} items move, in order,"
+        if op.startswith("rotl"):
+            return f"rotate left by {k} (the first {items} to the end)"
+        return f"rotate right by {k} (the last {items} to the front)"
+    if op == "dedupe":
+        return "remove repeated values, keeping the first occurrence of each"
+    return "reverse the list"
+
+
 @register_task
 class ListOps(Task):
     name = "list_ops"
     category = "sequential"
+    pure = True
     description = "Apply list operations (rotl k, rotr k, dedupe keeping first occurrences, rev) left to right."
+    answer_shape = "integers separated by spaces"
     params = (
         Param("length", 4, 20, "list length"),
         Param("ops", 1, 3, "operations applied in sequence"),
@@ -159,7 +183,12 @@ class ListOps(Task):
         out = items
         for op in ops:
             out = _apply_list_op(out, op)
-        return Example(f"{','.join(ops)}: {' '.join(map(str, items))}", out, " ".join(map(str, out)))
+        steps = "; then ".join(_list_op_words(op) for op in ops)
+        statement = (
+            f"Start from the list {' '.join(map(str, items))} and apply, in this order: {steps}.\n"
+            "Answer with the resulting list as integers separated by spaces, for example 4 1 9."
+        )
+        return Example(f"{','.join(ops)}: {' '.join(map(str, items))}", out, " ".join(map(str, out)), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int_list(answer, len(problem.answer) + 1) == problem.answer)
@@ -169,9 +198,11 @@ class ListOps(Task):
 class TowerOfHanoi(Task):
     name = "tower_of_hanoi"
     category = "sequential"
+    pure = True
     description = "Move a tower of disks between pegs A, B, C; moves written from-to (AC AB CB). Longer legal solutions get partial credit."
     params = (Param("disks", 2, 8, "disks in the tower"),)
     partial_credit = True
+    answer_shape = "two peg letters"
 
     def make(self, rng, p):
         n = p["disks"]
@@ -179,7 +210,14 @@ class TowerOfHanoi(Task):
         spare = ({"A", "B", "C"} - {source, target}).pop()
         moves = _hanoi_moves(n, source, target, spare)
         answer = {"disks": n, "source": source, "target": target}
-        return Example(f"hanoi {n} disks {source}>{target}; moves like AB", answer, " ".join(moves))
+        statement = (
+            f"Tower of Hanoi: {n} disks of different sizes are stacked on peg {source}, largest at the bottom; "
+            f"the pegs are A, B and C. Move the whole tower to peg {target}, one disk at a time, taking the top "
+            "disk of a peg and never putting a disk on a smaller one, in as few moves as possible.\n"
+            "Answer with the moves in order, separated by spaces, each written as two peg letters, from and to; "
+            "for example AB CA moves the top disk of A to B, then the top disk of C to A."
+        )
+        return Example(f"hanoi {n} disks {source}>{target}; moves like AB", answer, " ".join(moves), statement)
 
     def check(self, answer: str, problem: Problem):
         n, source, target = problem.answer["disks"], problem.answer["source"], problem.answer["target"]
@@ -228,7 +266,9 @@ def _next_term_candidates(terms: list[int]) -> set[int]:
 class NextTerm(Task):
     name = "next_term"
     category = "sequential"
+    pure = True
     description = "The next term of an arithmetic, geometric, quadratic or Fibonacci-like integer sequence."
+    answer_shape = "a single integer"
     params = (
         Param("kinds", 1, 4, "rule families drawn from: arithmetic, +geometric, +quadratic, +Fibonacci-like"),
         Param("scale", 9, 99, "largest first term and step"),
@@ -252,7 +292,12 @@ class NextTerm(Task):
             while len(seq) < 6:
                 seq.append(seq[-1] + seq[-2])
         shown = seq[:-1]
-        return Example(f"next {' '.join(map(str, shown))}", shown, str(seq[-1]))
+        statement = (
+            f"What is the next term of the integer sequence {', '.join(map(str, shown))}? It follows one rule: a "
+            "constant difference, a constant ratio, a constant second difference, or each term being the sum of "
+            "the two before it.\nAnswer with a single integer, for example 42."
+        )
+        return Example(f"next {' '.join(map(str, shown))}", shown, str(seq[-1]), statement)
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) in _next_term_candidates(problem.answer))

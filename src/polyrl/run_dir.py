@@ -44,6 +44,8 @@ def _clean(value: Any) -> Any:
         return None
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
     return value
 
 
@@ -102,8 +104,22 @@ class RunDir:
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
                     tb.add_scalar(f"{record['stage']}/{key}", value, offset + record["step"])
 
+    def metrics_lines(self) -> int:
+        """Complete records in ``metrics.jsonl`` (a checkpoint stores this, so that a resume keeps exactly them)."""
+        if not self.metrics_file.exists():
+            return 0
+        return self.metrics_file.read_bytes().count(b"\n")
+
+    def keep_metrics(self, lines: int) -> None:
+        """Keep the first ``lines`` records: the ones logged before the checkpoint a resumed run starts from.
+        Everything after it is redone, and logged again, exactly once."""
+        if not self.metrics_file.exists():
+            return
+        kept = self.metrics_file.read_bytes().split(b"\n")[:lines]
+        atomic_write_text(self.metrics_file, "".join(line.decode() + "\n" for line in kept))
+
     def truncate_metrics(self, stage: str, step: int) -> None:
-        """Drop records logged after a checkpoint (they are re-logged when the resumed run redoes them)."""
+        """Drop records logged after a checkpoint that predates ``metrics_lines`` (older runs)."""
         if not self.metrics_file.exists():
             return
         order = {"sft": 0, "eval": 1, "rl": 2}

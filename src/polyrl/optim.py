@@ -1,0 +1,39 @@
+"""The optimizer step every trainer in polyrl takes (policy RL, SFT, critic, reward model): clip, check, step."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def clip_and_step(optimizer, parameters, max_grad_norm: float, loss: Tensor) -> float | None:
+    """Clip the gradient of ``parameters`` to ``max_grad_norm`` and take the optimizer step; the gradient norm
+    before clipping, or None (and no step, gradients cleared) when the loss or the gradient is not finite."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    if not (torch.isfinite(loss).all() and torch.isfinite(grad_norm)):
+        optimizer.zero_grad(set_to_none=True)
+        return None
+    optimizer.step()
+    return float(grad_norm)
+
+
+def warmup_cosine(warmup: int, total: int, cosine: bool, floor: float = 0.1):
+    """LR multiplier: linear warmup over ``warmup`` steps, then constant or cosine decay to ``floor``."""
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        if not cosine:
+            return 1.0
+        progress = (step - warmup) / max(1, total - warmup)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    return schedule
+
+
+def make_optimizer(parameters, lr: float, warmup: int, total: int, cosine: bool, weight_decay: float = 0.0):
+    """AdamW with the warmup (+ cosine) schedule; returns ``(optimizer, scheduler)``."""
+    optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(warmup, total, cosine))

@@ -1,0 +1,114 @@
+"""The report's "Samples" section: completions the policy wrote during RL, with their rewards, per logged step.
+
+RL records may carry ``samples``: a list of ``{"task", "prompt", "completion", "reward", "correct", "reason"}``.
+Completions are model output, and a policy optimised for reward is adversarial: every field is treated as hostile
+text. It is converted to a string, stripped of control characters and unpaired surrogates (which would make the page
+unwritable as UTF-8), cut to ``MAX_CHARS`` and HTML-escaped (``<``, ``>``, ``&``, both quotes), so no field can open
+a tag, close the table or inject a script. Malformed entries (not a list, not a dict, missing fields) are skipped or
+shown as "–" rather than failing the report.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from typing import Any
+
+MAX_CHARS = 2000
+"""Longest prompt or completion shown (the trainer already cuts them to a few hundred characters)."""
+MAX_STEPS = 12
+"""Most steps shown: the first, the last, and evenly spaced ones between."""
+MAX_ROWS = 32
+"""Most completions shown per step (the first ones logged)."""
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def safe_text(x: Any, limit: int = MAX_CHARS) -> str:
+    """``x`` as HTML-escaped text: any type, control characters and unpaired surrogates replaced, cut at ``limit``."""
+    text = "" if x is None else x if isinstance(x, str) else str(x)
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    text = _CONTROL.sub("\ufffd", text)
+    if len(text) > limit:
+        text = text[:limit] + f" … ({len(text) - limit} more characters)"
+    return html.escape(text, quote=True)
+
+
+def sampled_steps(rl: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    """Step -> its samples (the dict entries of a non-empty ``samples`` list), in step order; a re-logged step keeps
+    the last record's."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for record in rl:
+        step, samples = record.get("step"), record.get("samples")
+        if isinstance(step, int) and isinstance(samples, list):
+            kept = [s for s in samples if isinstance(s, dict)]
+            if kept:
+                out[step] = kept
+    return dict(sorted(out.items()))
+
+
+def steps_to_show(steps: list[int], most: int = MAX_STEPS) -> list[int]:
+    """At most ``most`` of ``steps``: the first, the last and evenly spaced ones between, in order."""
+    if len(steps) <= most:
+        return list(steps)
+    picks = {round(i * (len(steps) - 1) / (most - 1)) for i in range(most)}
+    return [steps[i] for i in sorted(picks)]
+
+
+def _reward(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def _correct_cell(x: Any) -> str:
+    if x is True or x == 1:
+        return '<td class="up">✓</td>'
+    if x is False or x == 0:
+        return '<td class="down">✗</td>'
+    return "<td>–</td>"
+
+
+def _row(sample: dict[str, Any]) -> str:
+    reward = _reward(sample.get("reward"))
+    return (
+        f"<tr><td>{safe_text(sample.get('task'), 200)}</td>"
+        f"<td>{'–' if reward is None else f'{reward:.3g}'}</td>"
+        f"{_correct_cell(sample.get('correct'))}"
+        f"<td>{safe_text(sample.get('reason'), 200)}</td>"
+        f'<td class="text"><div>{safe_text(sample.get("prompt"))}</div></td>'
+        f'<td class="text"><div>{safe_text(sample.get("completion"))}</div></td></tr>'
+    )
+
+
+def _summary(step: int, samples: list[dict[str, Any]]) -> str:
+    rewards = [r for r in (_reward(s.get("reward")) for s in samples) if r is not None]
+    parts = [f"step {step}", f"{len(samples)} completion{'s' if len(samples) != 1 else ''}"]
+    if len(samples) > MAX_ROWS:
+        parts[-1] += f" (first {MAX_ROWS} shown)"
+    if rewards:
+        parts.append(f"mean reward {sum(rewards) / len(rewards):.3g}")
+    verdicts = [s.get("correct") for s in samples if isinstance(s.get("correct"), bool)]
+    if verdicts:
+        parts.append(f"{sum(verdicts)}/{len(verdicts)} correct")
+    return " · ".join(parts)
+
+
+def samples_section(rl: list[dict[str, Any]]) -> str:
+    """The section's HTML: one collapsible table per shown step (the last one open); "" when nothing was sampled."""
+    by_step = sampled_steps(rl)
+    if not by_step:
+        return ""
+    shown = steps_to_show(list(by_step))
+    head = "<tr><th>task</th><th>reward</th><th>correct</th><th>reason</th><th>prompt</th><th>completion</th></tr>"
+    blocks = [
+        f'<p class="note">Completions were sampled at {len(by_step)} step{"s" if len(by_step) != 1 else ""}; '
+        f"shown: step{'s' if len(shown) != 1 else ''} {', '.join(map(str, shown))} (click a step to open it).</p>"
+    ]
+    for step in shown:
+        samples = by_step[step]
+        blocks.append(
+            f'<details class="samples" id="samples-step-{step}"{" open" if step == shown[-1] else ""}>'
+            f"<summary>{_summary(step, samples)}</summary>"
+            f'<table class="samples">{head}{"".join(_row(s) for s in samples[:MAX_ROWS])}</table></details>'
+        )
+    return "".join(blocks)

@@ -1,0 +1,53 @@
+"""The unit that flows from rollout to loss: one scored completion (or one multi-turn episode)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from polyrl.tasks import Problem, Verdict
+
+
+@dataclass
+class Trajectory:
+    """One scored completion. Every field another module reads is typed here; ``info`` holds only the
+    environment's own episode statistics (tool calls, end reason…), which only metrics read."""
+
+    task: str
+    group: int
+    """Index of the problem this completion answers, within the step."""
+    problem: Problem
+    prompt_ids: list[int]
+    response_ids: list[int]
+    text: str
+    finished: bool
+    """The policy stopped by itself (EOS / episode end); False when the token budget cut it off."""
+    reward: float
+    reward_terms: dict[str, float]
+    verdict: Verdict
+    policy_version: int = 0
+    """Version of the weights that sampled it (asynchronous rollouts lag behind the learner)."""
+    policy_mask: list[int] | None = None
+    """Which response tokens the policy produced (None: all, as in single-turn)."""
+    behaviour_logprobs: list[float] | None = None
+    """Log-prob of each response token under the sampling weights, when they may differ from the learner's
+    (Ray workers, another inference engine); None for in-process rollouts, which share the weights."""
+    turn_spans: list[tuple[int, int]] | None = None
+    """Multi-turn: ``[start, end)`` of each policy turn within ``response_ids``."""
+    turn_rewards: list[float] | None = None
+    """Multi-turn: the environment's reward for each policy turn."""
+    reward_failures: dict[str, str] = field(default_factory=dict)
+    """Reward terms that could not be computed for this sample (term → reason); each counts as 0."""
+    judge_position_inconsistent: bool = False
+    """A position-swapped pairwise judge gave the two orders opposite verdicts (position bias)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Environment episode statistics (``turns``, ``tool_calls``, ``end_reason``…), read by the metrics."""
+
+    @property
+    def truncated(self) -> bool:
+        """The completion hit the token budget without ending (DAPO's overlong filtering masks these)."""
+        return not self.finished
+
+    @property
+    def is_episode(self) -> bool:
+        return self.turn_spans is not None

@@ -1,0 +1,412 @@
+"""Stages 2–4 of an RL step: advantages, selection, and the policy update.
+
+``prepare_update`` turns a step's scored trajectories into an :class:`UpdateBatch` (tokens, advantages,
+behaviour log-probs, which rows to train on); ``policy_update`` runs epochs × minibatches × micro-batches
+of the registered objective on it and returns everything the objective measured. Neither sees the
+Trainer: each takes the model, optimizer, batch and config it needs.
+
+Normalization is over the whole minibatch, never per micro-batch: every micro-batch's loss is divided by
+the minibatch's token and sequence counts (``ObjectiveInputs.total_tokens`` / ``total_sequences``), so the
+accumulated gradient equals the unsplit one. Leaving zero-advantage rows out (they add nothing to the
+surrogate) uses the same totals: the skipped rows still count in the normalizer, so the gradient is the
+full batch's.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from polyrl.algos import (
+    ObjectiveInputs,
+    ObjectiveSettings,
+    aggregate,
+    get_advantage_estimator,
+    get_objective,
+    kl_penalty,
+    objective_totals,
+    task_normalize,
+    zero_variance_groups,
+)
+from polyrl.algos.objectives import loss_mask
+from polyrl.optim import clip_and_step
+from polyrl.rollout import TokenBatch, Trajectory, collate, sequence_logprobs
+from polyrl.rollout.multi_turn import turn_advantages
+
+
+@dataclass
+class UpdateBatch:
+    """What the policy update trains on: one step's trajectories, collated, with their advantages.
+
+    Rows are the step's trajectories in order; ``active`` are the rows the update runs forward/backward on
+    (all of them unless zero-advantage rows are skipped)."""
+
+    tokens: TokenBatch
+    advantages: Tensor
+    """``[N]`` per sequence, or ``[N, T]`` per token (GAE, turn-level credit)."""
+    task_ids: Tensor
+    """``[N]`` index into ``task_names``."""
+    task_names: list[str]
+    group_ids: Tensor
+    truncated: Tensor
+    """``[N]`` bool: the completion hit the token budget."""
+    active: Tensor
+    """Row indices to train on."""
+    behaviour_logprobs: Tensor | None = None
+    """``[N, T]`` log-probs under the sampling weights (asynchronous rollouts), aligned with the loss mask."""
+    returns: Tensor | None = None
+    """``[N, T]`` critic targets (PPO with GAE)."""
+    critic_stats: dict[str, float] = field(default_factory=dict)
+    zero_variance: Tensor | None = None
+    """``[N]`` bool: the row's group has identical rewards."""
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class UpdateResult:
+    """What one policy update did and measured."""
+
+    loss: float
+    grad_norm: float
+    updates: int
+    """Optimizer steps attempted (epochs × minibatches)."""
+    skipped_updates: int
+    """Of those, steps skipped for a non-finite loss or gradient."""
+    trained_sequences: int
+    objective: dict[str, float]
+    """Every statistic the objective computed, over the whole update (token-weighted; ``*_max``/``*_min``
+    as the extreme)."""
+    objective_by_task: dict[str, dict[str, float]]
+    seq_entropy: list[float]
+    """Per row of the batch: mean token entropy (NaN for rows not trained on)."""
+    seq_kl: list[float]
+    """Per row: mean token KL to the reference (0 without a reference)."""
+    value_loss: float = float("nan")
+
+
+def collate_trajectories(trajs: list[Trajectory], pad_id: int) -> TokenBatch:
+    """The padded token batch of ``trajs`` (with multi-turn policy masks when there are any)."""
+    masks = [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None
+    return collate([(t.prompt_ids, t.response_ids) for t in trajs], pad_id, masks)
+
+
+def behaviour_logprobs(trajs: list[Trajectory], width: int) -> Tensor | None:
+    """``[N, width]`` behaviour log-probs aligned with ``TokenBatch.loss_mask``, or None when the trajectories
+    carry none (in-process rollouts share the learner's weights)."""
+    if not trajs or any(t.behaviour_logprobs is None for t in trajs):
+        return None
+    out = torch.zeros(len(trajs), width)
+    for i, t in enumerate(trajs):
+        start = len(t.prompt_ids) - 1
+        out[i, start : start + len(t.response_ids)] = torch.tensor(t.behaviour_logprobs)
+    return out
+
+
+def compute_advantages(trajs: list[Trajectory], tokens: TokenBatch, task_ids: Tensor, cfg, critic=None):
+    """``(advantages, returns, critic_stats, zero_variance)`` for one step.
+
+    Group estimators give one value per sequence; ``task_normalize`` then standardizes within each task
+    (AgentRL). Members of zero-variance groups get exactly 0 whatever comes after the estimator, so that
+    they are recognisably signal-free (and skipped). ``advantage_level: turn`` credits each turn of an
+    episode with its group-normalized reward-to-go; ``gae`` asks the critic."""
+    rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+    group_ids = torch.tensor([t.group for t in trajs])
+    zero_var = zero_variance_groups(rewards, group_ids)
+    if cfg.advantage == "gae":
+        advantages, returns, stats = critic.advantages(tokens, rewards)
+        return advantages, returns, stats, zero_var
+    if cfg.advantage_level == "turn":
+        return turn_advantages(trajs, tokens.loss_mask.shape[1]), None, {}, zero_var
+    advantages = get_advantage_estimator(cfg.advantage)(rewards, group_ids)
+    if cfg.task_normalize:
+        advantages = task_normalize(advantages, task_ids)
+    return torch.where(zero_var, torch.zeros_like(advantages), advantages), None, {}, zero_var
+
+
+def prepare_update(trajs: list[Trajectory], task_names: list[str], pad_id: int, cfg, critic=None) -> UpdateBatch:
+    """Collate, compute advantages, and choose the rows to train on.
+
+    Rows with zero advantage contribute nothing to the surrogate (their per-token loss is 0 × ratio); with
+    ``skip_zero_advantage`` and no KL or entropy term that would still need them, they are left out of the
+    forward/backward (same gradient: they still count in the normalizer)."""
+    index = {name: i for i, name in enumerate(task_names)}
+    tokens = collate_trajectories(trajs, pad_id)
+    task_ids = torch.tensor([index[t.task] for t in trajs])
+    advantages, returns, critic_stats, zero_var = compute_advantages(trajs, tokens, task_ids, cfg, critic)
+    active = torch.arange(len(trajs))
+    if cfg.skip_zero_advantage and advantages.dim() == 1 and cfg.kl_coef == 0 and cfg.entropy_coef == 0:
+        active = torch.nonzero(advantages != 0).flatten()
+    return UpdateBatch(
+        tokens=tokens,
+        advantages=advantages,
+        task_ids=task_ids,
+        task_names=list(task_names),
+        group_ids=torch.tensor([t.group for t in trajs]),
+        truncated=torch.tensor([t.truncated for t in trajs]),
+        active=active,
+        behaviour_logprobs=behaviour_logprobs(trajs, tokens.loss_mask.shape[1]),
+        returns=returns,
+        critic_stats=critic_stats,
+        zero_variance=zero_var,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Splitting: minibatches of a fixed count, micro-batches of a token budget
+
+
+def minibatches(rows: Tensor, count: int, generator: torch.Generator | None = None) -> list[Tensor]:
+    """``rows`` shuffled into ``min(count, len(rows))`` near-equal minibatches: the number of optimizer steps
+    per epoch is ``count`` whatever share of the batch is trained on."""
+    if len(rows) == 0:
+        return []
+    perm = rows[torch.randperm(len(rows), generator=generator)]
+    return [chunk for chunk in torch.tensor_split(perm, min(count, len(rows)))]
+
+
+def micro_batches(rows: Tensor, lengths: Tensor, group_ids: Tensor, budget: int | None) -> Iterator[Tensor]:
+    """Consecutive pieces of ``rows`` whose padded size (rows × longest sequence) stays within ``budget``
+    tokens (a row longer than the budget goes alone); rows of one group are kept together where they fit,
+    so the shared-prompt forward still shares. ``budget=None``: the whole minibatch at once."""
+    if budget is None:
+        yield rows
+        return
+    order = rows[torch.argsort(group_ids[rows], stable=True)]
+    start, longest = 0, 0
+    for k in range(len(order)):
+        longest_k = max(longest, int(lengths[order[k]]))
+        if k > start and (k - start + 1) * longest_k > budget:
+            yield order[start:k]
+            start, longest_k = k, int(lengths[order[k]])
+        longest = longest_k
+    if start < len(order):
+        yield order[start:]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The update
+
+
+def objective_settings(cfg, tis_cap: float | None) -> ObjectiveSettings:
+    """The objective's parameters from the RL config (their only home)."""
+    return ObjectiveSettings(
+        clip_ratio_low=cfg.clip_ratio_low,
+        clip_ratio_high=cfg.clip_ratio_high,
+        aggregation=cfg.loss_aggregation,
+        max_tokens=cfg.max_new_tokens,
+        tis_cap=tis_cap,
+        mask_truncated=cfg.mask_truncated,
+        offpolicy_kl_threshold=cfg.offpolicy_kl_threshold,
+        gspo_clip_ratio_low=cfg.gspo_clip_ratio_low,
+        gspo_clip_ratio_high=cfg.gspo_clip_ratio_high,
+        cispo_clip_ratio_high=cfg.cispo_clip_ratio_high,
+    )
+
+
+class _Stats:
+    """Token-weighted running means of the objective's statistics (extremes for ``*_max`` / ``*_min``)."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = defaultdict(float)
+        self.weights: dict[str, float] = defaultdict(float)
+
+    def add(self, stats: dict[str, Tensor], weight: float) -> None:
+        for key, value in stats.items():
+            v = float(value)
+            if key.endswith("_max"):
+                self.sums[key] = max(self.sums.get(key, -math.inf), v)
+            elif key.endswith("_min"):
+                self.sums[key] = min(self.sums.get(key, math.inf), v)
+            elif math.isfinite(v):
+                self.sums[key] += v * weight
+                self.weights[key] += weight
+
+    def result(self) -> dict[str, float]:
+        return {
+            k: (v if k.endswith(("_max", "_min")) else v / self.weights[k] if self.weights[k] else float("nan"))
+            for k, v in self.sums.items()
+        }
+
+
+def _inputs(batch: UpdateBatch, rows: Tensor, logp: Tensor, old: Tensor | None, width: int, totals) -> ObjectiveInputs:
+    adv = batch.advantages[rows] if batch.advantages.dim() == 1 else batch.advantages[rows, :width]
+    behaviour = batch.behaviour_logprobs[rows, :width] if batch.behaviour_logprobs is not None else None
+    return ObjectiveInputs(
+        logprobs=logp,
+        old_logprobs=old if old is not None else logp.detach(),
+        advantages=adv,
+        mask=batch.tokens.loss_mask[rows, :width].to(logp.dtype),
+        behaviour_logprobs=behaviour,
+        truncated=batch.truncated[rows],
+        total_tokens=totals[0],
+        total_sequences=totals[1],
+    )
+
+
+def _subset(inputs: ObjectiveInputs, keep: Tensor) -> ObjectiveInputs:
+    pick = lambda x: None if x is None else x[keep]
+    return ObjectiveInputs(
+        logprobs=inputs.logprobs.detach()[keep],
+        old_logprobs=inputs.old_logprobs[keep],
+        advantages=inputs.advantages[keep],
+        mask=inputs.mask[keep],
+        behaviour_logprobs=pick(inputs.behaviour_logprobs),
+        truncated=pick(inputs.truncated),
+    )
+
+
+def _totals(batch: UpdateBatch, rows: Tensor, settings: ObjectiveSettings) -> tuple[Tensor, Tensor]:
+    """The loss's token and sequence counts over ``rows``."""
+    return objective_totals(batch.tokens.loss_mask[rows], batch.truncated[rows], settings)
+
+
+def policy_update(
+    model,
+    optimizer,
+    batch: UpdateBatch,
+    cfg,
+    parameters: list[Tensor],
+    *,
+    reference=None,
+    critic=None,
+    tis_cap: float | None = None,
+    generator: torch.Generator | None = None,
+) -> UpdateResult:
+    """``cfg.epochs`` passes over ``batch``'s active rows in ``cfg.minibatches`` optimizer steps each, every
+    minibatch accumulated over micro-batches of at most ``cfg.micro_batch_tokens`` padded tokens.
+
+    ``parameters`` are the ones the optimizer trains (gradient clipping); ``reference`` is the frozen KL
+    reference (with ``cfg.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE)."""
+    objective = get_objective(cfg.objective)
+    settings = objective_settings(cfg, tis_cap)
+    n_all, active = len(batch), batch.active
+    lengths = batch.tokens.attention_mask.sum(1)
+    # how much larger the full batch's normalizer is than the trained rows' (1 unless rows are skipped)
+    all_tokens, all_seqs = _totals(batch, torch.arange(n_all), settings)
+    act_tokens, act_seqs = _totals(batch, active, settings)
+    share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
+
+    needs_old = cfg.epochs > 1 or cfg.minibatches > 1 or batch.behaviour_logprobs is not None
+    with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
+        old_all = _frozen_logprobs(model, batch, active, lengths, cfg) if needs_old and len(active) else None
+        ref_all = (
+            _frozen_logprobs(reference, batch, active, lengths, cfg) if reference is not None and len(active) else None
+        )
+
+    seq_entropy = torch.full((n_all,), float("nan"))
+    seq_kl = torch.zeros(n_all)
+    overall, by_task = _Stats(), defaultdict(_Stats)
+    losses, grad_norms, value_losses, skipped, updates = [], [], [], 0, 0
+    for epoch in range(cfg.epochs if len(active) else 0):
+        for mb in minibatches(active, cfg.minibatches, generator):
+            updates += 1
+            mb_tokens, mb_seqs = _totals(batch, mb, settings)
+            totals = (mb_tokens * share[0], mb_seqs * share[1])
+            optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            for rows in micro_batches(mb, lengths, batch.group_ids, cfg.micro_batch_tokens):
+                micro = batch.tokens.select(rows)
+                width = micro.loss_mask.shape[1]
+                logp, ent = sequence_logprobs(
+                    model,
+                    micro,
+                    cfg.temperature,
+                    entropy=True,
+                    entropy_grad=cfg.entropy_coef != 0,
+                    share_prompts=cfg.share_prompts,
+                )
+                old = old_all[rows, :width] if old_all is not None else None
+                inputs = _inputs(batch, rows, logp, old, width, totals)
+                loss, stats = objective(inputs, settings)
+                mask = loss_mask(inputs.mask, inputs.truncated, settings.mask_truncated)
+                kl_tok = None
+                if ref_all is not None:
+                    kl_tok = kl_penalty(logp, ref_all[rows, :width], cfg.kl_estimator)
+                    loss = loss + cfg.kl_coef * aggregate(
+                        kl_tok, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals
+                    )
+                if cfg.entropy_coef:
+                    loss = loss - cfg.entropy_coef * aggregate(
+                        ent, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals
+                    )
+                loss.backward()
+                total += float(loss.detach())
+                with torch.no_grad():
+                    n_tokens = float(mask.sum())
+                    overall.add(stats, n_tokens)
+                    for task in batch.task_ids[rows].unique().tolist():
+                        keep = batch.task_ids[rows] == task
+                        by_task[batch.task_names[task]].add(
+                            objective(_subset(inputs, keep), settings)[1], float(mask[keep].sum())
+                        )
+                    if epoch == 0:
+                        denom = mask.sum(1).clamp(min=1)
+                        seq_entropy[rows] = (ent.detach() * mask).sum(1) / denom
+                        if kl_tok is not None:
+                            seq_kl[rows] = (kl_tok.detach() * mask).sum(1) / denom
+            if critic is not None and batch.returns is not None:
+                value_losses.append(critic.update(batch.tokens.select(mb), batch.returns[mb]))
+            grad_norm = clip_and_step(optimizer, parameters, cfg.max_grad_norm, torch.tensor(total))
+            if grad_norm is None:
+                skipped += 1
+                warnings.warn("non-finite loss or gradient: update skipped", stacklevel=1)
+                continue
+            losses.append(total)
+            grad_norms.append(grad_norm)
+    return UpdateResult(
+        loss=_mean(losses),
+        grad_norm=_mean(grad_norms),
+        updates=updates,
+        skipped_updates=skipped,
+        trained_sequences=len(active),
+        objective=overall.result(),
+        objective_by_task={name: s.result() for name, s in by_task.items()},
+        seq_entropy=seq_entropy.tolist(),
+        seq_kl=seq_kl.tolist(),
+        value_loss=_mean(v for v in value_losses if v is not None),
+    )
+
+
+def critic_update(critic, batch: UpdateBatch, cfg, generator: torch.Generator | None = None) -> dict[str, float]:
+    """One pass of value-loss updates over ``batch`` in ``cfg.minibatches`` minibatches; the policy is untouched."""
+    losses = [
+        critic.update(batch.tokens.select(mb), batch.returns[mb])
+        for mb in minibatches(torch.arange(len(batch)), cfg.minibatches, generator)
+    ]
+    return {**batch.critic_stats, "value_loss": _mean(v for v in losses if v is not None)}
+
+
+@dataclass(frozen=True)
+class BaseModelReference:
+    """The KL reference of a LoRA policy: its own base model, i.e. the policy with its adapters switched off
+    for the reference pass (TRL does the same) — no second copy of the weights."""
+
+    model: torch.nn.Module
+
+
+def _frozen_logprobs(source, batch: UpdateBatch, rows: Tensor, lengths: Tensor, cfg) -> Tensor:
+    """``[N, T]`` no-grad log-probs of ``rows`` under ``source`` (the policy before the update, the KL
+    reference, or a :class:`BaseModelReference`), computed in the update's micro-batches."""
+    out = torch.zeros(batch.tokens.loss_mask.shape)
+    for piece in micro_batches(rows, lengths, batch.group_ids, cfg.micro_batch_tokens):
+        micro = batch.tokens.select(piece)
+        if isinstance(source, BaseModelReference):
+            with source.model.disable_adapter():
+                logp = sequence_logprobs(source.model, micro, cfg.temperature, share_prompts=cfg.share_prompts)[0]
+        else:
+            logp = sequence_logprobs(source, micro, cfg.temperature, share_prompts=cfg.share_prompts)[0]
+        out[piece, : logp.shape[1]] = logp.float().cpu()
+    return out
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return float(sum(xs) / len(xs)) if xs else float("nan")

@@ -1,0 +1,118 @@
+"""Stage 5 of an RL step: what the step did, overall and per task (per-task keys are ``<metric>/<task>``).
+
+Everything here is read off the step's trajectories, the collector's counts and the learner's
+:class:`~polyrl.train.learner.UpdateResult`; nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from polyrl.rollout import Trajectory
+from polyrl.rollout.collect import Collected
+from polyrl.rollout.multi_turn import episode_metrics
+from polyrl.train.learner import UpdateResult
+
+VERIFIER_FAILURES = ("verifier_timeout", "verifier_error")
+"""Verdict reasons of a verifier that could not finish (isolated worker timed out or crashed)."""
+
+SAMPLE_CHARS = 400
+"""Prompt and completion text kept per logged sample."""
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return float(sum(xs) / len(xs)) if xs else float("nan")
+
+
+def _trajectory_metrics(trajs: list[Trajectory], rows: list[int], update: UpdateResult | None, zero_var) -> dict:
+    ts = [trajs[i] for i in rows]
+    groups = {t.group for t in ts}
+    zero_groups = {trajs[i].group for i in rows if zero_var is not None and bool(zero_var[i])}
+    out = {
+        "reward": _mean(t.reward for t in ts),
+        "accuracy": _mean(t.verdict.correct for t in ts),
+        "score": _mean(t.verdict.score for t in ts),
+        "format_rate": _mean(t.verdict.format_ok for t in ts),
+        "response_length": _mean(len(t.response_ids) for t in ts),
+        "truncation_rate": _mean(t.truncated for t in ts),
+        "zero_variance_frac": len(zero_groups) / max(len(groups), 1),
+        "tokens": float(sum(len(t.response_ids) for t in ts)),
+    }
+    if update is not None:
+        # entropy is measured on the rows that were trained on (zero-advantage rows are skipped)
+        out["entropy"] = _mean(x for x in (update.seq_entropy[i] for i in rows) if x == x)
+        out["kl"] = _mean(update.seq_kl[i] for i in rows)
+    for term in sorted({k for t in ts for k in t.reward_terms}):
+        out[f"reward_terms/{term}"] = _mean(t.reward_terms.get(term, 0.0) for t in ts)
+    for term in sorted({k for t in ts for k in t.reward_failures}):
+        out[f"reward_failures/{term}"] = float(sum(term in t.reward_failures for t in ts))
+    failures = sum(t.verdict.reason in VERIFIER_FAILURES for t in ts)
+    if failures:
+        for reason in VERIFIER_FAILURES:
+            out[reason] = float(sum(t.verdict.reason == reason for t in ts))
+    if any(t.judge_position_inconsistent for t in ts):
+        out["judge_position_inconsistent"] = float(sum(t.judge_position_inconsistent for t in ts))
+    return out
+
+
+def samples(trajs: list[Trajectory], per_task: int = 1) -> list[dict[str, Any]]:
+    """A few completions of the step with their rewards, for the metrics file and the report: the first
+    ``per_task`` of each task, text cut to :data:`SAMPLE_CHARS` characters."""
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for t in trajs:
+        if seen[t.task] >= per_task:
+            continue
+        seen[t.task] += 1
+        out.append(
+            {
+                "task": t.task,
+                "prompt": t.problem.prompt[:SAMPLE_CHARS],
+                "completion": t.text[:SAMPLE_CHARS],
+                "reward": t.reward,
+                "correct": bool(t.verdict.correct),
+                "reason": t.verdict.reason,
+            }
+        )
+    return out
+
+
+def step_metrics(
+    trajs: list[Trajectory],
+    collected: Collected,
+    update: UpdateResult | None,
+    zero_variance=None,
+    elapsed: float = 0.0,
+    sample_count: int = 1,
+) -> dict[str, Any]:
+    """Overall and per-task metrics of one RL step."""
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(trajs):
+        by_task[t.task].append(i)
+    out: dict[str, Any] = _trajectory_metrics(trajs, list(range(len(trajs))), update, zero_variance) if trajs else {}
+    for name, rows in sorted(by_task.items()):
+        out.update({f"{k}/{name}": v for k, v in _trajectory_metrics(trajs, rows, update, zero_variance).items()})
+    if collected.groups_generated:
+        # with dynamic sampling, dropped groups count towards the fraction the sampler produced
+        kept = len({t.group for t in trajs})
+        zero_kept = out.get("zero_variance_frac", 0.0) * kept
+        out["zero_variance_frac"] = (zero_kept + collected.groups_dropped) / collected.groups_generated
+    out.update(episode_metrics(trajs))
+    if update is not None:
+        out.update({"loss": update.loss, "grad_norm": update.grad_norm, "skipped_updates": update.skipped_updates})
+        out.update({"updates": update.updates, "trained_sequences": update.trained_sequences})
+        out.update(update.objective)
+        for task, stats in update.objective_by_task.items():
+            out.update({f"{k}/{task}": v for k, v in stats.items()})
+        if update.value_loss == update.value_loss:
+            out["value_loss"] = update.value_loss
+    out["tokens_per_s"] = collected.gen_tokens / max(collected.gen_time, 1e-9)
+    out["completions_per_s"] = len(trajs) / max(elapsed, 1e-9)
+    out["step_time"] = elapsed
+    out["groups_dropped"] = collected.groups_dropped
+    out.update(collected.backend)
+    if sample_count:
+        out["samples"] = samples(trajs, sample_count)
+    return out

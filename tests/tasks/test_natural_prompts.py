@@ -1,0 +1,117 @@
+"""Every built-in task states its problem in natural language for LLMs, naming the exact answer shape."""
+
+import re
+
+import pytest
+
+from polyrl import get_task
+from polyrl.tasks import list_tasks
+from polyrl.tasks.answers import AnswerFormat
+
+BUILTIN = [cls.name for cls in list_tasks() if cls.__module__.startswith("polyrl.tasks.builtin")]
+_NUMBER_RE = re.compile(r"(?<![A-Za-z\d])\d+(?![A-Za-z\d])")  # not op names such as rot270
+CASES = [(difficulty, seed) for difficulty in ("easy", "medium", "hard") for seed in range(4)]
+
+
+def test_there_is_a_natural_statement_for_each_of_the_41_builtin_tasks():
+    assert len(BUILTIN) == 41
+    for name in BUILTIN:
+        assert get_task(name).generate(0).natural_question, name
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_natural_prompt_names_the_declared_answer_shape(name):
+    task = get_task(name)
+    assert task.answer_shape, f"{name} declares no answer_shape"
+    for difficulty, seed in CASES:
+        p = task.generate(seed, difficulty)
+        assert task.answer_shape in p.natural_question, (name, p.natural_question)
+
+
+@pytest.mark.parametrize("style", ["tags", "boxed", "last_line"])
+@pytest.mark.parametrize("name", BUILTIN)
+def test_natural_prompt_is_the_statement_then_the_answer_format_instruction(name, style):
+    fmt = AnswerFormat(style)
+    p = get_task(name, answer_format=fmt).generate(3, "medium")
+    assert p.natural_prompt == f"{p.natural_question}\n{fmt.instruction()}"
+
+
+@pytest.mark.parametrize("style", ["tags", "boxed", "last_line"])
+@pytest.mark.parametrize("name", BUILTIN)
+def test_reference_answer_written_as_the_prompt_asks_scores_one(name, style):
+    task = get_task(name, answer_format=style)
+    for difficulty, seed in CASES:
+        p = task.generate(seed, difficulty)
+        response = f"Working it out.\n{task.reference_response(p)}"
+        assert task.verify(p, response).score == 1.0, (name, p.natural_prompt, response)
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_natural_statement_shows_every_number_of_the_terse_question(name):
+    task = get_task(name)
+    for difficulty, seed in CASES:
+        p = task.generate(seed, difficulty)
+        numbers = set(re.findall(r"\d+", p.natural_question))
+        missing = [n for n in _NUMBER_RE.findall(p.question) if n not in numbers]
+        assert not missing, (name, p.question, p.natural_question)
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_natural_statement_is_a_sentence_not_the_shorthand(name):
+    p = get_task(name).generate(1, "medium")
+    assert p.natural_question != p.question
+    assert len(p.natural_question.split()) >= 12
+
+
+def test_natural_statement_of_an_addition_spells_out_the_sum():
+    p = get_task("addition").generate(0, {"digits": 2, "terms": 2})
+    a, b = p.question.rstrip("=").split("+")
+    assert p.natural_question == (
+        f"Compute the sum {a} + {b}.\nAnswer with a single integer written in digits, for example 4096."
+    )
+
+
+def test_problem_records_keep_both_renderings():
+    from polyrl.tasks import Problem
+
+    p = get_task("sudoku").generate(0)
+    back = Problem.from_dict(p.to_dict())
+    assert (back.question, back.natural_question, back.natural_prompt) == (
+        p.question,
+        p.natural_question,
+        p.natural_prompt,
+    )
+
+
+def test_records_without_a_natural_statement_still_load():
+    from polyrl.tasks import Problem
+
+    record = {"task": "addition", "question": "1+2=", "answer": 3}
+    assert Problem.from_dict(record).natural_question is None
+
+
+# Tasks whose answer is a whole structure (an order, a coloring, a grid, an assignment): a format example
+# that happened to be a solution would hand out reward for copying it.
+STRUCTURED = [
+    "base_conversion",
+    "graph_coloring",
+    "hamiltonian_path",
+    "knights_knaves",
+    "magic_square",
+    "n_queens",
+    "sudoku",
+    "topological_sort",
+    "tower_of_hanoi",
+]
+
+
+@pytest.mark.parametrize("name", STRUCTURED)
+def test_the_format_example_is_never_a_solution(name):
+    task = get_task(name)
+    for difficulty in ("easy", "medium", "hard"):
+        for seed in range(30):
+            p = task.generate(seed, difficulty)
+            example = p.natural_question.rsplit("example", 1)[1]
+            for candidate in re.split(r"[;,.()]| is written | is | with all ", example):
+                if candidate.strip():
+                    assert task.verify(p, task.answer_format.wrap(candidate.strip())).score < 1.0, (name, seed)
