@@ -351,3 +351,14 @@ def test_the_worked_example_config_builds_its_task_and_reward_term(monkeypatch):
     assert (len(task.rows.splits["train"]), len(task.rows.splits["eval"])) == (171, config.eval.problems_per_task)
     assert task.pure is False  # verifier: math
     assert RewardScorer(config.reward, ["gsm8k"]).sources.keys() == {"brevity"}
+
+
+def test_an_impure_dataset_task_travels_to_a_verifier_worker_without_its_rows(gsm8k):
+    import pickle
+
+    task = dataset_task("test_math", DatasetSpec(path=gsm8k, answer_after="####", verifier="math"))
+    p = task.generate(0)
+    copy = pickle.loads(pickle.dumps(task))
+    assert "rows" not in copy.__dict__ and copy.name == "test_math" and copy.pure is False
+    assert copy.verify_in_process(p, f"<answer>{p.answer}</answer>").correct
+    assert task.verify(p, f"<answer>{p.answer}.0</answer>").correct  # through the isolated worker pool
