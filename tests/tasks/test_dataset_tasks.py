@@ -362,3 +362,7 @@ def test_an_impure_dataset_task_travels_to_a_verifier_worker_without_its_rows(gs
     assert "rows" not in copy.__dict__ and copy.name == "test_math" and copy.pure is False
     assert copy.verify_in_process(p, f"<answer>{p.answer}</answer>").correct
     assert task.verify(p, f"<answer>{p.answer}.0</answer>").correct  # through the isolated worker pool
+
+
+def test_a_math_target_that_cannot_be_parsed_is_named_in_the_verdict():
+    assert DATASET_VERIFIERS.lookup("math").bind("math", {})("2", "") == (0.0, "target_unparseable")

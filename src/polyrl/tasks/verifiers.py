@@ -159,11 +159,15 @@ def _math_parse(text: str, timeout: int | None):
 
 @register_verifier("math", pure=False)
 def math_equivalent(answer: str, target: str, float_rounding: int = 6) -> CheckResult:
-    """Equivalence by math-verify (``verify(gold, prediction)``); unparseable answers are ``malformed``."""
+    """Equivalence by math-verify (``verify(gold, prediction)``); unparseable answers are ``malformed``, and a
+    row whose answer math-verify cannot parse gives every response the reason ``target_unparseable`` (targets
+    are not parsed when rows load: at ~10-20 ms a row that would hold up a large dataset's start-up)."""
     from math_verify import verify
 
     timeout = _math_timeout()
     gold = _math_parse(str(target), timeout)
+    if not gold:  # the dataset's answer, not the response, is at fault: say so rather than score a silent 0
+        return 0.0, "target_unparseable"
     predicted = _math_parse(answer, timeout)
     if not predicted:
         return 0.0, "malformed"
