@@ -11,7 +11,7 @@ import typer
 
 from polyrl.cli import eval as _eval
 from polyrl.cli import experiment as _experiment
-from polyrl.cli import experiment_critic as _experiment_critic
+from polyrl.cli import experiment_arms as _experiment_arms
 from polyrl.cli import report as _report
 from polyrl.cli import rm as _rm
 from polyrl.cli import serve as _serve
@@ -28,7 +28,8 @@ app = typer.Typer(
 )
 app.add_typer(_tasks.app, name="tasks")
 app.add_typer(_experiment.app, name="experiment")
-_experiment.app.command("critic")(_experiment_critic.critic)
+_experiment.app.command("critic")(_experiment_arms.critic)
+_experiment.app.command("surgery")(_experiment_arms.surgery)
 app.add_typer(_rm.app, name="rm")
 app.add_typer(_eval.app, name="eval")
 _train.register(app)

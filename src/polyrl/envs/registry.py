@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.envs.base import EnvTask
+from polyrl.envs.sandbox import SandboxMode
 from polyrl.errors import UserError
 from polyrl.registry import load_plugins
 from polyrl.tasks import Task, get_task
@@ -47,6 +48,11 @@ class EnvConfig(BaseModel):
         "auto",
         description="Tool-call syntax of the policy: auto (from the chat template), a model family, or native "
         "(the tokenizer's own response_template).",
+    )
+    python_sandbox: SandboxMode = Field(
+        "bwrap",
+        description="How env/python runs snippets: `bwrap` isolates them with bubblewrap (Debian package "
+        "`bubblewrap`); `unsafe_local` runs them unisolated, with rlimits only (see docs/security.md).",
     )
 
 

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from polyrl.algos import get_advantage_estimator, get_aggregation, get_objective, kl_penalty
+from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
 from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import EnvConfig
@@ -191,11 +192,16 @@ class RLConfig(_Strict):
         description="Run each distinct prompt through the model once per group, in generation and in the update (same numbers, less compute; off: one full forward per completion).",
     )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    gradient_surgery: str = Field(
+        "none",
+        description="Combine per-task gradients before each step: none (their sum), pcgrad (Yu et al. 2020), cagrad (Liu et al. 2021). Costs one backward per task and a gradient copy per task.",
+    )
     max_bad_steps: int = Field(5, ge=1, description="Consecutive NaN/inf steps that stop the run.")
 
     _advantage = field_validator("advantage")(registered(lambda name: name == "gae" or get_advantage_estimator(name)))
     _aggregation = field_validator("loss_aggregation")(registered(get_aggregation))
     _objective = field_validator("objective")(registered(get_objective))
+    _surgery = field_validator("gradient_surgery")(registered(get_surgery))
     _kl = field_validator("kl_estimator")(registered(lambda name: kl_penalty(torch.zeros(1), torch.zeros(1), name)))
 
     @model_validator(mode="after")

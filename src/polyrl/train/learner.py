@@ -34,6 +34,7 @@ from polyrl.algos import (
     task_normalize,
     zero_variance_groups,
 )
+from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.algos.objectives import loss_mask
 from polyrl.optim import clip_and_step
 from polyrl.rollout import TokenBatch, Trajectory, collate, sequence_logprobs
@@ -268,6 +269,89 @@ def _totals(batch: UpdateBatch, rows: Tensor, settings: ObjectiveSettings) -> tu
     return objective_totals(batch.tokens.loss_mask[rows], batch.truncated[rows], settings)
 
 
+@dataclass
+class _Pass:
+    """What every micro-batch of one update reads (the model, the batch, the frozen log-probs) and what it
+    adds to (the statistics)."""
+
+    model: torch.nn.Module
+    batch: UpdateBatch
+    cfg: object
+    objective: object
+    settings: ObjectiveSettings
+    lengths: Tensor
+    old_all: Tensor | None
+    ref_all: Tensor | None
+    overall: _Stats = field(default_factory=_Stats)
+    by_task: dict[str, _Stats] = field(default_factory=lambda: defaultdict(_Stats))
+    seq_entropy: Tensor | None = None
+    seq_kl: Tensor | None = None
+
+    def backward(self, rows: Tensor, totals, first_epoch: bool) -> float:
+        """Forward/backward of ``rows`` in micro-batches, each normalized by the minibatch ``totals``; the summed
+        loss (gradients accumulate in ``.grad``)."""
+        total = 0.0
+        for piece in micro_batches(rows, self.lengths, self.batch.group_ids, self.cfg.micro_batch_tokens):
+            loss = self._micro_loss(piece, totals, first_epoch)
+            loss.backward()
+            total += float(loss.detach())
+        return total
+
+    def _micro_loss(self, rows: Tensor, totals, first_epoch: bool) -> Tensor:
+        cfg, batch = self.cfg, self.batch
+        micro = batch.tokens.select(rows)
+        width = micro.loss_mask.shape[1]
+        logp, ent = sequence_logprobs(
+            self.model,
+            micro,
+            cfg.temperature,
+            entropy=True,
+            entropy_grad=cfg.entropy_coef != 0,
+            share_prompts=cfg.share_prompts,
+        )
+        old = self.old_all[rows, :width] if self.old_all is not None else None
+        inputs = _inputs(batch, rows, logp, old, width, totals)
+        loss, stats = self.objective(inputs, self.settings)
+        mask = loss_mask(inputs.mask, inputs.truncated, self.settings.mask_truncated)
+        kl_tok = None
+        if self.ref_all is not None:
+            kl_tok = kl_penalty(logp, self.ref_all[rows, :width], cfg.kl_estimator)
+            loss = loss + cfg.kl_coef * aggregate(kl_tok, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals)
+        if cfg.entropy_coef:
+            loss = loss - cfg.entropy_coef * aggregate(ent, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals)
+        with torch.no_grad():
+            self.overall.add(stats, float(mask.sum()))
+            for task in batch.task_ids[rows].unique().tolist():
+                keep = batch.task_ids[rows] == task
+                task_stats = self.objective(_subset(inputs, keep), self.settings)[1]
+                self.by_task[batch.task_names[task]].add(task_stats, float(mask[keep].sum()))
+            if first_epoch:
+                denom = mask.sum(1).clamp(min=1)
+                self.seq_entropy[rows] = (ent.detach() * mask).sum(1) / denom
+                if kl_tok is not None:
+                    self.seq_kl[rows] = (kl_tok.detach() * mask).sum(1) / denom
+        return loss
+
+    def backward_with_surgery(self, rows: Tensor, totals, first_epoch: bool, parameters, surgery, generator) -> float:
+        """One backward per task of ``rows`` (the same rows, grouped by task), then the task gradients combined
+        by ``surgery`` (PCGrad, CAGrad…) into ``.grad``."""
+        task_ids = self.batch.task_ids[rows]
+        grads, total = [], 0.0
+        for task in task_ids.unique().tolist():
+            for p in parameters:
+                p.grad = None
+            total += self.backward(rows[task_ids == task], totals, first_epoch)
+            grads.append(
+                torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in parameters])
+            )
+        combined = surgery(torch.stack(grads), generator)
+        offset = 0
+        for p in parameters:
+            p.grad = combined[offset : offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+        return total
+
+
 def policy_update(
     model,
     optimizer,
@@ -281,11 +365,11 @@ def policy_update(
     generator: torch.Generator | None = None,
 ) -> UpdateResult:
     """``cfg.epochs`` passes over ``batch``'s active rows in ``cfg.minibatches`` optimizer steps each, every
-    minibatch accumulated over micro-batches of at most ``cfg.micro_batch_tokens`` padded tokens.
+    minibatch accumulated over micro-batches of at most ``cfg.micro_batch_tokens`` padded tokens (and, with
+    ``cfg.gradient_surgery``, per task, the task gradients combined before the step).
 
     ``parameters`` are the ones the optimizer trains (gradient clipping); ``reference`` is the frozen KL
     reference (with ``cfg.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE)."""
-    objective = get_objective(cfg.objective)
     settings = objective_settings(cfg, tis_cap)
     n_all, active = len(batch), batch.active
     lengths = batch.tokens.attention_mask.sum(1)
@@ -293,17 +377,16 @@ def policy_update(
     all_tokens, all_seqs = _totals(batch, torch.arange(n_all), settings)
     act_tokens, act_seqs = _totals(batch, active, settings)
     share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
-
     needs_old = cfg.epochs > 1 or cfg.minibatches > 1 or batch.behaviour_logprobs is not None
     with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
         old_all = _frozen_logprobs(model, batch, active, lengths, cfg) if needs_old and len(active) else None
         ref_all = (
             _frozen_logprobs(reference, batch, active, lengths, cfg) if reference is not None and len(active) else None
         )
+    run = _Pass(model, batch, cfg, get_objective(cfg.objective), settings, lengths, old_all, ref_all)
+    run.seq_entropy, run.seq_kl = torch.full((n_all,), float("nan")), torch.zeros(n_all)
+    surgery = None if cfg.gradient_surgery == "none" else get_surgery(cfg.gradient_surgery)
 
-    seq_entropy = torch.full((n_all,), float("nan"))
-    seq_kl = torch.zeros(n_all)
-    overall, by_task = _Stats(), defaultdict(_Stats)
     losses, grad_norms, value_losses, skipped, updates = [], [], [], 0, 0
     for epoch in range(cfg.epochs if len(active) else 0):
         for mb in minibatches(active, cfg.minibatches, generator):
@@ -311,47 +394,10 @@ def policy_update(
             mb_tokens, mb_seqs = _totals(batch, mb, settings)
             totals = (mb_tokens * share[0], mb_seqs * share[1])
             optimizer.zero_grad(set_to_none=True)
-            total = 0.0
-            for rows in micro_batches(mb, lengths, batch.group_ids, cfg.micro_batch_tokens):
-                micro = batch.tokens.select(rows)
-                width = micro.loss_mask.shape[1]
-                logp, ent = sequence_logprobs(
-                    model,
-                    micro,
-                    cfg.temperature,
-                    entropy=True,
-                    entropy_grad=cfg.entropy_coef != 0,
-                    share_prompts=cfg.share_prompts,
-                )
-                old = old_all[rows, :width] if old_all is not None else None
-                inputs = _inputs(batch, rows, logp, old, width, totals)
-                loss, stats = objective(inputs, settings)
-                mask = loss_mask(inputs.mask, inputs.truncated, settings.mask_truncated)
-                kl_tok = None
-                if ref_all is not None:
-                    kl_tok = kl_penalty(logp, ref_all[rows, :width], cfg.kl_estimator)
-                    loss = loss + cfg.kl_coef * aggregate(
-                        kl_tok, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals
-                    )
-                if cfg.entropy_coef:
-                    loss = loss - cfg.entropy_coef * aggregate(
-                        ent, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals
-                    )
-                loss.backward()
-                total += float(loss.detach())
-                with torch.no_grad():
-                    n_tokens = float(mask.sum())
-                    overall.add(stats, n_tokens)
-                    for task in batch.task_ids[rows].unique().tolist():
-                        keep = batch.task_ids[rows] == task
-                        by_task[batch.task_names[task]].add(
-                            objective(_subset(inputs, keep), settings)[1], float(mask[keep].sum())
-                        )
-                    if epoch == 0:
-                        denom = mask.sum(1).clamp(min=1)
-                        seq_entropy[rows] = (ent.detach() * mask).sum(1) / denom
-                        if kl_tok is not None:
-                            seq_kl[rows] = (kl_tok.detach() * mask).sum(1) / denom
+            if surgery is None:
+                total = run.backward(mb, totals, epoch == 0)
+            else:
+                total = run.backward_with_surgery(mb, totals, epoch == 0, parameters, surgery, generator)
             if critic is not None and batch.returns is not None:
                 value_losses.append(critic.update(batch.tokens.select(mb), batch.returns[mb]))
             grad_norm = clip_and_step(optimizer, parameters, cfg.max_grad_norm, torch.tensor(total))
@@ -367,10 +413,10 @@ def policy_update(
         updates=updates,
         skipped_updates=skipped,
         trained_sequences=len(active),
-        objective=overall.result(),
-        objective_by_task={name: s.result() for name, s in by_task.items()},
-        seq_entropy=seq_entropy.tolist(),
-        seq_kl=seq_kl.tolist(),
+        objective=run.overall.result(),
+        objective_by_task={name: s.result() for name, s in run.by_task.items()},
+        seq_entropy=run.seq_entropy.tolist(),
+        seq_kl=run.seq_kl.tolist(),
         value_loss=_mean(v for v in value_losses if v is not None),
     )
 
