@@ -17,6 +17,17 @@ from polyrl.tasks.verifiers import DATASET_VERIFIERS
 from polyrl.train.config import TaskSpec
 
 
+@pytest.fixture(autouse=True)
+def _forget_registered_datasets(monkeypatch):
+    """Dataset tasks registered by a test leave the process-wide task registry when it ends."""
+    from polyrl.tasks import dataset as dataset_module
+    from polyrl.tasks import registry
+
+    registry.builtin_and_plugin_tasks()  # load the built-ins first, so they stay
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(dataset_module, "_CLASSES", {})
+
+
 def gsm8k_rows(n: int, start: int = 0) -> list[dict]:
     """GSM8K's format: the answer is worked reasoning, then '#### <number>'."""
     return [
