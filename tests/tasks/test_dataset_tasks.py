@@ -377,3 +377,12 @@ def test_an_impure_dataset_task_travels_to_a_verifier_worker_without_its_rows(gs
 
 def test_a_math_target_that_cannot_be_parsed_is_named_in_the_verdict():
     assert DATASET_VERIFIERS.lookup("math").bind("math", {})("2", "") == (0.0, "target_unparseable")
+
+
+def test_a_regex_that_backtracks_on_a_crafted_answer_times_out_in_the_worker_pool(tmp_path):
+    rows = [{"question": f"Say a word {i}", "answer": "(a+)+b"} for i in range(20)]
+    task = dataset_task("test_redos", DatasetSpec(path=write_jsonl(tmp_path / "r.jsonl", rows), verifier="regex"))
+    assert task.pure is False
+    p = task.generate(0)
+    assert task.verify(p, "<answer>aab</answer>").correct
+    assert task.verify(p, "<answer>" + "a" * 40 + "c</answer>").reason == "verifier_timeout"

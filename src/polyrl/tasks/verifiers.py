@@ -11,8 +11,9 @@ target)::
     regex       the answer fully matches the row's pattern (the answer column holds a regular expression)
     math        mathematical equivalence by Hugging Face's math-verify (LaTeX, fractions, sets, intervals)
 
-``math`` parses with sympy, so a task using it is not pure (``Task.pure = False``): its verification belongs
-in an isolated worker. A verifier may also be ``"module:function"``: a user callable (see :class:`UserCallable`).
+``math`` parses with sympy and ``regex`` may backtrack exponentially on a crafted answer, so a task using
+either is not pure (``Task.pure = False``): it is verified in the isolated worker pool. A verifier may also be
+``"module:function"``: a user callable (see :class:`UserCallable`).
 """
 
 from __future__ import annotations
@@ -132,9 +133,12 @@ def choice(answer: str, target: str) -> CheckResult:
     return float(letter == str(target).upper())
 
 
-@register_verifier("regex")
+@register_verifier("regex", pure=False)
 def regex(answer: str, target: str) -> float:
-    """The answer fully matches the pattern in the answer column (patterns are compiled when rows load)."""
+    """The answer fully matches the pattern in the answer column (patterns are compiled when rows load).
+
+    Not pure: a pattern with nested repetition backtracks exponentially on a crafted answer, so matching runs
+    under the isolated worker's time limit."""
     return float(re.fullmatch(str(target), answer) is not None)
 
 
