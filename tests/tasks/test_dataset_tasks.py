@@ -302,11 +302,13 @@ def test_dataset_and_generated_tasks_train_together(tmp_path, gsm8k, tiny_train_
             "eval_fraction": 0.25,
         },
     ]
-    cfg = tiny_train_config(tasks=mix, rl__steps=2, rl__task_normalize=True)
+    control = {"enabled": True, "window": 4, "step_size": 0.5}
+    cfg = tiny_train_config(tasks=mix, rl__steps=2, rl__task_normalize=True, difficulty_control=control)
     results = Trainer(cfg).run()
     assert set(results["after_rl"]) == {"addition", "gsm8k_mix", "mean"}
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert "reward/gsm8k_mix" in [r for r in records if r["stage"] == "rl"][-1]
+    last = [r for r in records if r["stage"] == "rl"][-1]
+    assert "reward/gsm8k_mix" in last and "difficulty/gsm8k_mix" in last
 
 
 def test_cli_commands_take_dataset_tasks_from_a_config(tmp_path, gsm8k, capsys):
