@@ -21,11 +21,13 @@ from polyrl.train.config import TaskSpec
 def _forget_registered_datasets(monkeypatch):
     """Dataset tasks registered by a test leave the process-wide task registry when it ends."""
     from polyrl.tasks import dataset as dataset_module
-    from polyrl.tasks import registry
+    from polyrl.tasks.registry import TASKS
 
-    registry.builtin_and_plugin_tasks()  # load the built-ins first, so they stay
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    before = set(TASKS.names())
     monkeypatch.setattr(dataset_module, "_CLASSES", {})
+    yield
+    for name in set(TASKS.names()) - before:
+        TASKS.remove(name)
 
 
 def gsm8k_rows(n: int, start: int = 0) -> list[dict]:
@@ -258,7 +260,7 @@ def _train_config(tmp_path, task_entry) -> str:
         ({"answer": "solution"}, r"gsm8k.jsonl has no column 'solution'; its columns: question, answer, level"),
         ({"answer_after": "%%%"}, r"gsm8k.jsonl row 0: answer has no '%%%' marker"),
         ({"answer_after": None}, r"gsm8k.jsonl row 0: answer 'He has 0 .*' is not a number \(verifier numeric\)"),
-        ({"verifier": "maths"}, r"unknown dataset verifier 'maths'; known: choice, exact, math"),
+        ({"verifier": "maths"}, r"unknown dataset verifier 'maths'; did you mean math"),
         ({"verifier": "nowhere_mod:f"}, r"callable 'nowhere_mod:f': cannot import 'nowhere_mod'"),
         (
             {"verifier_options": {"tol": 1}},

@@ -9,7 +9,8 @@ from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.rollout import Trajectory
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
-from polyrl.train.learner import micro_batches, minibatches, policy_update, prepare_update
+from polyrl.train.learner import micro_batches, minibatches, policy_update
+from polyrl.train.update_batch import prepare_update
 
 
 def _traj(task: str, group: int, prompt: list[int], response: list[int], reward: float, finished=True) -> Trajectory:

@@ -48,7 +48,7 @@ class AdvantageEstimator(Protocol):
     def __call__(self, rewards: Tensor, group_ids: Ids, eps: float = 1e-6) -> Tensor: ...
 
 
-ADVANTAGE_ESTIMATORS = Registry("advantage estimator")
+ADVANTAGE_ESTIMATORS = Registry("advantage estimator", "polyrl.advantages", builtins=("polyrl.algos.advantages",))
 
 
 def register_advantage(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:

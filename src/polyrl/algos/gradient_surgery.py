@@ -20,7 +20,7 @@ from torch import Tensor
 
 from polyrl.registry import Registry
 
-SURGERIES = Registry("gradient surgery")
+SURGERIES = Registry("gradient surgery", "polyrl.gradient_surgery", builtins=("polyrl.algos.gradient_surgery",))
 
 CAGRAD_C = 0.5
 """CAGrad's conflict-aversion radius ``c`` (Liu et al. 2021 use 0.4–0.5; 0.5 in their multi-task RL runs)."""

@@ -161,6 +161,8 @@ def score_cmd(
     if out is not None:
         file_format(out)  # fail before scoring, not after
     pairs = load_responses(file)
+    if not pairs:
+        raise UserError(f"{file}: no rows to score (the file has no rows)")
     instances: dict[str, object] = {}
     stats: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0])  # n, correct, score sum, format ok
     rows = []

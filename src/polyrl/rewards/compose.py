@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from polyrl.registry import Registry
 from polyrl.rewards.judge import JudgeConfig
 from polyrl.rewards.reward_model import RewardModelConfig
 from polyrl.tasks import Problem, Task, Verdict
@@ -46,22 +47,21 @@ from polyrl.tasks import Problem, Task, Verdict
 RULE_TERMS = ("verifier", "format", "length", "overlong")
 MODEL_TERMS = ("reward_model", "judge", "majority_vote")
 
-#: The reward-term registry: a term's name → ``factory(config, device)`` returning a function that scores a
-#: list of trajectories as ``[(value, failure reason or None), …]``. Built-in model/group terms and every
-#: :func:`~polyrl.rewards.scorer.register_reward_term` / ``register_reward_source`` land here.
-REWARD_SOURCES: dict[str, Callable[..., Any]] = {}
-_PLUGINS_LOADED = False
+
+def _adopt_plugin_term(name: str, obj: Any) -> None:
+    """A ``polyrl.rewards`` entry point naming a function makes it the term ``name`` (a module registers its own)."""
+    from polyrl.rewards.scorer import register_reward_term
+
+    register_reward_term(name)(obj)
 
 
-def _registered(name: str) -> bool:
-    """Whether ``name`` is a registered term (plugins of ``polyrl.rewards`` entry points are loaded first)."""
-    global _PLUGINS_LOADED
-    if name not in REWARD_SOURCES and not _PLUGINS_LOADED:
-        from polyrl.registry import load_plugins
-
-        _PLUGINS_LOADED = True
-        load_plugins("polyrl.rewards", "reward term")  # plugin modules register their terms on import
-    return name in REWARD_SOURCES
+REWARD_SOURCES: Registry[Callable[..., Any]] = Registry(
+    "reward term", "polyrl.rewards", builtins=("polyrl.rewards.scorer",), adopt=_adopt_plugin_term
+)
+"""The reward-term registry: a term's name → ``factory(config, device)`` returning a function that scores a
+list of trajectories as ``[(value, failure reason or None), …]``. The built-in model/group terms, every
+:func:`~polyrl.rewards.scorer.register_reward_term` / ``register_reward_source`` and the plugins of the
+``polyrl.rewards`` entry-point group land here."""
 
 
 class RewardTermSpec(BaseModel):
@@ -78,9 +78,8 @@ class RewardTermSpec(BaseModel):
     def _named(self):
         if self.name is None and self.fn is None:
             raise ValueError("a reward term needs name (a registered term) or fn ('package.module:function')")
-        if self.fn is None and not _registered(self.name):
-            known = sorted(REWARD_SOURCES)
-            raise ValueError(f"unknown reward term {self.name!r}; registered: {', '.join(known)}")
+        if self.fn is None and self.name not in REWARD_SOURCES:
+            raise ValueError(REWARD_SOURCES.unknown_message(self.name))
         return self
 
     @property
@@ -126,7 +125,7 @@ class RewardConfig(BaseModel):
         """``reward.<term>: weight`` for a registered term is shorthand for ``terms: [{name, weight}]``."""
         if not isinstance(data, dict):
             return data
-        named = {k: v for k, v in data.items() if k not in cls.model_fields and _registered(k)}
+        named = {k: v for k, v in data.items() if k not in cls.model_fields and k in REWARD_SOURCES}
         if not named:
             return data
         rest = {k: v for k, v in data.items() if k not in named}

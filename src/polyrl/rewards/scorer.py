@@ -52,8 +52,7 @@ def register_reward_source(name: str) -> Callable[[SourceFactory], SourceFactory
         raise ValueError(f"{name!r} is a built-in reward option, not a name for a new term")
 
     def decorator(factory: SourceFactory) -> SourceFactory:
-        REWARD_SOURCES[name] = factory
-        return factory
+        return REWARD_SOURCES.add(name, factory)
 
     return decorator
 

@@ -10,19 +10,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from polyrl.algos import get_advantage_estimator, get_aggregation, get_objective, kl_penalty
+from polyrl.algos import KL_ESTIMATORS, get_advantage_estimator, get_aggregation, get_objective
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
+from polyrl.curriculum import SAMPLERS
 from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import EnvConfig
 from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
+from polyrl.run_dir import atomic_write_text
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 
 
@@ -69,6 +70,8 @@ class SamplerConfig(_Strict):
 
     name: str = Field("uniform", description="Registered sampler name (uniform, weighted, …).")
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for the sampler.")
+
+    _name = field_validator("name")(registered(SAMPLERS.lookup))
 
 
 class DifficultyControlConfig(_Strict):
@@ -202,7 +205,7 @@ class RLConfig(_Strict):
     _aggregation = field_validator("loss_aggregation")(registered(get_aggregation))
     _objective = field_validator("objective")(registered(get_objective))
     _surgery = field_validator("gradient_surgery")(registered(get_surgery))
-    _kl = field_validator("kl_estimator")(registered(lambda name: kl_penalty(torch.zeros(1), torch.zeros(1), name)))
+    _kl = field_validator("kl_estimator")(registered(KL_ESTIMATORS.lookup))
 
     @model_validator(mode="after")
     def _compatible(self):
@@ -261,7 +264,9 @@ class TrainConfig(_Strict):
     seed: int = Field(0, description="Run seed: every random choice flows from it.")
     run_dir: str = Field("runs/default", description="Run directory (config, metrics, checkpoints, models).")
     device: str = Field("cpu", description="Torch device: cpu, cuda, cuda:1, mps.")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice).")
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads (default: half the CPU cores, 1 to 4; see docs/training.md)."
+    )
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="How problems are shown.")
     tasks: list[TaskSpec] = Field(description="The training mix.", min_length=1)
@@ -381,4 +386,5 @@ def load_config(
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    """Write the resolved config (atomically: a run killed meanwhile has the whole file or none)."""
+    atomic_write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -24,6 +24,7 @@ from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.optim import make_optimizer
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
+from polyrl.policy.threads import available_cores, default_threads
 from polyrl.rewards import RewardScorer
 from polyrl.rollout.collect import LocalSource, Sampling, collect_groups
 from polyrl.run_dir import RunDir, atomic_write_text
@@ -32,9 +33,10 @@ from polyrl.tasks.dataset import resolve_task_spec
 from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
-from polyrl.train.learner import BaseModelReference, critic_update, policy_update, prepare_update
+from polyrl.train.learner import BaseModelReference, critic_update, policy_update
 from polyrl.train.metrics import step_metrics
 from polyrl.train.progress import StageProgress
+from polyrl.train.update_batch import prepare_update
 
 
 class TrainingError(RuntimeError):
@@ -76,8 +78,7 @@ class Trainer:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        if config.threads:
-            torch.set_num_threads(config.threads)
+        torch.set_num_threads(config.threads or default_threads(available_cores()))
         torch.manual_seed(config.seed)
         self.policy = load_policy(config.model, seed=config.seed, device=config.device)
         self.prompts = PromptBuilder(self.policy.tokenizer, config.prompt)

@@ -280,6 +280,3 @@ class GcdLcm(Task):
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
-
-
-from polyrl.tasks.builtin import arithmetic_target  # noqa: E402,F401  (registers countdown and game24)

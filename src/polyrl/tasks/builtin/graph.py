@@ -7,7 +7,6 @@ directed one as ``0>1 1>2``. Answers that are node sequences are integers separa
 from __future__ import annotations
 
 from polyrl.tasks.base import Example, Param, Problem, Task
-from polyrl.tasks.builtin import graph_paths  # noqa: F401  (registers graph_distance, shortest_path, hamiltonian_path)
 from polyrl.tasks.builtin._parse import parse_int, parse_int_list
 from polyrl.tasks.builtin.graph_paths import edges_text
 from polyrl.tasks.registry import register_task

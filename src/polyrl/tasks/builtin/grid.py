@@ -10,7 +10,6 @@ import string
 from collections import deque
 
 from polyrl.tasks.base import Example, Param, Problem, Task
-from polyrl.tasks.builtin import grid_puzzles  # noqa: F401  (registers sudoku and n_queens)
 from polyrl.tasks.builtin._parse import parse_char_grid, parse_int, parse_letters
 from polyrl.tasks.builtin._text import positional_credit, random_letters
 from polyrl.tasks.registry import register_task

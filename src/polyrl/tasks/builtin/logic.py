@@ -212,6 +212,3 @@ class Entailment(Task):
 
     def check(self, answer: str, problem: Problem):
         return float(parse_bool(answer) == problem.answer)
-
-
-from polyrl.tasks.builtin import logic_puzzles  # noqa: E402,F401  (registers knights_knaves and ordering)
