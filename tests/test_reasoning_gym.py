@@ -97,9 +97,13 @@ def test_unknown_dataset_is_a_user_error_with_suggestions():
         rg_task_class("basic_arithmetc")
 
 
-def test_seed_outside_reasoning_gym_range_is_a_user_error():
-    with pytest.raises(UserError, match="outside"):
-        rg_task_class("gcd")().generate(-1)
+def test_any_seed_folds_into_the_reasoning_gym_range():
+    # the trainer draws seeds below 2**62; reasoning-gym takes seeds below 2**31 (2 * seed + split < 2**32)
+    assert adapter.rg_seed(2**62 - 1, "eval") == 2 * (2**31 - 1) + 1
+    assert adapter.rg_seed(-1, "train") == 2 * (2**31 - 1)
+    task = rg_task_class("gcd")()
+    big = task.generate(2**62 + 5)
+    assert big.seed == 2**62 + 5 and big.question == task.generate(5).question
 
 
 def test_missing_reasoning_gym_tells_how_to_install(monkeypatch):

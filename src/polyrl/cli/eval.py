@@ -64,6 +64,9 @@ def eval_cmd(
         None, "--suite", help="Suite YAML (tasks, difficulties, n, seeds, samples)."
     ),
     tasks: str | None = typer.Option(None, "--tasks", help="Comma-separated tasks (instead of --suite)."),
+    config: Path | None = typer.Option(
+        None, "--config", help="A training config whose dataset tasks become available by name."
+    ),
     difficulty: str = typer.Option("medium", "--difficulty", help="With --tasks: comma-separated knobs or presets."),
     n: int = typer.Option(50, "--n", min=1, help="With --tasks: problems per task and difficulty."),
     samples: int = typer.Option(
@@ -91,6 +94,10 @@ def eval_cmd(
 
     if (suite_file is None) == (tasks is None):
         raise UserError("give exactly one of --suite FILE or --tasks a,b,c")
+    if config is not None:
+        from polyrl.tasks.dataset import register_config_datasets
+
+        register_config_datasets(config)
     overrides = {"max_new_tokens": max_new_tokens, "temperature": temperature}
     if suite_file is not None:
         suite = load_suite(suite_file)

@@ -28,8 +28,15 @@ INSTALL_HINT = "reasoning-gym is not installed; install it with `pip install pol
 EXCLUDED = frozenset({"composite"})
 
 #: reasoning-gym seeds are used as ``Random(seed + index)`` and by some datasets as numpy seeds (< 2**32);
-#: ``2 * seed + split`` keeps train and eval seeds disjoint and inside that range.
+#: ``2 * (seed mod 2**31) + split`` keeps train and eval seeds disjoint and inside that range.
 MAX_SEED = 2**31 - 1
+
+
+def rg_seed(seed: int, split: str) -> int:
+    """The reasoning-gym seed of polyrl ``seed`` in ``split``: any integer (the trainer draws seeds below 2**62)
+    is folded into the adapter's range, deterministically; train and eval seeds never coincide."""
+    return 2 * (int(seed) % (MAX_SEED + 1)) + SPLITS.index(split)
+
 
 _CLASSES: dict[str, type[ReasoningGymTask]] = {}
 
@@ -93,12 +100,9 @@ class ReasoningGymTask(Task):
         if split not in SPLITS:
             raise UserError(f"unknown split {split!r}: use train or eval")
         seed = int(seed)
-        if not 0 <= seed <= MAX_SEED:
-            raise UserError(f"seed {seed} is outside [0, {MAX_SEED}] (the range reasoning-gym seeds allow)")
         space = self.difficulty_space()
         params = space.resolve(difficulty)
-        rg_seed = 2 * seed + SPLITS.index(split)
-        config, level_used = self._config(rg_seed, params.get("level", 0))
+        config, level_used = self._config(rg_seed(seed, split), params.get("level", 0))
         item = self._dataset_cls(config=config)[0]
         entry = _json_safe({"question": item["question"], "answer": item["answer"], "metadata": item["metadata"]})
         entry["rg_level"] = level_used  # differs from params["level"] where the curriculum fell back

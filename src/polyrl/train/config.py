@@ -24,6 +24,7 @@ from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
 from polyrl.run_dir import atomic_write_text
+from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
 
 
@@ -54,11 +55,15 @@ class TaskSpec(_Strict):
     eval_difficulty: float | str | dict[str, Any] | None = Field(
         None, description="Held-out difficulty (default: the training one)."
     )
+    dataset: DatasetSpec | None = Field(
+        None, description="Rows of a file or hub dataset served as task `name` (see docs/datasets.md)."
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _from_name(cls, value):
-        return {"name": value} if isinstance(value, str) else value
+        value = {"name": value} if isinstance(value, str) else value
+        return fold_dataset_fields(value, set(cls.model_fields))
 
 
 class SamplerConfig(_Strict):

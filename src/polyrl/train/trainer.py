@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from polyrl.curriculum import curriculum_metrics, make_difficulty_controller, make_sampler
-from polyrl.envs import resolve_task
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.optim import make_optimizer
@@ -30,6 +29,7 @@ from polyrl.rewards import RewardScorer
 from polyrl.rollout.collect import LocalSource, Sampling, collect_groups
 from polyrl.run_dir import RunDir, atomic_write_text
 from polyrl.tasks.answers import AnswerFormat
+from polyrl.tasks.dataset import resolve_task_spec
 from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
@@ -55,7 +55,7 @@ class Trainer:
         # -- everything a user can get wrong, before training starts --------------------------------
         config.verifier.apply()  # the isolated verifier pool's limits, before any task verifies anything
         answers = AnswerFormat(think_tags=config.prompt.think_tags) if config.prompt.think_tags else None
-        self.tasks = {spec.name: resolve_task(spec.name, config.env, answers) for spec in config.tasks}
+        self.tasks = {spec.name: resolve_task_spec(spec, config.env, answers) for spec in config.tasks}
         self.specs = {spec.name: spec for spec in config.tasks}
         for spec in config.tasks:
             space = self.tasks[spec.name].difficulty_space()
