@@ -174,10 +174,18 @@ def soft_overlong(length: int, finished: bool, max_len: int, cache: int) -> floa
 
 
 def compute_rewards(
-    config: RewardConfig, task: Task, problem: Problem, text: str, length: int, finished: bool, max_new_tokens: int
+    config: RewardConfig,
+    task: Task,
+    problem: Problem,
+    text: str,
+    length: int,
+    finished: bool,
+    max_new_tokens: int,
+    verdict: Verdict | None = None,
 ) -> RewardResult:
-    """The rule terms of one completion and their weighted sum (model and group terms come later, batched)."""
-    verdict = task.verify(problem, text)
+    """The rule terms of one completion and their weighted sum (model and group terms come later, batched).
+    ``verdict``: the task's verdict when the caller has it already (a step's verdicts come in one batch)."""
+    verdict = verdict if verdict is not None else task.verify(problem, text)
     weights = config.weights(problem.task)
     terms = {"verifier": verdict.score, "format": float(verdict.format_ok)}
     if weights["length"]:
