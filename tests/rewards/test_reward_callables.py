@@ -174,3 +174,22 @@ def test_a_plugin_entry_point_naming_a_function_becomes_a_term_by_that_name():
         assert t.reward_terms["test_polite"] == 1.0
     finally:
         del REWARD_SOURCES["test_polite"]
+
+
+def test_thinking_is_rewarded_and_length_penalized_separately():
+    from polyrl.rewards import RewardConfig, compute_rewards
+    from polyrl.tasks import get_task
+    from polyrl.tasks.answers import AnswerFormat
+
+    task = get_task("addition", answer_format=AnswerFormat(think_tags=("<think>", "</think>")))
+    problem = task.generate(0, "easy")
+    answer = task.reference_response(problem)
+    text = "<think>" + "x" * 30 + "</think>" + answer
+    config = RewardConfig(think_format=0.5, think_length=1.0)
+    r = compute_rewards(config, task, problem, text, length=10, finished=True, max_new_tokens=20)
+    share = 30 / len(text)  # the thought, without its tags, over the whole response
+    assert r.terms["think_format"] == 1.0
+    assert r.terms["think_length"] == pytest.approx(-share * 10 / 20)
+    assert r.total == pytest.approx(1.0 + 0.5 * 1.0 - share * 10 / 20)
+    unthought = compute_rewards(config, task, problem, answer, length=5, finished=True, max_new_tokens=20)
+    assert unthought.terms["think_format"] == 0.0 and unthought.terms["think_length"] == 0.0

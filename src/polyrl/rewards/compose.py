@@ -9,6 +9,8 @@ Rule terms, computed per completion by :func:`compute_rewards`:
 * ``overlong``: DAPO's soft overlong punishment (Yu et al. 2025, eq. 13): 0 up to
   ``max_new_tokens - overlong_cache``, then linearly down to -1 at ``max_new_tokens``; a truncated
   completion (no EOS) gets -1.
+* ``think_format`` / ``think_length`` (reasoning models, with ``prompt.think_tags``): 1 for thinking in
+  exactly one closed block before the answer; minus the share of the token budget spent thinking.
 
 Model and group terms, computed in batches after generation by :class:`polyrl.rewards.RewardScorer`:
 
@@ -43,8 +45,9 @@ from polyrl.registry import Registry
 from polyrl.rewards.judge import JudgeConfig
 from polyrl.rewards.reward_model import RewardModelConfig
 from polyrl.tasks import Problem, Task, Verdict
+from polyrl.tasks.thinking import think_format, thinking_length
 
-RULE_TERMS = ("verifier", "format", "length", "overlong")
+RULE_TERMS = ("verifier", "format", "length", "overlong", "think_format", "think_length")
 MODEL_TERMS = ("reward_model", "judge", "majority_vote")
 
 
@@ -99,6 +102,15 @@ class RewardConfig(BaseModel):
     )
     length: float = Field(0.0, ge=0.0, description="Weight of the linear length penalty (fraction of max_new_tokens).")
     overlong: float = Field(0.0, ge=0.0, description="Weight of DAPO's soft overlong penalty.")
+    think_format: float = Field(
+        0.0,
+        description="Reasoning models (prompt.think_tags): weight of 1 for thinking in exactly one closed block before the answer.",
+    )
+    think_length: float = Field(
+        0.0,
+        ge=0.0,
+        description="Reasoning models (prompt.think_tags): weight of the thinking length penalty, minus the share of max_new_tokens spent inside the think block.",
+    )
     overlong_cache: int = Field(
         8, ge=0, description="Tokens before max_new_tokens where the soft overlong penalty starts."
     )
@@ -192,5 +204,10 @@ def compute_rewards(
         terms["length"] = -length / max_new_tokens
     if weights["overlong"]:
         terms["overlong"] = soft_overlong(length, finished, max_new_tokens, config.overlong_cache)
+    tags = task.answer_format.think_tags
+    if tags is not None and (weights["think_format"] or weights["think_length"]):
+        terms["think_format"] = think_format(text, tags)
+        # the thinking's share of the response's characters, in units of the token budget
+        terms["think_length"] = -(thinking_length(text, tags) / max(len(text), 1)) * length / max_new_tokens
     total = sum(weights[name] * value for name, value in terms.items())
     return RewardResult(total, terms, verdict)
