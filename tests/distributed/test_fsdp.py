@@ -37,7 +37,8 @@ TINY_FSDP = {
         "kl_coef": 0.05,  # the sharded reference
         "dynamic_sampling": False,
     },
-    "reward": {"length": 0.5},  # rewards differ within groups even before the policy is right
+    # rewards differ within groups even before the policy is right; majority vote is scored across ranks
+    "reward": {"length": 0.5, "majority_vote": 0.2},
     "eval": {"problems_per_task": 4, "pass_k": 2},
     "checkpoint_every": 2,
     "tensorboard": False,

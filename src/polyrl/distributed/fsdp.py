@@ -218,3 +218,28 @@ class RankSource:
 
     def stats(self) -> dict[str, float]:
         return self.inner.stats()
+
+
+class RankScorer:
+    """The batched reward terms (reward model, judge, majority vote) across ranks: each rank scores the
+    trajectories of its groups (``group % world == rank``: majority vote sees whole groups) and every rank
+    receives every result, so each trajectory is scored once, not once per rank."""
+
+    def __init__(self, scorer, ranks: Ranks):
+        self.scorer, self.ranks = scorer, ranks
+
+    def score(self, trajs: list) -> None:
+        if not self.scorer:  # no batched term in this run: nothing to split (the same on every rank)
+            return
+        mine = [i for i, t in enumerate(trajs) if t.group % self.ranks.world == self.ranks.rank]
+        self.scorer.score([trajs[i] for i in mine])
+        scored = {
+            i: (t.reward, t.reward_terms, t.reward_failures, t.judge_position_inconsistent)
+            for i in mine
+            for t in [trajs[i]]
+        }
+        for part in self.ranks.gather(scored):
+            for i, (reward, terms, failures, inconsistent) in part.items():
+                t = trajs[i]
+                t.reward, t.reward_terms, t.reward_failures = reward, terms, failures
+                t.judge_position_inconsistent = inconsistent

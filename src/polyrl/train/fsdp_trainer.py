@@ -3,8 +3,9 @@
 ``FSDPTrainer`` is the :class:`~polyrl.train.trainer.Trainer` with the policy (and the KL reference)
 sharded by FSDP2 (``polyrl.distributed.fsdp``). What changes, and only this:
 
-- rollouts: each rank generates its share of the groups on an unsharded replica, and every rank gets
-  every group (:class:`~polyrl.distributed.fsdp.RankSource`); advantages and normalizers are global;
+- rollouts: each rank generates and scores its share of the groups on an unsharded replica, and every rank
+  gets every group (:class:`~polyrl.distributed.fsdp.RankSource`, ``RankScorer``); advantages and
+  normalizers are global;
 - updates: each rank trains its rows of each minibatch (``policy_update(..., ranks=)``; SFT likewise);
 - the run directory: rank 0 writes it (metrics, TensorBoard, evaluation, models); the others write nothing;
 - checkpoints: the model and optimizer as sharded ``torch.distributed.checkpoint`` state in ``model/``,
@@ -23,6 +24,7 @@ import torch
 
 from polyrl.distributed.fsdp import (
     Ranks,
+    RankScorer,
     RankSource,
     idle_pass,
     load_sharded,
@@ -94,6 +96,7 @@ class FSDPTrainer(Trainer):
         super().__init__(config, resume=resume)
         shard_model(self.policy.model)
         self.source = RankSource(self.source, ranks)
+        self.reward_scorer = RankScorer(self.reward_scorer, ranks)
         self._replica_current = False
         if not ranks.is_writer:
             self.progress = StageProgress(False)
