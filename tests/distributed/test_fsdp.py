@@ -176,3 +176,23 @@ def test_torchrun_without_a_config_is_refused(monkeypatch, capsys):
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert cli(["train", "rl.steps=1"]) == 2
     assert "under torchrun pass --config" in _one_line_error(capsys)
+
+
+def test_each_rank_takes_every_world_th_row():
+    rows = torch.tensor([7, 3, 9, 4, 1])
+    from polyrl.distributed.fsdp import Ranks
+
+    assert Ranks(0, 2).mine(rows).tolist() == [7, 9, 1]
+    assert Ranks(1, 2).mine(rows).tolist() == [3, 4]
+
+
+def test_statistics_of_two_ranks_combine_as_one():
+    from polyrl.train.learner import _Stats
+
+    a, b, both = _Stats(), _Stats(), _Stats()
+    a.add({"clip_frac": torch.tensor(0.5), "ratio_max": torch.tensor(1.5)}, weight=2.0)
+    b.add({"clip_frac": torch.tensor(0.2), "ratio_max": torch.tensor(1.25)}, weight=8.0)
+    both.absorb(a.sums, a.weights)
+    both.absorb(b.sums, b.weights)
+    # token-weighted mean (0.5·2 + 0.2·8) / 10 = 0.26; the maximum of the maxima
+    assert both.result() == pytest.approx({"clip_frac": 0.26, "ratio_max": 1.5})

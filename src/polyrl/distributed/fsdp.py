@@ -36,14 +36,15 @@ def launched_by_torchrun() -> bool:
 
 
 def init_process_group(device: str) -> Ranks:
-    """Join the process group ``torchrun`` describes in the environment: gloo on CPU, nccl on CUDA."""
+    """Join the process group ``torchrun`` describes in the environment: gloo on CPU; on CUDA, nccl for the
+    model's tensors and gloo for the small CPU ones (counts, losses, per-row statistics)."""
     import torch.distributed as dist
 
     if not dist.is_available():
         raise UserError("this torch build has no torch.distributed: multi-process training is unavailable")
     if not dist.is_initialized():
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-        if backend == "nccl":
+        backend = "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
+        if device.startswith("cuda"):
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group(backend)
     return Ranks(dist.get_rank(), dist.get_world_size())
