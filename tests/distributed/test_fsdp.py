@@ -196,3 +196,11 @@ def test_statistics_of_two_ranks_combine_as_one():
     both.absorb(b.sums, b.weights)
     # token-weighted mean (0.5·2 + 0.2·8) / 10 = 0.26; the maximum of the maxima
     assert both.result() == pytest.approx({"clip_frac": 0.26, "ratio_max": 1.5})
+
+
+def test_an_existing_run_is_refused_before_launch(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("seed: 1\n")
+    assert cli(["train", "--nproc", "2", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "already holds a run" in _one_line_error(capsys)
+    assert (tmp_path / "run" / "config.yaml").read_text() == "seed: 1\n"

@@ -16,6 +16,10 @@ def relaunch(nproc: int, cfg, config: str | None, resume: Path | None, overrides
     from polyrl.train.fsdp_trainer import check_fsdp_config
 
     check_fsdp_config(cfg)
+    if resume is None and (Path(cfg.run_dir) / "config.yaml").exists():
+        raise UserError(
+            f"run directory {cfg.run_dir!r} already holds a run: use --resume {cfg.run_dir} or another run_dir"
+        )
     try:
         import torch.distributed as dist
         import torch.distributed.run  # noqa: F401
