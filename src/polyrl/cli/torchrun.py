@@ -3,7 +3,8 @@ rank joins the process group and trains its shard (``polyrl.train.fsdp_trainer``
 
 from __future__ import annotations
 
-import subprocess
+import logging
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from polyrl.errors import UserError
 
 
 def relaunch(nproc: int, cfg, config: str | None, resume: Path | None, overrides: list[str]) -> int:
-    """Run ``polyrl train`` on ``nproc`` processes with ``python -m torch.distributed.run``; its exit code.
+    """Run ``polyrl train`` on ``nproc`` processes with torchrun (``torch.distributed.run``); the exit code: 0,
+    2 when a rank stopped on a user error (it printed the line), 1 otherwise.
     The config is checked here first, so an impossible combination fails before any process starts."""
     from polyrl.train.fsdp_trainer import check_fsdp_config
 
@@ -22,7 +24,8 @@ def relaunch(nproc: int, cfg, config: str | None, resume: Path | None, overrides
         )
     try:
         import torch.distributed as dist
-        import torch.distributed.run  # noqa: F401
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.run import parse_args, run
     except ImportError:
         raise UserError("--nproc needs torch.distributed (torchrun), which this torch build lacks") from None
     if not dist.is_available():
@@ -32,8 +35,18 @@ def relaunch(nproc: int, cfg, config: str | None, resume: Path | None, overrides
         args += ["--resume", str(resume)]
     else:  # the run directory is fixed here, so that every rank writes the same run
         args += ["--config", config or "default", "--run-dir", cfg.run_dir]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    return subprocess.call([*launcher, "-m", "polyrl", *args])
+    # torchrun's default, without its banner (config.threads, when set, applies inside each rank)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # the ranks print their own errors (a user error is one line, exit code 2): keep the agent's report quiet
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    try:
+        run(parse_args(["--standalone", f"--nproc_per_node={nproc}", "-m", "polyrl", *args]))
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        if failure.exitcode != 2:
+            print(f"polyrl: rank {rank} failed (exit code {failure.exitcode})", file=sys.stderr)
+        return 2 if failure.exitcode == 2 else 1
+    return 0
 
 
 def fsdp_trainer(cfg, resume: bool, run_dir: str | None):
