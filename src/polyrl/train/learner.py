@@ -9,6 +9,10 @@ the minibatch's token and sequence counts (``ObjectiveInputs.total_tokens`` / ``
 accumulated gradient equals the unsplit one. Leaving zero-advantage rows out (they add nothing to the
 surrogate) uses the same totals: the skipped rows still count in the normalizer, so the gradient is the
 full batch's.
+
+Across ranks (FSDP, ``ranks``): every rank holds the whole step's batch and computes the same advantages,
+minibatches and totals; each runs forward/backward on its share of each minibatch only, every rank as many
+passes (``Ranks.lockstep``), and the gradients are summed by FSDP — the one-process update, split.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from polyrl.algos import (
 )
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.algos.objectives import loss_mask
+from polyrl.distributed.fsdp import idle_pass
 from polyrl.optim import clip_and_step
 from polyrl.rollout import sequence_logprobs
 from polyrl.train.update_batch import UpdateBatch
@@ -129,6 +134,17 @@ class _Stats:
                 self.sums[key] += v * weight
                 self.weights[key] += weight
 
+    def absorb(self, sums: dict[str, float], weights: dict[str, float]) -> None:
+        """Add another rank's running sums (the same keys mean the same statistics)."""
+        for key, value in sums.items():
+            if key.endswith("_max"):
+                self.sums[key] = max(self.sums.get(key, -math.inf), value)
+            elif key.endswith("_min"):
+                self.sums[key] = min(self.sums.get(key, math.inf), value)
+            else:
+                self.sums[key] += value
+                self.weights[key] += weights.get(key, 0.0)
+
     def result(self) -> dict[str, float]:
         return {
             k: (v if k.endswith(("_max", "_min")) else v / self.weights[k] if self.weights[k] else float("nan"))
@@ -185,12 +201,17 @@ class _Pass:
     by_task: dict[str, _Stats] = field(default_factory=lambda: defaultdict(_Stats))
     seq_entropy: Tensor | None = None
     seq_kl: Tensor | None = None
+    ranks: object = None
+    """``polyrl.distributed.fsdp.Ranks`` when the model is sharded across processes; None in one process."""
 
     def backward(self, rows: Tensor, totals, first_epoch: bool) -> float:
         """Forward/backward of ``rows`` in micro-batches, each normalized by the minibatch ``totals``; the summed
         loss (gradients accumulate in ``.grad``)."""
         total = 0.0
-        for piece in micro_batches(rows, self.lengths, self.batch.group_ids, self.cfg.micro_batch_tokens):
+        for piece in _pieces(rows, self.lengths, self.batch.group_ids, self.cfg.micro_batch_tokens, self.ranks):
+            if piece is None:  # another rank has one more micro-batch: keep FSDP's collectives in step
+                idle_pass(self.model, self.batch.tokens.input_ids, backward=True)
+                continue
             loss = self._micro_loss(piece, totals, first_epoch)
             loss.backward()
             total += float(loss.detach())
@@ -206,7 +227,7 @@ class _Pass:
             cfg.temperature,
             entropy=True,
             entropy_grad=cfg.entropy_coef != 0,
-            share_prompts=cfg.share_prompts,
+            share_prompts=cfg.share_prompts and self.ranks is None,
         )
         old = self.old_all[rows, :width] if self.old_all is not None else None
         inputs = _inputs(batch, rows, logp, old, width, totals)
@@ -230,6 +251,22 @@ class _Pass:
                 if kl_tok is not None:
                     self.seq_kl[rows] = (kl_tok.detach() * mask).sum(1) / denom
         return loss
+
+    def merge_ranks(self) -> None:
+        """Every rank's statistics and per-row entropies/KLs, combined (each rank measured its own rows)."""
+        parts = self.ranks.gather(
+            (
+                (dict(self.overall.sums), dict(self.overall.weights)),
+                {k: (dict(v.sums), dict(v.weights)) for k, v in self.by_task.items()},
+            )
+        )
+        self.overall, self.by_task = _Stats(), defaultdict(_Stats)
+        for (sums, weights), tasks in parts:
+            self.overall.absorb(sums, weights)
+            for name, (t_sums, t_weights) in tasks.items():
+                self.by_task[name].absorb(t_sums, t_weights)
+        self.seq_entropy = self.ranks.merge_rows(self.seq_entropy)
+        self.seq_kl = self.ranks.sum_rows(self.seq_kl)
 
     def backward_with_surgery(self, rows: Tensor, totals, first_epoch: bool, parameters, surgery, generator) -> float:
         """One backward per task of ``rows`` (the same rows, grouped by task), then the task gradients combined
@@ -262,13 +299,16 @@ def policy_update(
     critic=None,
     tis_cap: float | None = None,
     generator: torch.Generator | None = None,
+    ranks=None,
 ) -> UpdateResult:
     """``cfg.epochs`` passes over ``batch``'s active rows in ``cfg.minibatches`` optimizer steps each, every
     minibatch accumulated over micro-batches of at most ``cfg.micro_batch_tokens`` padded tokens (and, with
     ``cfg.gradient_surgery``, per task, the task gradients combined before the step).
 
     ``parameters`` are the ones the optimizer trains (gradient clipping); ``reference`` is the frozen KL
-    reference (with ``cfg.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE)."""
+    reference (with ``cfg.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE). ``ranks``
+    (``polyrl.distributed.fsdp.Ranks``): the model is sharded and this process trains its share of each
+    minibatch (no critic or gradient surgery there; the config refuses them)."""
     settings = objective_settings(cfg, tis_cap)
     n_all, active = len(batch), batch.active
     lengths = batch.tokens.attention_mask.sum(1)
@@ -278,11 +318,13 @@ def policy_update(
     share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
     needs_old = cfg.epochs > 1 or cfg.minibatches > 1 or batch.behaviour_logprobs is not None
     with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
-        old_all = _frozen_logprobs(model, batch, active, lengths, cfg) if needs_old and len(active) else None
+        old_all = _frozen_logprobs(model, batch, active, lengths, cfg, ranks) if needs_old and len(active) else None
         ref_all = (
-            _frozen_logprobs(reference, batch, active, lengths, cfg) if reference is not None and len(active) else None
+            _frozen_logprobs(reference, batch, active, lengths, cfg, ranks)
+            if reference is not None and len(active)
+            else None
         )
-    run = _Pass(model, batch, cfg, get_objective(cfg.objective), settings, lengths, old_all, ref_all)
+    run = _Pass(model, batch, cfg, get_objective(cfg.objective), settings, lengths, old_all, ref_all, ranks=ranks)
     run.seq_entropy, run.seq_kl = torch.full((n_all,), float("nan")), torch.zeros(n_all)
     surgery = None if cfg.gradient_surgery == "none" else get_surgery(cfg.gradient_surgery)
 
@@ -293,7 +335,9 @@ def policy_update(
             mb_tokens, mb_seqs = _totals(batch, mb, settings)
             totals = (mb_tokens * share[0], mb_seqs * share[1])
             optimizer.zero_grad(set_to_none=True)
-            if surgery is None:
+            if ranks is not None:  # this rank's rows; the loss summed over ranks (the same skip decision everywhere)
+                total = ranks.sum(run.backward(ranks.mine(mb), totals, epoch == 0))
+            elif surgery is None:
                 total = run.backward(mb, totals, epoch == 0)
             else:
                 total = run.backward_with_surgery(mb, totals, epoch == 0, parameters, surgery, generator)
@@ -306,6 +350,8 @@ def policy_update(
                 continue
             losses.append(total)
             grad_norms.append(grad_norm)
+    if ranks is not None:
+        run.merge_ranks()
     return UpdateResult(
         loss=_mean(losses),
         grad_norm=_mean(grad_norms),
@@ -337,19 +383,31 @@ class BaseModelReference:
     model: torch.nn.Module
 
 
-def _frozen_logprobs(source, batch: UpdateBatch, rows: Tensor, lengths: Tensor, cfg) -> Tensor:
+def _frozen_logprobs(source, batch: UpdateBatch, rows: Tensor, lengths: Tensor, cfg, ranks=None) -> Tensor:
     """``[N, T]`` no-grad log-probs of ``rows`` under ``source`` (the policy before the update, the KL
-    reference, or a :class:`BaseModelReference`), computed in the update's micro-batches."""
+    reference, or a :class:`BaseModelReference`), computed in the update's micro-batches (across ranks: each
+    rank its share, then summed into the whole on every rank)."""
     out = torch.zeros(batch.tokens.loss_mask.shape)
-    for piece in micro_batches(rows, lengths, batch.group_ids, cfg.micro_batch_tokens):
+    mine = rows if ranks is None else ranks.mine(rows)
+    for piece in _pieces(mine, lengths, batch.group_ids, cfg.micro_batch_tokens, ranks):
+        if piece is None:
+            idle_pass(source, batch.tokens.input_ids, backward=False)
+            continue
         micro = batch.tokens.select(piece)
         if isinstance(source, BaseModelReference):
             with source.model.disable_adapter():
                 logp = sequence_logprobs(source.model, micro, cfg.temperature, share_prompts=cfg.share_prompts)[0]
         else:
-            logp = sequence_logprobs(source, micro, cfg.temperature, share_prompts=cfg.share_prompts)[0]
+            share = cfg.share_prompts and ranks is None  # a sharded forward must run the same passes on every rank
+            logp = sequence_logprobs(source, micro, cfg.temperature, share_prompts=share)[0]
         out[piece, : logp.shape[1]] = logp.float().cpu()
-    return out
+    return out if ranks is None else ranks.sum_rows(out)
+
+
+def _pieces(rows: Tensor, lengths: Tensor, group_ids: Tensor, budget: int | None, ranks) -> list[Tensor | None]:
+    """The micro-batches of ``rows``; across ranks, padded with None to the longest rank's count."""
+    pieces = [p for p in micro_batches(rows, lengths, group_ids, budget) if len(p)]
+    return pieces if ranks is None else ranks.lockstep(pieces)
 
 
 def _mean(xs) -> float:

@@ -73,8 +73,7 @@ class Trainer:
             from polyrl.policy.vllm_backend import require_vllm
 
             require_vllm()
-        self.run_dir = RunDir(config.run_dir, tensorboard=config.tensorboard)
-        self.run_dir.create(resume=resume)
+        self.run_dir = self._open_run_dir(resume)
         # -- the policy -------------------------------------------------------------------------------
         from transformers.utils import logging as hf_logging
 
@@ -122,10 +121,18 @@ class Trainer:
         self.bad_steps = 0
         self.optimizer = self.scheduler = None
         self.progress = StageProgress(config.progress)
-        if not resume:
+        if not resume and self.run_dir.writes:
             save_config(config, self.run_dir.config_file)
 
     # -- helpers ------------------------------------------------------------------------------------
+    ranks = None
+    """``polyrl.distributed.fsdp.Ranks`` when training across processes (``FSDPTrainer``); None in one."""
+
+    def _open_run_dir(self, resume: bool) -> RunDir:
+        run_dir = RunDir(self.config.run_dir, tensorboard=self.config.tensorboard)
+        run_dir.create(resume=resume)
+        return run_dir
+
     def _make_backend(self):
         gen = self.config.generation
         if gen.engine == "vllm":
@@ -246,19 +253,27 @@ class Trainer:
             self.policy.model,
             self.optimizer,
             self.scheduler,
-            {
-                "sampler": self.sampler.state_dict(),
-                "bad_steps": self.bad_steps,
-                "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
-                "policy_version": self.policy_version,
-                "metrics_lines": self.run_dir.metrics_lines(),
-            },
+            self._checkpoint_state(),
             self.config.keep_checkpoints,
             tensors={"critic": self.critic.state_dict()} if self.critic is not None else None,
         )
 
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps besides tensors: the curriculum, counters, and how much was logged."""
+        return {
+            "sampler": self.sampler.state_dict(),
+            "bad_steps": self.bad_steps,
+            "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
+            "policy_version": self.policy_version,
+            "metrics_lines": self.run_dir.metrics_lines(),
+        }
+
+    def _load_training_state(self, ckpt) -> dict[str, Any]:
+        """Model, optimizer, scheduler and RNG states from ``ckpt``; the tensors saved with them."""
+        return load_training_state(ckpt, self.policy.model, self.optimizer, self.scheduler)
+
     def _restore(self, ckpt) -> None:
-        tensors = load_training_state(ckpt, self.policy.model, self.optimizer, self.scheduler)
+        tensors = self._load_training_state(ckpt)
         if self.critic is not None and "critic" in tensors:
             self.critic.load_state_dict(tensors["critic"])
         self.sampler.load_state_dict(ckpt.state.get("sampler", {}))
@@ -304,7 +319,8 @@ class Trainer:
                 self.backend.close()
         if "after_rl" in results:
             table = format_comparison(results["after_sft"], results["after_rl"])
-            atomic_write_text(self.run_dir.path / "summary.md", f"# Held-out accuracy\n\n{table}\n")
+            if self.run_dir.writes:
+                atomic_write_text(self.run_dir.path / "summary.md", f"# Held-out accuracy\n\n{table}\n")
             results["table"] = table
         return results
 
@@ -472,6 +488,7 @@ class Trainer:
                 reference=self.reference,
                 critic=self.critic,
                 tis_cap=self.config.ray.tis_cap if batch.behaviour_logprobs is not None else None,
+                ranks=self.ranks,
             )
             if update.updates == 0:
                 pass  # every advantage was zero: nothing to learn from this batch
