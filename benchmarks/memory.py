@@ -86,7 +86,8 @@ def polyrl_update(args, setting: str):
     import polyrl.rollout.batch as batch_module
     from polyrl.policy.precision import enable_gradient_checkpointing, set_autocast
     from polyrl.train.config import RLConfig
-    from polyrl.train.learner import policy_update, prepare_update
+    from polyrl.train.learner import policy_update
+    from polyrl.train.update_batch import prepare_update
 
     micro = args.micro_batch_tokens if setting in ("micro", "all", "pure-bf16") else None
     model = build_model(args, torch.bfloat16 if setting == "pure-bf16" else torch.float32).train()
@@ -110,7 +111,7 @@ def trl_update(args):
     from trl import GRPOConfig, GRPOTrainer
 
     from polyrl.policy.tiny import build_tiny_tokenizer
-    from polyrl.train.learner import prepare_update
+    from polyrl.train.update_batch import prepare_update
 
     model = build_model(args).train()
     group = args.group_size

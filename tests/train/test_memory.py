@@ -13,8 +13,9 @@ from polyrl.rollout import Trajectory, collate, sequence_logprobs
 from polyrl.rollout.token_scores import scores_from_hidden, split_lm
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
-from polyrl.train.learner import BaseModelReference, _frozen_logprobs, policy_update, prepare_update
+from polyrl.train.learner import BaseModelReference, _frozen_logprobs, policy_update
 from polyrl.train.sft import sft_step
+from polyrl.train.update_batch import prepare_update
 
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}
 
