@@ -59,7 +59,7 @@ def fold_dataset_fields(value: Any, task_fields: set[str]) -> Any:
     """A task entry with ``dataset: PATH`` and the dataset fields beside it → ``dataset: {path: PATH, …}``.
 
     ``task_fields`` are the task entry's own keys (name, difficulty, …), which stay where they are."""
-    if not isinstance(value, dict) or "dataset" not in value:
+    if not isinstance(value, dict) or value.get("dataset") is None:  # a dumped config has dataset: null
         return value
     value = dict(value)
     dataset = value.pop("dataset")
