@@ -48,6 +48,12 @@ class EnvConfig(BaseModel):
         description="Tool-call syntax of the policy: auto (from the chat template), a model family, or native "
         "(the tokenizer's own response_template).",
     )
+    concurrency: int = Field(
+        16,
+        ge=1,
+        description="Environment steps run at once by the in-process backend (threads; async-native environments "
+        "on an event loop), so that tool waits overlap; 1 steps environments one after another.",
+    )
 
 
 def register_env(name: str, needs_argument: bool = False):
