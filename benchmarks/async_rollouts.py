@@ -1,12 +1,18 @@
-"""Episodes per second of RL on a slow tool environment: in-process synchronous (the reference), Ray
-synchronous with environment workers, and Ray asynchronous with bounded staleness — in one run.
+"""Episodes per second of RL on a slow tool environment, side by side in one run: in process with
+environments stepped one after another (the old reference), in process with concurrent environment steps
+(``env.concurrency``), Ray synchronous with environment workers, and Ray asynchronous (bounded staleness,
+streaming groups, interruptible generation).
 
-Every environment step sleeps ``--latency`` seconds (a simulated tool call), so the question is how much
-of that waiting the Ray backend hides. With ``--sft-steps N`` every mode starts from one SFT warm start on
-the task (reference episodes), so groups have reward variance, the policy is updated at every step and
-the asynchronous mode's staleness is exercised (an untrained policy never succeeds: no update happens).
+Every environment step waits like a tool call (``polyrl.envs.latency``): ``--latency-model fixed`` waits
+``--latency`` seconds; ``lognormal`` has median ``--latency`` and a 99th percentile ``--p99-over-p50``
+times the median, with steps longer than ``--timeout`` cut off (the episode ends as ``tool_timeout``).
+With ``--sft-steps N`` every mode starts from one SFT warm start on the task (reference episodes), so
+groups have reward variance, the policy is updated at every step and the asynchronous mode's staleness is
+exercised (an untrained policy never succeeds: no update happens). Episodes of env/retry last 1 to 3
+turns (a wrong answer is retried), so episode lengths vary as well as tool latencies.
 
-    python benchmarks/async_rollouts.py --steps 6 --latency 0.2 --env-workers 8 --sft-steps 200
+    python benchmarks/async_rollouts.py --steps 6 --latency-model lognormal --latency 0.1 --p99-over-p50 20 \
+        --timeout 4 --env-workers 8 --task env/retry:graph_coloring --sft-steps 200
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import time
 import ray
 from machine import cpu_model  # benchmarks/machine.py (scripts run from benchmarks/)
 
-from polyrl.envs.latency import with_latency
+from polyrl.envs.latency import LatencyModel, with_latency
 from polyrl.train.config import TrainConfig
 from polyrl.train.trainer import Trainer
 
@@ -49,6 +55,14 @@ def warm_start(args) -> str:
     return str(trainer.run_dir.model_dir("sft_model"))
 
 
+MODES = ("local-sequential", "local", "ray-sync", "ray-async")
+
+
+def latency_model(args) -> LatencyModel:
+    ratio = args.p99_over_p50 if args.latency_model == "lognormal" else 1.0
+    return LatencyModel(args.latency_model, args.latency, ratio, args.timeout)
+
+
 def run(mode: str, args, model_path: str) -> dict:
     task = args.task
     data = {
@@ -68,7 +82,8 @@ def run(mode: str, args, model_path: str) -> dict:
             "group_size": args.group_size,
             "max_new_tokens": 12,
         },
-        "backend": "local" if mode == "local-sync" else "ray",
+        "env": {"concurrency": 1 if mode == "local-sequential" else args.env_workers},
+        "backend": "ray" if mode.startswith("ray") else "local",
         "ray": {
             "num_rollout_workers": 2,
             "rollout_concurrency": args.concurrency,
@@ -78,7 +93,7 @@ def run(mode: str, args, model_path: str) -> dict:
         },
     }
     trainer = Trainer(TrainConfig.model_validate(data))
-    trainer.tasks[task] = with_latency(trainer.tasks[task], args.latency)
+    trainer.tasks[task] = with_latency(trainer.tasks[task], latency_model(args))
     if trainer.rollout_pool is not None:  # the workers were built with the plain task: rebuild them with the slow one
         trainer.rollout_pool.shutdown()
         from polyrl.distributed.pool import RolloutPool
@@ -105,12 +120,14 @@ def run(mode: str, args, model_path: str) -> dict:
         "wall_s": round(wall, 2),
         "episodes_per_s": round(episodes / wall, 2),
         "turns_mean": round(sum(r.get(f"turns/{task}", 0) for r in rl) / len(rl), 2),
+        "tool_timeouts": round(sum(r.get(f"end/tool_timeout/{task}", 0) for r in rl) / len(rl), 3),
         "success": round(sum(r.get("accuracy", 0) for r in rl) / len(rl), 3),
         "updates": trainer.policy_version,
     }
     if trainer.rollout_pool is not None:
         stats = trainer.rollout_pool.stats
         out["staleness"] = dict(sorted(collections.Counter(stats.staleness).items()))
+        out["partial_rollouts"] = stats.partial_rollouts
         out["reruns"], out["stale_reruns"], out["failed_groups"] = (
             stats.reruns,
             stats.stale_reruns,
@@ -126,7 +143,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--prompts", type=int, default=8, help="groups per RL step")
     p.add_argument("--group-size", type=int, default=4)
-    p.add_argument("--latency", type=float, default=0.2, help="seconds per environment step")
+    p.add_argument("--latency", type=float, default=0.2, help="seconds per environment step (the median)")
+    p.add_argument("--latency-model", choices=("fixed", "lognormal"), default="fixed")
+    p.add_argument("--p99-over-p50", type=float, default=20.0, help="lognormal: the tail's weight")
+    p.add_argument("--timeout", type=float, default=None, help="seconds after which a tool call is cut off")
+    p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--env-workers", type=int, default=8)
     p.add_argument("--concurrency", type=int, default=8, help="groups each of the 2 rollout actors plays at once")
     p.add_argument("--max-staleness", type=int, default=1)
@@ -135,19 +156,26 @@ def main() -> None:
         "--sft-steps", type=int, default=0, help="SFT warm start on the task first (0: the untrained policy)"
     )
     args = p.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    if sorted(set(modes) - set(MODES)) or "ray-sync" not in modes:
+        p.error(f"--modes: a comma-separated subset of {', '.join(MODES)} that includes ray-sync")
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; args: {vars(args)}", flush=True)
+    print(f"latency: {latency_model(args).describe()}", flush=True)
     model_path = warm_start(args) if args.sft_steps else "tiny"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    results = [run(mode, args, model_path) for mode in ("local-sync", "ray-sync", "ray-async")]
+    results = []
+    for mode in modes:
+        results.append(run(mode, args, model_path))
+        print(f"# {mode}: {results[-1]['episodes_per_s']} episodes/s", flush=True)
     ray.shutdown()
     base = results[0]["episodes_per_s"]
-    sync = results[1]["episodes_per_s"]
+    sync = next(r for r in results if r["mode"] == "ray-sync")["episodes_per_s"]
     for r in results:
         print(
             json.dumps(
                 {
                     **r,
-                    "speedup_vs_local_sync": round(r["episodes_per_s"] / base, 2),
+                    f"speedup_vs_{results[0]['mode']}": round(r["episodes_per_s"] / base, 2),
                     "speedup_vs_ray_sync": round(r["episodes_per_s"] / sync, 2),
                 }
             )

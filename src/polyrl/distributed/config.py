@@ -40,6 +40,11 @@ class RayConfig(BaseModel):
     tis_cap: float = Field(
         2.0, gt=0, description="Truncated importance-sampling cap on exp(old - behaviour) per token."
     )
+    interruptible: bool = Field(
+        True,
+        description="Asynchronous mode: a running episode generates its next turn with the newest weights "
+        "(partial rollouts; behaviour log-probs per turn) instead of those it started with.",
+    )
     max_restarts: int = Field(3, ge=0, description="Times Ray restarts a dead worker actor.")
     max_reruns: int = Field(
         2, ge=0, description="Times a group whose worker died is re-run before it is counted as failed."
