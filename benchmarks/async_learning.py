@@ -93,7 +93,7 @@ def rl_run(args, work: Path, seed: int, mode: str, start: Path) -> dict:
     }
     pool = trainer.rollout_pool
     if pool is not None:
-        out["staleness"] = dict(sorted(collections.Counter(pool.stats.staleness).itemean_std()))
+        out["staleness"] = dict(sorted(collections.Counter(pool.stats.staleness).items()))
         out["stale_reruns"], out["failed_groups"], out["reruns"] = (
             pool.stats.stale_reruns,
             pool.stats.failed_groups,
@@ -181,7 +181,7 @@ def main() -> None:
                 m,
                 mean_std([r[m]["rl_s"] for r in runs], "{:.0f}"),
                 mean_std([r[m]["updates"] for r in runs], "{:.0f}"),
-                str(dict(sorted(staleness.itemean_std()))) if staleness else "—",
+                str(dict(sorted(staleness.items()))) if staleness else "—",
                 str(sum(r[m].get("stale_reruns", 0) for r in runs)),
                 str(sum(r[m].get("failed_groups", 0) for r in runs)),
             ]

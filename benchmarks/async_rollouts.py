@@ -82,12 +82,13 @@ def run(mode: str, args, model_path: str) -> dict:
             "group_size": args.group_size,
             "max_new_tokens": 12,
         },
-        "env": {"concurrency": 1 if mode == "local-sequential" else args.env_workers},
+        "env": {"concurrency": 1 if mode == "local-sequential" else args.env_workers * args.env_threads},
         "backend": "ray" if mode.startswith("ray") else "local",
         "ray": {
             "num_rollout_workers": 2,
             "rollout_concurrency": args.concurrency,
             "num_env_workers": args.env_workers,
+            "env_worker_concurrency": args.env_threads,
             "async": mode == "ray-async",
             "max_staleness": args.max_staleness,
         },
@@ -108,6 +109,7 @@ def run(mode: str, args, model_path: str) -> dict:
             max_episode_tokens=c.env.max_episode_tokens,
             tasks=trainer.tasks,
         )
+        trainer.source.pool = trainer.rollout_pool  # the collector's source asks the new pool
     t0 = time.perf_counter()
     trainer.run_rl(None)
     wall = time.perf_counter() - t0
@@ -149,6 +151,12 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds after which a tool call is cut off")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--env-workers", type=int, default=8)
+    p.add_argument(
+        "--env-threads",
+        type=int,
+        default=1,
+        help="steps each environment actor runs at once; the in-process backend gets env-workers × env-threads",
+    )
     p.add_argument("--concurrency", type=int, default=8, help="groups each of the 2 rollout actors plays at once")
     p.add_argument("--max-staleness", type=int, default=1)
     p.add_argument("--task", default="env/retry:addition", help="an env/... task (its environment gets the latency)")

@@ -126,7 +126,14 @@ def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_go
 
     name = "env/retry:addition"
     task = with_latency(resolve_task(name), 0.4)
-    pool = _pool({name: task}, num_rollout_workers=1, num_env_workers=1, rollout_concurrency=4, max_restarts=2)
+    pool = _pool(
+        {name: task},
+        num_rollout_workers=1,
+        num_env_workers=1,
+        env_worker_concurrency=4,  # counts() answers while steps sleep, so the kill lands mid-step
+        rollout_concurrency=4,
+        max_restarts=2,
+    )
     try:
         make = _problems(task)
         pool.sampling = SAMPLING

@@ -29,6 +29,9 @@ class RayConfig(BaseModel):
         ge=0,
         description="Environment actors that run env/... steps (tool calls, sandboxes); 0 runs them in the rollout actors.",
     )
+    env_worker_concurrency: int = Field(
+        1, ge=1, description="Environment steps one environment actor runs at once (threads; for tools that wait)."
+    )
     asynchronous: bool = Field(
         False,
         alias="async",

@@ -105,7 +105,9 @@ class RolloutPool:
         self.owns_ray = connect(cfg)
         from polyrl.distributed.workers import EnvWorker, RolloutWorker
 
-        env_actor = self.ray.remote(num_cpus=0, max_restarts=cfg.max_restarts)(EnvWorker)
+        env_actor = self.ray.remote(
+            num_cpus=0, max_restarts=cfg.max_restarts, max_concurrency=cfg.env_worker_concurrency
+        )(EnvWorker)
         self.env_workers = [env_actor.remote() for _ in range(cfg.num_env_workers)]
         actor = self.ray.remote(
             num_cpus=cfg.cpus_per_rollout_worker,

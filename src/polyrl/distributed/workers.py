@@ -29,17 +29,20 @@ class EnvWorker:
     def __init__(self):
         self.envs: dict[str, Environment] = {}
         self.started = self.steps = 0
+        self.lock = threading.Lock()  # a threaded actor (env_worker_concurrency > 1) steps several at once
 
     def start(self, task: EnvTask, problem: Problem) -> tuple[str, list, list]:
         env = task.make_env(problem)
         key = uuid.uuid4().hex
-        self.envs[key] = env
-        self.started += 1
+        with self.lock:
+            self.envs[key] = env
+            self.started += 1
         return key, env.reset(), list(env.tools)
 
     def step(self, key: str, action: str) -> tuple[StepResult, dict]:
         env = self.envs[key]
-        self.steps += 1
+        with self.lock:
+            self.steps += 1
         return env.step(action), dict(env.stats)
 
     def close(self, key: str) -> None:
