@@ -38,7 +38,7 @@ from polyrl.train.trainer import Trainer
 MODES = ("local", "ray-sync", "ray-async")
 
 
-def sft_model(args, work: Path, seed: int) -> tuple[Path, dict]:
+def sft_model(args, work: Path, seed: int) -> tuple[Path, dict, str]:
     cfg = load_config(
         default_config_path(),
         [
@@ -54,11 +54,12 @@ def sft_model(args, work: Path, seed: int) -> tuple[Path, dict]:
     )
     trainer = Trainer(cfg)
     results = trainer.run()
-    return trainer.run_dir.model_dir("sft_model"), results["after_sft"]
+    return trainer.run_dir.model_dir("sft_model"), results["after_sft"], trainer.config.prompt.style
 
 
-def rl_run(args, work: Path, seed: int, mode: str, start: Path) -> dict:
+def rl_run(args, work: Path, seed: int, mode: str, start: Path, style: str) -> dict:
     overrides = [
+        f"prompt.style={style}",  # as in SFT (a model directory would otherwise get its family's default style)
         f"run_dir={work / mode}",
         f"seed={seed}",
         f"model.path={start}",
@@ -127,14 +128,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="polyrl-async-learning-") as tmp:
             work = Path(tmp)
             t0 = time.perf_counter()
-            start, sft_acc = sft_model(args, work, seed)
+            start, sft_acc, style = sft_model(args, work, seed)
             print(
                 f"# seed {seed}: SFT {time.perf_counter() - t0:.0f} s, held-out mean {100 * sft_acc['mean']['accuracy']:.1f}%",
                 flush=True,
             )
             row = {"seed": seed, "sft": sft_acc}
             for mode in modes:
-                row[mode] = rl_run(args, work, seed, mode, start)
+                row[mode] = rl_run(args, work, seed, mode, start, style)
                 r = row[mode]
                 print(
                     f"# seed {seed} {mode}: {r['wall_s']:.0f} s, held-out mean {100 * r['accuracy']['mean']['accuracy']:.1f}%, "

@@ -32,8 +32,9 @@ from polyrl.train.config import TrainConfig
 from polyrl.train.trainer import Trainer
 
 
-def warm_start(args) -> str:
-    """SFT on the task's reference episodes (no latency: the environment is not stepped); returns the model dir."""
+def warm_start(args) -> tuple[str, str]:
+    """SFT on the task's reference episodes (no latency: the environment is not stepped); returns the model dir
+    and the prompt style it was trained with (the RL runs must show prompts the same way)."""
     data = {
         "seed": 0,
         "run_dir": tempfile.mkdtemp(prefix="async-bench-sft-"),
@@ -52,7 +53,7 @@ def warm_start(args) -> str:
         f"warm start: {args.sft_steps} SFT steps, held-out success {100 * result['after_sft']['mean']['accuracy']:.1f}%",
         flush=True,
     )
-    return str(trainer.run_dir.model_dir("sft_model"))
+    return str(trainer.run_dir.model_dir("sft_model")), trainer.config.prompt.style
 
 
 MODES = ("local-sequential", "local", "ray-sync", "ray-async")
@@ -63,7 +64,7 @@ def latency_model(args) -> LatencyModel:
     return LatencyModel(args.latency_model, args.latency, ratio, args.timeout)
 
 
-def run(mode: str, args, model_path: str) -> dict:
+def run(mode: str, args, model_path: str, style: str | None) -> dict:
     task = args.task
     data = {
         "seed": 0,
@@ -72,7 +73,7 @@ def run(mode: str, args, model_path: str) -> dict:
         "tensorboard": False,
         "threads": 1,
         "model": {"path": model_path},
-        "prompt": {"field": "question"},
+        "prompt": {"field": "question", "style": style},
         "tasks": [task],
         "sft": {"enabled": False},
         "eval": {"problems_per_task": 1, "pass_k": 1},
@@ -169,11 +170,11 @@ def main() -> None:
         p.error(f"--modes: a comma-separated subset of {', '.join(MODES)} that includes ray-sync")
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; args: {vars(args)}", flush=True)
     print(f"latency: {latency_model(args).describe()}", flush=True)
-    model_path = warm_start(args) if args.sft_steps else "tiny"
+    model_path, style = warm_start(args) if args.sft_steps else ("tiny", None)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     results = []
     for mode in modes:
-        results.append(run(mode, args, model_path))
+        results.append(run(mode, args, model_path, style))
         print(f"# {mode}: {results[-1]['episodes_per_s']} episodes/s", flush=True)
     ray.shutdown()
     base = results[0]["episodes_per_s"]
