@@ -129,6 +129,7 @@ def run(mode: str, args, model_path: str, style: str | None) -> dict:
     }
     if trainer.rollout_pool is not None:
         stats = trainer.rollout_pool.stats
+        out["in_flight_at_end"] = len(trainer.rollout_pool.inflight)  # generated ahead, not counted above
         out["staleness"] = dict(sorted(collections.Counter(stats.staleness).items()))
         out["partial_rollouts"] = stats.partial_rollouts
         out["reruns"], out["stale_reruns"], out["failed_groups"] = (
