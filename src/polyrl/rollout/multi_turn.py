@@ -298,20 +298,21 @@ def rollout_episodes(
 
 
 def _play(
-    problems,
-    tasks,
-    backend,
-    codec,
-    steps,
-    group_size,
-    max_new_tokens,
-    max_episode_tokens,
-    sampling,
-    group_offset,
-    version,
-    latest,
-    reward,
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    codec: ChatCodec,
+    steps: EnvSteps,
+    group_size: int,
+    max_new_tokens: int,
+    max_episode_tokens: int,
+    sampling: dict,
+    group_offset: int,
+    version: int,
+    latest: PolicySource | None,
+    reward: RewardConfig,
 ) -> list[Trajectory]:
+    """The episode loop of :func:`rollout_episodes`: environments reset and step through ``steps``."""
     envs = []
     for g, problem in enumerate(problems):
         task = tasks[problem.task]
