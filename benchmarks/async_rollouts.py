@@ -178,18 +178,14 @@ def main() -> None:
         results.append(run(mode, args, model_path, style))
         print(f"# {mode}: {results[-1]['episodes_per_s']} episodes/s", flush=True)
     ray.shutdown()
-    base = results[0]["episodes_per_s"]
+    first = results[0]
     sync = next(r for r in results if r["mode"] == "ray-sync")["episodes_per_s"]
     for r in results:
-        print(
-            json.dumps(
-                {
-                    **r,
-                    f"speedup_vs_{results[0]['mode']}": round(r["episodes_per_s"] / base, 2),
-                    "speedup_vs_ray_sync": round(r["episodes_per_s"] / sync, 2),
-                }
-            )
-        )
+        speedups = {
+            f"speedup_vs_{first['mode'].replace('-', '_')}": round(r["episodes_per_s"] / first["episodes_per_s"], 2)
+        }
+        speedups["speedup_vs_ray_sync"] = round(r["episodes_per_s"] / sync, 2)  # the same key when first is ray-sync
+        print(json.dumps({**r, **speedups}))
 
 
 if __name__ == "__main__":
