@@ -125,7 +125,7 @@ def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_go
     from polyrl.envs.latency import with_latency
 
     name = "env/retry:addition"
-    task = with_latency(resolve_task(name), 0.4)
+    task = with_latency(resolve_task(name), 1.0)
     pool = _pool(
         {name: task},
         num_rollout_workers=1,
