@@ -117,7 +117,7 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
 
 
 def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
-    """The problems polyrl's RL loop draws, step by step (the rng sequence of ``rl.collect_rollouts``)."""
+    """The problems polyrl's RL loop draws, step by step (the rng sequence of the trainer's ``make_problems`` in ``Trainer._collect``)."""
     problems = []
     for step in range(cfg.rl.steps):
         rng = np.random.default_rng(_step_seed(cfg.seed, "rl", step))

@@ -129,3 +129,18 @@ def test_mixture_search_writes_a_weighted_sampler(tiny_config, tmp_path):
     assert len(result["proxy_runs"]) == 2 and (tmp_path / "mix" / "mixture.yaml").exists()
     with pytest.raises(UserError, match="at least 2"):
         search_mixture(tiny_config, candidates=1, out=tmp_path / "mix2")
+
+
+def test_gradient_surgery_comparison_runs_each_arm_from_its_seeds_warm_start(tiny_config, tmp_path):
+    config = tmp_path / "surgery.yaml"
+    config.write_text(
+        tiny_config.read_text() + "strategies:\n  summed: {rl: {gradient_surgery: none}}\n"
+        "  pcgrad: {rl: {gradient_surgery: pcgrad}}\n"
+    )
+    out = tmp_path / "surgery"
+    assert cli(["experiment", "surgery", "--config", str(config), "--seeds", "1", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["strategies"]) == {"summed", "pcgrad"}
+    assert "Multi-task gradient surgery" in (out / "report.md").read_text()
+    saved = (out / "runs" / "pcgrad" / "seed0" / "config.yaml").read_text()
+    assert "gradient_surgery: pcgrad" in saved

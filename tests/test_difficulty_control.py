@@ -9,9 +9,11 @@ from polyrl.train.checkpoint import latest_checkpoint
 from polyrl.train.config import load_config
 from polyrl.train.trainer import Trainer
 
+BAND = {"target_low": 0.25, "target_high": 0.75, "step_size": 0.1, "window": 4, "max_difficulty": 1.0}
+
 
 def controller(**kw):
-    return DifficultyController({"a": 0.5}, target_low=0.25, target_high=0.75, step_size=0.1, window=4, **kw)
+    return DifficultyController({"a": 0.5}, **{"min_difficulty": 0.0, **BAND, **kw})
 
 
 def test_knob_rises_after_a_window_above_the_band():
@@ -33,7 +35,7 @@ def test_knob_falls_below_the_band_and_stops_at_its_bounds():
 
 
 def test_uncontrolled_tasks_keep_their_configured_difficulty():
-    c = DifficultyController({"a": 0.0}, fixed={"b": "hard"})
+    c = DifficultyController({"a": 0.0}, min_difficulty=0.0, fixed={"b": "hard"}, **BAND)
     c.update("b", [1] * 100)
     assert c.difficulty("b") == "hard"
 
@@ -89,7 +91,7 @@ def test_trainer_moves_logs_and_checkpoints_the_knob(tmp_path):
             "progress": False,
             "sft": {"enabled": False},
             "eval": {"problems_per_task": 2, "pass_k": 1},
-            "rl": {"steps": 3, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
+            "rl": {"steps": 3, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "dynamic_sampling": False},
             # an untrained policy never reaches a pass rate of 1: every window lowers the knob
             "difficulty_control": {
                 "enabled": True,

@@ -14,6 +14,7 @@ from polyrl.algos import (
     entropy_from_logits,
     get_aggregation,
     kl_penalty,
+    loss_totals,
     overlong_penalty,
     policy_loss,
     register_aggregation,
@@ -198,6 +199,28 @@ def test_seq_mean_token_mean_skips_sequences_without_tokens():
     close(aggregate(VALUES, torch.tensor([[1, 1, 1], [0, 0, 0]]), "seq_mean_token_mean"), 2.0)
 
 
+def test_seq_mean_token_sum_norm_skips_sequences_without_tokens():
+    close(aggregate(VALUES, torch.tensor([[1, 1, 1], [0, 0, 0]]), "seq_mean_token_sum_norm", max_tokens=4), 6 / 4)
+
+
+def test_loss_totals_count_tokens_and_sequences_with_tokens():
+    tokens, sequences = loss_totals(torch.tensor([[1, 1, 1], [0, 0, 0], [1, 0, 0]]))
+    close(tokens, 4)
+    close(sequences, 2)
+
+
+@pytest.mark.parametrize(
+    "aggregation, totals, expected",
+    [
+        ("token_mean", {"total_tokens": 8}, 10 / 8),  # this batch's 4 tokens of a minibatch of 8
+        ("seq_mean_token_mean", {"total_sequences": 4}, (2.0 + 4.0) / 4),
+        ("seq_mean_token_sum_norm", {"total_sequences": 4}, (6 / 4 + 4 / 4) / 4),
+    ],
+)
+def test_minibatch_totals_replace_the_batch_own_counts(aggregation, totals, expected):
+    close(aggregate(VALUES, MASK, aggregation, max_tokens=4, **totals), expected)
+
+
 @pytest.mark.parametrize(
     "aggregation, expected", [("token_mean", 2.5), ("seq_mean_token_mean", 3.0), ("seq_mean_token_sum_norm", 1.25)]
 )
@@ -278,8 +301,8 @@ def test_kl_estimators_hand_values():
 def test_k3_is_nonnegative_and_zero_when_policies_agree():
     torch.manual_seed(0)
     logprobs, ref = torch.randn(4, 16), torch.randn(4, 16)
-    assert (kl_penalty(logprobs, ref) >= 0).all()
-    close(kl_penalty(logprobs, logprobs), torch.zeros(4, 16))
+    assert (kl_penalty(logprobs, ref, "k3") >= 0).all()
+    close(kl_penalty(logprobs, logprobs, "k3"), torch.zeros(4, 16))
 
 
 def test_k1_and_k3_are_unbiased_estimates_of_kl_under_the_policy():
@@ -292,12 +315,12 @@ def test_k1_and_k3_are_unbiased_estimates_of_kl_under_the_policy():
 
 def test_k3_gradient_pushes_logprob_towards_reference():
     logprobs = torch.zeros(1, 1, requires_grad=True)
-    kl_penalty(logprobs, torch.full((1, 1), LN2)).sum().backward()
+    kl_penalty(logprobs, torch.full((1, 1), LN2), "k3").sum().backward()
     close(logprobs.grad, [[1.0 - 2.0]])  # d/dlogp = 1 - exp(ref - logp)
 
 
 def test_k3_stays_finite_for_vanishing_policy_probability():
-    assert torch.isfinite(kl_penalty(torch.tensor([[-200.0]]), torch.zeros(1, 1))).all()
+    assert torch.isfinite(kl_penalty(torch.tensor([[-200.0]]), torch.zeros(1, 1), "k3")).all()
 
 
 def test_unknown_kl_estimator_is_a_user_error():

@@ -97,9 +97,13 @@ def test_unknown_dataset_is_a_user_error_with_suggestions():
         rg_task_class("basic_arithmetc")
 
 
-def test_seed_outside_reasoning_gym_range_is_a_user_error():
-    with pytest.raises(UserError, match="outside"):
-        rg_task_class("gcd")().generate(-1)
+def test_any_seed_folds_into_the_reasoning_gym_range():
+    # the trainer draws seeds below 2**62; reasoning-gym takes seeds below 2**31 (2 * seed + split < 2**32)
+    assert adapter.rg_seed(2**62 - 1, "eval") == 2 * (2**31 - 1) + 1
+    assert adapter.rg_seed(-1, "train") == 2 * (2**31 - 1)
+    task = rg_task_class("gcd")()
+    big = task.generate(2**62 + 5)
+    assert big.seed == 2**62 + 5 and big.question == task.generate(5).question
 
 
 def test_missing_reasoning_gym_tells_how_to_install(monkeypatch):
@@ -120,3 +124,81 @@ def test_level_whose_config_fails_validation_falls_back_and_says_so():
     # caesar_cipher's curriculum asks for rotations above 25 from level 2 on, which its config rejects
     p = rg_task_class("caesar_cipher")().generate(0, "hard")
     assert p.params["level"] == 3 and p.answer["rg_level"] == 1 and p.solution is not None
+
+
+# -- hostile answers (issue #13): code, hangs and constant answers ------------------------------------------
+EXECUTED_BEFORE = [
+    "countdown",
+    "puzzle24",
+    "polynomial_multiplication",
+    "simple_integration",
+    "string_insertion",
+    "spiral_matrix",
+    "n_queens",
+]
+
+
+def test_rg_tasks_are_verified_isolated_and_survive_pickling():
+    import pickle
+
+    task = rg_task_class("puzzle24")()
+    assert not task.pure
+    copy = pickle.loads(pickle.dumps(task))
+    assert type(copy) is type(task) and copy.answer_format == task.answer_format
+
+
+@pytest.mark.parametrize("name", EXECUTED_BEFORE)
+def test_answer_that_is_code_does_not_run(name, tmp_path):
+    marker = tmp_path / "ran"
+    task = rg_task_class(name)()
+    problem = task.generate(0, "easy")
+    for code in (f"__import__('os').system('touch {marker}')", f"[__import__('pathlib').Path('{marker}').touch()]"):
+        verdict = task.verify(problem, f"<answer>{code}</answer>")
+        assert verdict.score == 0.0
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", ["countdown", "puzzle24", "polynomial_multiplication", "simple_integration"])
+def test_answers_that_hung_the_verifier_score_zero_quickly(name):
+    task = rg_task_class(name)()
+    problem = task.generate(0, "easy")
+    for bomb in ("2**2**2**2**2**2", "9**9**9", "factorial(10**7)", "(9**99)**99"):
+        verdict = task.verify(problem, f"<answer>{bomb}</answer>")
+        assert verdict.score == 0.0
+        assert verdict.reason in ("malformed", "wrong_numbers", "unsafe_expression")
+
+
+def test_puzzle24_constant_answer_no_longer_scores():
+    task = rg_task_class("puzzle24")()
+    problems = [task.generate(seed) for seed in range(30)]
+    constant = [task.verify(p, "<answer>4*3*2*1</answer>") for p in problems]
+    fair = [p for p in problems if sorted(p.answer["metadata"]["numbers"]) != [1, 2, 3, 4]]
+    assert all(v.score == 0.0 for v, p in zip(constant, problems) if p in fair)
+    assert all(task.verify(p, task.reference_response(p)).correct for p in problems)
+
+
+def test_puzzle24_checks_the_numbers_and_the_stated_result():
+    task = rg_task_class("puzzle24")()
+    problem = task.generate(1)  # 5 6 8 8
+    assert problem.answer["metadata"]["numbers"] == [5, 6, 8, 8]
+    assert task.verify(problem, "<answer>8*(5+6-8)</answer>").correct
+    assert task.verify(problem, "<answer>8*(5+6-8) = 24</answer>").correct
+    assert task.verify(problem, "<answer>8*(5+6-8) = 25</answer>").reason == "malformed"
+    assert task.verify(problem, "<answer>8*(6+6-8)</answer>").reason == "wrong_numbers"
+    assert task.verify(problem, "<answer>8*(5+6-8)+0*8</answer>").reason == "wrong_numbers"
+
+
+def test_countdown_needs_exact_value_with_plus_minus_times_divide_only():
+    task = rg_task_class("countdown")()
+    problem = task.generate(0, "easy")
+    meta = problem.answer["metadata"]
+    assert task.verify(problem, task.reference_response(problem)).correct
+    # the same numbers with a power in place of a product: upstream parse_expr accepted any operator
+    assert task.verify(problem, f"<answer>{'**'.join(map(str, meta['numbers']))}</answer>").score == 0.0
+
+
+def test_eval_scorers_still_read_python_lists_without_running_code():
+    task = rg_task_class("string_insertion")()
+    problem = task.generate(0, "easy")
+    as_list = repr(list(problem.answer["answer"]))
+    assert task.verify(problem, f"<answer>{as_list}</answer>").score == pytest.approx(0.1)  # upstream's credit

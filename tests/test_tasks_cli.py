@@ -139,6 +139,25 @@ def test_score_needs_a_response_column(capsys, tmp_path):
     assert "needs a string 'response' column" in _user_error(capsys, ["tasks", "score", str(path)])
 
 
+@pytest.mark.parametrize("content", ["", "\n  \n"])
+def test_score_refuses_a_file_without_rows(capsys, tmp_path, content):
+    path = tmp_path / "responses.jsonl"
+    path.write_text(content)
+    assert (
+        _user_error(capsys, ["tasks", "score", str(path)])
+        == f"polyrl: error: {path}: no rows to score (the file has no rows)"
+    )
+
+
+def test_score_refuses_a_parquet_file_without_rows(capsys, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "responses.parquet"
+    pq.write_table(pa.table({"id": pa.array([], pa.string()), "response": pa.array([], pa.string())}), path)
+    assert "no rows to score" in _user_error(capsys, ["tasks", "score", str(path)])
+
+
 def test_check_leakage_finds_planted_overlap(capsys, tmp_path):
     task = get_task("sort_digits")
     a, b, clean = tmp_path / "a.jsonl", tmp_path / "b.parquet", tmp_path / "clean.jsonl"
@@ -172,3 +191,11 @@ def test_corrupt_parquet_is_a_user_error(capsys, tmp_path):
     path = tmp_path / "bad.parquet"
     path.write_bytes(b"PAR1 not really")
     assert "not a readable parquet file" in _user_error(capsys, ["tasks", "check-leakage", str(path), str(path)])
+
+
+def test_an_option_outside_its_range_is_a_one_line_error(capsys):
+    from polyrl.cli import run
+
+    assert run(["tasks", "sample", "addition", "--n", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err) and any("greater than or equal to 1" in line for line in err)

@@ -1,49 +1,181 @@
-"""Named registries and plugin loading, shared by tasks, environments, estimators and losses."""
+"""One registry shape for every extension kind: named objects, built-in modules, entry-point plugins.
+
+Each kind (task, environment, sampler, advantage estimator, policy objective, loss aggregation, KL
+estimator, value loss, reward term) is one :class:`Registry`::
+
+    OBJECTIVES = Registry("policy objective", "polyrl.objectives", builtins=("polyrl.algos.objectives",))
+
+    @OBJECTIVES.register("ppo_clip")
+    def ppo_clip(inputs, settings): ...
+
+    OBJECTIVES.lookup("ppo_clip")   # UserError "unknown policy objective 'ppo_clp'; did you mean ppo_clip?"
+    OBJECTIVES.names()              # sorted names, built-ins and plugins
+
+On the first read (``lookup``, ``names``, ``in``, iteration) a registry imports its built-in modules,
+which register their objects with decorators, then loads its plugins: every entry point of its group
+(``[project.entry-points."polyrl.objectives"]`` in a plugin's pyproject.toml). An entry point names a
+module, whose decorators register on import, or an object, registered under the entry point's name.
+A broken plugin is reported once on stderr and skipped; it never takes the built-ins down.
+Registering a second, different object under a taken name raises.
+"""
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import sys
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator, MutableMapping
 from importlib.metadata import entry_points
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from polyrl.errors import UserError
+
+__all__ = ["Registry", "load_plugins"]
 
 T = TypeVar("T")
 
 
-class Registry(dict[str, Any]):
-    """A name → object mapping whose lookups fail with a UserError that lists the known names."""
+class Registry(MutableMapping[str, T], Generic[T]):
+    """Name → object for one extension kind, loading its built-ins and plugins on first read.
 
-    def __init__(self, kind: str):
-        super().__init__()
+    ``kind`` names the kind in messages ("policy objective"); ``entry_point_group`` is the plugin group
+    (None: no plugins); ``builtins`` lists the modules that register the built-in objects;
+    ``adopt(name, obj)`` registers an object an entry point names (default: ``self.add(name, obj)``).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        entry_point_group: str | None = None,
+        builtins: tuple[str, ...] = (),
+        adopt: Callable[[str, Any], Any] | None = None,
+    ):
         self.kind = kind
+        self.entry_point_group = entry_point_group
+        self.builtins = tuple(builtins)
+        self._adopt = adopt
+        self._entries: dict[str, T] = {}
+        self._loaded = False
+
+    # --- registration (never triggers loading: built-in modules call it while being imported) -----------
+
+    def add(self, name: str, obj: T) -> T:
+        """Register ``obj`` as ``name``; the same object (or its reloaded definition) again is fine."""
+        if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+            raise ValueError(f"{self.kind} name must be a non-empty string without spaces, got {name!r}")
+        existing = self._entries.get(name)
+        if existing is not None and _definition(existing) != _definition(obj):
+            raise ValueError(f"{self.kind} {name!r} is already registered by {_origin(existing)}")
+        self._entries[name] = obj
+        return obj
 
     def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: make the object available as ``self.lookup(name)``."""
+        """Decorator: register the decorated object as ``name``."""
 
         def decorator(obj: T) -> T:
-            existing = self.get(name)
-            if existing is not None and existing is not obj:
-                raise ValueError(f"{self.kind} {name!r} is already registered by {existing.__module__}")
-            self[name] = obj
-            return obj
+            return self.add(name, obj)
 
         return decorator
 
-    def lookup(self, name: str) -> Any:
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (tests register temporary objects and remove them)."""
+        del self._entries[name]
+
+    # --- reading (loads built-ins and plugins once) -----------------------------------------------------
+
+    def load(self) -> None:
+        """Import the built-in modules, then the plugins of the entry-point group; once per process."""
+        if self._loaded:
+            return
+        self._loaded = True  # first: a built-in module may read the registry while it is imported
+        for module in self.builtins:
+            importlib.import_module(module)
+        if self.entry_point_group is not None:
+            load_plugins(self.entry_point_group, self.kind, self._adopt_plugin)
+
+    def _adopt_plugin(self, name: str, obj: Any) -> None:
+        if isinstance(obj, types.ModuleType):
+            return  # a module registered its objects with decorators when it was imported
+        if self._adopt is not None:
+            self._adopt(name, obj)
+        else:
+            self.add(name, obj)
+
+    def names(self) -> list[str]:
+        """Every registered name, sorted."""
+        self.load()
+        return sorted(self._entries)
+
+    def lookup(self, name: str) -> T:
+        """The object registered as ``name``; a one-line UserError with the closest names otherwise."""
+        self.load()
         try:
-            return self[name]
-        except KeyError:
-            raise UserError(f"unknown {self.kind} {name!r}; known: {', '.join(sorted(self))}") from None
+            return self._entries[name]
+        except (KeyError, TypeError):
+            raise UserError(self.unknown_message(name)) from None
+
+    def unknown_message(self, name: Any, prefix: str = "") -> str:
+        """``unknown <kind> 'x'; did you mean y?`` (or the known names when nothing is close).
+
+        ``prefix`` is shown before the name and the suggestions (``env/`` for environments).
+        """
+        names = self.names()
+        close = difflib.get_close_matches(name, names, n=3) if isinstance(name, str) else []
+        if close:
+            return f"unknown {self.kind} {prefix + str(name)!r}; did you mean {', '.join(prefix + c for c in close)}?"
+        return f"unknown {self.kind} {prefix + str(name)!r}; known: {', '.join(prefix + n for n in names) or 'none'}"
+
+    def __getitem__(self, name: str) -> T:
+        self.load()
+        return self._entries[name]
+
+    def __setitem__(self, name: str, obj: T) -> None:
+        self.add(name, obj)
+
+    def __delitem__(self, name: str) -> None:
+        self.remove(name)
+
+    def __iter__(self) -> Iterator[str]:
+        self.load()
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        self.load()
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {len(self._entries)} registered)"
 
 
-def load_plugins(group: str, kind: str) -> list[Any]:
-    """Load every entry point of ``group``; a broken plugin is reported and skipped, never fatal."""
+def _definition(obj: Any) -> Any:
+    """What makes two registrations the same: the object, or for classes and functions where they are
+    defined (a module imported twice, e.g. under a test runner, defines equal but distinct objects)."""
+    qualname = getattr(obj, "__qualname__", None) if isinstance(obj, (type, types.FunctionType)) else None
+    if not qualname or "<" in qualname:  # lambdas and local definitions: only the object itself
+        return obj
+    return obj.__module__, qualname
+
+
+def _origin(obj: Any) -> str:
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    return f"{module}.{qualname}" if module and qualname else repr(obj)
+
+
+def load_plugins(group: str, kind: str, adopt: Callable[[str, Any], Any] | None = None) -> list[Any]:
+    """Load every entry point of ``group`` and hand each to ``adopt(name, obj)``; returns what loaded.
+
+    A plugin that fails to import, or whose object ``adopt`` rejects (wrong type, a taken name), is
+    reported on stderr and skipped, never fatal.
+    """
     loaded = []
     for ep in entry_points(group=group):
         try:
-            loaded.append(ep.load())
+            obj = ep.load()
+            if adopt is not None:
+                adopt(ep.name, obj)
         except Exception as exc:  # a broken plugin must not take the built-ins down with it
             print(f"polyrl: warning: {kind} plugin {ep.name!r} ({ep.value}) failed to load: {exc}", file=sys.stderr)
+            continue
+        loaded.append(obj)
     return loaded

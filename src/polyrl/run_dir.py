@@ -50,6 +50,9 @@ def _clean(value: Any) -> Any:
 
 
 class RunDir:
+    writes = True
+    """False for a view that leaves every write to another process (:class:`SilentRunDir`)."""
+
     def __init__(self, path: str | Path, tensorboard: bool = True):
         self.path = Path(path)
         self.tensorboard = tensorboard
@@ -161,3 +164,25 @@ class RunDir:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+class SilentRunDir(RunDir):
+    """The run directory as seen by a rank other than 0 in multi-process training: the same paths to read
+    (checkpoints, models), but every write is rank 0's, so this one writes nothing."""
+
+    writes = False
+
+    def create(self, resume: bool) -> None:
+        """Nothing to make: rank 0 creates the directory and checks it."""
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Rank 0 logs the step."""
+
+    def keep_metrics(self, lines: int) -> None:
+        """Rank 0 owns ``metrics.jsonl``."""
+
+    def truncate_metrics(self, stage: str, step: int) -> None:
+        """Rank 0 owns ``metrics.jsonl``."""
+
+    def save_json(self, path: Path, data: Any) -> None:
+        """Rank 0 writes the results."""

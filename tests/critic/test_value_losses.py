@@ -50,19 +50,23 @@ def test_mse_value_loss_averages_over_masked_tokens():
     values = torch.tensor([[0.0, 1.0, 9.0]])
     returns = torch.tensor([[1.0, 1.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    assert float(value_loss(values, returns, mask, "mse")) == pytest.approx(0.5)
+    assert float(value_loss(values, returns, mask, "mse", -1.0, 1.5, 0.75)) == pytest.approx(0.5)
 
 
 def test_categorical_value_loss_is_cross_entropy_to_the_target():
     logits = torch.tensor([[[0.0, math.log(3.0)]]])  # probs 0.25, 0.75
     returns = torch.tensor([[1.5]])  # support [0, 2], 2 bins: centres 0.5, 1.5 -> two-hot [0, 1]
     mask = torch.ones(1, 1)
-    assert float(value_loss(logits, returns, mask, "two_hot", 0.0, 2.0)) == pytest.approx(-math.log(0.75), abs=1e-6)
+    assert float(value_loss(logits, returns, mask, "two_hot", 0.0, 2.0, 0.75)) == pytest.approx(
+        -math.log(0.75), abs=1e-6
+    )
 
 
 def test_hl_gauss_loss_is_minimized_by_its_target():
     returns = torch.tensor([[0.3]])
     target = hl_gauss_targets(returns, -1.0, 1.0, 8)
-    at_target = value_loss(target.log().unsqueeze(0)[0].unsqueeze(0), returns, torch.ones(1, 1), "hl_gauss", -1.0, 1.0)
-    elsewhere = value_loss(torch.zeros(1, 1, 8), returns, torch.ones(1, 1), "hl_gauss", -1.0, 1.0)
+    at_target = value_loss(
+        target.log().unsqueeze(0)[0].unsqueeze(0), returns, torch.ones(1, 1), "hl_gauss", -1.0, 1.0, 0.75
+    )
+    elsewhere = value_loss(torch.zeros(1, 1, 8), returns, torch.ones(1, 1), "hl_gauss", -1.0, 1.0, 0.75)
     assert float(at_target) < float(elsewhere)

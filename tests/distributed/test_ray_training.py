@@ -40,7 +40,7 @@ def test_ray_training_runs_and_logs_staleness(local_ray, tiny_train_config, asyn
     cfg = tiny_train_config(
         backend="ray",
         ray={"num_rollout_workers": 2, "async": asynchronous, "max_staleness": 1},
-        rl={"steps": 4, "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8},
+        rl={"steps": 4, "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8, "dynamic_sampling": False},
     )
     trainer = Trainer(cfg)
     trainer.run()

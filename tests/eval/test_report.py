@@ -243,9 +243,9 @@ def test_the_synthetic_report_loads_in_headless_chromium_with_its_panels_and_no_
 
 
 def test_report_renders_in_headless_chromium(finished_run, tmp_path):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromium = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "/usr/bin/chromium"))), None)
     if chromium is None:
-        pytest.skip("chromium is not on PATH (Debian: apt-get install -y chromium)")
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium; .ci/run installs it)")
     import matplotlib.image
 
     page, _ = build_report(finished_run, tmp_path / "r.html")
@@ -254,8 +254,13 @@ def test_report_renders_in_headless_chromium(finished_run, tmp_path):
         [
             chromium,
             "--headless",
-            "--no-sandbox",
+            "--no-sandbox",  # Chromium refuses to run as root with its own sandbox
             "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
             "--hide-scrollbars",
             "--window-size=1280,1800",
             f"--screenshot={shot}",

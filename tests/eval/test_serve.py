@@ -1,4 +1,5 @@
-"""`polyrl serve`: the OpenAI chat-completions schema, models, health and JSON errors."""
+"""`polyrl serve` over HTTP on loopback: the OpenAI chat-completions schema, models, health, and every error in
+OpenAI's shape. Limits (body size, prompt length, the queue) are in test_serve_limits.py."""
 
 import pytest
 
@@ -7,7 +8,7 @@ openai = pytest.importorskip("openai")
 
 
 def test_health_and_models(served):
-    assert httpx.get(f"{served}/health").json() == {"status": "ok", "model": "tiny"}
+    assert httpx.get(f"{served}/health").json() == {"status": "ok", "model": "tiny", "waiting": 0}
     models = httpx.get(f"{served}/v1/models").json()
     assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["tiny"]
 
@@ -37,14 +38,17 @@ def test_temperature_zero_is_greedy_and_repeatable(served):
     [
         ({"messages": []}, "messages"),
         ({}, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "temperature": -0.5}, "temperature"),
+        ({"messages": [{"role": "user", "content": "x"}], "top_p": 0}, "top_p"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
         ({"messages": [{"role": "user", "content": "x"}], "temperature": 5}, "temperature"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
         ({"messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
     ],
 )
-def test_malformed_requests_get_a_422_json_error(served, body, where):
+def test_malformed_requests_get_a_400_json_error(served, body, where):
     response = httpx.post(f"{served}/v1/chat/completions", json=body)
-    assert response.status_code == 422
+    assert response.status_code == 400
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == where
 
@@ -54,7 +58,66 @@ def test_prompt_longer_than_the_context_is_a_400(served):
         f"{served}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * 2000}]}
     )
     assert response.status_code == 400
-    assert "context is 512" in response.json()["error"]["message"]
+    error = response.json()["error"]
+    assert "context is 512" in error["message"] and error["code"] == "context_length_exceeded"
+
+
+def post_raw(served: str, body: str, content_type: str = "application/json"):
+    return httpx.post(f"{served}/v1/chat/completions", content=body.encode(), headers={"content-type": content_type})
+
+
+def assert_openai_error(response, status: int, param: str | None = None) -> dict:
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert error["param"] == param
+    return error
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p"])
+def test_sampling_fields_near_zero_sample_greedily(served, field):
+    body = {"messages": [{"role": "user", "content": "abc"}], "max_tokens": 6, "temperature": 0}
+    greedy = httpx.post(f"{served}/v1/chat/completions", json=body).json()
+    tiny = httpx.post(f"{served}/v1/chat/completions", json={**body, "temperature": 1.0, field: 1e-300}).json()
+    assert tiny["choices"][0]["message"] == greedy["choices"][0]["message"]
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e300"])
+def test_non_finite_or_huge_temperature_is_a_400(served, value):
+    response = post_raw(served, '{"messages": [{"role": "user", "content": "x"}], "temperature": ' + value + "}")
+    assert_openai_error(response, 400, "temperature")
+
+
+def test_a_lone_surrogate_in_content_is_a_400_not_a_500(served):
+    response = post_raw(served, '{"messages": [{"role": "user", "content": "a\\ud800b"}]}')
+    error = assert_openai_error(response, 400, "messages.0.content")
+    assert "surrogate" in error["message"]
+
+
+def test_a_surrogate_pair_is_one_character_and_served(served):
+    response = post_raw(served, '{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}], "max_tokens": 2}')
+    assert response.status_code == 200
+
+
+def test_invalid_json_is_a_400(served):
+    error = assert_openai_error(post_raw(served, '{"messages": ['), 400)
+    assert "not valid JSON" in error["message"]
+
+
+@pytest.mark.parametrize("body", ["", "[1, 2]", '"hello"'])
+def test_a_body_that_is_not_an_object_is_a_400(served, body):
+    error = assert_openai_error(post_raw(served, body), 400)
+    assert "must be a JSON object" in error["message"]
+
+
+def test_unknown_route_is_a_404_in_openai_shape(served):
+    error = assert_openai_error(httpx.get(f"{served}/v1/completions/nope"), 404)
+    assert error["code"] == "unknown_url"
+
+
+def test_wrong_method_is_a_405_in_openai_shape(served):
+    assert_openai_error(httpx.get(f"{served}/v1/chat/completions"), 405)
 
 
 def test_serve_rejects_a_directory_that_is_not_a_checkpoint(tmp_path, capsys):
@@ -62,3 +125,19 @@ def test_serve_rejects_a_directory_that_is_not_a_checkpoint(tmp_path, capsys):
 
     assert run(["serve", str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--max-request-bytes", "10"], "--max-request-bytes: Input should be greater than or equal to 1024"),
+        (["--max-waiting", "-1"], "--max-waiting: Input should be greater than or equal to 0"),
+        (["--port", "0"], "--port: 0 is not a TCP port (1-65535)"),
+        (["--threads", "0"], "--threads: 0; give 1 or more"),
+    ],
+)
+def test_serve_options_out_of_bounds_are_one_line_errors(tmp_path, capsys, option, message):
+    from polyrl.cli import run
+
+    assert run(["serve", str(tmp_path), *option]) == 2
+    assert capsys.readouterr().err == f"polyrl: error: {message}\n"

@@ -9,7 +9,8 @@ from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.rollout import Trajectory
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
-from polyrl.train.learner import micro_batches, minibatches, policy_update, prepare_update
+from polyrl.train.learner import micro_batches, minibatches, policy_update
+from polyrl.train.update_batch import prepare_update
 
 
 def _traj(task: str, group: int, prompt: list[int], response: list[int], reward: float, finished=True) -> Trajectory:
@@ -129,3 +130,22 @@ def test_masking_truncated_completions_removes_them_from_the_loss(policy):
     cfg = RLConfig(mask_truncated=True, skip_zero_advantage=False)
     result, _ = _update(policy, cfg, trajs)
     assert result.objective["masked_truncated_fraction"] == pytest.approx(0.25)
+
+
+def test_gradient_surgery_none_is_the_plain_update_and_pcgrad_trains_on_the_same_loss(policy):
+    plain, model_plain = _update(policy, RLConfig(skip_zero_advantage=False))
+    _per_task, model_per_task = _update(policy, RLConfig(skip_zero_advantage=False, gradient_surgery="none"))
+    for a, b in zip(model_plain.parameters(), model_per_task.parameters()):
+        assert torch.equal(a, b)
+    surgery, _model_surgery = _update(policy, RLConfig(skip_zero_advantage=False, gradient_surgery="pcgrad"))
+    assert surgery.loss == pytest.approx(plain.loss, abs=1e-6)  # the same rows and loss, another direction
+    assert surgery.updates == 1 and surgery.skipped_updates == 0
+    assert "a" in surgery.objective_by_task and "b" in surgery.objective_by_task
+
+
+def test_pcgrad_in_the_learner_equals_the_sum_when_the_batch_has_one_task(policy):
+    one_task = [t for t in _step() if t.task == "a"]
+    _plain, model_plain = _update(policy, RLConfig(skip_zero_advantage=False), one_task)
+    _pc, model_pc = _update(policy, RLConfig(skip_zero_advantage=False, gradient_surgery="pcgrad"), one_task)
+    for a, b in zip(model_plain.parameters(), model_pc.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)

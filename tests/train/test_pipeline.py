@@ -131,7 +131,8 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
 
     import numpy as np
 
-    from polyrl.train.learner import policy_update, prepare_update
+    from polyrl.train.learner import policy_update
+    from polyrl.train.update_batch import prepare_update
 
     cfg = tiny_train_config(sft__steps=4, rl__epochs=1, rl__minibatches=1, rl__group_size=4, rl__prompts_per_step=8)
     trainer = Trainer(cfg)

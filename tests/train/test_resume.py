@@ -90,3 +90,95 @@ def test_sigkill_at_any_moment_leaves_a_resumable_run(tiny_train_config, tmp_pat
         line for line in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines() if '"stage": "rl"' in line
     ]
     assert len(rl_steps) == 12
+
+
+VOLATILE = {"step_time", "tokens_per_s", "completions_per_s"}
+"""Per-record timings: the only fields two runs of the same config may disagree on."""
+
+
+def _records(run_dir) -> list[dict]:
+    import json
+
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in VOLATILE} for line in lines]
+
+
+def _train_cmd(cfg_file: Path, run_dir: str) -> list[str]:
+    return [sys.executable, "-m", "polyrl", "train", "--config", str(cfg_file), "--run-dir", run_dir]
+
+
+def test_repeated_sigkill_with_a_kl_term_and_a_critic_matches_an_uninterrupted_run(tiny_train_config, tmp_path):
+    """Killed with SIGKILL at random moments three times (SFT, evaluation and RL all fair game), resumed each
+    time: the final weights and the metrics file equal an uninterrupted run's (timings aside)."""
+    import random
+
+    rl = {**tiny_train_config().rl.model_dump(), "kl_coef": 0.05, "advantage": "gae", "critic": {"warmup_steps": 2}}
+    cfg = tiny_train_config(rl=rl, checkpoint_every=2, threads=1, tensorboard=False)
+    cfg_file = tmp_path / "cfg.yaml"
+    cfg_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    full, killed = str(tmp_path / "full"), str(tmp_path / "killed")
+    done = subprocess.run(_train_cmd(cfg_file, full), env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    rng = random.Random(7)
+    proc = subprocess.Popen(
+        _train_cmd(cfg_file, killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    for _ in range(3):
+        time.sleep(rng.uniform(4.0, 12.0))  # start-up, SFT, evaluation or RL: wherever it lands
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        # a kill before the run saved its config leaves nothing to resume: start it again
+        saved = (Path(killed) / "config.yaml").exists()
+        again = (
+            [sys.executable, "-m", "polyrl", "train", "--resume", killed] if saved else _train_cmd(cfg_file, killed)
+        )
+        proc = subprocess.Popen(again, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    assert _same(_weights(full), _weights(killed))
+    assert _records(killed) == _records(full)
+
+
+def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tiny_train_config, tmp_path, monkeypatch):
+    full = tiny_train_config(run_dir=str(tmp_path / "full"), checkpoint_every=2)
+    Trainer(full).run()
+
+    cfg = tiny_train_config(run_dir=str(tmp_path / "crashed"), checkpoint_every=2)
+    from polyrl.train import trainer as trainer_module
+
+    real_log = trainer_module.RunDir.log
+
+    def crashing_log(self, record):
+        real_log(self, record)
+        if record["stage"] == "rl" and record["step"] == 5:
+            raise Crash
+
+    monkeypatch.setattr(trainer_module.RunDir, "log", crashing_log)
+    with pytest.raises(Crash):
+        Trainer(cfg).run()
+    monkeypatch.setattr(trainer_module.RunDir, "log", real_log)
+    newest = Path(cfg.run_dir) / "checkpoints" / "rl-000004" / "model" / "model.safetensors"
+    newest.write_bytes(newest.read_bytes()[:1000])  # cut short, as a full disk would leave it
+    with pytest.warns(UserWarning, match=r"checkpoint rl-000004 is not usable \(model/model.safetensors is damaged"):
+        ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
+    assert (ckpt.stage, ckpt.step) == ("rl", 2)
+    with pytest.warns(UserWarning, match="rl-000004 is not usable"):
+        Trainer(cfg, resume=True).run()
+    assert _same(_weights(full.run_dir), _weights(cfg.run_dir))
+    assert _records(cfg.run_dir) == _records(full.run_dir)
+
+
+def test_a_kill_between_the_last_sft_checkpoint_and_sft_model_is_repaired(tiny_train_config, tmp_path):
+    cfg = tiny_train_config(run_dir=str(tmp_path / "run"), rl__enabled=False)
+    Trainer(cfg).run()
+    import shutil
+
+    shutil.rmtree(Path(cfg.run_dir) / "sft_model")  # what a kill right after the checkpoint would have left
+    Trainer(cfg, resume=True).run()
+    assert (Path(cfg.run_dir) / "sft_model" / "model.safetensors").is_file()
+    evals = [r for r in _records(cfg.run_dir) if r["stage"] == "eval"]
+    assert [r["name"] for r in evals] == ["after_sft"]

@@ -30,6 +30,7 @@ from polyrl.algos.losses import (
     loss_totals,
     overlong_penalty,
     register_aggregation,
+    register_kl_estimator,
     token_logprobs,
 )
 from polyrl.algos.objectives import (
@@ -64,6 +65,7 @@ __all__ = [
     "policy_loss",
     "register_advantage",
     "register_aggregation",
+    "register_kl_estimator",
     "register_objective",
     "reinforce_pp",
     "reinforce_pp_baseline",

@@ -48,7 +48,7 @@ class AdvantageEstimator(Protocol):
     def __call__(self, rewards: Tensor, group_ids: Ids, eps: float = 1e-6) -> Tensor: ...
 
 
-ADVANTAGE_ESTIMATORS = Registry("advantage estimator")
+ADVANTAGE_ESTIMATORS = Registry("advantage estimator", "polyrl.advantages", builtins=("polyrl.algos.advantages",))
 
 
 def register_advantage(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
@@ -234,9 +234,7 @@ def task_normalize(advantages: Tensor, task_ids: Ids, eps: float = 1e-6) -> Tens
 # Token-level GAE for PPO with a critic
 
 
-def gae(
-    rewards_per_token: Tensor, values: Tensor, mask: Tensor, gamma: float = 1.0, lam: float = 0.95
-) -> tuple[Tensor, Tensor]:
+def gae(rewards_per_token: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
     """Generalized advantage estimation over response tokens; returns ``(advantages, returns)``, both [N, T].
 
     Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage Estimation",

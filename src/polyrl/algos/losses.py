@@ -1,4 +1,6 @@
-"""Policy-gradient losses on token log-probabilities: clipped surrogate, KL penalty, overlong shaping.
+"""Losses on token log-probabilities: log-probs from logits, aggregations, KL penalty, overlong shaping.
+
+The policy objectives themselves (PPO-clip, GSPO, CISPO) are in :mod:`polyrl.algos.objectives`.
 
 Shapes: ``N`` sequences, response tokens padded to ``T``; ``mask[N, T]`` is 1 on tokens the policy
 generated (0 on padding and on environment/tool tokens in multi-turn trajectories).
@@ -7,7 +9,7 @@ How per-token losses become one scalar is itself an algorithmic choice (GRPO, DA
 only there), so aggregations are registered by name like estimators::
 
     @register_aggregation("my_aggregation")
-    def my_aggregation(values, mask, max_tokens=None): ...
+    def my_aggregation(values, mask, max_tokens, total_tokens, total_sequences): ...
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "loss_totals",
     "overlong_penalty",
     "register_aggregation",
+    "register_kl_estimator",
     "token_logprobs",
 ]
 
@@ -107,7 +110,7 @@ class Aggregation(Protocol):
     ) -> Tensor: ...
 
 
-AGGREGATIONS = Registry("loss aggregation")
+AGGREGATIONS = Registry("loss aggregation", "polyrl.aggregations", builtins=("polyrl.algos.losses",))
 
 
 def register_aggregation(name: str) -> Callable[[Aggregation], Aggregation]:
@@ -211,37 +214,50 @@ def seq_mean_token_sum_norm(
 # ---------------------------------------------------------------------------------------------------------
 # KL penalty to a reference policy
 
+# Schulman 2020, "Approximating KL Divergence" (joschu.net/blog/kl-approx.html): with samples from the
+# policy and r = ref / p, each estimator maps (logprobs, ref_logprobs) to a per-token estimate.
+KL_ESTIMATORS = Registry("KL estimator", "polyrl.kl", builtins=("polyrl.algos.losses",))
+
 # Bounds log(ref/p) before exp in k3: a token the policy has driven to ~0 probability would otherwise
 # overflow to inf and poison the whole step.
 _K3_LOG_RATIO_BOUND = 20.0
 
-KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    # Schulman 2020, "Approximating KL Divergence" (joschu.net/blog/kl-approx.html), with samples from
-    # the policy and log r = log ref - log p:
-    "k1": lambda logprobs, ref_logprobs: logprobs - ref_logprobs,  # -log r: unbiased, high variance, can be < 0
-    "k2": lambda logprobs, ref_logprobs: (
-        0.5 * (logprobs - ref_logprobs).square()
-    ),  # (log r)^2 / 2: biased, low variance
-    "k3": lambda logprobs, ref_logprobs: _k3(ref_logprobs - logprobs),  # (r - 1) - log r: unbiased, >= 0
-}
+
+def register_kl_estimator(name: str) -> Callable[[KLEstimator], KLEstimator]:
+    """Decorator: make a per-token KL estimator ``(logprobs, ref_logprobs) -> Tensor[N, T]`` available by name."""
+    return KL_ESTIMATORS.register(name)
 
 
-def _k3(log_ratio: Tensor) -> Tensor:
-    log_ratio = log_ratio.clamp(-_K3_LOG_RATIO_BOUND, _K3_LOG_RATIO_BOUND)
+class KLEstimator(Protocol):
+    def __call__(self, logprobs: Tensor, ref_logprobs: Tensor) -> Tensor: ...
+
+
+@register_kl_estimator("k1")
+def kl_k1(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """``-log r = log p - log ref``: unbiased, high variance, can be negative."""
+    return logprobs - ref_logprobs
+
+
+@register_kl_estimator("k2")
+def kl_k2(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """``(log r)^2 / 2``: biased, low variance."""
+    return 0.5 * (logprobs - ref_logprobs).square()
+
+
+@register_kl_estimator("k3")
+def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """``(r - 1) - log r``: unbiased, never negative (GRPO's, DeepSeekMath eq. 4); ``log r`` bounded to ±20."""
+    log_ratio = (ref_logprobs - logprobs).clamp(-_K3_LOG_RATIO_BOUND, _K3_LOG_RATIO_BOUND)
     return torch.exp(log_ratio) - log_ratio - 1.0
 
 
-def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k3") -> Tensor:
-    """Per-token estimate of KL(policy || reference), ``Tensor[N, T]``; reduce it with :func:`aggregate`.
+def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str) -> Tensor:
+    """Per-token estimate of KL(policy || reference) by the estimator registered as ``estimator``.
 
-    ``k1 = log p - log ref``, ``k2 = (log p - log ref)^2 / 2``, ``k3 = exp(ref - log p) - (ref - log p) - 1``
-    (Schulman 2020, "Approximating KL Divergence"). k3 is what GRPO uses (DeepSeekMath eq. 4).
+    ``Tensor[N, T]``; reduce it with :func:`aggregate`. Built-ins: ``k1``, ``k2``, ``k3`` (Schulman 2020,
+    "Approximating KL Divergence"); the config's ``kl_estimator`` picks one.
     """
-    try:
-        kl_fn = KL_ESTIMATORS[estimator]
-    except KeyError:
-        raise UserError(f"unknown KL estimator {estimator!r}; known: {', '.join(sorted(KL_ESTIMATORS))}") from None
-    return kl_fn(logprobs, ref_logprobs)
+    return KL_ESTIMATORS.lookup(estimator)(logprobs, ref_logprobs)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -10,11 +10,13 @@ generated (0 on padding and on environment/tool tokens in multi-turn trajectorie
 
 The parts every objective shares live here once, in the order they apply to a token:
 
-1. the loss mask: ``mask``, minus truncated completions when ``mask_truncated`` (:func:`loss_mask`);
+1. the loss mask: ``mask``, minus truncated completions when ``mask_truncated`` (:func:`loss_mask`),
+   and the log-ratio to the old policy (:func:`objective_terms`);
 2. the objective's own per-token loss (PPO-clip, GSPO, CISPO);
 3. truncated importance sampling towards the behaviour policy (``tis_cap``, :func:`tis_weights`);
 4. off-policy sequence masking (``offpolicy_kl_threshold``, :func:`offpolicy_mask`);
-5. the registered aggregation, normalized by this batch or by the minibatch totals in ``inputs``.
+5. the registered aggregation, normalized by this batch or by the minibatch totals in ``inputs``
+   (3–5: :func:`weight_mask_aggregate`).
 
 ``stats`` holds detached 0-d tensors (call ``.item()`` when logging, once per step), averaged over the
 tokens in the loss: ``clip_fraction``, ``clip_fraction_low``, ``clip_fraction_high``, ``approx_kl`` (k3
@@ -47,12 +49,14 @@ __all__ = [
     "get_objective",
     "gspo",
     "loss_mask",
+    "objective_terms",
     "objective_totals",
     "offpolicy_mask",
     "policy_loss",
     "ppo_clip",
     "register_objective",
     "tis_weights",
+    "weight_mask_aggregate",
 ]
 
 
@@ -108,7 +112,7 @@ class Objective(Protocol):
     def __call__(self, inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
-OBJECTIVES = Registry("policy objective")
+OBJECTIVES = Registry("policy objective", "polyrl.objectives", builtins=("polyrl.algos.objectives",))
 
 
 def register_objective(name: str) -> Callable[[Objective], Objective]:
@@ -212,11 +216,15 @@ def _token_mean(values: Tensor, mask: Tensor) -> Tensor:
 def _sequence_fraction(dropped: Tensor, mask: Tensor) -> Tensor:
     """Fraction of the sequences with tokens in ``mask`` for which ``dropped[N]`` holds."""
     has_tokens = mask.sum(-1) > 0
-    return (dropped & has_tokens).sum().to(mask.dtype) / has_tokens.sum().clamp(min=1)
+    return (dropped & has_tokens).sum() / has_tokens.sum().clamp(min=1)
 
 
-def _prepare(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, Tensor, Tensor]:
-    """Step 1: ``(loss mask, per-token advantages, log ratio to the old policy)``, all ``[N, T]``."""
+def objective_terms(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, Tensor, Tensor]:
+    """Step 1: ``(loss mask, per-token advantages, log ratio to the old policy)``, all ``[N, T]``.
+
+    Checks ``settings`` too. An objective starts here, computes its token losses, and ends with
+    :func:`weight_mask_aggregate`; a plugin objective that does the same honours every option.
+    """
     check_settings(settings)
     mask = loss_mask(inputs.mask, inputs.truncated, settings.mask_truncated).to(inputs.logprobs.dtype)
     # Detached so that an on-policy caller passing ``old_logprobs = logprobs`` still gets a gradient
@@ -243,10 +251,13 @@ def _ratio_stats(
         }
 
 
-def _reweight_mask_aggregate(
+def weight_mask_aggregate(
     token_losses: Tensor, mask: Tensor, advantages: Tensor, inputs: ObjectiveInputs, settings: ObjectiveSettings
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Steps 3–5: TIS weights, off-policy mask, aggregation; returns the loss and these steps' statistics."""
+    """Steps 3–5: TIS weights, off-policy mask, aggregation; returns the loss and these steps' statistics.
+
+    ``mask`` and ``advantages`` are the ones :func:`objective_terms` returned.
+    """
     stats: dict[str, Tensor] = {}
     if settings.tis_cap is not None:
         if inputs.behaviour_logprobs is None:
@@ -293,10 +304,10 @@ def ppo_clip(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tens
     PPO (Schulman et al. 2017, eq. 7) with DAPO's Clip-Higher (Yu et al. 2025, eq. 10): a larger
     ``clip_ratio_high`` lets low-probability tokens grow, which counters entropy collapse.
     """
-    mask, advantages, log_ratio = _prepare(inputs, settings)
+    mask, advantages, log_ratio = objective_terms(inputs, settings)
     ratio = torch.exp(log_ratio)
     token_losses, low, high = _clipped_surrogate(ratio, advantages, settings.clip_ratio_low, settings.clip_ratio_high)
-    loss, stats = _reweight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
+    loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
     return loss, _ratio_stats(ratio, log_ratio, low, high, mask) | stats
 
 
@@ -307,19 +318,19 @@ def gspo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, 
     Zheng et al. 2025, "Group Sequence Policy Optimization", eq. 7: the importance ratio of sequence
     ``i`` is the geometric mean of its token ratios, ``s_i = exp(1/|y_i| sum_t log r_{i,t})``, clipped at
     sequence level (eq. 5) with the much smaller range ``gspo_clip_ratio_low/high`` (§5.1: 3e-4, 4e-4).
-    Implemented as the GSPO-token variant (same paper, §4.3): ``s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]`` has the value
-    ``s_i`` and the gradient ``s_i * grad log pi(y_t)``, which equals GSPO's gradient for per-sequence
-    advantages and also accepts per-token ``[N, T]`` advantages. GSPO's ``1/G sum_i`` is the
+    Implemented as the GSPO-token variant (same paper, §4.3): ``s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]``
+    has the value ``s_i`` and the gradient ``s_i * grad log pi(y_t)``, which equals GSPO's gradient for
+    per-sequence advantages and also accepts per-token ``[N, T]`` advantages. GSPO's ``1/G sum_i`` is the
     ``seq_mean_token_mean`` aggregation. ``ratio_*`` stats describe ``s_i`` (per token).
     """
-    mask, advantages, log_ratio = _prepare(inputs, settings)
+    mask, advantages, log_ratio = objective_terms(inputs, settings)
     sequence_log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
     token_log_ratio = sequence_log_ratio.detach() + inputs.logprobs - inputs.logprobs.detach()
     ratio = torch.exp(token_log_ratio)
     token_losses, low, high = _clipped_surrogate(
         ratio, advantages, settings.gspo_clip_ratio_low, settings.gspo_clip_ratio_high
     )
-    loss, stats = _reweight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
+    loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
     return loss, _ratio_stats(ratio, log_ratio, low, high, mask) | stats
 
 
@@ -327,8 +338,9 @@ def gspo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, 
 def cispo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, Tensor]]:
     """REINFORCE with clipped, stop-gradient importance weights: Clipped IS-weight Policy Optimization.
 
-    MiniMax 2025, "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", §3.1: every token keeps a gradient, weighted by its importance
-    ratio truncated from above, ``w_t = sg(min(r_t, 1 + cispo_clip_ratio_high))``::
+    MiniMax 2025, "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", §3.1:
+    every token keeps a gradient, weighted by its importance ratio truncated from above,
+    ``w_t = sg(min(r_t, 1 + cispo_clip_ratio_high))``::
 
         loss_t = -w_t * A * log pi(y_t)      (written here as -w_t * A * pi(y_t) / sg[pi(y_t)])
 
@@ -337,12 +349,12 @@ def cispo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor,
     absolute cap, i.e. ``cispo_clip_ratio_high = 4.0`` here.) MiniMax-M1 normalizes by all tokens:
     the ``token_mean`` aggregation. ``clip_fraction_high`` counts tokens whose weight was truncated.
     """
-    mask, advantages, log_ratio = _prepare(inputs, settings)
+    mask, advantages, log_ratio = objective_terms(inputs, settings)
     ratio = torch.exp(log_ratio)
     cap = math.log1p(settings.cispo_clip_ratio_high)
     weight = torch.exp(log_ratio.detach().clamp(max=cap))
     token_losses = -advantages * weight * torch.exp(inputs.logprobs - inputs.logprobs.detach())
-    loss, stats = _reweight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
+    loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
     truncated_high = log_ratio.detach() > cap
     return loss, _ratio_stats(ratio, log_ratio, torch.zeros_like(truncated_high), truncated_high, mask) | stats
 
@@ -372,6 +384,7 @@ def policy_loss(
         tis_cap=tis_cap,
         mask_truncated=False,
         offpolicy_kl_threshold=None,
+        # read only by gspo and cispo
         gspo_clip_ratio_low=0.0,
         gspo_clip_ratio_high=0.0,
         cispo_clip_ratio_high=0.0,

@@ -11,7 +11,7 @@ import typer
 
 from polyrl.cli import eval as _eval
 from polyrl.cli import experiment as _experiment
-from polyrl.cli import experiment_critic as _experiment_critic
+from polyrl.cli import experiment_arms as _experiment_arms
 from polyrl.cli import report as _report
 from polyrl.cli import rm as _rm
 from polyrl.cli import serve as _serve
@@ -28,7 +28,8 @@ app = typer.Typer(
 )
 app.add_typer(_tasks.app, name="tasks")
 app.add_typer(_experiment.app, name="experiment")
-_experiment.app.command("critic")(_experiment_critic.critic)
+_experiment.app.command("critic")(_experiment_arms.critic)
+_experiment.app.command("surgery")(_experiment_arms.surgery)
 app.add_typer(_rm.app, name="rm")
 app.add_typer(_eval.app, name="eval")
 _train.register(app)
@@ -48,20 +49,33 @@ def run(argv: list[str] | None = None) -> int:
     if "datasets" in sys.modules and os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] == "1":
         sys.modules["datasets"].disable_progress_bars()
 
+    usage_errors, aborts = _click_exceptions(click)
     try:
         result = app(args=argv, standalone_mode=False)
     except UserError as exc:
         print(f"polyrl: error: {exc}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, *aborts):
         print("polyrl: interrupted", file=sys.stderr)
         return 130
-    except click.ClickException as exc:
+    except usage_errors as exc:
         exc.show()
         return 2
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 0
     return result if isinstance(result, int) else 0
+
+
+def _click_exceptions(click) -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """Click's usage errors and aborts, and those of the copy of click newer typer versions vendor (an option
+    out of its range raises the vendored ``BadParameter``, which is not a ``click.ClickException``)."""
+    usage, aborts = [click.ClickException], [click.exceptions.Abort]
+    try:
+        from typer._click.exceptions import ClickException
+        from typer.exceptions import Abort
+    except ImportError:
+        return tuple(usage), tuple(aborts)
+    return (*usage, ClickException), (*aborts, Abort)
 
 
 def main() -> None:

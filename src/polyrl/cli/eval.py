@@ -25,6 +25,7 @@ def _source(
     timeout: float,
     field: str,
     suite,
+    style: str,
 ):
     if (model is None) == (endpoint is None):
         raise UserError("give exactly one of --model PATH or --endpoint URL")
@@ -36,7 +37,7 @@ def _source(
 
         hf_logging.disable_progress_bar()
         policy = load_policy(ModelConfig(path=model), seed=suite.seed)
-        return LocalModelSource(policy, field, suite.system, seed=suite.seed), f"checkpoint {model}"
+        return LocalModelSource(policy, field, suite.system, seed=suite.seed, style=style), f"checkpoint {model}"
     from polyrl.eval.endpoint import EndpointSource
 
     api_key = None
@@ -63,6 +64,9 @@ def eval_cmd(
         None, "--suite", help="Suite YAML (tasks, difficulties, n, seeds, samples)."
     ),
     tasks: str | None = typer.Option(None, "--tasks", help="Comma-separated tasks (instead of --suite)."),
+    config: Path | None = typer.Option(
+        None, "--config", help="A training config whose dataset tasks become available by name."
+    ),
     difficulty: str = typer.Option("medium", "--difficulty", help="With --tasks: comma-separated knobs or presets."),
     n: int = typer.Option(50, "--n", min=1, help="With --tasks: problems per task and difficulty."),
     samples: int = typer.Option(
@@ -84,11 +88,16 @@ def eval_cmd(
         return
     from polyrl.eval.results import results_markdown
     from polyrl.eval.runner import run_suite
-    from polyrl.eval.sources import run_prompt_field
+    from polyrl.eval.sources import run_prompt_field, run_prompt_style
     from polyrl.eval.suite import load_suite, parse_suite, suite_from_options
+    from polyrl.policy.prompts import default_style
 
     if (suite_file is None) == (tasks is None):
         raise UserError("give exactly one of --suite FILE or --tasks a,b,c")
+    if config is not None:
+        from polyrl.tasks.dataset import register_config_datasets
+
+        register_config_datasets(config)
     overrides = {"max_new_tokens": max_new_tokens, "temperature": temperature}
     if suite_file is not None:
         suite = load_suite(suite_file)
@@ -97,12 +106,16 @@ def eval_cmd(
     else:
         suite = suite_from_options(tasks, difficulty, n, samples, **overrides)
     field = suite.prompt_field or (run_prompt_field(model) if model else None) or "prompt"
+    # a polyrl run's own style; otherwise the model's default (an endpoint serves an LLM: natural)
+    style = (run_prompt_style(model) or default_style(model)) if model else "natural"
     if out is None:
         import time
 
         out = Path("evals") / time.strftime("%Y%m%d-%H%M%S")
-    source, description = _source(model, endpoint, api_key_env, model_name, concurrency, timeout, field, suite)
-    results = run_suite(suite, source, out, field, description, resume, log=lambda m: print(m, flush=True))
+    source, description = _source(model, endpoint, api_key_env, model_name, concurrency, timeout, field, suite, style)
+    results = run_suite(
+        suite, source, out, field, description, resume, log=lambda m: print(m, flush=True), style=style
+    )
     print(results_markdown(results))
     print(f"written: {out / 'results.json'}, {out / 'results.md'}, {out / 'samples.jsonl'}")
 

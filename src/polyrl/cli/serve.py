@@ -5,6 +5,25 @@ from __future__ import annotations
 import typer
 
 from polyrl.errors import UserError
+from polyrl.serve.limits import ServeLimits
+
+
+def _limit(field: str):
+    """A CLI option for one ServeLimits field: its default and description, from where they live (its bounds are
+    checked by ServeLimits itself)."""
+    info = ServeLimits.model_fields[field]
+    return typer.Option(info.default, "--" + field.replace("_", "-"), help=info.description)
+
+
+def _limits(**values) -> ServeLimits:
+    """ServeLimits from the options; a value out of bounds is a one-line UserError naming the option."""
+    from pydantic import ValidationError
+
+    try:
+        return ServeLimits(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UserError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -12,9 +31,19 @@ def register(app: typer.Typer) -> None:
     def serve(
         checkpoint: str = typer.Argument(..., help="Hugging Face checkpoint directory (e.g. RUN_DIR/final_model)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (127.0.0.1: this machine only)."),
-        port: int = typer.Option(8000, "--port", min=1, max=65535, help="TCP port."),
+        port: int = typer.Option(8000, "--port", help="TCP port (1-65535)."),
         model_name: str | None = typer.Option(
             None, "--model-name", help="Name in /v1/models (default: the directory name)."
+        ),
+        max_request_bytes: int = _limit("max_request_bytes"),
+        max_messages: int = _limit("max_messages"),
+        max_prompt_tokens: int | None = _limit("max_prompt_tokens"),
+        default_max_tokens: int = _limit("default_max_tokens"),
+        max_tokens: int = _limit("max_tokens"),
+        max_waiting: int = _limit("max_waiting"),
+        retry_after_s: int = _limit("retry_after_s"),
+        threads: int | None = typer.Option(
+            None, "--threads", help="torch CPU threads (default: half the CPU cores, 1 to 4)."
         ),
     ) -> None:
         """Serve CHECKPOINT at /v1/chat/completions, /v1/models and /health."""
@@ -26,5 +55,18 @@ def register(app: typer.Typer) -> None:
         from polyrl.policy.loading import check_model_dir
         from polyrl.serve.app import serve as run_server
 
+        if not 1 <= port <= 65535:
+            raise UserError(f"--port: {port} is not a TCP port (1-65535)")
+        if threads is not None and threads < 1:
+            raise UserError(f"--threads: {threads}; give 1 or more")
+        limits = _limits(
+            max_request_bytes=max_request_bytes,
+            max_messages=max_messages,
+            max_prompt_tokens=max_prompt_tokens,
+            default_max_tokens=default_max_tokens,
+            max_tokens=max_tokens,
+            max_waiting=max_waiting,
+            retry_after_s=retry_after_s,
+        )
         check_model_dir(checkpoint)
-        run_server(checkpoint, host, port, model_name)
+        run_server(checkpoint, host, port, model_name, limits, threads)

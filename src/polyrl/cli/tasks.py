@@ -19,6 +19,14 @@ app = typer.Typer(help="Browse, sample, export and score verifiable tasks.", no_
 console = Console()
 
 SPLIT_HELP = "Seed space: train or eval."
+CONFIG_HELP = "A training config whose dataset tasks become available by name."
+
+
+def _register_datasets(config: Path | None) -> None:
+    if config is not None:
+        from polyrl.tasks.dataset import register_config_datasets
+
+        register_config_datasets(config)
 
 
 def _say(text: str) -> None:
@@ -97,8 +105,10 @@ def sample_cmd(
     seed: int = typer.Option(0, help="First seed; problems use seed, seed+1, …"),
     split: str = typer.Option("train", help=SPLIT_HELP),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per line (Problem.to_dict)."),
+    config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
     """Generate problems and print them with their reference answers."""
+    _register_datasets(config)
     task = get_task(name)
     _check_split(split)
     for s in range(seed, seed + n):
@@ -117,10 +127,12 @@ def export_cmd(
     split: str = typer.Option("train", help=SPLIT_HELP),
     difficulty: str = typer.Option("medium", help="Knob in [0, 1], easy/medium/hard, or JSON parameters."),
     seed_start: int = typer.Option(0, help="Seeds are seed_start … seed_start+n-1 for every task."),
+    config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
     """Write problems of several tasks to a jsonl or parquet file (loadable with `datasets`)."""
     from polyrl.tasks.io import export_problems, file_format
 
+    _register_datasets(config)
     file_format(out)  # fail on a bad extension before generating anything
     _check_split(split)
     names = [t.strip() for t in tasks.split(",") if t.strip()]
@@ -138,15 +150,19 @@ def score_cmd(
     file: Path = typer.Argument(..., help="A .jsonl/.parquet file of problems with a 'response' column."),
     out: Path = typer.Option(None, help="Also write one verdict per row here (.jsonl or .parquet)."),
     answer_format: str = typer.Option("tags", help="How responses mark answers: tags, boxed or last_line."),
+    config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
     """Score responses: per-task accuracy, mean score and format compliance."""
     from polyrl.tasks.io import file_format, load_responses, verdict_row, write_rows
 
+    _register_datasets(config)
     if answer_format not in ("tags", "boxed", "last_line"):
         raise UserError(f"unknown answer format {answer_format!r}: use tags, boxed or last_line")
     if out is not None:
         file_format(out)  # fail before scoring, not after
     pairs = load_responses(file)
+    if not pairs:
+        raise UserError(f"{file}: no rows to score (the file has no rows)")
     instances: dict[str, object] = {}
     stats: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0])  # n, correct, score sum, format ok
     rows = []

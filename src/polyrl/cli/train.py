@@ -49,12 +49,20 @@ def register(app: typer.Typer) -> None:
             metavar="ADDRESS",
             help="Roll out on Ray workers: 'local' starts a local instance, host:port joins a cluster.",
         ),
+        nproc: int | None = typer.Option(
+            None, "--nproc", help="Train on N processes (FSDP2): re-runs this command under torchrun."
+        ),
     ) -> None:
         """Train a policy: SFT warm start, then multi-task RL; prints held-out accuracy after each."""
+        from polyrl.distributed.fsdp import launched_by_torchrun
         from polyrl.train.config import load_config
         from polyrl.train.trainer import Trainer, TrainingError
 
         overrides = list(overrides or [])
+        if nproc is not None and nproc < 1:
+            raise UserError(f"--nproc must be at least 1, got {nproc}")
+        if launched_by_torchrun() and config is None and resume is None:
+            raise UserError("under torchrun pass --config FILE (or --resume RUN_DIR): every rank must load one config")
         if ray is not None:  # same as backend=ray [ray.address=ADDRESS]; later key=value overrides still apply
             overrides = ["backend=ray"] + ([f"ray.address={ray}"] if ray != "local" else []) + overrides
         if resume is not None:
@@ -71,10 +79,21 @@ def register(app: typer.Typer) -> None:
             cfg = load_config(path, overrides, base=base)
             if run_dir is not None:
                 cfg = cfg.model_copy(update={"run_dir": run_dir})
+        if nproc is not None and not launched_by_torchrun():
+            from polyrl.cli.torchrun import relaunch
+
+            raise typer.Exit(relaunch(nproc, cfg, config, resume, overrides))
         console = Console()
+        if launched_by_torchrun():
+            from polyrl.cli.torchrun import fsdp_trainer
+
+            trainer = fsdp_trainer(cfg, resume is not None, run_dir)
+            cfg, console = trainer.config, Console(quiet=not trainer.ranks.is_writer)
+        else:
+            trainer = Trainer(cfg, resume=resume is not None)
         console.print(f"[bold]polyrl train[/] → {cfg.run_dir}")
         try:
-            results = Trainer(cfg, resume=resume is not None).run()
+            results = trainer.run()
         except TrainingError as exc:
             console.print(f"[red]polyrl: training stopped:[/] {exc}")
             raise typer.Exit(1) from None

@@ -11,16 +11,65 @@ cross-entropy to a target distribution built from the scalar return:
 * ``two_hot`` — Schrittwieser et al. 2020 (MuZero, appendix F): all mass on the two centres around
   ``y``, split linearly so the expectation is exactly ``y`` (clipped into the span of the centres).
 * ``mse`` — ``(V - y)^2`` on a scalar head.
+
+Value losses are registered by name (plugins: the ``polyrl.value_losses`` entry-point group)::
+
+    @register_value_loss("huber", categorical=False)
+    def huber(outputs, returns, support): ...   # per-token loss, [N, T]
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-VALUE_LOSSES = ("mse", "hl_gauss", "two_hot")
+from polyrl.registry import Registry
+
+
+@dataclass(frozen=True)
+class Support:
+    """The value range a categorical critic covers, and the HL-Gauss width in bin widths."""
+
+    v_min: float
+    v_max: float
+    sigma_ratio: float
+
+
+class PerTokenValueLoss(Protocol):
+    def __call__(self, outputs: Tensor, returns: Tensor, support: Support) -> Tensor: ...
+
+
+@dataclass(frozen=True)
+class ValueLoss:
+    """A registered value loss: the per-token loss and whether the head outputs bin logits or one value."""
+
+    per_token: PerTokenValueLoss
+    categorical: bool
+
+    def head_size(self, num_bins: int) -> int:
+        """Outputs of the value head: ``num_bins`` logits for a categorical loss, else 1."""
+        return num_bins if self.categorical else 1
+
+
+VALUE_LOSSES: Registry[ValueLoss] = Registry(
+    "value loss", "polyrl.value_losses", builtins=("polyrl.critic.value_losses",)
+)
+
+
+def register_value_loss(name: str, categorical: bool) -> Callable[[PerTokenValueLoss], PerTokenValueLoss]:
+    """Decorator for ``(outputs, returns[N, T], support) -> loss[N, T]``; ``outputs`` is ``[N, T, B]`` bin
+    logits when ``categorical``, else ``[N, T]`` values."""
+
+    def wrap(per_token: PerTokenValueLoss) -> PerTokenValueLoss:
+        VALUE_LOSSES.add(name, ValueLoss(per_token, categorical))
+        return per_token
+
+    return wrap
 
 
 def bin_edges(v_min: float, v_max: float, num_bins: int) -> Tensor:
@@ -65,29 +114,43 @@ def expected_value(logits: Tensor, v_min: float, v_max: float) -> Tensor:
     return torch.softmax(logits.float(), dim=-1) @ centers
 
 
+@register_value_loss("mse", categorical=False)
+def mse(outputs: Tensor, returns: Tensor, support: Support) -> Tensor:
+    """``(V - y)^2`` on a scalar head."""
+    return (outputs.float() - returns) ** 2
+
+
+def _cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
+    return -(target * torch.log_softmax(logits.float(), dim=-1)).sum(-1)
+
+
+@register_value_loss("hl_gauss", categorical=True)
+def hl_gauss(outputs: Tensor, returns: Tensor, support: Support) -> Tensor:
+    """Cross-entropy to the HL-Gauss target (Imani & White 2018, eq. 4; Farebrother et al. 2024, §3.1)."""
+    target = hl_gauss_targets(returns, support.v_min, support.v_max, outputs.shape[-1], support.sigma_ratio)
+    return _cross_entropy(outputs, target)
+
+
+@register_value_loss("two_hot", categorical=True)
+def two_hot(outputs: Tensor, returns: Tensor, support: Support) -> Tensor:
+    """Cross-entropy to the two-hot target (Schrittwieser et al. 2020, MuZero, appendix F)."""
+    return _cross_entropy(outputs, two_hot_targets(returns, support.v_min, support.v_max, outputs.shape[-1]))
+
+
 def value_loss(
     outputs: Tensor,
     returns: Tensor,
     mask: Tensor,
     kind: str,
-    v_min: float = -1.0,
-    v_max: float = 1.5,
-    sigma_ratio: float = 0.75,
+    v_min: float,
+    v_max: float,
+    sigma_ratio: float,
 ) -> Tensor:
-    """Mean over ``mask`` of the per-token value loss.
+    """Mean over ``mask`` of the per-token value loss registered as ``kind``.
 
     ``outputs`` is ``[N, T]`` (scalar values) for ``mse`` and ``[N, T, B]`` (logits) for the categorical
-    losses; ``returns`` and ``mask`` are ``[N, T]``.
+    losses; ``returns`` and ``mask`` are ``[N, T]``. The support ``[v_min, v_max]`` and ``sigma_ratio`` (used by
+    the categorical losses) come from ``rl.critic`` in the config, their only home.
     """
-    if kind == "mse":
-        per_token = (outputs.float() - returns) ** 2
-    else:
-        num_bins = outputs.shape[-1]
-        if kind == "hl_gauss":
-            target = hl_gauss_targets(returns, v_min, v_max, num_bins, sigma_ratio)
-        elif kind == "two_hot":
-            target = two_hot_targets(returns, v_min, v_max, num_bins)
-        else:
-            raise ValueError(f"unknown value loss {kind!r}; use one of {', '.join(VALUE_LOSSES)}")
-        per_token = -(target * torch.log_softmax(outputs.float(), dim=-1)).sum(-1)
+    per_token = VALUE_LOSSES.lookup(kind).per_token(outputs, returns, Support(v_min, v_max, sigma_ratio))
     return (per_token * mask).sum() / mask.sum().clamp(min=1)

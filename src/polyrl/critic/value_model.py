@@ -17,14 +17,13 @@ token and :func:`polyrl.algos.gae` turns rewards and values into token-level adv
 from __future__ import annotations
 
 import copy
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch import Tensor, nn
 
 from polyrl.algos import gae
-from polyrl.critic.value_losses import expected_value, value_loss
+from polyrl.critic.value_losses import VALUE_LOSSES, expected_value, value_loss
 from polyrl.optim import clip_and_step
 
 
@@ -33,9 +32,7 @@ class CriticConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    loss: Literal["mse", "hl_gauss", "two_hot"] = Field(
-        "hl_gauss", description="Value loss: mse, hl_gauss (Farebrother et al. 2024) or two_hot."
-    )
+    loss: str = Field("hl_gauss", description="Value loss: mse, hl_gauss (Farebrother et al. 2024) or two_hot.")
     num_bins: int = Field(51, ge=2, description="Bins of the categorical value support (hl_gauss, two_hot).")
     v_min: float = Field(-1.0, description="Lowest value of the support (returns below are clipped).")
     v_max: float = Field(1.5, description="Highest value of the support (returns above are clipped).")
@@ -52,6 +49,13 @@ class CriticConfig(BaseModel):
         ge=0,
         description="Critic-only steps before RL: the starting policy's rollouts train the value model, the policy is not updated (VAPO's value pretraining).",
     )
+
+    @field_validator("loss")
+    @classmethod
+    def _registered_loss(cls, loss: str) -> str:
+        if loss not in VALUE_LOSSES:
+            raise ValueError(VALUE_LOSSES.unknown_message(loss))
+        return loss
 
     @model_validator(mode="after")
     def _support(self):
@@ -103,7 +107,7 @@ class Critic:
 
     def __init__(self, config: CriticConfig, policy_model: nn.Module):
         self.config = config
-        outputs = 1 if config.loss == "mse" else config.num_bins
+        outputs = VALUE_LOSSES.lookup(config.loss).head_size(config.num_bins)
         self.model = ValueModel(policy_backbone(policy_model), outputs)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=0.0)
 

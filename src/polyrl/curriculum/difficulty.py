@@ -23,14 +23,16 @@ class DifficultyController:
     def __init__(
         self,
         start: dict[str, float],
-        target_low: float = 0.4,
-        target_high: float = 0.8,
-        step_size: float = 0.05,
-        window: int = 32,
-        min_difficulty: float = 0.0,
-        max_difficulty: float = 1.0,
+        *,
+        target_low: float,
+        target_high: float,
+        step_size: float,
+        window: int,
+        min_difficulty: float,
+        max_difficulty: float,
         fixed: dict[str, Any] | None = None,
     ):
+        """The band, step and bounds have no defaults here: ``difficulty_control`` in the config holds them."""
         self.target_low, self.target_high = target_low, target_high
         self.step_size, self.window = step_size, window
         self.min_difficulty, self.max_difficulty = min_difficulty, max_difficulty
@@ -104,12 +106,12 @@ def make_difficulty_controller(config, tasks: dict[str, Any], specs: dict[str, A
         start[name] = knob
     return DifficultyController(
         start,
-        config.target_low,
-        config.target_high,
-        config.step_size,
-        config.window,
-        config.min_difficulty,
-        config.max_difficulty,
+        target_low=config.target_low,
+        target_high=config.target_high,
+        step_size=config.step_size,
+        window=config.window,
+        min_difficulty=config.min_difficulty,
+        max_difficulty=config.max_difficulty,
         fixed={n: specs[n].difficulty for n in tasks if n not in start},
     )
 

@@ -2,8 +2,8 @@
 
 A sampler sees the per-task outcomes of every step through :meth:`TaskSampler.update`, learns the current
 RL step through :meth:`TaskSampler.set_step`, and can change its weights; its state is saved in
-checkpoints. Register new ones with :func:`register_sampler`; the adaptive ones live in
-:mod:`polyrl.curriculum.adaptive`.
+checkpoints. Register new ones with :func:`register_sampler` (plugins: the ``polyrl.samplers`` entry-point
+group); the adaptive ones live in :mod:`polyrl.curriculum.adaptive`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,29 @@ from typing import Any
 import numpy as np
 
 from polyrl.errors import UserError
+from polyrl.registry import Registry
 
-SAMPLERS: dict[str, type[TaskSampler]] = {}
+
+def _adopt_plugin_sampler(name: str, cls: Any) -> None:
+    register_sampler(name)(cls)
+
+
+SAMPLERS: Registry[type[TaskSampler]] = Registry(
+    "sampler",
+    "polyrl.samplers",
+    builtins=("polyrl.curriculum.samplers", "polyrl.curriculum.adaptive"),
+    adopt=_adopt_plugin_sampler,
+)
 
 
 def register_sampler(name: str) -> Callable[[type[TaskSampler]], type[TaskSampler]]:
+    """Class decorator: make a :class:`TaskSampler` subclass available as ``make_sampler(name, ...)``."""
+
     def deco(cls):
+        if not (isinstance(cls, type) and issubclass(cls, TaskSampler)):
+            raise TypeError(f"register_sampler expects a TaskSampler subclass, got {cls!r}")
+        SAMPLERS.add(name, cls)
         cls.name = name
-        SAMPLERS[name] = cls
         return cls
 
     return deco
@@ -175,9 +190,7 @@ class StagedSampler(TaskSampler):
 
 def make_sampler(name: str, tasks: list[str], options: dict[str, Any] | None = None) -> TaskSampler:
     """Build the sampler registered as ``name``; unknown names and options are a :class:`UserError`."""
-    if name not in SAMPLERS:
-        raise UserError(f"unknown sampler {name!r}; known: {', '.join(sorted(SAMPLERS))}")
-    cls, options = SAMPLERS[name], dict(options or {})
+    cls, options = SAMPLERS.lookup(name), dict(options or {})
     params = inspect.signature(cls.__init__).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         unknown = sorted(set(options) - set(params) - {"self", "tasks"})

@@ -3,28 +3,50 @@
 An environment is registered as a factory ``(argument, options) -> EnvTask``; the argument is what follows
 the colon (a wrapped task for ``retry``/``calculator``/``python``, a game id for ``textarena``).
 :func:`resolve_task` is what the trainer calls for every task name, so ``env/...`` names work wherever a
-task name does. A plugin package registers its environments on import and names the module in an
-entry point: ``[project.entry-points."polyrl.envs"] my_env = "my_package.envs"``.
+task name does. A plugin package registers its environments with :func:`register_env` on import and
+names the module in an entry point: ``[project.entry-points."polyrl.envs"] my_env = "my_package.envs"``
+(or names a factory taking no argument: ``my_env = "my_package.envs:make_my_env"``).
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.envs.base import EnvTask
+from polyrl.envs.sandbox import SandboxMode
 from polyrl.errors import UserError
-from polyrl.registry import load_plugins
+from polyrl.registry import Registry
 from polyrl.tasks import Task, get_task
 
 ENV_PREFIX = "env/"
-_FACTORIES: dict[str, tuple[Callable[..., EnvTask], bool]] = {}
-_BUILTIN_MODULES = ("tool_use", "retry", "search", "games", "textarena_adapter")
-_LOADED = False
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """A registered environment: its factory and whether its name takes ``:<argument>``."""
+
+    factory: Callable[..., EnvTask]
+    needs_argument: bool
+
+
+def _adopt_plugin_env(name: str, factory: Any) -> None:
+    if not callable(factory):
+        raise TypeError(f"an environment entry point names a module or a factory, got {factory!r}")
+    register_env(name)(factory)
+
+
+ENVS: Registry[EnvFactory] = Registry(
+    "environment",
+    "polyrl.envs",
+    builtins=tuple(
+        f"polyrl.envs.{module}" for module in ("tool_use", "retry", "search", "games", "textarena_adapter")
+    ),
+    adopt=_adopt_plugin_env,
+)
 
 
 class EnvConfig(BaseModel):
@@ -48,6 +70,11 @@ class EnvConfig(BaseModel):
         description="Tool-call syntax of the policy: auto (from the chat template), a model family, or native "
         "(the tokenizer's own response_template).",
     )
+    python_sandbox: SandboxMode = Field(
+        "bwrap",
+        description="How env/python runs snippets: `bwrap` isolates them with bubblewrap (Debian package "
+        "`bubblewrap`); `unsafe_local` runs them unisolated, with rlimits only (see docs/security.md).",
+    )
     concurrency: int = Field(
         16,
         ge=1,
@@ -60,45 +87,27 @@ def register_env(name: str, needs_argument: bool = False):
     """Decorator for a factory ``(argument: str | None, config: EnvConfig) -> EnvTask`` named ``env/<name>``."""
 
     def wrap(factory):
-        _FACTORIES[name] = (factory, needs_argument)
+        ENVS.add(name, EnvFactory(factory, needs_argument))
         return factory
 
     return wrap
 
 
-def _load() -> None:
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    for mod in _BUILTIN_MODULES:
-        importlib.import_module(f"polyrl.envs.{mod}")
-    load_plugins("polyrl.envs", "environment")  # plugins register themselves with @register_env on import
-
-
 def list_envs() -> list[str]:
-    _load()
-    return sorted(f"{ENV_PREFIX}{n}" + (":<argument>" if arg else "") for n, (_, arg) in _FACTORIES.items())
+    return [f"{ENV_PREFIX}{n}" + (":<argument>" if ENVS[n].needs_argument else "") for n in ENVS.names()]
 
 
 def get_env_task(name: str, config: EnvConfig | None = None) -> EnvTask:
     """The EnvTask for ``env/<name>[:<argument>]``."""
-    _load()
     base, _, argument = name[len(ENV_PREFIX) :].partition(":")
-    if base not in _FACTORIES:
-        close = difflib.get_close_matches(base, list(_FACTORIES), n=3)
-        hint = (
-            f"; did you mean {', '.join(ENV_PREFIX + c for c in close)}?"
-            if close
-            else f"; known: {', '.join(list_envs())}"
-        )
-        raise UserError(f"unknown environment {name!r}{hint}")
-    factory, needs_argument = _FACTORIES[base]
-    if needs_argument and not argument:
+    if base not in ENVS:
+        raise UserError(ENVS.unknown_message(base, prefix=ENV_PREFIX))
+    spec = ENVS[base]
+    if spec.needs_argument and not argument:
         raise UserError(f"environment {name!r} needs an argument: {ENV_PREFIX}{base}:<name>")
-    if argument and not needs_argument:
+    if argument and not spec.needs_argument:
         raise UserError(f"environment {ENV_PREFIX}{base} takes no argument (got {argument!r})")
-    task = factory(argument or None, config or EnvConfig())
+    task = spec.factory(argument or None, config or EnvConfig())
     task.name = name
     return task
 

@@ -1,76 +1,68 @@
-"""Run untrusted Python snippets in a separate, limited process.
+"""Run untrusted Python snippets in a bubblewrap sandbox.
 
-What is enforced, and by what:
+Every snippet is model output and therefore hostile. Isolation comes from the kernel, set up by
+bubblewrap (``bwrap``, Debian package ``bubblewrap``), never from checks inside the interpreter:
 
-* **CPU time** (``RLIMIT_CPU``), **address space** (``RLIMIT_AS``) and **file size** (``RLIMIT_FSIZE``,
-  which also caps the output: stdout and stderr go to files in the sandbox directory) — by the kernel.
-* **Wall clock** — the parent kills the child's whole process group after ``wall_s``.
-* **Working directory** — a fresh temporary directory, deleted afterwards.
-* **Network** — where the kernel allows it (root, or unprivileged user namespaces), the child runs in a
-  new, empty network namespace (``unshare(CLONE_NEWNET)``): no interface but a downed loopback. Always,
-  an audit hook (PEP 578) refuses every ``socket`` event, and proxies are cleared from the environment.
-* **Files, processes, native code** — the audit hook refuses opens for writing outside the sandbox
-  directory, opens for reading and directory listings outside it and the Python installation, removal
-  and renames outside it, ``fork``/``exec``/``system``/``subprocess``/``posix_spawn``, ``ctypes`` and signals.
-  ``RLIMIT_NPROC`` is set to the current process count too (the kernel ignores it for root).
+* **Namespaces** — new user, pid, network, ipc, uts and cgroup namespaces (``--unshare-all
+  --unshare-user``), no further user namespaces (``--disable-userns``), all capabilities dropped, a new
+  session (no terminal to inject keystrokes into), uid/gid 65534 inside. The pid namespace dies with its
+  first process, so nothing the snippet started outlives the call.
+* **Filesystem** — a fresh root with read-only binds of ``/usr``, ``/lib*`` and the interpreter's prefix
+  only (no ``/etc``, ``/root``, ``/home``, working directory or repository), the ``/proc`` of its own pid
+  namespace, a minimal read-only ``/dev`` (null, zero, random, …), and a size-limited tmpfs ``/tmp`` — the
+  only writable place and the working directory. It vanishes with the sandbox.
+* **Processes** — a seccomp filter (:mod:`polyrl.envs.seccomp`) refuses fork, vfork and non-thread
+  clone; ``RLIMIT_NPROC`` as well (which the kernel enforces for users other than root).
+* **Resources** — CPU seconds, address space, file size (which also caps stdout and stderr, memory files
+  in the parent), open files; a wall clock after which the whole process group is killed
+  (``--die-with-parent`` takes the sandbox with it).
+* **Environment** — cleared; only ``PYTHON*`` encoding variables, ``HOME=/tmp`` and ``TMPDIR=/tmp``.
 
-Audit hooks stop Python-level access, which is what a language model writes; they are not a security
-boundary against code written to escape them (e.g. through a native extension already loaded). Run
-policies you do not trust with root privileges inside a container or VM as well.
+The interpreter is the trainer's own base interpreter (``sys._base_executable``) with ``-I -S``: the
+standard library, no site-packages. Where bubblewrap is missing the sandbox refuses with a one-line
+:class:`~polyrl.errors.UserError`, unless the caller opts into ``mode="unsafe_local"``: the same
+interpreter, limits and wall clock, but no isolation at all.
 """
 
 from __future__ import annotations
 
-import ctypes
+import functools
+import json
 import os
-import resource
+import select
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
+import warnings
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Literal, get_args
 
-_CLONE_NEWNET = 0x40000000
+from polyrl.envs import seccomp
+from polyrl.errors import UserError
 
-# Runs in the child before the snippet: install the audit hook, then exec the snippet from a file.
+SandboxMode = Literal["bwrap", "unsafe_local"]
+SANDBOX_MODES: tuple[str, ...] = get_args(SandboxMode)
+_MIN_BWRAP = (0, 8, 0)
+_SANDBOX_UID = 65534  # "nobody" inside the user namespace
+_SYSTEM_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32")
+_PYTHON_ENV = {"PYTHONUTF8": "1", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
+# Runs inside the sandbox before the snippet: set the rlimits, read the snippet from stdin, run it.
 _RUNNER = r"""
-import os, sys
-ROOT = os.path.realpath(sys.argv[1])
-READ_OK = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)})
-DENY = ("socket.", "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.",
-        "ctypes.", "os.kill", "os.killpg", "signal.pthread_kill", "pty.", "os.setuid", "os.chroot", "sys.remote_exec")
-PATH_EVENTS = {"os.remove", "os.rmdir", "os.rename", "os.replace", "os.mkdir", "os.chmod", "os.chown", "os.symlink",
-               "os.link", "os.truncate", "os.chdir", "os.utime", "shutil.rmtree",
-               "os.chflags", "os.lchflags", "os.setxattr", "os.removexattr"}
-def inside(path, roots):
-    if isinstance(path, int):
-        return True  # already-open descriptors were checked when they were opened
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    real = os.path.realpath(os.path.join(ROOT, path))
-    return any(real == r or real.startswith(r + os.sep) for r in roots)
-def hook(event, args):
-    if event.startswith(DENY) or (event == "import" and args[0] in ("ctypes", "_ctypes")):
-        raise PermissionError(f"sandbox: {event} {args[0] + ' ' if event == 'import' else ''}is not allowed")
-    if event == "open":
-        path, mode, flags = args
-        if path is None:
-            return
-        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (flags or 0) & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
-        if not inside(path, (ROOT,) if writing else (ROOT,) + READ_OK):
-            raise PermissionError(f"sandbox: access to {path!r} is not allowed")
-    elif event in ("os.listdir", "os.scandir"):  # the import system lists the stdlib directories
-        if isinstance(args[0], (str, bytes)) and not inside(args[0], (ROOT,) + READ_OK):
-            raise PermissionError(f"sandbox: listing {args[0]!r} is not allowed")
-    elif event in PATH_EVENTS:
-        for arg in args[:2]:
-            if isinstance(arg, (str, bytes)) and not inside(arg, (ROOT,)):
-                raise PermissionError(f"sandbox: {event} outside the sandbox is not allowed")
-source = open(os.path.join(ROOT, "snippet.py")).read()
-code = compile(source, "<snippet>", "exec")
-sys.addaudithook(hook)
-exec(code, {"__name__": "__main__"})
+import resource, sys
+cpu_s, memory, file_size, open_files, processes = map(int, sys.argv[1:6])
+source = sys.stdin.buffer.read()
+sys.stdin.close()
+for limit, value in ((resource.RLIMIT_CPU, (cpu_s, cpu_s + 1)), (resource.RLIMIT_AS, (memory, memory)),
+                     (resource.RLIMIT_FSIZE, (file_size, file_size)), (resource.RLIMIT_NOFILE, (open_files, open_files)),
+                     (resource.RLIMIT_NPROC, (processes, processes)), (resource.RLIMIT_CORE, (0, 0))):
+    if value[0] >= 0:  # -1: leave as it is
+        resource.setrlimit(limit, value)
+sys.argv = ["<snippet>"]
+exec(compile(source, "<snippet>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
 """
 
 
@@ -84,6 +76,12 @@ class SandboxLimits:
     """Address-space limit (``RLIMIT_AS``)."""
     output_bytes: int = 64_000
     """Largest file the snippet may write, stdout and stderr included (``RLIMIT_FSIZE``)."""
+    tmp_mb: int = 16
+    """Size of the private tmpfs ``/tmp``, all files together."""
+    open_files: int = 64
+    """Open file descriptors (``RLIMIT_NOFILE``)."""
+    processes: int = 16
+    """``RLIMIT_NPROC`` inside the sandbox's user namespace, threads included (not enforced for root)."""
 
 
 @dataclass
@@ -93,73 +91,205 @@ class SandboxResult:
     status: str
     """``ok``, ``error`` (exception or nonzero exit), ``timeout``, ``cpu_limit``, ``memory_limit``, ``output_limit``."""
     returncode: int | None
-    network_namespace: bool
+    """The snippet's exit code; negative for a signal."""
+    isolated: bool
+    """Whether the snippet ran inside bubblewrap (False in ``unsafe_local`` mode)."""
 
 
-_libc = None
+def interpreter() -> str:
+    """The trainer's base interpreter (outside any virtual environment), symlinks resolved."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
-def _unshare_network() -> bool:
-    global _libc
-    try:
-        _libc = _libc or ctypes.CDLL(None, use_errno=True)
-        return _libc.unshare(_CLONE_NEWNET) == 0
-    except (OSError, AttributeError):
-        return False
+@functools.cache
+def bwrap_arguments() -> tuple[str, ...]:
+    """The namespaces and read-only binds shared by every call (the mounts that depend on limits follow)."""
+    args = [
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--uid",
+        str(_SANDBOX_UID),
+        "--gid",
+        str(_SANDBOX_UID),
+        "--hostname",
+        "sandbox",
+    ]
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in python_roots():
+        args += ["--ro-bind", path, path]
+    return (*args, "--proc", "/proc", "--dev", "/dev")
 
 
-def _limit_child(limits: SandboxLimits, netns_flag: str) -> None:
-    # runs in the child between fork and exec; keep it to async-signal-safe-ish calls
-    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb << 20, limits.memory_mb << 20))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_bytes, limits.output_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
-    if _unshare_network():
-        Path(netns_flag).touch()
+def python_roots() -> list[str]:
+    """Directories the interpreter needs that the system directories do not hold: its prefix and library."""
+    found = {interpreter().rsplit("/", 2)[0], sysconfig.get_config_var("LIBDIR") or "", sys.base_prefix}
+    found |= {sys.base_exec_prefix}
+    real = sorted({os.path.realpath(p) for p in found if p and os.path.isdir(p)})
+    system = tuple(os.path.realpath(d) + "/" for d in _SYSTEM_DIRS if os.path.isdir(d))
+    roots = [p for p in real if not (p + "/").startswith(system) and p != "/"]
+    return [p for p in roots if not any(p.startswith(q + "/") for q in roots)]
 
 
-def run_python(source: str, limits: SandboxLimits | None = None) -> SandboxResult:
+def _bwrap_command(limits: SandboxLimits, seccomp_fd: int) -> list[str]:
+    """bwrap's arguments for one call: the shared ones, the sized tmpfs, the environment, the filter, the runner."""
+    tmp = ["--perms", "1777", "--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    read_only = ["--remount-ro", "/dev", "--remount-ro", "/"]  # after every mount point is made
+    env = ["--clearenv"]
+    for name, value in {"HOME": "/tmp", "TMPDIR": "/tmp", **_PYTHON_ENV}.items():
+        env += ["--setenv", name, value]
+    filters = ["--seccomp", str(seccomp_fd)]
+    return [*bwrap_arguments(), *tmp, *read_only, *env, *filters, "--", *_python_command(limits)]
+
+
+def _python_command(limits: SandboxLimits, isolated: bool = True) -> list[str]:
+    # outside a user namespace RLIMIT_NPROC would count every process of the user, not the snippet's
+    processes = limits.processes if isolated else -1
+    numbers = (limits.cpu_s, limits.memory_mb << 20, limits.output_bytes, limits.open_files, processes)
+    return [interpreter(), "-I", "-S", "-c", _RUNNER, *map(str, numbers)]
+
+
+def check_sandbox(mode: SandboxMode = "bwrap") -> None:
+    """Raise a one-line UserError unless snippets can run in ``mode`` (call it before training starts)."""
+    if mode not in SANDBOX_MODES:
+        raise UserError(f"unknown python sandbox {mode!r}; choose one of {', '.join(SANDBOX_MODES)}")
+    if mode == "unsafe_local":
+        return
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise UserError(
+            "the python tool needs bubblewrap: apt-get install bubblewrap (Debian package `bubblewrap`), "
+            "or set env.python_sandbox: unsafe_local to run model-written code without isolation"
+        )
+    version = bwrap_version(bwrap)
+    if version < _MIN_BWRAP:
+        found, needed = ".".join(map(str, version)), ".".join(map(str, _MIN_BWRAP))
+        raise UserError(f"bubblewrap {found} is too old for the python sandbox (needs {needed}: --disable-userns)")
+    if not seccomp.supported():
+        raise UserError(f"the python sandbox's seccomp filter does not support this machine ({os.uname().machine})")
+    _probe_bwrap(bwrap)
+
+
+@functools.cache
+def bwrap_version(bwrap: str) -> tuple[int, ...]:
+    """The version of the bubblewrap at path ``bwrap``, e.g. ``(0, 8, 0)``; ``(0,)`` when it does not say."""
+    words = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout.split()
+    digits = words[-1].split(".") if words else []
+    return tuple(int(d) for d in digits if d.isdigit()) or (0,)
+
+
+@functools.cache
+def _probe_bwrap(bwrap: str) -> None:
+    # cached per path: a probe that passed holds for the process
+    result = run_python("print(6 * 7)", SandboxLimits(wall_s=30.0), mode="bwrap")
+    if result.stdout != "42\n":
+        reason = (result.stderr.strip().splitlines() or [result.status])[-1]
+        raise UserError(f"bubblewrap cannot start the python sandbox here: {reason[:300]}")
+
+
+def _warn_unsafe() -> None:
+    # Python's default warning filter shows it once per process
+    warnings.warn(
+        "python sandbox 'unsafe_local': model-written code runs without isolation (only rlimits and a wall clock)",
+        stacklevel=3,
+    )
+
+
+def run_python(source: str, limits: SandboxLimits | None = None, mode: SandboxMode = "bwrap") -> SandboxResult:
     """Run ``source`` under ``limits``; never raises for anything the snippet does."""
     limits = limits or SandboxLimits()
-    with tempfile.TemporaryDirectory(prefix="polyrl-sandbox-") as tmp:
-        root = Path(tmp)
-        (root / "snippet.py").write_text(source)
-        netns_flag = str(root.parent / f"{root.name}.netns")
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": tmp,
-            "TMPDIR": tmp,
-            "no_proxy": "*",
-            "NO_PROXY": "*",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONIOENCODING": "utf-8",
-        }
-        with open(root / "stdout", "wb") as out, open(root / "stderr", "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _RUNNER, tmp],
-                cwd=tmp,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                preexec_fn=lambda: _limit_child(limits, netns_flag),
-            )
-            timed_out = False
-            try:
-                proc.wait(timeout=limits.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                _kill_group(proc)
-        netns = os.path.exists(netns_flag)
-        if netns:
-            os.unlink(netns_flag)
-        stdout, stderr = _read(root / "stdout", limits), _read(root / "stderr", limits)
-        rc = proc.returncode
-        status = _status(rc, timed_out, stderr, os.path.getsize(root / "stdout") >= limits.output_bytes)
-        return SandboxResult(stdout, stderr, status, rc, netns)
+    bwrap = shutil.which("bwrap")
+    if mode not in SANDBOX_MODES or (mode == "bwrap" and bwrap is None):
+        check_sandbox(mode)  # raises the one-line error
+    if mode == "unsafe_local":
+        _warn_unsafe()
+    fds = [_anonymous_file(f"polyrl-sandbox-{name}") for name in ("in", "out", "err", "bpf", "info")]
+    stdin, stdout, stderr, filter_fd, info_fd = fds
+    try:
+        _fill(stdin, source.encode("utf-8", "surrogatepass"))
+        streams = (stdin, stdout, stderr)
+        if mode == "bwrap":
+            _fill(filter_fd, seccomp.no_new_processes_filter())
+            command = [bwrap, "--info-fd", str(info_fd), *_bwrap_command(limits, filter_fd)]
+            returncode, timed_out = _run(command, limits.wall_s, streams, "/", {}, (filter_fd, info_fd))
+            _wait_for_namespace(info_fd)
+            if returncode is not None and returncode > 128:
+                returncode = -(returncode - 128)  # bwrap reports a child killed by signal N as 128 + N
+        else:
+            with tempfile.TemporaryDirectory(prefix="polyrl-sandbox-") as scratch:
+                env = {"HOME": scratch, "TMPDIR": scratch, **_PYTHON_ENV}
+                returncode, timed_out = _run(_python_command(limits, False), limits.wall_s, streams, scratch, env, ())
+        out, out_size = _read(stdout, limits.output_bytes)
+        err, _ = _read(stderr, limits.output_bytes)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    status = _status(returncode, timed_out, err, out_size >= limits.output_bytes)
+    return SandboxResult(out, err, status, returncode, mode == "bwrap")
+
+
+def _wait_for_namespace(info_fd: int, timeout_s: float = 2.0) -> None:
+    """Wait until the sandbox's pid 1 has exited, and with it every process of its pid namespace.
+
+    bwrap's own exit does not imply it: after a wall-clock kill, pid 1 inside dies by ``PR_SET_PDEATHSIG``,
+    asynchronously. The kernel kills and reaps a pid namespace's processes before its pid 1 exits.
+    """
+    os.lseek(info_fd, 0, os.SEEK_SET)
+    try:
+        child_pid = int(json.loads(os.read(info_fd, 4096))["child-pid"])
+        pidfd = os.pidfd_open(child_pid)
+    except (ValueError, KeyError, ProcessLookupError):
+        return  # bwrap failed before it started a child, or the child is gone already
+    try:
+        select.select([pidfd], [], [], timeout_s)  # a pidfd is readable once its process has exited
+    finally:
+        os.close(pidfd)
+
+
+def _anonymous_file(name: str) -> int:
+    """A file descriptor of a file with no name: in memory on Linux, an unlinked temporary file elsewhere."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create(name, os.MFD_CLOEXEC)
+    fd, path = tempfile.mkstemp(prefix=name)
+    os.unlink(path)
+    return fd
+
+
+def _fill(fd: int, data: bytes) -> None:
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+
+
+def _run(
+    command: list[str], wall_s: float, streams: tuple[int, int, int], cwd: str, env: dict, pass_fds: tuple[int, ...]
+) -> tuple[int | None, bool]:
+    """Run ``command`` in a new session; after ``wall_s`` (or at exit) SIGKILL its whole process group."""
+    proc = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=streams[0],
+        stdout=streams[1],
+        stderr=streams[2],
+        pass_fds=pass_fds,
+        start_new_session=True,
+    )
+    timed_out = False
+    try:
+        proc.wait(timeout=wall_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        _kill_group(proc)
+    return proc.returncode, timed_out
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -170,15 +300,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _read(path: Path, limits: SandboxLimits) -> str:
-    with open(path, "rb") as f:
-        return f.read(limits.output_bytes).decode("utf-8", "replace")
+def _read(fd: int, limit: int) -> tuple[str, int]:
+    size = os.fstat(fd).st_size
+    os.lseek(fd, 0, os.SEEK_SET)
+    return os.read(fd, min(size, limit)).decode("utf-8", "replace"), size
 
 
 def _status(rc: int | None, timed_out: bool, stderr: str, output_full: bool) -> str:
     if timed_out:
         return "timeout"
-    if rc == -signal.SIGXCPU or (rc == -signal.SIGKILL and not timed_out):
+    if rc == -signal.SIGXCPU or rc == -signal.SIGKILL:
         return "cpu_limit"
     if rc == -signal.SIGXFSZ or output_full:
         return "output_limit"

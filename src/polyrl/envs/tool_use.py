@@ -8,11 +8,12 @@ and then the answer, so the SFT warm start teaches the protocol.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 from polyrl.envs.base import Environment
 from polyrl.envs.registry import EnvConfig, register_env
-from polyrl.envs.sandbox import SandboxLimits, run_python
+from polyrl.envs.sandbox import SandboxLimits, SandboxMode, check_sandbox, run_python
 from polyrl.envs.tool_formats import HERMES, UsesToolFormat
 from polyrl.envs.tools import Tool, ToolEnvironment, ToolError
 from polyrl.envs.wrapped import WrappedTask
@@ -47,12 +48,11 @@ CALCULATOR = Tool(
 )
 
 
-def python_tool(limits: SandboxLimits) -> Tool:
+def python_tool(limits: SandboxLimits, mode: SandboxMode = "bwrap") -> Tool:
+    """The ``python(code)`` tool: runs the snippet with :func:`polyrl.envs.sandbox.run_python` in ``mode``."""
+
     def run(args: dict, timeout_s: float) -> str:
-        result = run_python(
-            args["code"],
-            SandboxLimits(limits.cpu_s, min(limits.wall_s, timeout_s), limits.memory_mb, limits.output_bytes),
-        )
+        result = run_python(args["code"], replace(limits, wall_s=min(limits.wall_s, timeout_s)), mode)
         if result.status != "ok":
             last = result.stderr.strip().splitlines()[-1:] or [""]
             raise ToolError(f"{result.status}: {last[0][:300]}".rstrip(": "))
@@ -119,4 +119,6 @@ def calculator_env(argument: str, config: EnvConfig) -> ToolTask:
 
 @register_env("python", needs_argument=True)
 def python_env(argument: str, config: EnvConfig) -> ToolTask:
-    return ToolTask(get_task(argument), python_tool(SandboxLimits(wall_s=config.tool_timeout_s)), config)
+    check_sandbox(config.python_sandbox)  # fail when the run starts, not at the first tool call
+    tool = python_tool(SandboxLimits(wall_s=config.tool_timeout_s), config.python_sandbox)
+    return ToolTask(get_task(argument), tool, config)

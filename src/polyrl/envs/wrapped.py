@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from polyrl.envs.base import EnvTask
-from polyrl.tasks.base import DifficultySpace, Task
+from polyrl.tasks.base import Difficulty, DifficultySpace, Problem, Task
 
 
 class WrappedTask(EnvTask):
@@ -20,6 +22,13 @@ class WrappedTask(EnvTask):
 
     def difficulty_space(self) -> DifficultySpace:  # type: ignore[override]
         return self.inner.difficulty_space()
+
+    def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
+        """Tasks that draw through ``make`` keep this task's own random stream; tasks with their own
+        ``generate`` (``rg/`` datasets, dataset files) draw the inner problem, renamed to this task."""
+        if type(self.inner).generate is Task.generate:
+            return super().generate(seed, difficulty, split)
+        return dataclasses.replace(self.inner.generate(seed, difficulty, split), task=self.name)
 
     def make(self, rng, params):
         return self.inner.make(rng, params)

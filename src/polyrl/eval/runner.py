@@ -67,11 +67,13 @@ def _prepare(out: Path, header: dict[str, Any], resume: bool) -> list[dict[str, 
     return records
 
 
-def _requests(items: list[EvalItem], suite: EvalSuite, field: str, done: set[tuple[str, int]]) -> list[SampleRequest]:
+def _requests(
+    items: list[EvalItem], suite: EvalSuite, field: str, done: set[tuple[str, int]], style: str | None
+) -> list[SampleRequest]:
     sampled = suite.samples if suite.samples > 1 else 0
     out = []
     for item in items:
-        messages = chat_messages(item.problem, field, suite.system)
+        messages = chat_messages(item.problem, field, suite.system, style)
         for index in range(1 + sampled):
             key = problem_key(item)
             if (key, index) not in done:
@@ -97,15 +99,22 @@ def run_suite(
     model: str,
     resume: bool = False,
     log: Callable[[str], None] = lambda _: None,
+    style: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate every missing sample of ``suite``, then write and return the aggregated results."""
     out = Path(out)
-    header = {"suite": suite.model_dump(), "fingerprint": suite.fingerprint(), "model": model, "prompt_field": field}
+    header = {
+        "suite": suite.model_dump(),
+        "fingerprint": suite.fingerprint(),
+        "model": model,
+        "prompt_field": field,
+        "prompt_style": style or "terse",
+    }
     records = _prepare(out, header, resume)
     items = suite_items(suite)
     by_key = {problem_key(i): i for i in items}
     tasks = {t.name: get_task(t.name, answer_format=suite.answer_format) for t in suite.tasks}
-    todo = _requests(items, suite, field, {(r["problem_key"], r["sample"]) for r in records})
+    todo = _requests(items, suite, field, {(r["problem_key"], r["sample"]) for r in records}, style)
     log(f"{len(items)} problems, {len(records)} samples already done, {len(todo)} to go ({source.description})")
     samples_file = out / "samples.jsonl"
     started = time.perf_counter()

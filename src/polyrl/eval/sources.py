@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 import yaml
 
-from polyrl.policy.prompts import PromptBuilder, PromptConfig
+from polyrl.policy.prompts import PromptBuilder, PromptConfig, problem_text
 from polyrl.tasks.base import Problem
 
 
@@ -50,35 +50,50 @@ class CompletionSource(Protocol):
     def complete(self, requests: Sequence[SampleRequest], on_done: OnDone) -> None: ...
 
 
-def chat_messages(problem: Problem, field: str, system: str | None) -> list[dict[str, str]]:
-    """The chat a model is shown for ``problem`` (the same one PromptBuilder renders for training)."""
-    messages = [{"role": "user", "content": getattr(problem, field)}]
+def chat_messages(problem: Problem, field: str, system: str | None, style: str | None = None) -> list[dict[str, str]]:
+    """The chat a model is shown for ``problem`` (the same one PromptBuilder renders for training); ``style``
+    natural shows the task's natural-language statement, terse (or None) the shorthand."""
+    messages = [{"role": "user", "content": problem_text(problem, field, style)}]
     if system:
         messages.insert(0, {"role": "system", "content": system})
     return messages
 
 
-def run_prompt_field(model_path: str | Path) -> str | None:
-    """The prompt field a polyrl run trained with, when ``model_path`` is a model inside a run directory."""
+def _run_prompt(model_path: str | Path) -> dict:
+    """The ``prompt`` section of the run a model was trained in, when ``model_path`` is inside a run directory."""
     config = Path(model_path).resolve().parent / "config.yaml"
     if not config.is_file():
-        return None
+        return {}
     try:
         data = yaml.safe_load(config.read_text())
     except (OSError, yaml.YAMLError):
-        return None
-    field = (data or {}).get("prompt", {}).get("field") if isinstance(data, dict) else None
+        return {}
+    prompt = data.get("prompt") if isinstance(data, dict) else None
+    return prompt if isinstance(prompt, dict) else {}
+
+
+def run_prompt_field(model_path: str | Path) -> str | None:
+    """The prompt field a polyrl run trained with, when ``model_path`` is a model inside a run directory."""
+    field = _run_prompt(model_path).get("field")
     return field if field in ("prompt", "question") else None
+
+
+def run_prompt_style(model_path: str | Path) -> str | None:
+    """The prompt style a polyrl run trained with (natural or terse), when ``model_path`` is inside a run."""
+    style = _run_prompt(model_path).get("style")
+    return style if style in ("natural", "terse") else None
 
 
 class LocalModelSource:
     """Batched ``model.generate`` on a loaded checkpoint; greedy and sampled requests go in separate batches."""
 
-    def __init__(self, policy, field: str, system: str | None, batch_size: int = 64, seed: int = 0):
+    def __init__(
+        self, policy, field: str, system: str | None, batch_size: int = 64, seed: int = 0, style: str | None = None
+    ):
         from polyrl.policy.generation import TransformersBackend
 
         self.backend = TransformersBackend(policy.model, policy.tokenizer, batch_size=batch_size)
-        self.prompts = PromptBuilder(policy.tokenizer, PromptConfig(field=field, system=system))
+        self.prompts = PromptBuilder(policy.tokenizer, PromptConfig(field=field, system=system, style=style))
         self.batch_size = batch_size
         self.seed = seed
         self.description = "local checkpoint"

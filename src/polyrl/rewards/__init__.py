@@ -1,10 +1,18 @@
 """Rewards: rule terms (verifier, format, length), reward models, LLM judges and label-free majority vote,
 combined with per-task weights; every term is logged on its own."""
 
-from polyrl.rewards.compose import MODEL_TERMS, RULE_TERMS, RewardConfig, RewardResult, compute_rewards
+from polyrl.rewards.compose import (
+    MODEL_TERMS,
+    REWARD_SOURCES,
+    RULE_TERMS,
+    RewardConfig,
+    RewardResult,
+    RewardTermSpec,
+    compute_rewards,
+)
 from polyrl.rewards.judge import JudgeConfig, JudgeSource, parse_verdict
 from polyrl.rewards.reward_model import RewardModelConfig, RewardModelSource, build_tiny_reward_model
-from polyrl.rewards.scorer import REWARD_SOURCES, RewardScorer, majority_vote_scores, register_reward_source
+from polyrl.rewards.scorer import RewardScorer, majority_vote_scores, register_reward_source, register_reward_term
 
 __all__ = [
     "MODEL_TERMS",
@@ -17,9 +25,11 @@ __all__ = [
     "RewardModelSource",
     "RewardResult",
     "RewardScorer",
+    "RewardTermSpec",
     "build_tiny_reward_model",
     "compute_rewards",
     "majority_vote_scores",
     "parse_verdict",
     "register_reward_source",
+    "register_reward_term",
 ]

@@ -9,6 +9,8 @@ Rule terms, computed per completion by :func:`compute_rewards`:
 * ``overlong``: DAPO's soft overlong punishment (Yu et al. 2025, eq. 13): 0 up to
   ``max_new_tokens - overlong_cache``, then linearly down to -1 at ``max_new_tokens``; a truncated
   completion (no EOS) gets -1.
+* ``think_format`` / ``think_length`` (reasoning models, with ``prompt.think_tags``): 1 for thinking in
+  exactly one closed block before the answer; minus the share of the token budget spent thinking.
 
 Model and group terms, computed in batches after generation by :class:`polyrl.rewards.RewardScorer`:
 
@@ -16,23 +18,77 @@ Model and group terms, computed in batches after generation by :class:`polyrl.re
 * ``judge``: an LLM judge's rubric score in [0, 1] (or its pairwise preference over the reference).
 * ``majority_vote``: 1 when the extracted answer agrees with the group's majority (TTRL, label-free).
 
-With ``gate: verifier`` the model and group terms are a quality bonus paid only to completions the
-verifier marks correct. ``tasks:`` overrides any weight per task.
+Your own terms, computed with the model and group terms (see :mod:`polyrl.rewards.scorer`)::
+
+    reward:
+      brevity: 0.5                                   # a term registered by name (register_reward_term)
+      terms:
+        - {fn: "mypkg.rewards:politeness", weight: 0.2}             # a function, imported by path
+        - {name: brevity, weight: 0.1, tasks: [gsm8k]}              # only on some tasks
+
+A term's function takes any of ``problem``, ``response``, ``extracted``, ``target``, ``verdict`` (per
+completion) or ``problems``, ``responses``, ``verdicts`` (per group) and returns a number per completion.
+
+With ``gate: verifier`` the terms computed after generation (model, group and your own) are a quality
+bonus paid only to completions the verifier marks correct. ``tasks:`` overrides any weight per task.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from polyrl.registry import Registry
 from polyrl.rewards.judge import JudgeConfig
 from polyrl.rewards.reward_model import RewardModelConfig
 from polyrl.tasks import Problem, Task, Verdict
+from polyrl.tasks.thinking import think_format, thinking_length
 
-RULE_TERMS = ("verifier", "format", "length", "overlong")
+RULE_TERMS = ("verifier", "format", "length", "overlong", "think_format", "think_length")
 MODEL_TERMS = ("reward_model", "judge", "majority_vote")
+
+
+def _adopt_plugin_term(name: str, obj: Any) -> None:
+    """A ``polyrl.rewards`` entry point naming a function makes it the term ``name`` (a module registers its own)."""
+    from polyrl.rewards.scorer import register_reward_term
+
+    register_reward_term(name)(obj)
+
+
+REWARD_SOURCES: Registry[Callable[..., Any]] = Registry(
+    "reward term", "polyrl.rewards", builtins=("polyrl.rewards.scorer",), adopt=_adopt_plugin_term
+)
+"""The reward-term registry: a term's name → ``factory(config, device)`` returning a function that scores a
+list of trajectories as ``[(value, failure reason or None), …]``. The built-in model/group terms, every
+:func:`~polyrl.rewards.scorer.register_reward_term` / ``register_reward_source`` and the plugins of the
+``polyrl.rewards`` entry-point group land here."""
+
+
+class RewardTermSpec(BaseModel):
+    """One reward term of ``reward.terms``: a registered term by name, or a function by import path."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, description="A registered term's name (or the label of fn's term).")
+    fn: str | None = Field(None, description="'package.module:function' scoring completions or groups.")
+    weight: float = Field(1.0, description="Weight of the term in the reward.")
+    tasks: list[str] | None = Field(None, description="Tasks the term applies to (default: every task).")
+
+    @model_validator(mode="after")
+    def _named(self):
+        if self.name is None and self.fn is None:
+            raise ValueError("a reward term needs name (a registered term) or fn ('package.module:function')")
+        if self.fn is None and self.name not in REWARD_SOURCES:
+            raise ValueError(REWARD_SOURCES.unknown_message(self.name))
+        return self
+
+    @property
+    def label(self) -> str:
+        """The term's name in metrics (``reward_terms/<label>``): ``name``, else the function's name."""
+        return self.name or self.fn.rpartition(":")[2].rpartition(".")[2]
 
 
 class RewardConfig(BaseModel):
@@ -46,6 +102,15 @@ class RewardConfig(BaseModel):
     )
     length: float = Field(0.0, ge=0.0, description="Weight of the linear length penalty (fraction of max_new_tokens).")
     overlong: float = Field(0.0, ge=0.0, description="Weight of DAPO's soft overlong penalty.")
+    think_format: float = Field(
+        0.0,
+        description="Reasoning models (prompt.think_tags): weight of 1 for thinking in exactly one closed block before the answer.",
+    )
+    think_length: float = Field(
+        0.0,
+        ge=0.0,
+        description="Reasoning models (prompt.think_tags): weight of the thinking length penalty, minus the share of max_new_tokens spent inside the think block.",
+    )
     overlong_cache: int = Field(
         8, ge=0, description="Tokens before max_new_tokens where the soft overlong penalty starts."
     )
@@ -62,21 +127,44 @@ class RewardConfig(BaseModel):
         None, description="The reward model scored by the reward_model term."
     )
     judge_source: JudgeConfig | None = Field(None, description="The judge and rubric scored by the judge term.")
+    terms: list[RewardTermSpec] = Field(
+        default_factory=list, description="More terms: a list of {name or fn, weight, tasks} (see docs/rewards.md)."
+    )
 
-    @field_validator("tasks")
+    @model_validator(mode="before")
     @classmethod
-    def _known_terms(cls, tasks):
-        for name, weights in tasks.items():
-            unknown = sorted(set(weights) - set(RULE_TERMS) - set(MODEL_TERMS))
+    def _registered_terms_by_name(cls, data):
+        """``reward.<term>: weight`` for a registered term is shorthand for ``terms: [{name, weight}]``."""
+        if not isinstance(data, dict):
+            return data
+        named = {k: v for k, v in data.items() if k not in cls.model_fields and k in REWARD_SOURCES}
+        if not named:
+            return data
+        rest = {k: v for k, v in data.items() if k not in named}
+        return {**rest, "terms": [*rest.get("terms", []), *({"name": k, "weight": v} for k, v in named.items())]}
+
+    @model_validator(mode="after")
+    def _known_terms(self):
+        labels = [t.label for t in self.terms]
+        builtin = sorted(set(labels) & set(RULE_TERMS + MODEL_TERMS))
+        if builtin:
+            raise ValueError(f"reward term {builtin[0]!r} is a built-in option: set reward.{builtin[0]} instead")
+        twice = sorted({x for x in labels if labels.count(x) > 1})
+        if twice:
+            raise ValueError(f"reward term {twice[0]!r} is configured twice (give one of them another name)")
+        known = RULE_TERMS + MODEL_TERMS + tuple(labels)
+        for name, weights in self.tasks.items():
+            unknown = sorted(set(weights) - set(known))
             if unknown:
                 raise ValueError(
-                    f"task {name!r}: unknown reward term(s) {', '.join(unknown)}; known: {', '.join(RULE_TERMS + MODEL_TERMS)}"
+                    f"task {name!r}: unknown reward term(s) {', '.join(unknown)}; known: {', '.join(known)}"
                 )
-        return tasks
+        return self
 
     def weights(self, task: str) -> dict[str, float]:
         """The weight of every term for ``task`` (global weights with the task's overrides)."""
         base = {name: float(getattr(self, name)) for name in RULE_TERMS + MODEL_TERMS}
+        base.update({t.label: float(t.weight) if t.tasks is None or task in t.tasks else 0.0 for t in self.terms})
         return {**base, **self.tasks.get(task, {})}
 
 
@@ -98,15 +186,28 @@ def soft_overlong(length: int, finished: bool, max_len: int, cache: int) -> floa
 
 
 def compute_rewards(
-    config: RewardConfig, task: Task, problem: Problem, text: str, length: int, finished: bool, max_new_tokens: int
+    config: RewardConfig,
+    task: Task,
+    problem: Problem,
+    text: str,
+    length: int,
+    finished: bool,
+    max_new_tokens: int,
+    verdict: Verdict | None = None,
 ) -> RewardResult:
-    """The rule terms of one completion and their weighted sum (model and group terms come later, batched)."""
-    verdict = task.verify(problem, text)
+    """The rule terms of one completion and their weighted sum (model and group terms come later, batched).
+    ``verdict``: the task's verdict when the caller has it already (a step's verdicts come in one batch)."""
+    verdict = verdict if verdict is not None else task.verify(problem, text)
     weights = config.weights(problem.task)
     terms = {"verifier": verdict.score, "format": float(verdict.format_ok)}
     if weights["length"]:
         terms["length"] = -length / max_new_tokens
     if weights["overlong"]:
         terms["overlong"] = soft_overlong(length, finished, max_new_tokens, config.overlong_cache)
+    tags = task.answer_format.think_tags
+    if tags is not None and (weights["think_format"] or weights["think_length"]):
+        terms["think_format"] = think_format(text, tags)
+        # the thinking's share of the response's characters, in units of the token budget
+        terms["think_length"] = -(thinking_length(text, tags) / max(len(text), 1)) * length / max_new_tokens
     total = sum(weights[name] * value for name, value in terms.items())
     return RewardResult(total, terms, verdict)

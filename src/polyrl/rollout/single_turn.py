@@ -7,6 +7,7 @@ from polyrl.policy.prompts import PromptBuilder
 from polyrl.rewards import RewardConfig, compute_rewards
 from polyrl.rollout.trajectory import Trajectory
 from polyrl.tasks import Problem, Task
+from polyrl.tasks.isolation import verify_many
 
 
 def rollout_problems(
@@ -26,12 +27,23 @@ def rollout_problems(
     prompt_ids = [prompts.ids(p) for p in problems]
     flat = [ids for ids in prompt_ids for _ in range(group_size)]
     gens = backend.generate(flat, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy)
+    # every verdict of the batch at once: one round trip to the isolated verifier pool for the impure ones
+    verdicts = verify_many(
+        [(tasks[problems[k // group_size].task], problems[k // group_size], gen.text) for k, gen in enumerate(gens)]
+    )
     out = []
     for k, gen in enumerate(gens):
         g = k // group_size
         problem = problems[g]
         r = compute_rewards(
-            reward, tasks[problem.task], problem, gen.text, len(gen.completion_ids), gen.finished, max_new_tokens
+            reward,
+            tasks[problem.task],
+            problem,
+            gen.text,
+            len(gen.completion_ids),
+            gen.finished,
+            max_new_tokens,
+            verdicts[k],
         )
         out.append(
             Trajectory(

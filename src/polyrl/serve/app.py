@@ -1,142 +1,157 @@
 """An OpenAI-compatible chat-completions server for a checkpoint (FastAPI).
 
-Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``. Errors use OpenAI's shape
-``{"error": {"message", "type", "param", "code"}}``: 400 for requests the model cannot serve (prompt longer
-than its context), 422 for requests that do not match the schema.
+Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``. Every error is in OpenAI's
+shape (:mod:`polyrl.serve.errors`); what a request may cost is bounded by :class:`~polyrl.serve.limits.ServeLimits`.
 
-One generation runs at a time (a lock): the model is shared and ``generate`` is not made for concurrent
-calls. ``n`` completions of one request are generated as one batch.
+One generation runs at a time (the model is shared and ``generate`` is not made for concurrent calls), in a
+worker thread so the event loop keeps answering; the ``n`` completions of one request are one batch.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import FastAPI, Request  # at module level: FastAPI resolves the handlers' annotations here
+from starlette.concurrency import run_in_threadpool
 
+from polyrl.errors import UserError
 from polyrl.policy.generation import TransformersBackend
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    role: Literal["system", "user", "assistant"]
-    content: str
-
-
-class ChatRequest(BaseModel):
-    """The subset of OpenAI's chat-completions request the server honours; other fields are ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model: str | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    n: int = Field(1, ge=1, le=64)
-
-
-def _error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None):
-    from fastapi.responses import JSONResponse
-
-    return JSONResponse(
-        status_code=status, content={"error": {"message": message, "type": kind, "param": param, "code": None}}
-    )
+from polyrl.serve.errors import ServeError, install_handlers
+from polyrl.serve.limits import (
+    Admission,
+    BodySizeLimit,
+    ServeLimits,
+    chars_per_token,
+    check_prompt_chars,
+    refuse_long_prompt,
+)
+from polyrl.serve.schema import ChatRequest, sampling
 
 
 def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """The prompt through the tokenizer's chat template (plain concatenation when it has none)."""
+    """The prompt through the tokenizer's chat template (plain concatenation when it has none).
+
+    A template that refuses the messages (many raise on roles that do not alternate) makes this a 400.
+    """
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        from jinja2 import TemplateError
+
+        try:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except TemplateError as exc:
+            raise ServeError(400, f"the model's chat template refused the messages: {exc}", param="messages") from None
         return tokenizer(text, add_special_tokens=False).input_ids
     return tokenizer("\n".join(m["content"] for m in messages) + "\n").input_ids
 
 
-def build_app(policy, model_name: str, default_max_tokens: int = 256):
-    """The FastAPI app serving ``policy`` (a :class:`~polyrl.policy.loading.Policy`) as ``model_name``."""
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
+def completion_response(model_name: str, prompt_tokens: int, gens) -> dict[str, Any]:
+    """OpenAI's ``chat.completion`` object for the generations of one request."""
+    completion_tokens = sum(len(g.completion_ids) for g in gens)
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model_name,
+        "choices": [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": g.text},
+                "finish_reason": "stop" if g.finished else "length",
+                "logprobs": None,
+            }
+            for i, g in enumerate(gens)
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
 
-    backend = TransformersBackend(policy.model, policy.tokenizer)
+
+def build_app(policy, model_name: str, limits: ServeLimits | None = None):
+    """The FastAPI app serving ``policy`` (a :class:`~polyrl.policy.loading.Policy`) as ``model_name``."""
+    limits = limits or ServeLimits()
+    tokenizer = policy.tokenizer
+    backend = TransformersBackend(policy.model, tokenizer)
     context = getattr(policy.model.config, "max_position_embeddings", None)
-    lock = threading.Lock()
+    max_prompt = limits.max_prompt_tokens or (context - 1 if context else None)
+    if max_prompt is not None and context is not None and max_prompt >= context:
+        raise UserError(
+            f"--max-prompt-tokens {max_prompt} leaves no room to generate: the model's context is {context}"
+        )
+    per_token = chars_per_token(tokenizer)
+    admission = Admission(limits.max_waiting, limits.retry_after_s)
     created = int(time.time())
     app = FastAPI(title=f"polyrl serve: {model_name}")
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError):
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"] if p != "body")
-        return _error(422, f"{where}: {err['msg']}" if where else err["msg"], param=where or None)
+    app.add_middleware(BodySizeLimit, max_bytes=limits.max_request_bytes)
+    install_handlers(app)
 
     @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok", "model": model_name}
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": model_name, "waiting": admission.waiting}
 
     @app.get("/v1/models")
-    def models() -> dict[str, Any]:
+    async def models() -> dict[str, Any]:
         return {
             "object": "list",
             "data": [{"id": model_name, "object": "model", "created": created, "owned_by": "polyrl"}],
         }
 
     @app.post("/v1/chat/completions")
-    def chat_completions(request: ChatRequest):
-        ids = prompt_ids(policy.tokenizer, [m.model_dump() for m in request.messages])
-        max_tokens = request.max_completion_tokens or request.max_tokens or default_max_tokens
+    async def chat_completions(request: ChatRequest, http: Request):
+        if len(request.messages) > limits.max_messages:
+            raise ServeError(
+                400, f"{len(request.messages)} messages; at most {limits.max_messages} fit", param="messages"
+            )
+        messages = [m.model_dump() for m in request.messages]
+        if max_prompt is not None:
+            check_prompt_chars(sum(len(m["content"]) for m in messages), max_prompt, per_token, context)
+        ids = await run_in_threadpool(prompt_ids, tokenizer, messages)
+        if max_prompt is not None and len(ids) > max_prompt:
+            raise refuse_long_prompt(f"{len(ids)} tokens", max_prompt, context)
+        asked = request.max_completion_tokens or request.max_tokens or limits.default_max_tokens
+        max_tokens = min(asked, limits.max_tokens)
         if context is not None:
-            if len(ids) >= context:
-                return _error(
-                    400, f"the prompt has {len(ids)} tokens; this model's context is {context}", param="messages"
-                )
             max_tokens = min(max_tokens, context - len(ids))  # like vLLM: cut the budget to what fits
-        greedy = request.temperature == 0.0
-        with lock:
-            gens = backend.generate(
+        how = sampling(request.temperature, request.top_p)
+        async with admission.turn():
+            if await http.is_disconnected():  # gave up while waiting: generating for nobody would delay the rest
+                raise ServeError(499, "the client disconnected while its request waited")
+            gens = await run_in_threadpool(
+                backend.generate,
                 [ids] * request.n,
                 max_new_tokens=max_tokens,
-                temperature=request.temperature or 1.0,
-                top_p=request.top_p,
-                greedy=greedy,
+                temperature=how.temperature,
+                top_p=how.top_p,
+                greedy=how.greedy,
             )
-        completion_tokens = sum(len(g.completion_ids) for g in gens)
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model_name,
-            "choices": [
-                {
-                    "index": i,
-                    "message": {"role": "assistant", "content": g.text},
-                    "finish_reason": "stop" if g.finished else "length",
-                    "logprobs": None,
-                }
-                for i, g in enumerate(gens)
-            ],
-            "usage": {
-                "prompt_tokens": len(ids),
-                "completion_tokens": completion_tokens,
-                "total_tokens": len(ids) + completion_tokens,
-            },
-        }
+        return completion_response(model_name, len(ids), gens)
 
     return app
 
 
-def serve(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None) -> None:
-    """Load ``checkpoint`` and serve it until interrupted."""
+def serve(
+    checkpoint: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    model_name: str | None = None,
+    limits: ServeLimits | None = None,
+    threads: int | None = None,
+) -> None:
+    """Load ``checkpoint`` and serve it until interrupted, generating with ``threads`` torch CPU threads
+    (default: :func:`~polyrl.policy.threads.default_threads`; torch's one per core collapses on a busy machine)."""
     from pathlib import Path
 
+    import torch
     import uvicorn
 
     from polyrl.policy.loading import ModelConfig, load_policy
+    from polyrl.policy.threads import available_cores, default_threads
 
+    torch.set_num_threads(threads or default_threads(available_cores()))
     policy = load_policy(ModelConfig(path=checkpoint))
     name = model_name or Path(checkpoint).resolve().name
-    uvicorn.run(build_app(policy, name), host=host, port=port, log_level="info")
+    uvicorn.run(build_app(policy, name, limits), host=host, port=port, log_level="info")

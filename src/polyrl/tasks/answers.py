@@ -6,7 +6,6 @@ own. Every function here is total: any string in, a result out, in bounded time.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,7 +18,7 @@ MAX_RESPONSE_CHARS = 200_000
 #: Extracted answers longer than this are rejected as ``malformed`` before any task parses them.
 MAX_ANSWER_CHARS = 20_000
 
-_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_OPEN_TAG, _CLOSE_TAG = "<answer>", "</answer>"
 
 
 @dataclass(frozen=True)
@@ -82,15 +81,34 @@ def _finish(answer: str, format_ok: bool, reason: str = "ok") -> Extraction:
     return Extraction(answer, format_ok, reason)
 
 
+def _tagged_spans(response: str) -> list[str]:
+    """The texts between each ``<answer>`` and the next ``</answer>``, left to right.
+
+    Two ``str.find`` scans that only move forward: linear in the length however many tags are left
+    unclosed (a backtracking regex such as ``<answer>(.*?)</answer>`` is quadratic there).
+    """
+    spans, pos = [], 0
+    while True:
+        start = response.find(_OPEN_TAG, pos)
+        if start < 0:
+            return spans
+        start += len(_OPEN_TAG)
+        end = response.find(_CLOSE_TAG, start)
+        if end < 0:
+            return spans
+        spans.append(response[start:end])
+        pos = end + len(_CLOSE_TAG)
+
+
 def _extract_tags(response: str) -> Extraction:
-    matches = _TAG_RE.findall(response)
+    matches = _tagged_spans(response)
     if not matches:
-        if "<answer>" in response:
+        if _OPEN_TAG in response:
             return Extraction(None, False, "unclosed_tag")
         return Extraction(None, False, "no_answer")
     # The last answer counts (models often restate); several answers break the format.
     answer = matches[-1]
-    if "<answer>" in answer:
+    if _OPEN_TAG in answer:
         return Extraction(None, False, "malformed")
     if len(matches) > 1:
         return _finish(answer, False, "multiple_answers")

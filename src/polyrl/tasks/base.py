@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -166,6 +166,12 @@ class Problem:
         return cls(**values)
 
 
+VERIFIER_TIMEOUT = "verifier_timeout"
+"""Verdict reason (score 0): an isolated verify call ran past its time limit."""
+VERIFIER_ERROR = "verifier_error"
+"""Verdict reason (score 0): the verifier crashed, ran out of memory, or its task could not be loaded."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The verifier's judgment of one response."""
@@ -174,7 +180,8 @@ class Verdict:
     """In [0, 1]; partial credit where the task has a natural notion of it."""
     correct: bool
     reason: str
-    """Machine-readable: ``correct``, ``partial``, ``wrong``, ``malformed``, ``no_answer``, ``unclosed_tag``…"""
+    """Machine-readable: ``correct``, ``partial``, ``wrong``, ``malformed``, ``no_answer``, ``unclosed_tag``,
+    ``verifier_timeout``, ``verifier_error``…"""
     format_ok: bool = False
     """The response followed the answer format (independent of correctness)."""
     answer: str | None = None
@@ -220,6 +227,10 @@ class Task:
     """Whether ``check`` can return scores strictly between 0 and 1."""
     answer_shape: ClassVar[str] = ""
     """The words the natural statement uses for what the answer looks like (e.g. ``a single integer``)."""
+    pure: ClassVar[bool] = False
+    """Whether ``check`` is safe to run in the trainer's process: it never evaluates model text as code and
+    its time and memory are bounded by the answer's length. Tasks that are not pure are verified in the
+    isolated worker pool (:mod:`polyrl.tasks.isolation`); plugins opt in with ``pure = True``."""
 
     def __init__(self, answer_format: AnswerFormat | str = "tags"):
         self.answer_format = AnswerFormat(answer_format) if isinstance(answer_format, str) else answer_format
@@ -266,7 +277,27 @@ class Task:
         return None if problem.solution is None else self.answer_format.wrap(problem.solution)
 
     def verify(self, problem: Problem, response: str) -> Verdict:
-        """Score ``response``. Never raises: any input gets a Verdict with a reason."""
+        """Score ``response``. Never raises: any input gets a Verdict with a reason.
+
+        Pure tasks verify here; the others in the isolated worker pool, where a call that runs too long or
+        crashes is the verdict ``verifier_timeout`` or ``verifier_error`` (score 0).
+        """
+        if self.pure:
+            return self.verify_in_process(problem, response)
+        from polyrl.tasks.isolation import verifier_pool
+
+        return verifier_pool().verify([(self, problem, response)])[0]
+
+    def verify_many(self, problems: Sequence[Problem], responses: Sequence[str]) -> list[Verdict]:
+        """One verdict per ``(problem, response)`` pair, in order; an impure task's batch is one pool round trip."""
+        from polyrl.tasks.isolation import verify_many
+
+        if len(problems) != len(responses):
+            raise ValueError(f"{len(problems)} problems but {len(responses)} responses")
+        return verify_many([(self, p, r) for p, r in zip(problems, responses)])
+
+    def verify_in_process(self, problem: Problem, response: str) -> Verdict:
+        """Extract the answer and run ``check`` in this process, whatever ``pure`` says (the worker pool's entry)."""
         ext = self.answer_format.extract(response)
         if ext.answer is None:
             return Verdict(0.0, False, ext.reason, False, None)
@@ -274,6 +305,8 @@ class Task:
             return Verdict(0.0, False, "malformed", ext.format_ok, None)
         try:
             result = self.check(ext.answer, problem)
+        except MemoryError:  # the verifier's limit, not the answer's form
+            return Verdict(0.0, False, VERIFIER_ERROR, ext.format_ok, ext.answer)
         except Exception:
             return Verdict(0.0, False, "malformed", ext.format_ok, ext.answer)
         score, reason = result if isinstance(result, tuple) else (result, None)

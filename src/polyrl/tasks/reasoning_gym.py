@@ -3,7 +3,9 @@
 One Task subclass is made per dataset on first use. Generation builds the dataset with a one-item config
 whose seed comes from the polyrl seed and split, so train and eval never share a reasoning-gym seed.
 Difficulty maps the knob in [0, 1] onto the dataset's curriculum levels (where it has a curriculum).
-Verification runs polyrl's shared answer extraction, then the dataset's own ``score_answer``.
+Verification runs polyrl's shared answer extraction, then the dataset's own ``score_answer``, always in
+the isolated verifier pool (``pure = False``): several scorers ``eval`` or ``sympy.parse_expr`` the answer.
+Guards in ``polyrl.tasks.rg_guards`` run first where a scorer can be fooled or made to run code.
 
 reasoning-gym is imported only here and only when an ``rg/`` task is asked for: it takes over a second
 to import, and ``polyrl tasks list`` should not pay that.
@@ -18,6 +20,7 @@ from typing import Any, ClassVar
 
 from polyrl.errors import UserError
 from polyrl.tasks.base import SPLITS, Difficulty, Param, Problem, Task
+from polyrl.tasks.rg_guards import guard_answer, replace_eval
 
 INSTALL_HINT = "reasoning-gym is not installed; install it with `pip install polyrl[rg]`"
 
@@ -25,8 +28,15 @@ INSTALL_HINT = "reasoning-gym is not installed; install it with `pip install pol
 EXCLUDED = frozenset({"composite"})
 
 #: reasoning-gym seeds are used as ``Random(seed + index)`` and by some datasets as numpy seeds (< 2**32);
-#: ``2 * seed + split`` keeps train and eval seeds disjoint and inside that range.
+#: ``2 * (seed mod 2**31) + split`` keeps train and eval seeds disjoint and inside that range.
 MAX_SEED = 2**31 - 1
+
+
+def rg_seed(seed: int, split: str) -> int:
+    """The reasoning-gym seed of polyrl ``seed`` in ``split``: any integer (the trainer draws seeds below 2**62)
+    is folded into the adapter's range, deterministically; train and eval seeds never coincide."""
+    return 2 * (int(seed) % (MAX_SEED + 1)) + SPLITS.index(split)
+
 
 _CLASSES: dict[str, type[ReasoningGymTask]] = {}
 
@@ -51,6 +61,7 @@ class ReasoningGymTask(Task):
     rg_group: ClassVar[str]
     has_curriculum: ClassVar[bool]
     partial_credit = True  # many score_answer functions give partial credit
+    pure = False  # several score_answer functions eval or sympy-parse the answer: always verified isolated
 
     def __init__(self, answer_format="tags"):
         super().__init__(answer_format)
@@ -89,12 +100,9 @@ class ReasoningGymTask(Task):
         if split not in SPLITS:
             raise UserError(f"unknown split {split!r}: use train or eval")
         seed = int(seed)
-        if not 0 <= seed <= MAX_SEED:
-            raise UserError(f"seed {seed} is outside [0, {MAX_SEED}] (the range reasoning-gym seeds allow)")
         space = self.difficulty_space()
         params = space.resolve(difficulty)
-        rg_seed = 2 * seed + SPLITS.index(split)
-        config, level_used = self._config(rg_seed, params.get("level", 0))
+        config, level_used = self._config(rg_seed(seed, split), params.get("level", 0))
         item = self._dataset_cls(config=config)[0]
         entry = _json_safe({"question": item["question"], "answer": item["answer"], "metadata": item["metadata"]})
         entry["rg_level"] = level_used  # differs from params["level"] where the curriculum fell back
@@ -114,7 +122,8 @@ class ReasoningGymTask(Task):
         # survive the answer format). Such items keep solution=None so nobody trains on a wrong target.
         if isinstance(reference, str) and reference.strip():
             problem.solution = reference
-            if self.verify(problem, self.answer_format.wrap(reference)).score < 1.0:
+            # the reference is the dataset's own, so its check needs no isolation
+            if self.verify_in_process(problem, self.answer_format.wrap(reference)).score < 1.0:
                 problem.solution = None
         return problem
 
@@ -122,11 +131,21 @@ class ReasoningGymTask(Task):
         if level not in self._scorers:
             config = self._config(0, level)[0] if level is not None else self._config_cls(seed=0, size=1)
             self._scorers[level] = self._dataset_cls(config=config)
+            replace_eval(self.rg_dataset, self._dataset_cls)
         return self._scorers[level]
 
-    def check(self, answer: str, problem: Problem) -> float:
-        level = problem.answer.get("rg_level") if isinstance(problem.answer, dict) else None
-        score = self._scorer(level if isinstance(level, int) else None).score_answer(answer, problem.answer)
+    def __reduce__(self):
+        # made by rg_task_class, so not importable by its name: a verifier worker rebuilds it from the dataset
+        return rg_task, (self.rg_dataset, self.answer_format.style)
+
+    def check(self, answer: str, problem: Problem) -> float | tuple[float, str]:
+        entry = problem.answer
+        guarded = guard_answer(self.rg_dataset, answer, entry)
+        if guarded is not None:
+            return guarded
+        level = entry.get("rg_level") if isinstance(entry, dict) else None
+        scorer = self._scorer(level if isinstance(level, int) else None)
+        score = scorer.score_answer(answer, entry)
         return float(score) if score is not None and math.isfinite(float(score)) else 0.0
 
 
@@ -174,6 +193,11 @@ def rg_task_class(name: str) -> type[ReasoningGymTask]:
     )
     _CLASSES[name] = cls
     return cls
+
+
+def rg_task(name: str, answer_format: str = "tags") -> ReasoningGymTask:
+    """The ``rg/<name>`` task (how a verifier worker rebuilds one it was sent)."""
+    return rg_task_class(name)(answer_format)
 
 
 def rg_task_classes() -> list[type[ReasoningGymTask]]:

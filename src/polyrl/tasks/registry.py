@@ -10,18 +10,21 @@ and the class (a :class:`~polyrl.tasks.base.Task` subclass) becomes available by
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from typing import Any
 
 from polyrl.errors import UserError
-from polyrl.registry import load_plugins
+from polyrl.registry import Registry
 from polyrl.tasks.base import CATEGORIES, Task
+from polyrl.tasks.builtin import MODULES as BUILTIN_MODULES
 
-_REGISTRY: dict[str, type[Task]] = {}
-_LOADED = False
 RG_PREFIX = "rg/"
-_BUILTIN_MODULES = ("arithmetic", "logic", "grid", "graph", "sequential", "crypto", "search")
+
+
+def _adopt_plugin_task(entry_point_name: str, obj: Any) -> None:
+    register_task(obj)  # a task registers under its class's ``name``, not the entry point's
+
+
+TASKS: Registry[type[Task]] = Registry("task", "polyrl.tasks", builtins=BUILTIN_MODULES, adopt=_adopt_plugin_task)
 
 
 def register_task(cls: type[Task]) -> type[Task]:
@@ -35,37 +38,16 @@ def register_task(cls: type[Task]) -> type[Task]:
         raise ValueError(
             f"{cls.__name__}: task {name!r} needs a category (one of {', '.join(CATEGORIES)} or your own)"
         )
-    existing = _REGISTRY.get(name)
-    if existing is not None and existing is not cls:
-        if (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
-            raise ValueError(
-                f"task name {name!r} is already registered by {existing.__module__}.{existing.__qualname__}"
-            )
-    _REGISTRY[name] = cls
-    return cls
-
-
-def _load() -> None:
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    for mod in _BUILTIN_MODULES:
-        importlib.import_module(f"polyrl.tasks.builtin.{mod}")
-    for obj in load_plugins("polyrl.tasks", "task"):
-        if isinstance(obj, type) and issubclass(obj, Task):
-            register_task(obj)
+    return TASKS.add(name, cls)
 
 
 def builtin_and_plugin_tasks() -> dict[str, type[Task]]:
-    _load()
-    return dict(_REGISTRY)
+    return dict(TASKS)
 
 
 def list_tasks(category: str | None = None, include_rg: bool = False) -> list[type[Task]]:
     """Registered task classes sorted by name, optionally of one category (and the ``rg/`` adapters)."""
-    _load()
-    tasks = sorted(_REGISTRY.values(), key=lambda c: c.name)
+    tasks = [TASKS[name] for name in TASKS.names()]
     if include_rg:
         from polyrl.tasks.reasoning_gym import rg_task_classes
 
@@ -79,16 +61,11 @@ def list_tasks(category: str | None = None, include_rg: bool = False) -> list[ty
 
 
 def get_task_class(name: str) -> type[Task]:
-    _load()
-    if name.startswith(RG_PREFIX):
+    if isinstance(name, str) and name.startswith(RG_PREFIX):
         from polyrl.tasks.reasoning_gym import rg_task_class
 
         return rg_task_class(name[len(RG_PREFIX) :])
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; see `polyrl tasks list`"
-        raise UserError(f"unknown task {name!r}{hint}")
-    return _REGISTRY[name]
+    return TASKS.lookup(name)
 
 
 def get_task(name: str, **kwargs: Any) -> Task:

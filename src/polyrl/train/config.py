@@ -10,18 +10,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from polyrl.algos import get_advantage_estimator, get_aggregation, get_objective, kl_penalty
+from polyrl.algos import KL_ESTIMATORS, get_advantage_estimator, get_aggregation, get_objective
+from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
+from polyrl.curriculum import SAMPLERS
 from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import EnvConfig
 from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
+from polyrl.run_dir import atomic_write_text
+from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
+from polyrl.tasks.isolation import VerifierConfig
 
 
 class _Strict(BaseModel):
@@ -51,11 +55,15 @@ class TaskSpec(_Strict):
     eval_difficulty: float | str | dict[str, Any] | None = Field(
         None, description="Held-out difficulty (default: the training one)."
     )
+    dataset: DatasetSpec | None = Field(
+        None, description="Rows of a file or hub dataset served as task `name` (see docs/datasets.md)."
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _from_name(cls, value):
-        return {"name": value} if isinstance(value, str) else value
+        value = {"name": value} if isinstance(value, str) else value
+        return fold_dataset_fields(value, set(cls.model_fields))
 
 
 class SamplerConfig(_Strict):
@@ -63,6 +71,8 @@ class SamplerConfig(_Strict):
 
     name: str = Field("uniform", description="Registered sampler name (uniform, weighted, …).")
     options: dict[str, Any] = Field(default_factory=dict, description="Keyword options for the sampler.")
+
+    _name = field_validator("name")(registered(SAMPLERS.lookup))
 
 
 class DifficultyControlConfig(_Strict):
@@ -186,12 +196,17 @@ class RLConfig(_Strict):
         description="Run each distinct prompt through the model once per group, in generation and in the update (same numbers, less compute; off: one full forward per completion).",
     )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    gradient_surgery: str = Field(
+        "none",
+        description="Combine per-task gradients before each step: none (their sum), pcgrad (Yu et al. 2020), cagrad (Liu et al. 2021). Costs one backward per task and a gradient copy per task.",
+    )
     max_bad_steps: int = Field(5, ge=1, description="Consecutive NaN/inf steps that stop the run.")
 
     _advantage = field_validator("advantage")(registered(lambda name: name == "gae" or get_advantage_estimator(name)))
     _aggregation = field_validator("loss_aggregation")(registered(get_aggregation))
     _objective = field_validator("objective")(registered(get_objective))
-    _kl = field_validator("kl_estimator")(registered(lambda name: kl_penalty(torch.zeros(1), torch.zeros(1), name)))
+    _surgery = field_validator("gradient_surgery")(registered(get_surgery))
+    _kl = field_validator("kl_estimator")(registered(KL_ESTIMATORS.lookup))
 
     @model_validator(mode="after")
     def _compatible(self):
@@ -250,7 +265,9 @@ class TrainConfig(_Strict):
     seed: int = Field(0, description="Run seed: every random choice flows from it.")
     run_dir: str = Field("runs/default", description="Run directory (config, metrics, checkpoints, models).")
     device: str = Field("cpu", description="Torch device: cpu, cuda, cuda:1, mps.")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice).")
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads (default: half the CPU cores, 1 to 4; see docs/training.md)."
+    )
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="How problems are shown.")
     tasks: list[TaskSpec] = Field(description="The training mix.", min_length=1)
@@ -259,6 +276,10 @@ class TrainConfig(_Strict):
         default_factory=DifficultyControlConfig, description="Difficulty controller."
     )
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward terms and weights.")
+    verifier: VerifierConfig = Field(
+        default_factory=VerifierConfig,
+        description="Limits of the worker processes that run verifiers which are not pure (rg/ tasks, plugins, expression-evaluating dataset verifiers).",
+    )
     env: EnvConfig = Field(default_factory=EnvConfig, description="Limits of multi-turn environments (env/... tasks).")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Warm start.")
     rl: RLConfig = Field(default_factory=RLConfig, description="RL stage.")
@@ -370,4 +391,5 @@ def load_config(
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    """Write the resolved config (atomically: a run killed meanwhile has the whole file or none)."""
+    atomic_write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

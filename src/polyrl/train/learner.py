@@ -1,15 +1,18 @@
-"""Stages 2–4 of an RL step: advantages, selection, and the policy update.
+"""Stage 3 of an RL step: the policy update.
 
-``prepare_update`` turns a step's scored trajectories into an :class:`UpdateBatch` (tokens, advantages,
-behaviour log-probs, which rows to train on); ``policy_update`` runs epochs × minibatches × micro-batches
-of the registered objective on it and returns everything the objective measured. Neither sees the
-Trainer: each takes the model, optimizer, batch and config it needs.
+``policy_update`` runs epochs × minibatches × micro-batches of the registered objective on an
+:class:`~polyrl.train.update_batch.UpdateBatch` (built by ``prepare_update``) and returns everything the
+objective measured. It does not see the Trainer: it takes the model, optimizer, batch and config it needs.
 
 Normalization is over the whole minibatch, never per micro-batch: every micro-batch's loss is divided by
 the minibatch's token and sequence counts (``ObjectiveInputs.total_tokens`` / ``total_sequences``), so the
 accumulated gradient equals the unsplit one. Leaving zero-advantage rows out (they add nothing to the
 surrogate) uses the same totals: the skipped rows still count in the normalizer, so the gradient is the
 full batch's.
+
+Across ranks (FSDP, ``ranks``): every rank holds the whole step's batch and computes the same advantages,
+minibatches and totals; each runs forward/backward on its share of each minibatch only, every rank as many
+passes (``Ranks.lockstep``), and the gradients are summed by FSDP — the one-process update, split.
 """
 
 from __future__ import annotations
@@ -27,47 +30,16 @@ from polyrl.algos import (
     ObjectiveInputs,
     ObjectiveSettings,
     aggregate,
-    get_advantage_estimator,
     get_objective,
     kl_penalty,
     objective_totals,
-    task_normalize,
-    zero_variance_groups,
 )
+from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.algos.objectives import loss_mask
+from polyrl.distributed.fsdp import idle_pass
 from polyrl.optim import clip_and_step
-from polyrl.rollout import TokenBatch, Trajectory, collate, sequence_logprobs
-from polyrl.rollout.multi_turn import turn_advantages
-
-
-@dataclass
-class UpdateBatch:
-    """What the policy update trains on: one step's trajectories, collated, with their advantages.
-
-    Rows are the step's trajectories in order; ``active`` are the rows the update runs forward/backward on
-    (all of them unless zero-advantage rows are skipped)."""
-
-    tokens: TokenBatch
-    advantages: Tensor
-    """``[N]`` per sequence, or ``[N, T]`` per token (GAE, turn-level credit)."""
-    task_ids: Tensor
-    """``[N]`` index into ``task_names``."""
-    task_names: list[str]
-    group_ids: Tensor
-    truncated: Tensor
-    """``[N]`` bool: the completion hit the token budget."""
-    active: Tensor
-    """Row indices to train on."""
-    behaviour_logprobs: Tensor | None = None
-    """``[N, T]`` log-probs under the sampling weights (asynchronous rollouts), aligned with the loss mask."""
-    returns: Tensor | None = None
-    """``[N, T]`` critic targets (PPO with GAE)."""
-    critic_stats: dict[str, float] = field(default_factory=dict)
-    zero_variance: Tensor | None = None
-    """``[N]`` bool: the row's group has identical rewards."""
-
-    def __len__(self) -> int:
-        return len(self.tokens)
+from polyrl.rollout import sequence_logprobs
+from polyrl.train.update_batch import UpdateBatch
 
 
 @dataclass
@@ -90,73 +62,6 @@ class UpdateResult:
     seq_kl: list[float]
     """Per row: mean token KL to the reference (0 without a reference)."""
     value_loss: float = float("nan")
-
-
-def collate_trajectories(trajs: list[Trajectory], pad_id: int) -> TokenBatch:
-    """The padded token batch of ``trajs`` (with multi-turn policy masks when there are any)."""
-    masks = [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None
-    return collate([(t.prompt_ids, t.response_ids) for t in trajs], pad_id, masks)
-
-
-def behaviour_logprobs(trajs: list[Trajectory], width: int) -> Tensor | None:
-    """``[N, width]`` behaviour log-probs aligned with ``TokenBatch.loss_mask``, or None when the trajectories
-    carry none (in-process rollouts share the learner's weights)."""
-    if not trajs or any(t.behaviour_logprobs is None for t in trajs):
-        return None
-    out = torch.zeros(len(trajs), width)
-    for i, t in enumerate(trajs):
-        start = len(t.prompt_ids) - 1
-        out[i, start : start + len(t.response_ids)] = torch.tensor(t.behaviour_logprobs)
-    return out
-
-
-def compute_advantages(trajs: list[Trajectory], tokens: TokenBatch, task_ids: Tensor, cfg, critic=None):
-    """``(advantages, returns, critic_stats, zero_variance)`` for one step.
-
-    Group estimators give one value per sequence; ``task_normalize`` then standardizes within each task
-    (AgentRL). Members of zero-variance groups get exactly 0 whatever comes after the estimator, so that
-    they are recognisably signal-free (and skipped). ``advantage_level: turn`` credits each turn of an
-    episode with its group-normalized reward-to-go; ``gae`` asks the critic."""
-    rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
-    group_ids = torch.tensor([t.group for t in trajs])
-    zero_var = zero_variance_groups(rewards, group_ids)
-    if cfg.advantage == "gae":
-        advantages, returns, stats = critic.advantages(tokens, rewards)
-        return advantages, returns, stats, zero_var
-    if cfg.advantage_level == "turn":
-        return turn_advantages(trajs, tokens.loss_mask.shape[1]), None, {}, zero_var
-    advantages = get_advantage_estimator(cfg.advantage)(rewards, group_ids)
-    if cfg.task_normalize:
-        advantages = task_normalize(advantages, task_ids)
-    return torch.where(zero_var, torch.zeros_like(advantages), advantages), None, {}, zero_var
-
-
-def prepare_update(trajs: list[Trajectory], task_names: list[str], pad_id: int, cfg, critic=None) -> UpdateBatch:
-    """Collate, compute advantages, and choose the rows to train on.
-
-    Rows with zero advantage contribute nothing to the surrogate (their per-token loss is 0 × ratio); with
-    ``skip_zero_advantage`` and no KL or entropy term that would still need them, they are left out of the
-    forward/backward (same gradient: they still count in the normalizer)."""
-    index = {name: i for i, name in enumerate(task_names)}
-    tokens = collate_trajectories(trajs, pad_id)
-    task_ids = torch.tensor([index[t.task] for t in trajs])
-    advantages, returns, critic_stats, zero_var = compute_advantages(trajs, tokens, task_ids, cfg, critic)
-    active = torch.arange(len(trajs))
-    if cfg.skip_zero_advantage and advantages.dim() == 1 and cfg.kl_coef == 0 and cfg.entropy_coef == 0:
-        active = torch.nonzero(advantages != 0).flatten()
-    return UpdateBatch(
-        tokens=tokens,
-        advantages=advantages,
-        task_ids=task_ids,
-        task_names=list(task_names),
-        group_ids=torch.tensor([t.group for t in trajs]),
-        truncated=torch.tensor([t.truncated for t in trajs]),
-        active=active,
-        behaviour_logprobs=behaviour_logprobs(trajs, tokens.loss_mask.shape[1]),
-        returns=returns,
-        critic_stats=critic_stats,
-        zero_variance=zero_var,
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -229,6 +134,17 @@ class _Stats:
                 self.sums[key] += v * weight
                 self.weights[key] += weight
 
+    def absorb(self, sums: dict[str, float], weights: dict[str, float]) -> None:
+        """Add another rank's running sums (the same keys mean the same statistics)."""
+        for key, value in sums.items():
+            if key.endswith("_max"):
+                self.sums[key] = max(self.sums.get(key, -math.inf), value)
+            elif key.endswith("_min"):
+                self.sums[key] = min(self.sums.get(key, math.inf), value)
+            else:
+                self.sums[key] += value
+                self.weights[key] += weights.get(key, 0.0)
+
     def result(self) -> dict[str, float]:
         return {
             k: (v if k.endswith(("_max", "_min")) else v / self.weights[k] if self.weights[k] else float("nan"))
@@ -268,6 +184,110 @@ def _totals(batch: UpdateBatch, rows: Tensor, settings: ObjectiveSettings) -> tu
     return objective_totals(batch.tokens.loss_mask[rows], batch.truncated[rows], settings)
 
 
+@dataclass
+class _Pass:
+    """What every micro-batch of one update reads (the model, the batch, the frozen log-probs) and what it
+    adds to (the statistics)."""
+
+    model: torch.nn.Module
+    batch: UpdateBatch
+    cfg: object
+    objective: object
+    settings: ObjectiveSettings
+    lengths: Tensor
+    old_all: Tensor | None
+    ref_all: Tensor | None
+    overall: _Stats = field(default_factory=_Stats)
+    by_task: dict[str, _Stats] = field(default_factory=lambda: defaultdict(_Stats))
+    seq_entropy: Tensor | None = None
+    seq_kl: Tensor | None = None
+    ranks: object = None
+    """``polyrl.distributed.fsdp.Ranks`` when the model is sharded across processes; None in one process."""
+
+    def backward(self, rows: Tensor, totals, first_epoch: bool) -> float:
+        """Forward/backward of ``rows`` in micro-batches, each normalized by the minibatch ``totals``; the summed
+        loss (gradients accumulate in ``.grad``)."""
+        total = 0.0
+        for piece in _pieces(rows, self.lengths, self.batch.group_ids, self.cfg.micro_batch_tokens, self.ranks):
+            if piece is None:  # another rank has one more micro-batch: keep FSDP's collectives in step
+                idle_pass(self.model, self.batch.tokens.input_ids, backward=True)
+                continue
+            loss = self._micro_loss(piece, totals, first_epoch)
+            loss.backward()
+            total += float(loss.detach())
+        return total
+
+    def _micro_loss(self, rows: Tensor, totals, first_epoch: bool) -> Tensor:
+        cfg, batch = self.cfg, self.batch
+        micro = batch.tokens.select(rows)
+        width = micro.loss_mask.shape[1]
+        logp, ent = sequence_logprobs(
+            self.model,
+            micro,
+            cfg.temperature,
+            entropy=True,
+            entropy_grad=cfg.entropy_coef != 0,
+            share_prompts=cfg.share_prompts and self.ranks is None,
+        )
+        old = self.old_all[rows, :width] if self.old_all is not None else None
+        inputs = _inputs(batch, rows, logp, old, width, totals)
+        loss, stats = self.objective(inputs, self.settings)
+        mask = loss_mask(inputs.mask, inputs.truncated, self.settings.mask_truncated)
+        kl_tok = None
+        if self.ref_all is not None:
+            kl_tok = kl_penalty(logp, self.ref_all[rows, :width], cfg.kl_estimator)
+            loss = loss + cfg.kl_coef * aggregate(kl_tok, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals)
+        if cfg.entropy_coef:
+            loss = loss - cfg.entropy_coef * aggregate(ent, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals)
+        with torch.no_grad():
+            self.overall.add(stats, float(mask.sum()))
+            for task in batch.task_ids[rows].unique().tolist():
+                keep = batch.task_ids[rows] == task
+                task_stats = self.objective(_subset(inputs, keep), self.settings)[1]
+                self.by_task[batch.task_names[task]].add(task_stats, float(mask[keep].sum()))
+            if first_epoch:
+                denom = mask.sum(1).clamp(min=1)
+                self.seq_entropy[rows] = (ent.detach() * mask).sum(1) / denom
+                if kl_tok is not None:
+                    self.seq_kl[rows] = (kl_tok.detach() * mask).sum(1) / denom
+        return loss
+
+    def merge_ranks(self) -> None:
+        """Every rank's statistics and per-row entropies/KLs, combined (each rank measured its own rows)."""
+        parts = self.ranks.gather(
+            (
+                (dict(self.overall.sums), dict(self.overall.weights)),
+                {k: (dict(v.sums), dict(v.weights)) for k, v in self.by_task.items()},
+            )
+        )
+        self.overall, self.by_task = _Stats(), defaultdict(_Stats)
+        for (sums, weights), tasks in parts:
+            self.overall.absorb(sums, weights)
+            for name, (t_sums, t_weights) in tasks.items():
+                self.by_task[name].absorb(t_sums, t_weights)
+        self.seq_entropy = self.ranks.merge_rows(self.seq_entropy)
+        self.seq_kl = self.ranks.sum_rows(self.seq_kl)
+
+    def backward_with_surgery(self, rows: Tensor, totals, first_epoch: bool, parameters, surgery, generator) -> float:
+        """One backward per task of ``rows`` (the same rows, grouped by task), then the task gradients combined
+        by ``surgery`` (PCGrad, CAGrad…) into ``.grad``."""
+        task_ids = self.batch.task_ids[rows]
+        grads, total = [], 0.0
+        for task in task_ids.unique().tolist():
+            for p in parameters:
+                p.grad = None
+            total += self.backward(rows[task_ids == task], totals, first_epoch)
+            grads.append(
+                torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in parameters])
+            )
+        combined = surgery(torch.stack(grads), generator)
+        offset = 0
+        for p in parameters:
+            p.grad = combined[offset : offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+        return total
+
+
 def policy_update(
     model,
     optimizer,
@@ -279,13 +299,16 @@ def policy_update(
     critic=None,
     tis_cap: float | None = None,
     generator: torch.Generator | None = None,
+    ranks=None,
 ) -> UpdateResult:
     """``cfg.epochs`` passes over ``batch``'s active rows in ``cfg.minibatches`` optimizer steps each, every
-    minibatch accumulated over micro-batches of at most ``cfg.micro_batch_tokens`` padded tokens.
+    minibatch accumulated over micro-batches of at most ``cfg.micro_batch_tokens`` padded tokens (and, with
+    ``cfg.gradient_surgery``, per task, the task gradients combined before the step).
 
     ``parameters`` are the ones the optimizer trains (gradient clipping); ``reference`` is the frozen KL
-    reference (with ``cfg.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE)."""
-    objective = get_objective(cfg.objective)
+    reference (with ``cfg.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE). ``ranks``
+    (``polyrl.distributed.fsdp.Ranks``): the model is sharded and this process trains its share of each
+    minibatch (no critic or gradient surgery there; the config refuses them)."""
     settings = objective_settings(cfg, tis_cap)
     n_all, active = len(batch), batch.active
     lengths = batch.tokens.attention_mask.sum(1)
@@ -293,17 +316,18 @@ def policy_update(
     all_tokens, all_seqs = _totals(batch, torch.arange(n_all), settings)
     act_tokens, act_seqs = _totals(batch, active, settings)
     share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
-
     needs_old = cfg.epochs > 1 or cfg.minibatches > 1 or batch.behaviour_logprobs is not None
     with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
-        old_all = _frozen_logprobs(model, batch, active, lengths, cfg) if needs_old and len(active) else None
+        old_all = _frozen_logprobs(model, batch, active, lengths, cfg, ranks) if needs_old and len(active) else None
         ref_all = (
-            _frozen_logprobs(reference, batch, active, lengths, cfg) if reference is not None and len(active) else None
+            _frozen_logprobs(reference, batch, active, lengths, cfg, ranks)
+            if reference is not None and len(active)
+            else None
         )
+    run = _Pass(model, batch, cfg, get_objective(cfg.objective), settings, lengths, old_all, ref_all, ranks=ranks)
+    run.seq_entropy, run.seq_kl = torch.full((n_all,), float("nan")), torch.zeros(n_all)
+    surgery = None if cfg.gradient_surgery == "none" else get_surgery(cfg.gradient_surgery)
 
-    seq_entropy = torch.full((n_all,), float("nan"))
-    seq_kl = torch.zeros(n_all)
-    overall, by_task = _Stats(), defaultdict(_Stats)
     losses, grad_norms, value_losses, skipped, updates = [], [], [], 0, 0
     for epoch in range(cfg.epochs if len(active) else 0):
         for mb in minibatches(active, cfg.minibatches, generator):
@@ -311,47 +335,12 @@ def policy_update(
             mb_tokens, mb_seqs = _totals(batch, mb, settings)
             totals = (mb_tokens * share[0], mb_seqs * share[1])
             optimizer.zero_grad(set_to_none=True)
-            total = 0.0
-            for rows in micro_batches(mb, lengths, batch.group_ids, cfg.micro_batch_tokens):
-                micro = batch.tokens.select(rows)
-                width = micro.loss_mask.shape[1]
-                logp, ent = sequence_logprobs(
-                    model,
-                    micro,
-                    cfg.temperature,
-                    entropy=True,
-                    entropy_grad=cfg.entropy_coef != 0,
-                    share_prompts=cfg.share_prompts,
-                )
-                old = old_all[rows, :width] if old_all is not None else None
-                inputs = _inputs(batch, rows, logp, old, width, totals)
-                loss, stats = objective(inputs, settings)
-                mask = loss_mask(inputs.mask, inputs.truncated, settings.mask_truncated)
-                kl_tok = None
-                if ref_all is not None:
-                    kl_tok = kl_penalty(logp, ref_all[rows, :width], cfg.kl_estimator)
-                    loss = loss + cfg.kl_coef * aggregate(
-                        kl_tok, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals
-                    )
-                if cfg.entropy_coef:
-                    loss = loss - cfg.entropy_coef * aggregate(
-                        ent, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals
-                    )
-                loss.backward()
-                total += float(loss.detach())
-                with torch.no_grad():
-                    n_tokens = float(mask.sum())
-                    overall.add(stats, n_tokens)
-                    for task in batch.task_ids[rows].unique().tolist():
-                        keep = batch.task_ids[rows] == task
-                        by_task[batch.task_names[task]].add(
-                            objective(_subset(inputs, keep), settings)[1], float(mask[keep].sum())
-                        )
-                    if epoch == 0:
-                        denom = mask.sum(1).clamp(min=1)
-                        seq_entropy[rows] = (ent.detach() * mask).sum(1) / denom
-                        if kl_tok is not None:
-                            seq_kl[rows] = (kl_tok.detach() * mask).sum(1) / denom
+            if ranks is not None:  # this rank's rows; the loss summed over ranks (the same skip decision everywhere)
+                total = ranks.sum(run.backward(ranks.mine(mb), totals, epoch == 0))
+            elif surgery is None:
+                total = run.backward(mb, totals, epoch == 0)
+            else:
+                total = run.backward_with_surgery(mb, totals, epoch == 0, parameters, surgery, generator)
             if critic is not None and batch.returns is not None:
                 value_losses.append(critic.update(batch.tokens.select(mb), batch.returns[mb]))
             grad_norm = clip_and_step(optimizer, parameters, cfg.max_grad_norm, torch.tensor(total))
@@ -361,16 +350,18 @@ def policy_update(
                 continue
             losses.append(total)
             grad_norms.append(grad_norm)
+    if ranks is not None:
+        run.merge_ranks()
     return UpdateResult(
         loss=_mean(losses),
         grad_norm=_mean(grad_norms),
         updates=updates,
         skipped_updates=skipped,
         trained_sequences=len(active),
-        objective=overall.result(),
-        objective_by_task={name: s.result() for name, s in by_task.items()},
-        seq_entropy=seq_entropy.tolist(),
-        seq_kl=seq_kl.tolist(),
+        objective=run.overall.result(),
+        objective_by_task={name: s.result() for name, s in run.by_task.items()},
+        seq_entropy=run.seq_entropy.tolist(),
+        seq_kl=run.seq_kl.tolist(),
         value_loss=_mean(v for v in value_losses if v is not None),
     )
 
@@ -392,19 +383,31 @@ class BaseModelReference:
     model: torch.nn.Module
 
 
-def _frozen_logprobs(source, batch: UpdateBatch, rows: Tensor, lengths: Tensor, cfg) -> Tensor:
+def _frozen_logprobs(source, batch: UpdateBatch, rows: Tensor, lengths: Tensor, cfg, ranks=None) -> Tensor:
     """``[N, T]`` no-grad log-probs of ``rows`` under ``source`` (the policy before the update, the KL
-    reference, or a :class:`BaseModelReference`), computed in the update's micro-batches."""
+    reference, or a :class:`BaseModelReference`), computed in the update's micro-batches (across ranks: each
+    rank its share, then summed into the whole on every rank)."""
     out = torch.zeros(batch.tokens.loss_mask.shape)
-    for piece in micro_batches(rows, lengths, batch.group_ids, cfg.micro_batch_tokens):
+    mine = rows if ranks is None else ranks.mine(rows)
+    for piece in _pieces(mine, lengths, batch.group_ids, cfg.micro_batch_tokens, ranks):
+        if piece is None:
+            idle_pass(source, batch.tokens.input_ids, backward=False)
+            continue
         micro = batch.tokens.select(piece)
         if isinstance(source, BaseModelReference):
             with source.model.disable_adapter():
                 logp = sequence_logprobs(source.model, micro, cfg.temperature, share_prompts=cfg.share_prompts)[0]
         else:
-            logp = sequence_logprobs(source, micro, cfg.temperature, share_prompts=cfg.share_prompts)[0]
+            share = cfg.share_prompts and ranks is None  # a sharded forward must run the same passes on every rank
+            logp = sequence_logprobs(source, micro, cfg.temperature, share_prompts=share)[0]
         out[piece, : logp.shape[1]] = logp.float().cpu()
-    return out
+    return out if ranks is None else ranks.sum_rows(out)
+
+
+def _pieces(rows: Tensor, lengths: Tensor, group_ids: Tensor, budget: int | None, ranks) -> list[Tensor | None]:
+    """The micro-batches of ``rows``; across ranks, padded with None to the longest rank's count."""
+    pieces = [p for p in micro_batches(rows, lengths, group_ids, budget) if len(p)]
+    return pieces if ranks is None else ranks.lockstep(pieces)
 
 
 def _mean(xs) -> float:

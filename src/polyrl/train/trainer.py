@@ -20,21 +20,23 @@ import numpy as np
 import torch
 
 from polyrl.curriculum import curriculum_metrics, make_difficulty_controller, make_sampler
-from polyrl.envs import resolve_task
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.optim import make_optimizer
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
+from polyrl.policy.threads import available_cores, default_threads
 from polyrl.rewards import RewardScorer
 from polyrl.rollout.collect import LocalSource, Sampling, collect_groups
 from polyrl.run_dir import RunDir, atomic_write_text
 from polyrl.tasks.answers import AnswerFormat
+from polyrl.tasks.dataset import resolve_task_spec
 from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
-from polyrl.train.learner import BaseModelReference, critic_update, policy_update, prepare_update
+from polyrl.train.learner import BaseModelReference, critic_update, policy_update
 from polyrl.train.metrics import step_metrics
 from polyrl.train.progress import StageProgress
+from polyrl.train.update_batch import prepare_update
 
 
 class TrainingError(RuntimeError):
@@ -51,8 +53,9 @@ class Trainer:
         self.config = config
         self.resume = resume
         # -- everything a user can get wrong, before training starts --------------------------------
+        config.verifier.apply()  # the isolated verifier pool's limits, before any task verifies anything
         answers = AnswerFormat(think_tags=config.prompt.think_tags) if config.prompt.think_tags else None
-        self.tasks = {spec.name: resolve_task(spec.name, config.env, answers) for spec in config.tasks}
+        self.tasks = {spec.name: resolve_task_spec(spec, config.env, answers) for spec in config.tasks}
         self.specs = {spec.name: spec for spec in config.tasks}
         for spec in config.tasks:
             space = self.tasks[spec.name].difficulty_space()
@@ -70,14 +73,12 @@ class Trainer:
             from polyrl.policy.vllm_backend import require_vllm
 
             require_vllm()
-        self.run_dir = RunDir(config.run_dir, tensorboard=config.tensorboard)
-        self.run_dir.create(resume=resume)
+        self.run_dir = self._open_run_dir(resume)
         # -- the policy -------------------------------------------------------------------------------
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        if config.threads:
-            torch.set_num_threads(config.threads)
+        torch.set_num_threads(config.threads or default_threads(available_cores()))
         torch.manual_seed(config.seed)
         self.policy = load_policy(config.model, seed=config.seed, device=config.device)
         self.prompts = PromptBuilder(self.policy.tokenizer, config.prompt)
@@ -121,10 +122,18 @@ class Trainer:
         self.bad_steps = 0
         self.optimizer = self.scheduler = None
         self.progress = StageProgress(config.progress)
-        if not resume:
+        if not resume and self.run_dir.writes:
             save_config(config, self.run_dir.config_file)
 
     # -- helpers ------------------------------------------------------------------------------------
+    ranks = None
+    """``polyrl.distributed.fsdp.Ranks`` when training across processes (``FSDPTrainer``); None in one."""
+
+    def _open_run_dir(self, resume: bool) -> RunDir:
+        run_dir = RunDir(self.config.run_dir, tensorboard=self.config.tensorboard)
+        run_dir.create(resume=resume)
+        return run_dir
+
     def _make_backend(self):
         gen = self.config.generation
         if gen.engine == "vllm":
@@ -245,19 +254,27 @@ class Trainer:
             self.policy.model,
             self.optimizer,
             self.scheduler,
-            {
-                "sampler": self.sampler.state_dict(),
-                "bad_steps": self.bad_steps,
-                "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
-                "policy_version": self.policy_version,
-                "metrics_lines": self.run_dir.metrics_lines(),
-            },
+            self._checkpoint_state(),
             self.config.keep_checkpoints,
             tensors={"critic": self.critic.state_dict()} if self.critic is not None else None,
         )
 
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps besides tensors: the curriculum, counters, and how much was logged."""
+        return {
+            "sampler": self.sampler.state_dict(),
+            "bad_steps": self.bad_steps,
+            "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
+            "policy_version": self.policy_version,
+            "metrics_lines": self.run_dir.metrics_lines(),
+        }
+
+    def _load_training_state(self, ckpt) -> dict[str, Any]:
+        """Model, optimizer, scheduler and RNG states from ``ckpt``; the tensors saved with them."""
+        return load_training_state(ckpt, self.policy.model, self.optimizer, self.scheduler)
+
     def _restore(self, ckpt) -> None:
-        tensors = load_training_state(ckpt, self.policy.model, self.optimizer, self.scheduler)
+        tensors = self._load_training_state(ckpt)
         if self.critic is not None and "critic" in tensors:
             self.critic.load_state_dict(tensors["critic"])
         self.sampler.load_state_dict(ckpt.state.get("sampler", {}))
@@ -303,7 +320,8 @@ class Trainer:
                 self.backend.close()
         if "after_rl" in results:
             table = format_comparison(results["after_sft"], results["after_rl"])
-            atomic_write_text(self.run_dir.path / "summary.md", f"# Held-out accuracy\n\n{table}\n")
+            if self.run_dir.writes:
+                atomic_write_text(self.run_dir.path / "summary.md", f"# Held-out accuracy\n\n{table}\n")
             results["table"] = table
         return results
 
@@ -471,6 +489,7 @@ class Trainer:
                 reference=self.reference,
                 critic=self.critic,
                 tis_cap=self.config.ray.tis_cap if batch.behaviour_logprobs is not None else None,
+                ranks=self.ranks,
             )
             if update.updates == 0:
                 pass  # every advantage was zero: nothing to learn from this batch

@@ -1,1 +1,18 @@
-"""Built-in tasks, one module per category."""
+"""Built-in tasks, one module per category (and its puzzles); the task registry imports these on first use."""
+
+MODULES = tuple(
+    f"polyrl.tasks.builtin.{module}"
+    for module in (
+        "arithmetic",
+        "arithmetic_target",
+        "logic",
+        "logic_puzzles",
+        "grid",
+        "grid_puzzles",
+        "graph",
+        "graph_paths",
+        "sequential",
+        "crypto",
+        "search",
+    )
+)

@@ -116,11 +116,12 @@ _PAIR_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]{0,15})\s*(?:=|:|->|\bis\b(?:\s+an?
 _PAIR_SEPARATORS_RE = re.compile(r"(?:[\s,;{}()\[\]\"'.]|\band\b)*")
 
 
-def parse_assignment(text: str, max_pairs: int = 1_000) -> dict[str, str]:
+def parse_assignment(text: str, max_pairs: int = 1_000, upper: bool = False) -> dict[str, str]:
     """``name=value`` pairs (also ``name: value``, ``name is value``) separated by commas, spaces, ``and``.
 
     Anything between the pairs other than separators makes the text malformed (ValueError), so that prose
-    with a stray ``x=1`` in it is not mistaken for an assignment. A name given twice is an error too.
+    with a stray ``x=1`` in it is not mistaken for an assignment. A name given twice is an error too; with
+    ``upper`` names are upper-cased first, so ``A=1 a=2`` names A twice.
     """
     pairs = _PAIR_RE.findall(text)
     if not pairs or len(pairs) > max_pairs:
@@ -129,6 +130,7 @@ def parse_assignment(text: str, max_pairs: int = 1_000) -> dict[str, str]:
         raise ValueError(f"unexpected text in assignment: {text[:40]!r}")
     out: dict[str, str] = {}
     for name, value in pairs:
+        name = name.upper() if upper else name
         if name in out:
             raise ValueError(f"{name} assigned twice")
         out[name] = value
@@ -159,12 +161,21 @@ def evaluate_expression(
 
     Shunting-yard evaluation: iterative (no recursion on nesting), linear in the length, and bounded in the
     length, nesting depth and operand size so adversarial input costs microseconds. Unary minus is not
-    accepted: countdown-style answers must combine the given numbers only. A trailing ``= 24`` is ignored.
-    Raises ValueError on malformed input and ZeroDivisionError on division by zero.
+    accepted: countdown-style answers must combine the given numbers only. A stated result (``... = 24``)
+    must be the expression's value; a bare trailing ``=`` states nothing. Raises ValueError on malformed
+    input or a wrong stated result, and ZeroDivisionError on division by zero.
     """
-    s = text.translate(_EXPR_ALIASES).split("=", 1)[0].strip()
+    s, equals, stated = text.translate(_EXPR_ALIASES).partition("=")
+    s = s.strip()
     if not s or len(s) > max_chars:
         raise ValueError("empty or too long expression")
+    value, operands = _shunting_yard(s, max_depth, max_digits)
+    if equals and stated.strip() and parse_rational(stated) != value:  # "12*3=" states nothing
+        raise ValueError("the stated result is not the expression's value")
+    return value, operands
+
+
+def _shunting_yard(s: str, max_depth: int, max_digits: int) -> tuple[Fraction, list[int]]:
     values: list[Fraction] = []
     operands: list[int] = []
     ops: list[str] = []

@@ -26,6 +26,7 @@ def random_with_digits(rng, digits: int) -> int:
 class Addition(Task):
     name = "addition"
     category = "arithmetic"
+    pure = True
     description = "Add several non-negative integers."
     answer_shape = "a single integer"
     params = (
@@ -50,6 +51,7 @@ class Addition(Task):
 class Multiplication(Task):
     name = "multiplication"
     category = "arithmetic"
+    pure = True
     description = "Multiply two non-negative integers."
     answer_shape = "a single integer"
     params = (
@@ -89,6 +91,7 @@ def _random_expression(rng, operators: int, digits: int) -> tuple[str, int]:
 class ExpressionEvaluation(Task):
     name = "expression_evaluation"
     category = "arithmetic"
+    pure = True
     description = "Evaluate an integer expression with + - * and parentheses, respecting precedence."
     answer_shape = "a single integer"
     params = (
@@ -116,6 +119,7 @@ class ExpressionEvaluation(Task):
 class ModularArithmetic(Task):
     name = "modular_arithmetic"
     category = "arithmetic"
+    pure = True
     description = "Compute a power of an integer modulo m (the least non-negative residue)."
     answer_shape = "a single integer"
     params = (
@@ -158,6 +162,7 @@ def to_base(n: int, base: int) -> str:
 class BaseConversion(Task):
     name = "base_conversion"
     category = "arithmetic"
+    pure = True
     description = "Rewrite a non-negative integer from one base into another (digits 0-9 then a-z)."
     answer_shape = "the digits of the number in base"
     params = (
@@ -208,6 +213,7 @@ _X_PREFIX_RE = re.compile(r"^\s*x\s*=\s*")
 class LinearEquation(Task):
     name = "linear_equation"
     category = "arithmetic"
+    pure = True
     description = "Solve a linear equation in x; the solution may be a fraction."
     answer_shape = "an integer or a fraction p/q"
     params = (
@@ -250,6 +256,7 @@ class LinearEquation(Task):
 class GcdLcm(Task):
     name = "gcd_lcm"
     category = "arithmetic"
+    pure = True
     description = "Greatest common divisor or least common multiple of a few integers."
     answer_shape = "a single integer"
     params = (
@@ -273,6 +280,3 @@ class GcdLcm(Task):
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
-
-
-from polyrl.tasks.builtin import arithmetic_target  # noqa: E402,F401  (registers countdown and game24)

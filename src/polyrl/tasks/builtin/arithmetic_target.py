@@ -36,6 +36,7 @@ def _expression_value(answer: str, numbers: list[int], exactly_once: bool):
 class Countdown(Task):
     name = "countdown"
     category = "arithmetic"
+    pure = True
     description = "Reach the target with + - * / over the given numbers, each used at most once."
     params = (
         Param("count", 3, 6, "numbers given"),
@@ -114,6 +115,7 @@ def _split(rng, value: int, leaves: int, max_number: int):
 class Game24(Task):
     name = "game24"
     category = "arithmetic"
+    pure = True
     description = "Make 24 with + - * / using every given number exactly once."
     params = (
         Param("count", 2, 5, "numbers given (4 is the classic game)"),

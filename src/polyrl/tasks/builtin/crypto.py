@@ -11,20 +11,11 @@ import string
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_assignment, parse_int
+from polyrl.tasks.builtin._text import positional_credit, random_letters, random_words
 from polyrl.tasks.registry import register_task
 
 _ALPHABET = string.ascii_lowercase
 _DECODED_TEXT = "Answer with the decoded text in lowercase, spaces where the ciphertext has them, for example: abc de."
-
-
-def random_text(rng, letters: int) -> str:
-    """Words of 3-7 random lowercase letters, ``letters`` letters in all (spaces not counted)."""
-    words, left = [], letters
-    while left > 0:
-        size = left if left <= 7 else rng.randint(3, min(7, left - 3))
-        words.append("".join(rng.choice(_ALPHABET) for _ in range(size)))
-        left -= size
-    return " ".join(words)
 
 
 def shift_letters(text: str, shifts: list[int]) -> str:
@@ -40,19 +31,15 @@ def shift_letters(text: str, shifts: list[int]) -> str:
 
 
 def score_plaintext(answer: str, target: str):
-    """1 for the exact text (case and spacing aside); half the share of right letters at the right length."""
-    got, want = " ".join(answer.lower().split()), target
-    if got == want:
-        return 1.0
-    if len(got) != len(want):
-        return 0.0, "wrong"
-    return 0.5 * sum(a == b for a, b in zip(got, want)) / len(want), "partial"
+    """The text letter by letter (case and spacing aside): see :func:`positional_credit`."""
+    return positional_credit(" ".join(answer.lower().split()), target)
 
 
 @register_task
 class Caesar(Task):
     name = "caesar"
     category = "crypto"
+    pure = True
     description = "Decode a Caesar cipher by shifting each letter back by the given amount."
     answer_shape = "decoded text in lowercase"
     params = (
@@ -62,7 +49,7 @@ class Caesar(Task):
     partial_credit = True
 
     def make(self, rng, p):
-        plain = random_text(rng, p["letters"])
+        plain = random_words(rng, p["letters"])
         k = rng.randint(1, p["max_shift"])
         cipher = shift_letters(plain, [k])
         statement = (
@@ -80,6 +67,7 @@ class Caesar(Task):
 class Vigenere(Task):
     name = "vigenere"
     category = "crypto"
+    pure = True
     description = "Decode a Vigenere cipher with the given key (key letters advance on letters only)."
     answer_shape = "decoded text in lowercase"
     params = (
@@ -89,8 +77,8 @@ class Vigenere(Task):
     partial_credit = True
 
     def make(self, rng, p):
-        plain = random_text(rng, p["letters"])
-        key = "".join(rng.choice(_ALPHABET) for _ in range(p["key_length"]))
+        plain = random_words(rng, p["letters"])
+        key = random_letters(rng, p["key_length"])
         cipher = shift_letters(plain, [_ALPHABET.index(c) for c in key])
         statement = (
             f"This text was encrypted with a Vigenere cipher with the key {key}: the letters of the text (spaces "
@@ -110,13 +98,14 @@ _ATBASH = str.maketrans(_ALPHABET, _ALPHABET[::-1])
 class Atbash(Task):
     name = "atbash"
     category = "crypto"
+    pure = True
     description = "Decode an Atbash cipher (a<->z, b<->y, ...)."
     answer_shape = "decoded text in lowercase"
     params = (Param("letters", 3, 60, "letters of plaintext"),)
     partial_credit = True
 
     def make(self, rng, p):
-        plain = random_text(rng, p["letters"])
+        plain = random_words(rng, p["letters"])
         cipher = plain.translate(_ATBASH)
         statement = (
             "This text was encrypted with the Atbash cipher, which reverses the alphabet: a and z swap, b and y, "
@@ -135,12 +124,13 @@ _CODE_SEPARATORS_RE = re.compile(r"[\s,\-]+")
 class LetterNumbers(Task):
     name = "letter_numbers"
     category = "crypto"
+    pure = True
     description = "A1Z26: turn letters into their alphabet positions, or positions back into letters."
     answer_shape = "alphabet positions"
     params = (Param("letters", 3, 30, "letters in the word"),)
 
     def make(self, rng, p):
-        word = "".join(rng.choice(_ALPHABET) for _ in range(p["letters"]))
+        word = random_letters(rng, p["letters"])
         codes = [_ALPHABET.index(c) + 1 for c in word]
         if rng.random() < 0.5:
             statement = (
@@ -169,6 +159,7 @@ class LetterNumbers(Task):
 class Cryptarithm(Task):
     name = "cryptarithm"
     category = "crypto"
+    pure = True
     description = "Give each letter a distinct digit (no leading zeros) so the sum holds; any valid answer counts."
     answer_shape = "LETTER=digit"
     params = (
@@ -201,7 +192,7 @@ class Cryptarithm(Task):
         addends, total = problem.answer["addends"], problem.answer["total"]
         words = addends + [total]
         needed = {c for w in words for c in w}
-        digits = {k.upper(): parse_int(v) for k, v in parse_assignment(answer, max_pairs=30).items()}
+        digits = {k: parse_int(v) for k, v in parse_assignment(answer, max_pairs=30, upper=True).items()}
         if set(digits) != needed:
             return 0.0, "wrong_letters"
         if any(not 0 <= v <= 9 for v in digits.values()) or len(set(digits.values())) != len(digits):

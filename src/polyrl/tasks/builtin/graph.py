@@ -7,7 +7,6 @@ directed one as ``0>1 1>2``. Answers that are node sequences are integers separa
 from __future__ import annotations
 
 from polyrl.tasks.base import Example, Param, Problem, Task
-from polyrl.tasks.builtin import graph_paths  # noqa: F401  (registers graph_distance, shortest_path, hamiltonian_path)
 from polyrl.tasks.builtin._parse import parse_int, parse_int_list
 from polyrl.tasks.builtin.graph_paths import edges_text
 from polyrl.tasks.registry import register_task
@@ -17,6 +16,7 @@ from polyrl.tasks.registry import register_task
 class ConnectedComponents(Task):
     name = "connected_components"
     category = "graph"
+    pure = True
     description = "Count the connected components of an undirected graph (isolated nodes count too)."
     answer_shape = "a single integer"
     params = (
@@ -54,6 +54,7 @@ class ConnectedComponents(Task):
 class GraphColoring(Task):
     name = "graph_coloring"
     category = "graph"
+    pure = True
     description = (
         "Color the nodes with colors 1..k so that no edge joins two nodes of one color; any proper coloring counts."
     )
@@ -93,6 +94,7 @@ class GraphColoring(Task):
 class TopologicalSort(Task):
     name = "topological_sort"
     category = "graph"
+    pure = True
     description = (
         "Order the nodes of a directed acyclic graph so that every edge a>b has a before b; any valid order counts."
     )

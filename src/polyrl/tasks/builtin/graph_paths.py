@@ -69,6 +69,7 @@ _PATH_PARAMS = (
 class GraphDistance(Task):
     name = "graph_distance"
     category = "graph"
+    pure = True
     description = "The number of edges on a shortest path between two nodes of an undirected graph."
     answer_shape = "a single integer"
     params = _PATH_PARAMS
@@ -91,6 +92,7 @@ class GraphDistance(Task):
 class ShortestPath(Task):
     name = "shortest_path"
     category = "graph"
+    pure = True
     description = (
         "A shortest path between two nodes, as its node sequence; any shortest path scores 1, longer walks partial."
     )
@@ -125,6 +127,7 @@ class ShortestPath(Task):
 class HamiltonianPath(Task):
     name = "hamiltonian_path"
     category = "graph"
+    pure = True
     description = "A path that visits every node exactly once; any such path counts."
     answer_shape = "separated by spaces"
     params = (

@@ -10,8 +10,8 @@ import string
 from collections import deque
 
 from polyrl.tasks.base import Example, Param, Problem, Task
-from polyrl.tasks.builtin import grid_puzzles  # noqa: F401  (registers sudoku and n_queens)
 from polyrl.tasks.builtin._parse import parse_char_grid, parse_int, parse_letters
+from polyrl.tasks.builtin._text import positional_credit, random_letters
 from polyrl.tasks.registry import register_task
 
 _STEPS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
@@ -50,6 +50,7 @@ def _maze_moves(rows: list[str], start: tuple[int, int], goal: tuple[int, int]) 
 class MazePath(Task):
     name = "maze_path"
     category = "grid"
+    pure = True
     description = "Walk a grid maze from S to E with moves U/D/L/R; any shortest path scores 1, longer ones partial."
     params = (
         Param("size", 3, 12, "maze side"),
@@ -119,6 +120,7 @@ def _count_islands(rows: list[str]) -> int:
 class CountIslands(Task):
     name = "count_islands"
     category = "grid"
+    pure = True
     description = "Count the islands (4-connected groups of #) in a grid."
     params = (
         Param("size", 3, 14, "grid side"),
@@ -171,6 +173,7 @@ def _transform(rows: list[str], op: str) -> list[str]:
 class GridTransform(Task):
     name = "grid_transform"
     category = "grid"
+    pure = True
     description = "Apply rotations (clockwise), transposes and flips to a letter grid, left to right."
     params = (
         Param("size", 2, 8, "largest grid side"),
@@ -182,7 +185,7 @@ class GridTransform(Task):
 
     def make(self, rng, p):
         h, w = rng.randint(2, p["size"]), rng.randint(2, p["size"])
-        rows = ["".join(rng.choice(string.ascii_lowercase) for _ in range(w)) for _ in range(h)]
+        rows = [random_letters(rng, w) for _ in range(h)]
         ops = [rng.choice(self._OPS) for _ in range(p["ops"])]
         out = rows
         for op in ops:
@@ -197,8 +200,4 @@ class GridTransform(Task):
     def check(self, answer: str, problem: Problem):
         target = problem.answer
         rows = parse_char_grid(answer, len(target), len(target[0]), string.ascii_lowercase)
-        if rows == target:
-            return 1.0
-        # Right shape, some cells misplaced: the share right, halved so it never rivals a full solve.
-        right = sum(a == b for row, want in zip(rows, target) for a, b in zip(row, want))
-        return 0.5 * right / (len(target) * len(target[0]))
+        return positional_credit("".join(rows), "".join(target))  # same shape: cell by cell

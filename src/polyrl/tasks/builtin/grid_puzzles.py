@@ -56,6 +56,7 @@ def _sudoku_valid(rows: list[str], br: int, bc: int) -> bool:
 class Sudoku(Task):
     name = "sudoku"
     category = "grid"
+    pure = True
     description = "Fill the blanks of a sudoku (4x4, 6x6 with 2x3 boxes, or 9x9); any valid completion counts."
     params = (
         Param("size", 4, 9, "grid side; rounded down to 4, 6 or 9"),
@@ -129,6 +130,7 @@ def _queens_valid(cols: list[int]) -> bool:
 class NQueens(Task):
     name = "n_queens"
     category = "grid"
+    pure = True
     description = "Place n non-attacking queens, one per row, keeping the given ones; any valid placement counts."
     params = (
         Param("n", 4, 12, "board side and number of queens"),

@@ -68,6 +68,7 @@ def render(f: list, top: bool = True) -> str:
 class BooleanEvaluation(Task):
     name = "boolean_evaluation"
     category = "logic"
+    pure = True
     description = "Evaluate a boolean formula (! & | ^) under a given assignment of 0/1 values."
     params = (
         Param("variables", 2, 8, "distinct variables"),
@@ -117,6 +118,7 @@ def _variable_names(n: int) -> list[str]:
 class Satisfiability(Task):
     name = "sat"
     category = "logic"
+    pure = True
     description = "Find an assignment satisfying a CNF formula; any satisfying assignment is accepted."
     params = (
         Param("variables", 2, 20, "distinct variables"),
@@ -173,6 +175,7 @@ _ENTAILMENT_OPS = ("&", "|", "->")
 class Entailment(Task):
     name = "entailment"
     category = "logic"
+    pure = True
     description = "Decide whether a conclusion follows from propositional premises (yes/no)."
     params = (
         Param("variables", 2, 5, "distinct propositions"),
@@ -209,6 +212,3 @@ class Entailment(Task):
 
     def check(self, answer: str, problem: Problem):
         return float(parse_bool(answer) == problem.answer)
-
-
-from polyrl.tasks.builtin import logic_puzzles  # noqa: E402,F401  (registers knights_knaves and ordering)

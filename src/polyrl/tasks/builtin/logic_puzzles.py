@@ -59,6 +59,7 @@ def _random_statement(rng, speaker: int, n: int) -> tuple:
 class KnightsAndKnaves(Task):
     name = "knights_knaves"
     category = "logic"
+    pure = True
     description = "Knights always tell the truth, knaves always lie: say who is which (the solution is unique)."
     params = (Param("people", 2, 5, "islanders, each making one statement"),)
     answer_shape = "NAME=knight or NAME=knave"
@@ -99,7 +100,7 @@ class KnightsAndKnaves(Task):
         if words and all(w in ("knight", "knave") for w in words):
             given = words  # roles alone, in the order the people were introduced
         else:
-            pairs = {k.upper(): v.lower().rstrip("s") for k, v in parse_assignment(answer).items()}
+            pairs = {k: v.lower().rstrip("s") for k, v in parse_assignment(answer, upper=True).items()}
             if set(pairs) != set(people):
                 return 0.0, "wrong_people"
             given = [pairs[name] for name in people]
@@ -116,6 +117,7 @@ _ORDINAL_WORDS = {1: "", 2: "second ", 3: "third ", 4: "fourth ", 5: "fifth "}
 class HeightOrdering(Task):
     name = "height_ordering"
     category = "logic"
+    pure = True
     description = "From pairwise height comparisons (X>Y: X is taller), name the person at a given rank."
     params = (
         Param("people", 3, 10, "people compared"),

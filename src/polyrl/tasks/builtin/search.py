@@ -10,6 +10,7 @@ from collections import Counter
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_int, parse_int_grid, parse_int_list
+from polyrl.tasks.builtin._text import random_letters
 from polyrl.tasks.registry import register_task
 
 
@@ -17,6 +18,7 @@ from polyrl.tasks.registry import register_task
 class SubsetSum(Task):
     name = "subset_sum"
     category = "search"
+    pure = True
     description = (
         "Pick some of the given numbers (each at most once) that add up to the target; any such subset counts."
     )
@@ -64,6 +66,7 @@ def _knapsack_optimum(items: list[list[int]], capacity: int) -> tuple[int, list[
 class Knapsack(Task):
     name = "knapsack"
     category = "search"
+    pure = True
     description = "Choose items (by number, from 1) of the greatest total value within the weight capacity; suboptimal packings get partial credit."
     params = (
         Param("items", 3, 15, "items offered"),
@@ -148,6 +151,7 @@ def _is_magic(square: list[list[int]], total: int) -> bool:
 class MagicSquare(Task):
     name = "magic_square"
     category = "search"
+    pure = True
     description = "Fill the blanks (_) so that every row, column and diagonal adds up to the given sum, with all entries distinct."
     params = (
         Param("blanks", 2, 10, "cells left blank; up to 5 the square is 3x3, above it is 4x4"),
@@ -185,6 +189,7 @@ class MagicSquare(Task):
 class LetterCount(Task):
     name = "letter_count"
     category = "search"
+    pure = True
     description = "How many times a letter occurs in a string."
     params = (
         Param("length", 4, 60, "letters in the string"),
@@ -194,7 +199,7 @@ class LetterCount(Task):
 
     def make(self, rng, p):
         pool = string.ascii_lowercase[: p["alphabet"]]
-        text = "".join(rng.choice(pool) for _ in range(p["length"]))
+        text = random_letters(rng, p["length"], pool)
         letter = rng.choice(text) if rng.random() < 0.9 else rng.choice(pool)  # a count of 0 now and then
         count = text.count(letter)
         statement = (

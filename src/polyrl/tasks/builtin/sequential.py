@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-import string
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_int, parse_int_list, parse_letters
+from polyrl.tasks.builtin._text import positional_credit, random_letters
 from polyrl.tasks.registry import register_task
 
 
@@ -14,13 +14,14 @@ from polyrl.tasks.registry import register_task
 class ReverseLetters(Task):
     name = "reverse_letters"
     category = "sequential"
+    pure = True
     description = "Write a string of letters backwards."
     params = (Param("length", 4, 40, "letters in the string"),)
     partial_credit = True
     answer_shape = "the reversed string"
 
     def make(self, rng, p):
-        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(p["length"]))
+        word = random_letters(rng, p["length"])
         statement = (
             f"Write the string {word} backwards, from its last letter to its first.\n"
             "Answer with the reversed string only; hello, for example, becomes olleh."
@@ -28,20 +29,14 @@ class ReverseLetters(Task):
         return Example(f"reverse {word}", word[::-1], word[::-1], statement)
 
     def check(self, answer: str, problem: Problem):
-        target = problem.answer
-        got = answer.strip()
-        if got == target:
-            return 1.0
-        if len(got) != len(target):
-            return 0.0, "wrong"
-        # Partial credit: the share of positions right, halved so it never rivals a full solve.
-        return 0.5 * sum(a == b for a, b in zip(got, target)) / len(target)
+        return positional_credit(answer.strip(), problem.answer)
 
 
 @register_task
 class SortDigits(Task):
     name = "sort_digits"
     category = "sequential"
+    pure = True
     description = "Sort a list of integers in ascending order."
     answer_shape = "separated by spaces"
     params = (
@@ -62,21 +57,18 @@ class SortDigits(Task):
         return float(parse_int_list(answer) == problem.answer)
 
 
-def _random_word(rng, lo: int, hi: int) -> str:
-    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(lo, hi)))
-
-
 @register_task
 class ReverseWords(Task):
     name = "reverse_words"
     category = "sequential"
+    pure = True
     description = "Write the words of a sentence in reverse order."
     params = (Param("words", 3, 25, "words in the sentence"),)
     partial_credit = True
     answer_shape = "the words separated by spaces"
 
     def make(self, rng, p):
-        words = [_random_word(rng, 2, 6) for _ in range(p["words"])]
+        words = [random_letters(rng, rng.randint(2, 6)) for _ in range(p["words"])]
         out = words[::-1]
         statement = (
             "Write the words of this sentence in reverse order, the last word first, each word spelled as it is: "
@@ -86,18 +78,13 @@ class ReverseWords(Task):
         return Example(f"reverse words: {' '.join(words)}", out, " ".join(out), statement)
 
     def check(self, answer: str, problem: Problem):
-        target = problem.answer
-        got = answer.split()
-        if got == target:
-            return 1.0
-        if len(got) != len(target):
-            return 0.0, "wrong"
-        # Partial credit: the share of words in place, halved so it never rivals a full solve.
-        return 0.5 * sum(a == b for a, b in zip(got, target)) / len(target)
+        return positional_credit(answer.split(), problem.answer)  # word by word
 
 
-_RLE_COUNT_FIRST = re.compile(r"(?:\d{0,6}[a-z])+")
-_RLE_LETTER_FIRST = re.compile(r"(?:[a-z]\d{0,6})+")
+# A count is 1-999999 without leading zeros (so no zero-length runs), or omitted for 1.
+_RLE_COUNT = r"(?:[1-9]\d{0,5})?"
+_RLE_COUNT_FIRST = re.compile(rf"(?:{_RLE_COUNT}[a-z])+")
+_RLE_LETTER_FIRST = re.compile(rf"(?:[a-z]{_RLE_COUNT})+")
 
 
 def _rle_runs(answer: str) -> list[list[tuple[int, str]]]:
@@ -117,6 +104,7 @@ def _rle_runs(answer: str) -> list[list[tuple[int, str]]]:
 class RunLengthEncoding(Task):
     name = "run_length_encoding"
     category = "sequential"
+    pure = True
     description = "Run-length encode a string of letters as count-letter pairs (aaab -> 3a1b)."
     answer_shape = "count-letter pairs"
     params = (
@@ -178,6 +166,7 @@ def _list_op_words(op: str) -> str:
 class ListOps(Task):
     name = "list_ops"
     category = "sequential"
+    pure = True
     description = "Apply list operations (rotl k, rotr k, dedupe keeping first occurrences, rev) left to right."
     answer_shape = "integers separated by spaces"
     params = (
@@ -209,6 +198,7 @@ class ListOps(Task):
 class TowerOfHanoi(Task):
     name = "tower_of_hanoi"
     category = "sequential"
+    pure = True
     description = "Move a tower of disks between pegs A, B, C; moves written from-to (AC AB CB). Longer legal solutions get partial credit."
     params = (Param("disks", 2, 8, "disks in the tower"),)
     partial_credit = True
@@ -276,6 +266,7 @@ def _next_term_candidates(terms: list[int]) -> set[int]:
 class NextTerm(Task):
     name = "next_term"
     category = "sequential"
+    pure = True
     description = "The next term of an arithmetic, geometric, quadratic or Fibonacci-like integer sequence."
     answer_shape = "a single integer"
     params = (

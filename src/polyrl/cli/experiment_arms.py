@@ -1,0 +1,68 @@
+"""``polyrl experiment critic`` and ``polyrl experiment surgery``: arms defined in a config, compared over seeds.
+
+Both reuse the curriculum experiment's machinery (shared SFT warm start per seed, one run per arm and seed,
+report.md): the arms are the config's ``strategies:``. ``critic`` compares GRPO with PPO critics (MSE,
+HL-Gauss); ``surgery`` compares summed multi-task gradients with PCGrad and CAGrad.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import typer
+
+
+def _compare(config: str, seeds: int, arms: str | None, out: str, share_sft: bool, title: str, baseline: str) -> None:
+    from polyrl.experiments.curriculum import plan_experiment, run_experiment
+
+    names = [s.strip() for s in arms.split(",") if s.strip()] if arms else None
+    plan = plan_experiment(config, seeds, names, out, share_sft=share_sft)
+    command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
+    summary = run_experiment(
+        plan, log=lambda m: print(m, flush=True), command=command, title=title, baseline=baseline, verdict_split="easy"
+    )
+    for name, row in summary["strategies"].items():
+        easy = row["easy"]["mean"]
+        print(f"{name:16s} held-out accuracy {100 * easy[0]:5.1f} ± {100 * easy[1]:4.1f}")
+    print(f"report: {plan.out / 'report.md'}")
+
+
+def critic(
+    config: str = typer.Option(
+        "configs/ppo_critic.yaml", "--config", "-c", help="Experiment config (YAML with strategies: per arm)."
+    ),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1)."),
+    arms: str | None = typer.Option(
+        None, "--arms", help="Comma-separated arms from the config's strategies (default: all)."
+    ),
+    out: str = typer.Option("runs/ppo_critic", "--out", help="Output directory (runs, report.md, results.json)."),
+    share_sft: bool = typer.Option(True, "--share-sft/--sft-per-seed", help="One SFT warm start for all seeds."),
+) -> None:
+    """Compare advantage estimators (GRPO, PPO+MSE critic, PPO+HL-Gauss critic) on the same budget."""
+    _compare(config, seeds, arms, out, share_sft, "PPO critics (MSE, HL-Gauss) vs GRPO", "grpo")
+
+
+def surgery(
+    config: str = typer.Option(
+        "configs/gradient_surgery.yaml", "--config", "-c", help="Experiment config (YAML with strategies: per arm)."
+    ),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1)."),
+    arms: str | None = typer.Option(
+        None, "--arms", help="Comma-separated arms from the config's strategies (default: all)."
+    ),
+    out: str = typer.Option(
+        "runs/gradient_surgery", "--out", help="Output directory (runs, report.md, results.json)."
+    ),
+    share_sft: bool = typer.Option(False, "--share-sft/--sft-per-seed", help="One SFT warm start for all seeds."),
+) -> None:
+    """Compare multi-task gradient surgery (PCGrad, CAGrad) with summed gradients on the same budget."""
+    _compare(
+        config,
+        seeds,
+        arms,
+        out,
+        share_sft,
+        "Multi-task gradient surgery: PCGrad and CAGrad vs summed gradients",
+        "summed",
+    )

@@ -1,0 +1,62 @@
+"""The chat-completions request the server honours, and how its sampling fields map onto the generator."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+# Below these, sampling is greedy. vLLM uses the same 1e-5 (``_SAMPLING_EPS``): logits / 1e-300 overflow to inf
+# and softmax turns inf into NaN, and a nucleus below the top token's probability keeps only that token anyway.
+MIN_TEMPERATURE = 1e-5
+MIN_TOP_P = 1e-5
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+    @field_validator("content")
+    @classmethod
+    def _no_lone_surrogate(cls, content: str) -> str:
+        # JSON "\ud800" decodes to a str that no tokenizer (or UTF-8 encoder) accepts; a valid pair is one character
+        bad = LONE_SURROGATE.search(content)
+        if bad is not None:
+            raise ValueError(f"contains a lone UTF-16 surrogate (U+{ord(bad.group()):04X}) at character {bad.start()}")
+        return content
+
+
+class ChatRequest(BaseModel):
+    """The subset of OpenAI's chat-completions request the server honours; other fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=64)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Arguments for ``GenerationBackend.generate``: finite temperature and top-p, or greedy."""
+
+    temperature: float
+    top_p: float
+    greedy: bool
+
+
+def sampling(temperature: float, top_p: float) -> Sampling:
+    """Greedy when ``temperature`` or ``top_p`` is below its floor (the limit of sampling as either goes to 0)."""
+    if temperature < MIN_TEMPERATURE or top_p < MIN_TOP_P:
+        return Sampling(temperature=1.0, top_p=1.0, greedy=True)
+    return Sampling(temperature=temperature, top_p=top_p, greedy=False)

@@ -1,0 +1,218 @@
+"""The training pipeline across processes: ``torchrun --nproc_per_node N -m polyrl train --config …``.
+
+``FSDPTrainer`` is the :class:`~polyrl.train.trainer.Trainer` with the policy (and the KL reference)
+sharded by FSDP2 (``polyrl.distributed.fsdp``). What changes, and only this:
+
+- rollouts: each rank generates and scores its share of the groups on an unsharded replica, and every rank
+  gets every group (:class:`~polyrl.distributed.fsdp.RankSource`, ``RankScorer``); advantages and
+  normalizers are global;
+- updates: each rank trains its rows of each minibatch (``policy_update(..., ranks=)``; SFT likewise);
+- the run directory: rank 0 writes it (metrics, TensorBoard, evaluation, models); the others write nothing;
+- checkpoints: the model and optimizer as sharded ``torch.distributed.checkpoint`` state in ``model/``,
+  the rest as in one process; the Hugging Face models (``sft_model/``, ``final_model/``) are gathered.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+import shutil
+
+import numpy as np
+import torch
+
+from polyrl.distributed.fsdp import (
+    Ranks,
+    RankScorer,
+    RankSource,
+    idle_pass,
+    load_sharded,
+    save_sharded,
+    shard_model,
+    stage_directory,
+    sync_replica,
+)
+from polyrl.errors import UserError
+from polyrl.optim import clip_and_step
+from polyrl.rollout import collate, sequence_logprobs
+from polyrl.run_dir import RunDir, SilentRunDir
+from polyrl.train.checkpoint import load_model_weights, save_checkpoint
+from polyrl.train.config import TrainConfig
+from polyrl.train.progress import StageProgress
+from polyrl.train.sft import SFT_MAX_GRAD_NORM
+from polyrl.train.trainer import Trainer
+
+
+def check_fsdp_config(config: TrainConfig) -> None:
+    """Refuse, in one line, what multi-process training cannot do (before any process starts work)."""
+    if config.generation.engine == "vllm":
+        raise UserError(
+            "multi-process (FSDP) training cannot use generation.engine=vllm: a colocated vLLM engine would need "
+            "the full weights on every rank beside the shards; use generation.engine=transformers"
+        )
+    if config.backend == "ray":
+        raise UserError(
+            "multi-process (FSDP) training cannot roll out on Ray yet (backend=ray): Ray workers need the full "
+            "weights after every update, which the sharded learner does not send; use one process with Ray, "
+            "or several processes with backend=local"
+        )
+    if config.rl.advantage == "gae":
+        raise UserError(
+            "multi-process (FSDP) training does not shard a critic yet: rl.advantage=gae needs one process"
+        )
+    if config.rl.gradient_surgery != "none":
+        raise UserError(
+            "multi-process (FSDP) training cannot use rl.gradient_surgery: per-task backward passes differ "
+            "between ranks; use rl.gradient_surgery=none"
+        )
+    if config.model.lora.enabled:
+        raise UserError("multi-process (FSDP) training does not shard LoRA adapters: set model.lora.enabled=false")
+
+
+class _StagedShards:
+    """Stands in for the model in ``save_checkpoint``: the DCP shards all ranks wrote beside the checkpoint
+    move into it as ``model/`` (and are digested with the rest)."""
+
+    def __init__(self, staged):
+        self.staged = staged
+
+    def save_pretrained(self, path, safe_serialization: bool = True) -> None:
+        self.staged.rename(path)
+
+
+class _StateInShards:
+    """Stands in for the optimizer in ``save_checkpoint``: its state is in the DCP shards (``model/``)."""
+
+    @staticmethod
+    def state_dict() -> dict:
+        return {"saved_in": "model/ (torch.distributed.checkpoint)"}
+
+
+class FSDPTrainer(Trainer):
+    def __init__(self, config: TrainConfig, ranks: Ranks, resume: bool = False):
+        check_fsdp_config(config)
+        self.ranks = ranks
+        super().__init__(config, resume=resume)
+        shard_model(self.policy.model)
+        self.source = RankSource(self.source, ranks)
+        self.reward_scorer = RankScorer(self.reward_scorer, ranks)
+        self._replica_current = False
+        if not ranks.is_writer:
+            self.progress = StageProgress(False)
+
+    def _open_run_dir(self, resume: bool) -> RunDir:
+        if self.ranks.is_writer:
+            return super()._open_run_dir(resume)
+        return SilentRunDir(self.config.run_dir, tensorboard=False)
+
+    # -- generation on the unsharded replica ----------------------------------------------------------
+    def _make_backend(self):
+        """The backend generates with an unsharded replica of the policy, synced after every update: no
+        collective while sampling (ranks generate different lengths), at the cost of one full copy of the
+        weights per rank (docs/scaling-fsdp.md)."""
+        backend = super()._make_backend()
+        self.replica = copy.deepcopy(self.policy.model).requires_grad_(False)
+        backend.sync_weights(self.replica, 0)
+        return backend
+
+    def _sync_backend(self) -> None:
+        if not self._replica_current:
+            sync_replica(self.policy.model, self.replica)
+        self.backend.sync_weights(self.replica, self.policy_version)
+
+    def evaluate(self, name: str, log: bool = True):
+        """Rank 0 evaluates on its replica (on a forked RNG, so that the ranks' RNGs stay in step); every rank
+        gets the results."""
+        sync_replica(self.policy.model, self.replica)
+        results = None
+        if self.ranks.is_writer:
+            self._replica_current = True
+            try:
+                with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
+                    results = super().evaluate(name, log)
+            finally:
+                self._replica_current = False
+        return self.ranks.broadcast(results)
+
+    # -- the sharded model in and out -----------------------------------------------------------------
+    def _reference_model(self):
+        """The frozen KL reference, loaded from ``sft_model/`` and sharded like the policy."""
+        reference = copy.deepcopy(self.replica).eval()
+        load_model_weights(reference, self.run_dir.model_dir("sft_model"))
+        return shard_model(reference.requires_grad_(False), trainable=False)
+
+    def _save_model(self, name: str) -> None:
+        """The gathered weights as a plain Hugging Face checkpoint, written by rank 0."""
+        sync_replica(self.policy.model, self.replica)
+        if self.ranks.is_writer:
+            sharded = self.policy
+            self.policy = dataclasses.replace(sharded, model=self.replica)
+            try:
+                super()._save_model(name)
+            finally:
+                self.policy = sharded
+        self.ranks.barrier()  # the others may read it next (the KL reference)
+
+    def _checkpoint(self, stage: str, step: int) -> None:
+        """Every rank writes its shard of the model and optimizer (DCP) into a staging directory; rank 0 then
+        writes the checkpoint around it (atomic rename, digests, LATEST) as in one process."""
+        root = self.run_dir.checkpoints
+        staged = root / f".sharded-{stage}-{step:06d}"
+        stage_directory(staged, self.ranks)
+        save_sharded(staged, self.policy.model, self.optimizer)
+        self.ranks.barrier()
+        if self.ranks.is_writer:
+            save_checkpoint(
+                root,
+                stage,
+                step,
+                _StagedShards(staged),
+                _StateInShards(),
+                self.scheduler,
+                self._checkpoint_state(),
+                self.config.keep_checkpoints,
+            )
+            for stale in root.glob(".sharded-*"):  # left by a run killed while saving
+                shutil.rmtree(stale, ignore_errors=True)
+        self.ranks.barrier()
+
+    def _load_training_state(self, ckpt) -> dict:
+        load_sharded(ckpt.path / "model", self.policy.model, self.optimizer)
+        blob = torch.load(ckpt.path / "optim.pt", weights_only=False)
+        self.scheduler.load_state_dict(blob["scheduler"])
+        random.setstate(blob["rng"]["python"])
+        np.random.set_state(blob["rng"]["numpy"])
+        torch.set_rng_state(blob["rng"]["torch"])
+        return blob.get("tensors", {})
+
+    # -- SFT, split ------------------------------------------------------------------------------------
+    def _sft_step(self, sequences) -> float | None:
+        """``sft.sft_step`` across ranks: each rank its share of the sequences, normalized by the whole
+        batch's token count, gradients summed by FSDP; the loss is the whole batch's."""
+        model = self.policy.model
+        masks = [s[2] if len(s) == 3 else [1] * len(s[1]) for s in sequences]
+        batch = collate([s[:2] for s in sequences], self.policy.tokenizer.pad_token_id, masks)
+        tokens = batch.loss_mask.sum().clamp(min=1)
+        rows = self.ranks.mine(torch.arange(len(sequences)))
+        self.optimizer.zero_grad(set_to_none=True)
+        local = 0.0
+        if len(rows):
+            micro = batch.select(rows)
+            logp, _ = sequence_logprobs(model, micro, share_prompts=False)
+            loss = -(logp * micro.loss_mask.to(logp.dtype)).sum() / tokens
+            loss.backward()
+            local = float(loss.detach())
+        else:
+            idle_pass(model, batch.input_ids, backward=True)
+        total = self.ranks.sum(local)
+        if clip_and_step(self.optimizer, self.trainable_parameters(), SFT_MAX_GRAD_NORM, torch.tensor(total)) is None:
+            return None
+        self.scheduler.step()
+        return total
+
+    def run(self):
+        try:
+            return super().run()
+        finally:
+            torch.distributed.destroy_process_group()

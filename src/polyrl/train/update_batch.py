@@ -1,0 +1,114 @@
+"""Stage 2 of an RL step: advantages, and the rows the update trains on.
+
+``prepare_update`` turns a step's scored trajectories into an :class:`UpdateBatch` — collated tokens,
+advantages (a registered group estimator, task normalization, turn-level credit or the critic's GAE),
+behaviour log-probs and the rows to train on — which :func:`polyrl.train.learner.policy_update` consumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from polyrl.algos import get_advantage_estimator, task_normalize, zero_variance_groups
+from polyrl.rollout import TokenBatch, Trajectory, collate
+from polyrl.rollout.multi_turn import turn_advantages
+
+
+@dataclass
+class UpdateBatch:
+    """What the policy update trains on: one step's trajectories, collated, with their advantages.
+
+    Rows are the step's trajectories in order; ``active`` are the rows the update runs forward/backward on
+    (all of them unless zero-advantage rows are skipped)."""
+
+    tokens: TokenBatch
+    advantages: Tensor
+    """``[N]`` per sequence, or ``[N, T]`` per token (GAE, turn-level credit)."""
+    task_ids: Tensor
+    """``[N]`` index into ``task_names``."""
+    task_names: list[str]
+    group_ids: Tensor
+    truncated: Tensor
+    """``[N]`` bool: the completion hit the token budget."""
+    active: Tensor
+    """Row indices to train on."""
+    behaviour_logprobs: Tensor | None = None
+    """``[N, T]`` log-probs under the sampling weights (asynchronous rollouts), aligned with the loss mask."""
+    returns: Tensor | None = None
+    """``[N, T]`` critic targets (PPO with GAE)."""
+    critic_stats: dict[str, float] = field(default_factory=dict)
+    zero_variance: Tensor | None = None
+    """``[N]`` bool: the row's group has identical rewards."""
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def collate_trajectories(trajs: list[Trajectory], pad_id: int) -> TokenBatch:
+    """The padded token batch of ``trajs`` (with multi-turn policy masks when there are any)."""
+    masks = [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None
+    return collate([(t.prompt_ids, t.response_ids) for t in trajs], pad_id, masks)
+
+
+def behaviour_logprobs(trajs: list[Trajectory], width: int) -> Tensor | None:
+    """``[N, width]`` behaviour log-probs aligned with ``TokenBatch.loss_mask``, or None when the trajectories
+    carry none (in-process rollouts share the learner's weights)."""
+    if not trajs or any(t.behaviour_logprobs is None for t in trajs):
+        return None
+    out = torch.zeros(len(trajs), width)
+    for i, t in enumerate(trajs):
+        start = len(t.prompt_ids) - 1
+        out[i, start : start + len(t.response_ids)] = torch.tensor(t.behaviour_logprobs)
+    return out
+
+
+def compute_advantages(trajs: list[Trajectory], tokens: TokenBatch, task_ids: Tensor, cfg, critic=None):
+    """``(advantages, returns, critic_stats, zero_variance)`` for one step.
+
+    Group estimators give one value per sequence; ``task_normalize`` then standardizes within each task
+    (AgentRL). Members of zero-variance groups get exactly 0 whatever comes after the estimator, so that
+    they are recognisably signal-free (and skipped). ``advantage_level: turn`` credits each turn of an
+    episode with its group-normalized reward-to-go; ``gae`` asks the critic."""
+    rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+    group_ids = torch.tensor([t.group for t in trajs])
+    zero_var = zero_variance_groups(rewards, group_ids)
+    if cfg.advantage == "gae":
+        advantages, returns, stats = critic.advantages(tokens, rewards)
+        return advantages, returns, stats, zero_var
+    if cfg.advantage_level == "turn":
+        return turn_advantages(trajs, tokens.loss_mask.shape[1]), None, {}, zero_var
+    advantages = get_advantage_estimator(cfg.advantage)(rewards, group_ids)
+    if cfg.task_normalize:
+        advantages = task_normalize(advantages, task_ids)
+    return torch.where(zero_var, torch.zeros_like(advantages), advantages), None, {}, zero_var
+
+
+def prepare_update(trajs: list[Trajectory], task_names: list[str], pad_id: int, cfg, critic=None) -> UpdateBatch:
+    """Collate, compute advantages, and choose the rows to train on.
+
+    Rows with zero advantage contribute nothing to the surrogate (their per-token loss is 0 × ratio); with
+    ``skip_zero_advantage`` and no KL or entropy term that would still need them, they are left out of the
+    forward/backward (same gradient: they still count in the normalizer)."""
+    index = {name: i for i, name in enumerate(task_names)}
+    tokens = collate_trajectories(trajs, pad_id)
+    task_ids = torch.tensor([index[t.task] for t in trajs])
+    advantages, returns, critic_stats, zero_var = compute_advantages(trajs, tokens, task_ids, cfg, critic)
+    active = torch.arange(len(trajs))
+    if cfg.skip_zero_advantage and advantages.dim() == 1 and cfg.kl_coef == 0 and cfg.entropy_coef == 0:
+        active = torch.nonzero(advantages != 0).flatten()
+    return UpdateBatch(
+        tokens=tokens,
+        advantages=advantages,
+        task_ids=task_ids,
+        task_names=list(task_names),
+        group_ids=torch.tensor([t.group for t in trajs]),
+        truncated=torch.tensor([t.truncated for t in trajs]),
+        active=active,
+        behaviour_logprobs=behaviour_logprobs(trajs, tokens.loss_mask.shape[1]),
+        returns=returns,
+        critic_stats=critic_stats,
+        zero_variance=zero_var,
+    )

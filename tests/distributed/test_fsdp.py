@@ -1,0 +1,206 @@
+"""Multi-process training (FSDP2 on CPU with gloo, launched by ``polyrl train --nproc N`` → torchrun).
+
+The contract: on the same global batch, 2 processes train what 1 process trains (per-step losses within a
+relative 1e-5, final weights within 1e-4: only the order of float sums differs); a 2-process run killed
+with SIGKILL mid-RL and resumed ends with exactly the weights of an uninterrupted one; impossible
+combinations are one line and exit code 2 before any process starts.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from polyrl.cli import run as cli
+
+TINY_FSDP = {
+    "seed": 0,
+    "model": {"path": "tiny", "tiny": {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}},
+    "prompt": {"field": "question"},
+    "tasks": [{"name": "addition", "difficulty": "easy"}, {"name": "sort_digits", "difficulty": "easy"}],
+    "sft": {"steps": 2, "batch_size": 8, "warmup_steps": 1},
+    "rl": {
+        "steps": 4,
+        "prompts_per_step": 4,
+        "group_size": 4,
+        "max_new_tokens": 8,
+        "epochs": 2,
+        "minibatches": 2,
+        "micro_batch_tokens": 96,  # several micro-batches, a different number on each rank
+        "kl_coef": 0.05,  # the sharded reference
+        "dynamic_sampling": False,
+    },
+    # rewards differ within groups even before the policy is right; majority vote is scored across ranks
+    "reward": {"length": 0.5, "majority_vote": 0.2},
+    "eval": {"problems_per_task": 4, "pass_k": 2},
+    "checkpoint_every": 2,
+    "tensorboard": False,
+    "progress": False,
+    "threads": 1,
+}
+
+LOSS_RTOL = 1e-5
+WEIGHT_ATOL = 1e-4
+
+
+def _launch(tmp: Path, name: str, nproc: int, resume: bool = False) -> subprocess.Popen:
+    config = tmp / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY_FSDP))
+    where = ["--resume", str(tmp / name)] if resume else ["--config", str(config), "--run-dir", str(tmp / name)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "polyrl", "train", "--nproc", str(nproc), *where],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (torchrun starts each rank in a session of its own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop())
+        todo += children.get(out[-1], [])
+    return out
+
+
+def _finish(proc: subprocess.Popen) -> None:
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+
+
+def _weights(run_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "final_model" / "model.safetensors"))
+
+
+def _losses(run_dir: Path) -> list[tuple[str, int, float]]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["stage"], r["step"], r["loss"]) for r in records if r["stage"] in ("sft", "rl")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A 1-process and a 2-process run of the same config, started together."""
+    tmp = tmp_path_factory.mktemp("fsdp")
+    procs = [_launch(tmp, "one", 1), _launch(tmp, "two", 2)]
+    for proc in procs:
+        _finish(proc)
+    return tmp
+
+
+def test_two_processes_reach_the_losses_of_one(runs):
+    one, two = _losses(runs / "one"), _losses(runs / "two")
+    assert [r[:2] for r in one] == [r[:2] for r in two] == [("sft", 1), ("sft", 2)] + [("rl", k) for k in range(1, 5)]
+    assert all(loss != 0 for stage, _, loss in one if stage == "rl")  # RL trained on every step
+    for (_, _, a), (_, _, b) in zip(one, two, strict=True):
+        assert b == pytest.approx(a, rel=LOSS_RTOL)
+
+
+def test_two_processes_reach_the_weights_of_one(runs):
+    one, two = _weights(runs / "one"), _weights(runs / "two")
+    assert one.keys() == two.keys()
+    assert max(float((one[k] - two[k]).abs().max()) for k in one) < WEIGHT_ATOL
+
+
+def test_only_rank_zero_writes_the_run(runs):
+    run = runs / "two"
+    records = _losses(run)
+    assert len(records) == len(set(records))  # each step logged once, not once per rank
+    assert (run / "final_model" / "config.json").is_file()  # a plain Hugging Face checkpoint
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["LATEST", "rl-000002", "rl-000004"]
+    assert (run / "checkpoints" / "rl-000004" / "model" / ".metadata").is_file()  # sharded DCP state
+
+
+def test_resume_after_sigkill_matches_uninterrupted(runs, tmp_path):
+    proc = _launch(tmp_path, "killed", 2)
+    latest = tmp_path / "killed" / "checkpoints" / "LATEST"
+    deadline = time.monotonic() + 600
+    while not (latest.exists() and latest.read_text().strip() == "rl-000002"):
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    for pid in _descendants(proc.pid):  # the launcher, torchrun and both ranks, as a machine failure would
+        os.kill(pid, signal.SIGKILL)
+    proc.communicate()
+    assert not (tmp_path / "killed" / "final_model").exists()  # killed mid-RL, before the end
+
+    _finish(_launch(tmp_path, "killed", 2, resume=True))
+    done, resumed = _weights(runs / "two"), _weights(tmp_path / "killed")
+    assert done.keys() == resumed.keys() and all(torch.equal(done[k], resumed[k]) for k in done)
+    assert _losses(tmp_path / "killed") == _losses(runs / "two")
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("polyrl: error: ") and "\n" not in err
+    return err
+
+
+def test_nproc_zero_is_refused(capsys):
+    assert cli(["train", "--nproc", "0"]) == 2
+    assert "--nproc must be at least 1" in _one_line_error(capsys)
+
+
+def test_fsdp_with_vllm_is_refused_before_launch(tmp_path, capsys):
+    args = ["train", "--nproc", "2", "--run-dir", str(tmp_path / "run"), "generation.engine=vllm", "device=cuda"]
+    assert cli(args) == 2
+    assert "generation.engine=vllm" in _one_line_error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_fsdp_with_ray_is_refused_before_launch(tmp_path, capsys):
+    assert cli(["train", "--nproc", "2", "--ray", "local", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "backend=ray" in _one_line_error(capsys)
+
+
+def test_torchrun_without_a_config_is_refused(monkeypatch, capsys):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert cli(["train", "rl.steps=1"]) == 2
+    assert "under torchrun pass --config" in _one_line_error(capsys)
+
+
+def test_each_rank_takes_every_world_th_row():
+    rows = torch.tensor([7, 3, 9, 4, 1])
+    from polyrl.distributed.fsdp import Ranks
+
+    assert Ranks(0, 2).mine(rows).tolist() == [7, 9, 1]
+    assert Ranks(1, 2).mine(rows).tolist() == [3, 4]
+
+
+def test_statistics_of_two_ranks_combine_as_one():
+    from polyrl.train.learner import _Stats
+
+    a, b, both = _Stats(), _Stats(), _Stats()
+    a.add({"clip_frac": torch.tensor(0.5), "ratio_max": torch.tensor(1.5)}, weight=2.0)
+    b.add({"clip_frac": torch.tensor(0.2), "ratio_max": torch.tensor(1.25)}, weight=8.0)
+    both.absorb(a.sums, a.weights)
+    both.absorb(b.sums, b.weights)
+    # token-weighted mean (0.5·2 + 0.2·8) / 10 = 0.26; the maximum of the maxima
+    assert both.result() == pytest.approx({"clip_frac": 0.26, "ratio_max": 1.5})
+
+
+def test_an_existing_run_is_refused_before_launch(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("seed: 1\n")
+    assert cli(["train", "--nproc", "2", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "already holds a run" in _one_line_error(capsys)
+    assert (tmp_path / "run" / "config.yaml").read_text() == "seed: 1\n"

@@ -1,0 +1,243 @@
+"""Hostile snippets: every escape reported in issue #13 and the usual bombs, each contained, nothing left behind.
+
+Each test runs one attack in the bubblewrap sandbox and asserts both halves: the attack failed (or only
+touched the sandbox's private tmpfs), and afterwards no file exists outside (the target paths, a canary
+directory on the host) and no process survives (a marker in ``/proc/*/comm`` or ``/proc/*/cmdline``).
+Every snippet first names its own process with the marker, so the sandboxed interpreter itself is
+checked for too.
+"""
+
+import hashlib
+import os
+import shutil
+import socket
+import struct
+import sysconfig
+import uuid
+from pathlib import Path
+
+import pytest
+
+from polyrl.envs import seccomp
+from polyrl.envs.sandbox import SandboxLimits, run_python
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed (Debian: apt-get install -y bubblewrap)"
+)
+LIMITS = SandboxLimits(cpu_s=1, wall_s=15.0, memory_mb=256, output_bytes=20_000, tmp_mb=4)
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def marker():
+    return f"hostile{uuid.uuid4().hex[:8]}"  # 15 characters: fits in /proc/PID/comm
+
+
+@pytest.fixture
+def canary(tmp_path):
+    """A host directory the attacks aim at; it must stay empty."""
+    directory = tmp_path / "canary"
+    directory.mkdir()
+    yield directory
+    assert list(directory.iterdir()) == []
+
+
+def attack(marker: str, source: str, limits: SandboxLimits = LIMITS):
+    """Run ``source`` as a marked process; assert that no marked process and no marked /tmp file survive."""
+    result = run_python(f"open('/proc/self/comm', 'w').write({marker!r})\n{source}", limits)
+    assert survivors(marker) == [], result
+    assert [p for p in os.listdir("/tmp") if marker in p] == []
+    return result
+
+
+def survivors(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue  # exited while we looked
+        if marker in comm or marker in cmdline:
+            found.append(int(pid))
+    return found
+
+
+def test_fork_exec_of_bin_sh_is_refused(marker, canary):
+    src = f"""
+import _posixsubprocess, os
+r, w = os.pipe()
+_posixsubprocess.fork_exec([b'/usr/bin/sh', b'-c', b'touch {canary}/pwned; sleep 60 # {marker}'],
+    [b'/usr/bin/sh'], True, (), None, None, -1, -1, -1, -1, -1, -1, r, w, True, True, -1, None, None, None, -1,
+    None, False)  # the argument list of Python 3.11-3.13 (see subprocess.Popen._execute_child)
+"""
+    r = attack(marker, src)
+    assert r.status == "error" and "PermissionError: [Errno 1] Operation not permitted" in r.stderr
+
+
+def test_setsid_background_process_is_refused(marker):
+    src = f"import subprocess\nsubprocess.Popen(['/usr/bin/sleep', '60', '{marker}'], start_new_session=True)"
+    r = attack(marker, src)
+    assert r.status == "error" and "Operation not permitted" in r.stderr
+
+
+def test_fork_and_setsid_is_refused(marker):
+    r = attack(marker, "import os\nif os.fork() == 0:\n    os.setsid()\n    import time\n    time.sleep(60)")
+    assert r.status == "error" and "PermissionError" in r.stderr
+
+
+def test_without_the_seccomp_filter_a_setsid_background_process_still_dies_with_the_sandbox(marker, monkeypatch):
+    # the pid namespace is the second line of defence: its processes die when the snippet's process ends
+    monkeypatch.setattr(seccomp, "no_new_processes_filter", lambda: struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF0000))
+    src = f"import subprocess\np = subprocess.Popen(['/usr/bin/sleep', '60', '{marker}'], start_new_session=True)\n"
+    src += "print(p.pid)"
+    r = attack(marker, src)
+    assert r.status == "ok" and r.stdout.strip().isdigit()  # it started, and is gone (checked in attack)
+
+
+def test_dir_fd_and_a_symlink_cannot_read_etc_passwd(marker):
+    src = """
+import os
+os.symlink('/etc/passwd', 'link')
+fd = os.open('/tmp', os.O_RDONLY)
+print(os.read(os.open('link', os.O_RDONLY, dir_fd=fd), 100))
+"""
+    r = attack(marker, src)
+    assert r.status == "error" and "FileNotFoundError" in r.stderr and "root:" not in r.stdout
+
+
+def test_dir_fd_and_a_symlink_cannot_write_outside(marker, canary):
+    src = f"""
+import os
+os.symlink({str(canary / "escaped")!r}, 'link')
+fd = os.open('/tmp', os.O_RDONLY)
+os.write(os.open('link', os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), b'escaped')
+"""
+    r = attack(marker, src)
+    assert r.status == "error" and "FileNotFoundError" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        "os.mkfifo(target)",
+        "os.mknod(target, 0o600 | stat.S_IFIFO)",
+        "sqlite3.connect(target).execute('create table t (x)')",
+    ],
+)
+def test_files_created_at_a_host_path_stay_in_the_private_tmpfs(marker, canary, make):
+    # the host path does not exist in the sandbox; recreating its directories only touches the sandbox's tmpfs
+    src = f"import os, sqlite3, stat\ntarget = {str(canary / 'made')!r}\nos.makedirs({str(canary)!r})\n{make}\n"
+    src += "print(os.path.exists(target))"
+    r = attack(marker, src)
+    assert (r.status, r.stdout) == ("ok", "True\n")
+
+
+def test_mknod_of_a_device_is_refused(marker, canary):
+    src = f"import os, stat\nos.mknod({str(canary / 'mem')!r}, 0o600 | stat.S_IFCHR, os.makedev(1, 1))"
+    r = attack(marker, src)
+    assert r.status == "error" and ("PermissionError" in r.stderr or "FileNotFoundError" in r.stderr)
+
+
+def test_truncating_a_file_of_the_python_installation_is_refused(marker):
+    victim = Path(sysconfig.get_paths()["stdlib"]) / "this.py"  # harmless to restore should the test fail
+    before = victim.read_bytes()
+    try:
+        r = attack(marker, f"import os\nos.open({str(victim)!r}, os.O_RDONLY | os.O_TRUNC)")
+        assert r.status == "error" and "Read-only file system" in r.stderr
+        assert hashlib.sha256(victim.read_bytes()).digest() == hashlib.sha256(before).digest()
+    finally:
+        if victim.read_bytes() != before:
+            victim.write_bytes(before)
+
+
+def test_replacing_main_and_hooks_changes_nothing(marker, canary):
+    # the audit-hook sandbox fell to one line through sys.modules['__main__']; this one has no hook to replace
+    src = f"""
+import sys
+sys.modules['__main__'].__dict__.clear()
+sys.addaudithook(lambda *args: None)
+open({str(canary / "escaped")!r}, 'w').write('escaped')
+"""
+    r = attack(marker, src)
+    assert r.status == "error" and "FileNotFoundError" in r.stderr
+
+
+def test_the_network_is_unreachable_even_to_a_listening_host_socket(marker):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        r = attack(marker, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)")
+        assert r.status == "error" and "ConnectionRefusedError" in r.stderr
+        with pytest.raises(TimeoutError):
+            server.accept()
+
+
+def test_root_and_the_repository_are_not_visible(marker):
+    src = f"""
+import os
+print(os.path.exists({str(REPO / "README.md")!r}), os.path.exists('/work'), os.path.exists('/etc'))
+print(sorted(os.listdir('/root')) if os.path.exists('/root') else [])
+"""
+    r = attack(marker, src)
+    first, second = r.stdout.splitlines()
+    assert first == "False False False"
+    assert second in ("[]", "['.pyenv']")  # at most the path to a pyenv interpreter, nothing of /root itself
+
+
+def test_reading_a_file_of_root_fails(marker):
+    if not any(Path("/root").glob(".*rc")):
+        pytest.skip("no dotfile in /root to aim at")
+    target = next(Path("/root").glob(".*rc"))
+    r = attack(marker, f"print(open({str(target)!r}).read())")
+    assert r.status == "error" and "FileNotFoundError" in r.stderr and r.stdout == ""
+
+
+def test_a_fork_bomb_is_refused(marker):
+    r = attack(marker, "import os\nwhile True:\n    os.fork()")
+    assert r.status == "error" and "PermissionError" in r.stderr
+
+
+def test_a_memory_bomb_hits_the_memory_limit(marker):
+    r = attack(marker, "chunks = []\nwhile True:\n    chunks.append(bytearray(1 << 24))")
+    assert r.status == "memory_limit"
+
+
+def test_an_infinite_loop_hits_the_cpu_limit(marker):
+    assert attack(marker, "while True:\n    pass").status == "cpu_limit"
+
+
+def test_sleeping_forever_hits_the_wall_clock(marker):
+    r = attack(marker, "import time\ntime.sleep(60)", SandboxLimits(wall_s=1.0))
+    assert r.status == "timeout"
+
+
+def test_huge_output_is_cut_at_the_output_limit(marker):
+    r = attack(marker, "import sys\nfor _ in range(10_000):\n    sys.stdout.write('x' * 100_000)")
+    assert r.status == "output_limit" and len(r.stdout) == LIMITS.output_bytes
+
+
+def test_filling_tmp_stops_at_the_tmpfs_size(marker):
+    src = f"""
+for i in range(1000):
+    with open('/tmp/{marker}-' + str(i), 'wb') as f:
+        f.write(b'x' * 19_000)
+"""
+    r = attack(marker, src)  # 1000 files of 19 kB = 19 MB > tmp_mb (4 MB)
+    assert r.status == "error" and "No space left on device" in r.stderr
+
+
+def test_the_trainer_cannot_be_signalled_and_only_the_sandbox_processes_are_visible(marker):
+    src = f"""
+import os, signal
+for pid in ({os.getpid()}, {os.getppid()}):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        print(pid, 'not visible')
+print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
+"""
+    r = attack(marker, src)
+    assert r.stdout.splitlines() == [f"{os.getpid()} not visible", f"{os.getppid()} not visible", "[1, 2]"]
