@@ -38,7 +38,7 @@ from polyrl.train.trainer import Trainer
 MODES = ("local", "ray-sync", "ray-async")
 
 
-def sft_model(args, work: Path, seed: int) -> tuple[Path, dict]:
+def sft_model(args, work: Path, seed: int) -> tuple[Path, dict, str]:
     cfg = load_config(
         default_config_path(),
         [
@@ -54,11 +54,12 @@ def sft_model(args, work: Path, seed: int) -> tuple[Path, dict]:
     )
     trainer = Trainer(cfg)
     results = trainer.run()
-    return trainer.run_dir.model_dir("sft_model"), results["after_sft"]
+    return trainer.run_dir.model_dir("sft_model"), results["after_sft"], trainer.config.prompt.style
 
 
-def rl_run(args, work: Path, seed: int, mode: str, start: Path) -> dict:
+def rl_run(args, work: Path, seed: int, mode: str, start: Path, style: str) -> dict:
     overrides = [
+        f"prompt.style={style}",  # as in SFT (a model directory would otherwise get its family's default style)
         f"run_dir={work / mode}",
         f"seed={seed}",
         f"model.path={start}",
@@ -93,7 +94,7 @@ def rl_run(args, work: Path, seed: int, mode: str, start: Path) -> dict:
     }
     pool = trainer.rollout_pool
     if pool is not None:
-        out["staleness"] = dict(sorted(collections.Counter(pool.stats.staleness).itemean_std()))
+        out["staleness"] = dict(sorted(collections.Counter(pool.stats.staleness).items()))
         out["stale_reruns"], out["failed_groups"], out["reruns"] = (
             pool.stats.stale_reruns,
             pool.stats.failed_groups,
@@ -127,14 +128,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="polyrl-async-learning-") as tmp:
             work = Path(tmp)
             t0 = time.perf_counter()
-            start, sft_acc = sft_model(args, work, seed)
+            start, sft_acc, style = sft_model(args, work, seed)
             print(
                 f"# seed {seed}: SFT {time.perf_counter() - t0:.0f} s, held-out mean {100 * sft_acc['mean']['accuracy']:.1f}%",
                 flush=True,
             )
             row = {"seed": seed, "sft": sft_acc}
             for mode in modes:
-                row[mode] = rl_run(args, work, seed, mode, start)
+                row[mode] = rl_run(args, work, seed, mode, start, style)
                 r = row[mode]
                 print(
                     f"# seed {seed} {mode}: {r['wall_s']:.0f} s, held-out mean {100 * r['accuracy']['mean']['accuracy']:.1f}%, "
@@ -181,7 +182,7 @@ def main() -> None:
                 m,
                 mean_std([r[m]["rl_s"] for r in runs], "{:.0f}"),
                 mean_std([r[m]["updates"] for r in runs], "{:.0f}"),
-                str(dict(sorted(staleness.itemean_std()))) if staleness else "—",
+                str(dict(sorted(staleness.items()))) if staleness else "—",
                 str(sum(r[m].get("stale_reruns", 0) for r in runs)),
                 str(sum(r[m].get("failed_groups", 0) for r in runs)),
             ]

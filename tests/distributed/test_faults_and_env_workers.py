@@ -93,7 +93,14 @@ def test_environment_steps_run_on_env_workers(local_ray):
 
 def test_groups_older_than_max_staleness_are_rerun_at_the_current_version(local_ray):
     task = resolve_task("addition")
-    pool = _pool({"addition": task}, num_rollout_workers=1, rollout_concurrency=2, max_staleness=1, **{"async": True})
+    pool = _pool(
+        {"addition": task},
+        num_rollout_workers=1,
+        rollout_concurrency=2,
+        max_staleness=1,
+        interruptible=False,
+        **{"async": True},
+    )
     try:
         model = load_policy(MODEL, seed=0).model
         make = _problems(task)
@@ -118,8 +125,15 @@ def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_go
     from polyrl.envs.latency import with_latency
 
     name = "env/retry:addition"
-    task = with_latency(resolve_task(name), 0.4)
-    pool = _pool({name: task}, num_rollout_workers=1, num_env_workers=1, rollout_concurrency=4, max_restarts=2)
+    task = with_latency(resolve_task(name), 1.0)
+    pool = _pool(
+        {name: task},
+        num_rollout_workers=1,
+        num_env_workers=1,
+        env_worker_concurrency=4,  # counts() answers while steps sleep, so the kill lands mid-step
+        rollout_concurrency=4,
+        max_restarts=2,
+    )
     try:
         make = _problems(task)
         pool.sampling = SAMPLING
@@ -170,5 +184,23 @@ def test_a_rollout_that_raises_is_rerun_then_counted_never_crashes_the_pool(loca
         stats = pool.stats
         assert groups == [] and stats.failed_groups == 2 and stats.task_errors == 4 and stats.reruns == 2
         assert "sandbox image not found" in stats.last_error
+    finally:
+        pool.shutdown()
+
+
+def test_interruptible_groups_queued_before_an_update_start_with_the_newest_weights(local_ray):
+    task = resolve_task("addition")
+    pool = _pool({"addition": task}, num_rollout_workers=1, rollout_concurrency=1, max_staleness=1, **{"async": True})
+    try:
+        model = load_policy(MODEL, seed=0).model
+        make = _problems(task)
+        pool.sampling = SAMPLING
+        pool._fill(4, make)  # submitted at version 0, played one after another
+        pool.sync_weights(model, 1)
+        pool.sync_weights(model, 2)
+        groups = pool.groups(4, make, **SAMPLING)
+        versions = [t.policy_version for g in groups for t in g]
+        assert len(groups) == 4 and set(versions) <= {1, 2} and 2 in versions  # nothing older than the bound
+        assert pool.stats.stale_reruns < 4  # the queued groups were not all thrown away and re-run
     finally:
         pool.shutdown()

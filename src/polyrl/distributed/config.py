@@ -29,6 +29,9 @@ class RayConfig(BaseModel):
         ge=0,
         description="Environment actors that run env/... steps (tool calls, sandboxes); 0 runs them in the rollout actors.",
     )
+    env_worker_concurrency: int = Field(
+        1, ge=1, description="Environment steps one environment actor runs at once (threads; for tools that wait)."
+    )
     asynchronous: bool = Field(
         False,
         alias="async",
@@ -39,6 +42,11 @@ class RayConfig(BaseModel):
     )
     tis_cap: float = Field(
         2.0, gt=0, description="Truncated importance-sampling cap on exp(old - behaviour) per token."
+    )
+    interruptible: bool = Field(
+        True,
+        description="Asynchronous mode: a running episode generates its next turn with the newest weights "
+        "(partial rollouts; behaviour log-probs per turn) instead of those it started with.",
     )
     max_restarts: int = Field(3, ge=0, description="Times Ray restarts a dead worker actor.")
     max_reruns: int = Field(

@@ -75,6 +75,12 @@ class EnvConfig(BaseModel):
         description="How env/python runs snippets: `bwrap` isolates them with bubblewrap (Debian package "
         "`bubblewrap`); `unsafe_local` runs them unisolated, with rlimits only (see docs/security.md).",
     )
+    concurrency: int = Field(
+        16,
+        ge=1,
+        description="Environment steps run at once by the in-process backend (threads; async-native environments "
+        "on an event loop), so that tool waits overlap; 1 steps environments one after another.",
+    )
 
 
 def register_env(name: str, needs_argument: bool = False):

@@ -44,6 +44,8 @@ class Sampling:
     temperature: float
     top_p: float
     max_episode_tokens: int
+    env_concurrency: int = 16
+    """Environment steps run at once (``env.concurrency``)."""
 
 
 class LocalSource:
@@ -67,6 +69,7 @@ class LocalSource:
             temperature=s.temperature,
             top_p=s.top_p,
             version=self.version(),
+            env_concurrency=s.env_concurrency,
         )
         by_group: dict[int, list[Trajectory]] = {}
         for t in trajs:

@@ -9,7 +9,11 @@ the template applied with and without them, so any chat template (tiny, Qwen, Ll
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
@@ -133,6 +137,8 @@ class Episode:
     turn_rewards: list[float] = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     """[start, end) of each policy turn within the response."""
+    turn_versions: list[int] = field(default_factory=list)
+    """Version of the weights that generated each policy turn."""
     finished: bool = True
     text: str = ""
     info: dict = field(default_factory=dict)
@@ -143,12 +149,83 @@ class Episode:
         self.policy_mask += [int(policy)] * len(ids)
 
 
+def _env_error(episode: Episode, exc: Exception) -> StepResult:
+    warnings.warn(f"{episode.problem.task}: environment error ends the episode: {exc!r}", stacklevel=3)
+    return StepResult([], 0.0, True, {"success": False, "score": 0.0, "end_reason": "env_error"})
+
+
 def _step(episode: Episode, action: str) -> StepResult:
     try:
         return episode.env.step(action)
     except Exception as exc:
-        warnings.warn(f"{episode.problem.task}: environment error ends the episode: {exc!r}", stacklevel=2)
-        return StepResult([], 0.0, True, {"success": False, "score": 0.0, "end_reason": "env_error"})
+        return _env_error(episode, exc)
+
+
+async def _astep(episode: Episode, action: str, limit: asyncio.Semaphore) -> StepResult:
+    async with limit:
+        try:
+            return await episode.env.step(action)
+        except Exception as exc:
+            return _env_error(episode, exc)
+
+
+def is_async_environment(env: Environment) -> bool:
+    """An async-native environment: its ``step`` is a coroutine function (``async def step``)."""
+    return inspect.iscoroutinefunction(env.step)
+
+
+def _gather(steps: list[tuple[Episode, str]], concurrency: int) -> list[StepResult]:
+    """Run async-native environments' steps on one event loop, at most ``concurrency`` at once."""
+
+    async def run():
+        limit = asyncio.Semaphore(concurrency)
+        return await asyncio.gather(*(_astep(ep, action, limit) for ep, action in steps))
+
+    return asyncio.run(run())
+
+
+class EnvSteps:
+    """Steps many episodes' environments at once, so that their waits (tool calls, sandboxes, remote APIs)
+    overlap: plain environments on a pool of at most ``concurrency`` threads, async-native ones on one event
+    loop. Results come back in the order of the requests, so the episodes (and the generation batches built
+    from them) are exactly those of stepping one environment after another. ``concurrency`` 1 steps them
+    one after another in the calling thread."""
+
+    def __init__(self, concurrency: int):
+        if concurrency < 1:
+            raise ValueError(f"environment concurrency must be >= 1, got {concurrency}")
+        self.concurrency = concurrency
+        self._pool: ThreadPoolExecutor | None = None
+
+    def map(self, fn: Callable, items: list) -> list:
+        """``[fn(*item) for item in items]``, run on the threads."""
+        if self.concurrency == 1 or len(items) < 2:
+            return [fn(*item) for item in items]
+        return list(self._executor().map(lambda item: fn(*item), items))
+
+    def step(self, steps: list[tuple[Episode, str]]) -> list[StepResult]:
+        """One step of each ``(episode, action)``."""
+        is_async = [is_async_environment(ep.env) for ep, _ in steps]
+        plain = [s for s, a in zip(steps, is_async) if not a]
+        native = [s for s, a in zip(steps, is_async) if a]
+        if native and plain:  # the event loop runs beside the threads
+            pending = self._executor().submit(_gather, native, self.concurrency)
+            plain_results, native_results = self.map(_step, plain), pending.result()
+        else:
+            plain_results = self.map(_step, plain)
+            native_results = _gather(native, self.concurrency) if native else []
+        it_plain, it_native = iter(plain_results), iter(native_results)
+        return [next(it_native) if a else next(it_plain) for a in is_async]
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max(2, self.concurrency), thread_name_prefix="polyrl-env")
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
 
 def _finish(ep: Episode, result: StepResult | None, reason: str | None = None) -> None:
@@ -160,6 +237,14 @@ def _finish(ep: Episode, result: StepResult | None, reason: str | None = None) -
         info["end_reason"] = reason
     ep.info = info
     ep.env.close()
+
+
+def _reset(env: Environment) -> list[Message]:
+    return env.reset()
+
+
+PolicySource = Callable[[], tuple[GenerationBackend, int]]
+"""``latest()``: the generation backend of the newest weights and their version (interruptible generation)."""
 
 
 def rollout_episodes(
@@ -176,42 +261,93 @@ def rollout_episodes(
     greedy: bool = False,
     group_offset: int = 0,
     version: int = 0,
+    env_concurrency: int = 16,
+    latest: PolicySource | None = None,
 ) -> list[Trajectory]:
-    """Play ``group_size`` episodes per problem; every turn, all live episodes generate in one call.
+    """Play ``group_size`` episodes per problem; every turn, all live episodes generate in one call, then
+    their environments step concurrently (:class:`EnvSteps`, at most ``env_concurrency`` at once).
 
     ``max_new_tokens`` bounds one policy turn; ``max_episode_tokens`` the whole response (policy and
     environment tokens). Every episode ends with a reason in ``info["end_reason"]``; none is dropped.
+
+    ``latest`` makes generation interruptible across weight updates (partial rollouts, as in AReaL, Fu et
+    al. 2025, §4): before every turn it names the newest weights, which generate that turn. Each trajectory
+    then records the version of every turn (``turn_versions``) and is as old as its oldest turn
+    (``policy_version``); the behaviour log-probs must come from each turn's own weights.
     """
     codec = ChatCodec(prompts)
-    episodes = []
+    steps = EnvSteps(env_concurrency)
+    try:
+        return _play(
+            problems,
+            tasks,
+            backend,
+            codec,
+            steps,
+            group_size,
+            max_new_tokens,
+            max_episode_tokens,
+            {"temperature": temperature, "top_p": top_p, "greedy": greedy},
+            group_offset,
+            version,
+            latest,
+            reward,
+        )
+    finally:
+        steps.close()
+
+
+def _play(
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    codec: ChatCodec,
+    steps: EnvSteps,
+    group_size: int,
+    max_new_tokens: int,
+    max_episode_tokens: int,
+    sampling: dict,
+    group_offset: int,
+    version: int,
+    latest: PolicySource | None,
+    reward: RewardConfig,
+) -> list[Trajectory]:
+    """The episode loop of :func:`rollout_episodes`: environments reset and step through ``steps``."""
+    envs = []
     for g, problem in enumerate(problems):
         task = tasks[problem.task]
         for _ in range(group_size):
             env = task.make_env(problem)
             codec.bind(env)
-            first = env.reset()
-            episodes.append(Episode(task, env, problem, group_offset + g, codec.start(first, env.tools, problem)))
+            envs.append((g, task, env, problem))
+    firsts = steps.map(_reset, [(env,) for _, _, env, _ in envs])
+    episodes = [
+        Episode(task, env, problem, group_offset + g, codec.start(first, env.tools, problem))
+        for (g, task, env, problem), first in zip(envs, firsts)
+    ]
     live = list(episodes)
     while live:
+        if latest is not None:
+            backend, version = latest()
         gens = backend.generate(
-            [e.prompt_ids + e.response_ids for e in live],
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            greedy=greedy,
+            [e.prompt_ids + e.response_ids for e in live], max_new_tokens=max_new_tokens, **sampling
         )
+        acting = []
         for ep, gen in zip(live, gens):
             room = max_episode_tokens - len(ep.response_ids)
             start = len(ep.response_ids)
             ep.add(gen.completion_ids[:room], policy=True)
             ep.turn_spans.append((start, len(ep.response_ids)))
+            ep.turn_versions.append(version)
             ep.text += gen.text
             ep.finished = gen.finished
             if len(gen.completion_ids) > room:
                 ep.turn_rewards.append(0.0)
                 _finish(ep, None, "token_budget")
                 continue
-            result = _step(ep, codec.action_text(gen.completion_ids, gen.text))
+            acting.append((ep, gen))
+        results = steps.step([(ep, codec.action_text(gen.completion_ids, gen.text)) for ep, gen in acting])
+        for (ep, gen), result in zip(acting, results):
             ep.turn_rewards.append(float(result.reward))
             if result.done:
                 _finish(ep, result)
@@ -223,10 +359,10 @@ def rollout_episodes(
             ep.add(env_ids, policy=False)
             ep.text += "".join(f"\n[{m['role']}] {m['content']}\n" for m in result.observation)
         live = [e for e in live if not e.done]
-    return [_trajectory(ep, reward, version) for ep in episodes]
+    return [_trajectory(ep, reward) for ep in episodes]
 
 
-def _trajectory(ep: Episode, reward: RewardConfig, version: int) -> Trajectory:
+def _trajectory(ep: Episode, reward: RewardConfig) -> Trajectory:
     info = ep.info
     ret = sum(ep.turn_rewards)
     verdict = Verdict(
@@ -256,9 +392,10 @@ def _trajectory(ep: Episode, reward: RewardConfig, version: int) -> Trajectory:
         reward.verifier * ret,
         {"env_return": ret},
         verdict,
-        version,
+        min(ep.turn_versions),
         ep.policy_mask,
         turn_spans=list(ep.turn_spans),
+        turn_versions=list(ep.turn_versions),
         turn_rewards=list(ep.turn_rewards),
         info=info,
     )
@@ -321,14 +458,20 @@ def rollout_mixed(
     reward: RewardConfig,
     max_episode_tokens: int = 384,
     group_offset: int = 0,
+    env_concurrency: int = 16,
+    latest: PolicySource | None = None,
     **sampling,
 ) -> list[Trajectory]:
     """Single-turn problems through :func:`rollout_problems`, environment problems through
-    :func:`rollout_episodes`; trajectories come back in problem order with their group indices."""
+    :func:`rollout_episodes` (``env_concurrency``, ``latest``: see there; single-turn completions are
+    generated by the weights ``latest`` names when they start); trajectories come back in problem order
+    with their group indices."""
     from polyrl.envs.base import is_environment
     from polyrl.rollout.single_turn import rollout_problems
 
     env_idx = [i for i, p in enumerate(problems) if is_environment(tasks[p.task])]
+    if latest is not None and len(env_idx) < len(problems):
+        backend, sampling["version"] = latest()
     if not env_idx:
         return rollout_problems(
             problems,
@@ -357,6 +500,8 @@ def rollout_mixed(
                 max_new_tokens,
                 reward,
                 max_episode_tokens=max_episode_tokens,
+                env_concurrency=env_concurrency,
+                latest=latest,
                 **sampling,
             )
         else:

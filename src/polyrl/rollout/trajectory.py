@@ -42,6 +42,9 @@ class Trajectory:
     """A position-swapped pairwise judge gave the two orders opposite verdicts (position bias)."""
     info: dict[str, Any] = field(default_factory=dict)
     """Environment episode statistics (``turns``, ``tool_calls``, ``end_reason``…), read by the metrics."""
+    turn_versions: list[int] | None = None
+    """Multi-turn: version of the weights that generated each policy turn (they differ when generation was
+    interrupted by a weight update: partial rollouts); ``policy_version`` is the oldest."""
 
     @property
     def truncated(self) -> bool:

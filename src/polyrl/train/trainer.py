@@ -102,6 +102,7 @@ class Trainer:
             config.rl.temperature,
             config.rl.top_p,
             config.env.max_episode_tokens,
+            config.env.concurrency,
         )
         if self.rollout_pool is not None:
             from polyrl.distributed.pool import RaySource
