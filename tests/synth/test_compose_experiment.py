@@ -28,6 +28,7 @@ strategies:
       - {name: compose/rev, difficulty: {length: 3}}
       - {name: compose/up, difficulty: {length: 3}}
       - {name: compose/mix, difficulty: {depth: 2, length: 3}}
+    sampler: {name: weighted, options: {weights: {compose/rev: 1, compose/up: 1, compose/mix: 2}}}
 """
 
 

@@ -141,8 +141,10 @@ def plan_experiment(
     for strategy in [None, *strategies]:
         for seed in plan.seeds:
             cfg = plan.config(strategy, seed)
-            make_sampler(cfg.sampler.name, list(tasks), cfg.sampler.options)
-            make_difficulty_controller(cfg.difficulty_control, tasks, {s.name: s for s in cfg.tasks})
+            # a strategy may set its own tasks:
+            mix = {s.name: tasks[s.name] if s.name in tasks else get_task(s.name) for s in cfg.tasks}
+            make_sampler(cfg.sampler.name, list(mix), cfg.sampler.options)
+            make_difficulty_controller(cfg.difficulty_control, mix, {s.name: s for s in cfg.tasks})
     return plan
 
 
