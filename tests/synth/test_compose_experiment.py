@@ -16,8 +16,8 @@ prompt: {field: question}
 threads: 1
 tensorboard: false
 tasks:
-  - {name: compose/rev, difficulty: {length: 3}}
-  - {name: compose/up, difficulty: {length: 3}}
+  - {name: compose/rev, difficulty: easy}
+  - {name: compose/up, difficulty: easy}
 sft: {steps: 10, batch_size: 16}
 rl: {steps: 2, prompts_per_step: 4, group_size: 4, max_new_tokens: 8}
 eval: {problems_per_task: 4, pass_k: 1}
@@ -25,9 +25,9 @@ strategies:
   primitives: {}
   primitives+depth2:
     tasks:
-      - {name: compose/rev, difficulty: {length: 3}}
-      - {name: compose/up, difficulty: {length: 3}}
-      - {name: compose/mix, difficulty: {depth: 2, length: 3}}
+      - {name: compose/rev, difficulty: easy}
+      - {name: compose/up, difficulty: easy}
+      - {name: compose/mix, difficulty: {depth: 2, length: 4, alphabet: 6}}
     sampler: {name: weighted, options: {weights: {compose/rev: 1, compose/up: 1, compose/mix: 2}}}
 """
 
@@ -42,7 +42,7 @@ def tiny_config(tmp_path):
 def test_ci_sized_experiment_evaluates_every_arm_on_the_held_out_chains(tiny_config, tmp_path):
     out = tmp_path / "out"
     argv = ["experiment", "compose", "--config", str(tiny_config), "--seeds", "1", "--out", str(out)]
-    assert cli([*argv, "--problems", "2", "--depth3", "2", "--length", "3"]) == 0
+    assert cli([*argv, "--problems", "2", "--depth3", "2"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert set(results["arms"]) == {"sft", "primitives", "primitives+depth2"}
     assert results["groups"]["heldout_depth2"] == [chain_name(c) for c in held_out_chains(2)]

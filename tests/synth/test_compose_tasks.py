@@ -85,7 +85,7 @@ def test_held_out_and_training_chains_partition_each_depth():
 def test_compose_mix_never_draws_a_held_out_chain():
     task = get_task("compose/mix")
     held = {" ".join(c) for c in held_out_chains(2)}
-    ops = {task.generate(seed, {"depth": 2, "length": 3}).question.split(":")[0] for seed in range(300)}
+    ops = {task.generate(seed, {"depth": 2, "length": 4}).question.split(":")[0] for seed in range(300)}
     assert ops and not ops & held
     assert len(ops) == len(training_chains(2))  # 300 draws reach all 26 training chains
 

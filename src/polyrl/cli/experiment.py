@@ -69,7 +69,7 @@ def compose(
     seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1)."),
     arms: str | None = typer.Option(None, "--arms", help="Comma-separated arms (default: all under strategies:)."),
     out: str = typer.Option("runs/compose", "--out", help="Output directory (runs, report.md, results.json)."),
-    length: int = typer.Option(4, "--length", help="Letters in the held-out problems' strings."),
+    difficulty: str = typer.Option("easy", "--difficulty", help="Knob or preset of the evaluated chains."),
     problems: int = typer.Option(32, "--problems", help="Held-out problems per chain."),
     depth3: int = typer.Option(0, "--depth3", help="Held-out depth-3 chains to evaluate (0: all)."),
 ) -> None:
@@ -77,7 +77,7 @@ def compose(
     from polyrl.experiments.compose import HeldOutSuite, plan_compose, run_compose
 
     plan = plan_compose(config, seeds, _names(arms), out)
-    suite = HeldOutSuite(length, problems, depth3)
+    suite = HeldOutSuite(difficulty, problems, depth3)
     command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
     summary = run_compose(plan, suite, log=lambda m: print(m, flush=True), command=command)
     for name, row in summary["arms"].items():

@@ -28,9 +28,10 @@ from polyrl.tasks.builtin.compose import PRIMITIVES, chain_name, held_out_chains
 
 @dataclass(frozen=True)
 class HeldOutSuite:
-    """Which chains the final policies are evaluated on, at which string length, with how many problems."""
+    """Which chains the final policies are evaluated on, at which difficulty, with how many problems."""
 
-    length: int = 4
+    difficulty: float | str = "easy"
+    """Knob or preset of every chain (``easy``: strings of 4 letters from a-f)."""
     problems: int = 32
     """Eval-split problems per chain (seeds 0..problems-1)."""
     depth3: int = 0
@@ -57,7 +58,7 @@ def evaluate_held_out(trainer, suite: HeldOutSuite) -> dict[str, dict[str, float
     return evaluate_policy(
         trainer.backend,
         trainer.prompts,
-        {n: (get_task(n), {"length": suite.length}) for n in names},
+        {n: (get_task(n), suite.difficulty) for n in names},
         suite.problems,
         cfg.eval.max_new_tokens or cfg.rl.max_new_tokens,
         pass_k=1,
@@ -120,7 +121,13 @@ def summarize_compose(plan: ExperimentPlan, suite: HeldOutSuite) -> dict[str, An
             }
             for key in ("accuracy", "score")
         }
-    return {"seeds": plan.seeds, "length": suite.length, "problems": suite.problems, "groups": groups, "arms": rows}
+    return {
+        "seeds": plan.seeds,
+        "difficulty": suite.difficulty,
+        "problems": suite.problems,
+        "groups": groups,
+        "arms": rows,
+    }
 
 
 def _per_group(means: list[dict[str, float]]) -> dict[str, list[float]]:
@@ -133,7 +140,7 @@ def format_report(summary: dict[str, Any], command: str | None) -> str:
     if command:
         lines += ["```", command, "```", ""]
     lines += [
-        f"Seeds: {len(summary['seeds'])}. Strings of {summary['length']} letters, {summary['problems']} eval-split "
+        f"Seeds: {len(summary['seeds'])}. Difficulty {summary['difficulty']}, {summary['problems']} eval-split "
         "problems per chain, greedy decoding. Each cell: the mean over a group's chains, then mean ± std over "
         "seeds. `sft` is the shared warm start every arm's RL starts from.",
         "",

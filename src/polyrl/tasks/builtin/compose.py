@@ -103,11 +103,15 @@ def training_chains(depth: int) -> list[tuple[str, ...]]:
     return [c for c in all_chains(depth) if not is_held_out(c)]
 
 
-LENGTH = Param("length", 3, 10, "letters in the input string")
+SHAPE = (
+    Param("length", 4, 12, "letters in the input string"),
+    Param("alphabet", 6, 26, "distinct letters the input is drawn from (the first of a-z)"),
+)
 
 
-def _example(ops: tuple[str, ...], rng, length: int) -> Example:
-    word = random_letters(rng, length)
+def _example(ops: tuple[str, ...], rng, p: dict) -> Example:
+    length = p["length"]
+    word = random_letters(rng, length, string.ascii_lowercase[: p["alphabet"]])
     out = apply_chain(ops, word)
     steps = "; then ".join(PRIMITIVES[op][1] for op in ops)
     statement = f"Transform the string {word}: {steps}.\nAnswer with the resulting string only, {length} letters long."
@@ -121,11 +125,11 @@ class ChainTask(Task):
     pure = True
     partial_credit = True
     answer_shape = "the transformed string"
-    params = (LENGTH,)
+    params = SHAPE
     ops: tuple[str, ...] = ()
 
     def make(self, rng, p):
-        return _example(self.ops, rng, p["length"])
+        return _example(self.ops, rng, p)
 
     def check(self, answer: str, problem: Problem):
         return positional_credit(answer.strip(), problem.answer)
@@ -155,11 +159,11 @@ class ComposeMix(Task):
     partial_credit = True
     description = "A random training chain of `depth` string ops (never a held-out chain) on a random string."
     answer_shape = "the transformed string"
-    params = (Param("depth", 1, 3, "ops in the chain"), LENGTH)
+    params = (Param("depth", 1, 3, "ops in the chain"), *SHAPE)
 
     def make(self, rng, p):
         chains = training_chains(p["depth"]) if p["depth"] > 1 else all_chains(1)
-        return _example(rng.choice(chains), rng, p["length"])
+        return _example(rng.choice(chains), rng, p)
 
     def check(self, answer: str, problem: Problem):
         return positional_credit(answer.strip(), problem.answer)
