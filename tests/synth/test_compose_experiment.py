@@ -41,8 +41,10 @@ def tiny_config(tmp_path):
 
 def test_ci_sized_experiment_evaluates_every_arm_on_the_held_out_chains(tiny_config, tmp_path):
     out = tmp_path / "out"
-    argv = ["experiment", "compose", "--config", str(tiny_config), "--seeds", "1", "--out", str(out)]
+    argv = ["experiment", "compose", "--config", str(tiny_config), "--seeds", "2", "--share-sft", "--out", str(out)]
     assert cli([*argv, "--problems", "2", "--depth3", "2"]) == 0
+    assert [p.name for p in (out / "runs" / "sft").iterdir()] == ["seed0"]  # one warm start for both seeds
+    assert (out / "runs" / "primitives" / "seed1" / "eval" / "heldout.json").exists()
     results = json.loads((out / "results.json").read_text())
     assert set(results["arms"]) == {"sft", "primitives", "primitives+depth2"}
     assert results["groups"]["heldout_depth2"] == [chain_name(c) for c in held_out_chains(2)]

@@ -72,11 +72,14 @@ def compose(
     difficulty: str = typer.Option("easy", "--difficulty", help="Knob or preset of the evaluated chains."),
     problems: int = typer.Option(32, "--problems", help="Held-out problems per chain."),
     depth3: int = typer.Option(0, "--depth3", help="Held-out depth-3 chains to evaluate (0: all)."),
+    share_sft: bool = typer.Option(
+        False, "--share-sft", help="One SFT warm start for all seeds (seeds differ only in RL)."
+    ),
 ) -> None:
     """SFT on primitive string ops, RL on several task mixes, greedy eval on held-out compositions."""
     from polyrl.experiments.compose import HeldOutSuite, plan_compose, run_compose
 
-    plan = plan_compose(config, seeds, _names(arms), out)
+    plan = plan_compose(config, seeds, _names(arms), out, share_sft)
     suite = HeldOutSuite(difficulty, problems, depth3)
     command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
     summary = run_compose(plan, suite, log=lambda m: print(m, flush=True), command=command)

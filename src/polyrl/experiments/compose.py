@@ -66,9 +66,11 @@ def evaluate_held_out(trainer, suite: HeldOutSuite) -> dict[str, dict[str, float
     )
 
 
-def plan_compose(config_path: str | Path, seeds: int, arms: list[str] | None, out: str | Path) -> ExperimentPlan:
+def plan_compose(
+    config_path: str | Path, seeds: int, arms: list[str] | None, out: str | Path, share_sft: bool = False
+) -> ExperimentPlan:
     """The experiment file's base config (the SFT tasks) and arms, checked before any training."""
-    plan = plan_experiment(config_path, seeds, arms, out)
+    plan = plan_experiment(config_path, seeds, arms, out, share_sft=share_sft)
     if len(plan.strategies) < 2:
         raise UserError("the composition experiment needs at least two arms under strategies:")
     return plan
@@ -107,13 +109,13 @@ def group_means(evals: dict[str, dict[str, float]], groups: dict[str, list[str]]
 def summarize_compose(plan: ExperimentPlan, suite: HeldOutSuite) -> dict[str, Any]:
     """Per arm (and the SFT start): per group, mean ± std over seeds of greedy accuracy and verifier score."""
     groups = suite.groups()
-    runs = {"sft": [plan.sft_dir(s) / "eval" / "heldout_sft.json" for s in plan.seeds]}
+    runs = {"sft": list(dict.fromkeys(plan.sft_dir(s) / "eval" / "heldout_sft.json" for s in plan.seeds))}
     runs.update(
         {a.name: [plan.run_dir(a.name, s) / "eval" / "heldout.json" for s in plan.seeds] for a in plan.strategies}
     )
     rows = {}
     for arm, files in runs.items():
-        evals = [json.loads(f.read_text()) for f in dict.fromkeys(files)]
+        evals = [json.loads(f.read_text()) for f in files]
         rows[arm] = {
             key: {
                 g: (float(np.mean(v)), float(np.std(v)))
