@@ -129,3 +129,19 @@ def test_a_training_run_logs_problem_sources_and_the_pool(tiny_train_config):
     page, pngs = build_report(cfg.run_dir)
     assert any(p.name.endswith("_sources.png") for p in pngs)
     assert "synthesized near failures" in page.read_text()
+
+
+def test_the_report_draws_problem_sources_only_when_some_were_not_generated():
+    from polyrl.report.plots import problem_sources
+
+    plain = [{"step": s, "source/generated": 1.0} for s in (1, 2)]
+    assert problem_sources(plain) is None
+    mixed = [
+        {"step": 1, "source/generated": 1.0, "synth/pool_size": 3.0},
+        {"step": 2, "source/generated": 0.75, "source/synthesized": 0.25, "synth/pool_size": 5.0},
+    ]
+    fig = problem_sources(mixed)
+    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == [
+        "where the step's problems came from",
+        "record of failed problems",
+    ]
