@@ -173,3 +173,19 @@ def test_hidden_files_are_not_read(tmp_path):
     (tmp_path / "doc.txt").write_text("text")
     docs, skipped = read_documents(tmp_path)
     assert list(docs) == ["doc.txt"] and not skipped
+
+
+def test_a_folder_of_binary_files_is_reported_not_an_empty_dataset(scripted_endpoint, tmp_path, capsys):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "a.png").write_bytes(b"\x89PNG\x00\x00")
+    assert synth(scripted_endpoint(writer), folder, tmp_path / "qa.jsonl") == 2
+    err = capsys.readouterr().err
+    assert '"skipped_files": {"binary": 1}' in err and '"documents": 0' in err
+
+
+def test_a_missing_leak_check_file_is_a_user_error(scripted_endpoint, docs, tmp_path, capsys):
+    assert (
+        synth(scripted_endpoint(writer), docs, tmp_path / "qa.jsonl", "--leak-check", str(tmp_path / "no.jsonl")) == 2
+    )
+    assert "no such file" in capsys.readouterr().err
