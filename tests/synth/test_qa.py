@@ -96,10 +96,11 @@ def test_the_dataset_file_loads_as_question_and_answer_columns(scripted_endpoint
 
 
 def test_the_dataset_task_loader_reads_the_file(scripted_endpoint, docs, tmp_path):
-    dataset = pytest.importorskip("polyrl.tasks.dataset")
+    from polyrl.tasks.dataset_rows import DatasetSpec, load_rows
+
     out = tmp_path / "qa.jsonl"
     assert synth(scripted_endpoint(writer), docs, out) == 0
-    rows = dataset.load_rows(str(out), dataset.DatasetSpec(path=str(out), verifier="normalized"), "train")
+    rows = load_rows(str(out), DatasetSpec(path=str(out), verifier="normalized"), "train")
     assert [r.target for r in rows] == ["Quellton", "412", "Charles Brannock", "1925"]
 
 
@@ -189,3 +190,21 @@ def test_a_missing_leak_check_file_is_a_user_error(scripted_endpoint, docs, tmp_
         synth(scripted_endpoint(writer), docs, tmp_path / "qa.jsonl", "--leak-check", str(tmp_path / "no.jsonl")) == 2
     )
     assert "no such file" in capsys.readouterr().err
+
+
+def test_problems_of_the_written_dataset_are_tagged_dataset(scripted_endpoint, docs, tmp_path, monkeypatch):
+    from polyrl.tasks import dataset as dataset_module
+    from polyrl.tasks import get_task
+    from polyrl.tasks.dataset import register_dataset_task
+    from polyrl.tasks.registry import TASKS
+
+    monkeypatch.setattr(dataset_module, "_CLASSES", {})  # the registration is forgotten after the test
+    out = tmp_path / "qa.jsonl"
+    assert synth(scripted_endpoint(writer), docs, out) == 0
+    register_dataset_task("synth_qa_demo", {"path": str(out), "verifier": "normalized", "eval_fraction": 0.5})
+    try:
+        problem = get_task("synth_qa_demo").generate(0, split="train")
+        assert problem.source == "dataset"
+        assert problem.answer in {"Quellton", "412", "Charles Brannock", "1925"}
+    finally:
+        TASKS.remove("synth_qa_demo")
