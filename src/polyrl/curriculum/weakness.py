@@ -1,6 +1,6 @@
 """Weakness-driven problem synthesis: problems the policy fails are recorded, and problems near them are mixed into
 the following batches (after SwS, Liang et al. 2025, "SwS: Self-aware Weakness-driven Problem Synthesis in
-Reinforcement Learning for LLM Reasoning", §3: failed problems → new problems on the same skills).
+Reinforcement Learning for LLM Reasoning": failed problems → new problems on the same skills).
 
 Here the "skills" of a failed problem are its task and its generator parameters, so a problem near it is the same
 task at neighbouring parameters (one integer parameter moved by one step) with a fresh seed, or the failed problem
