@@ -124,6 +124,11 @@ def test_a_training_run_logs_problem_sources_and_the_pool(tiny_train_config):
     assert rl[-1]["synth/pool_size"] > 0  # an untrained model fails, and its failures are recorded
     assert any(r.get("source/synthesized", 0) + r.get("source/replay", 0) > 0 for r in rl[1:])
     assert all(abs(sum(v for k, v in r.items() if k.startswith("source/")) - 1.0) < 1e-9 for r in rl)
+    from polyrl.train.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
+    assert (ckpt.stage, ckpt.step) == ("rl", rl[-1]["step"])
+    assert len(ckpt.state["sampler"]["pool"]) == rl[-1]["synth/pool_size"]  # the record is checkpointed
     from polyrl.report.html import build_report
 
     page, pngs = build_report(cfg.run_dir)
