@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.errors import UserError
-from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, train_from_warm_start
+from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, train_all
 from polyrl.run_dir import atomic_write_text
 from polyrl.tasks.builtin.compose import PRIMITIVES, chain_name, held_out_chains, training_chains
 
@@ -78,23 +78,7 @@ def plan_compose(
 
 def run_compose(plan: ExperimentPlan, suite: HeldOutSuite, log=print, command: str | None = None) -> dict[str, Any]:
     """Train every (arm, seed) not yet finished, evaluate it on ``suite``, write report.md; returns the summary."""
-    from polyrl.train.trainer import Trainer
-
-    plan.out.mkdir(parents=True, exist_ok=True)
-    for seed in plan.seeds:
-        sft = plan.sft_dir(seed)
-        if not (sft / "eval" / "heldout_sft.json").exists():
-            log(f"SFT warm start, seed {seed} → {sft}")
-            trainer = Trainer(plan.config(None, seed), resume=(sft / "config.yaml").exists())
-            trainer.run()
-            (sft / "eval" / "heldout_sft.json").write_text(json.dumps(evaluate_held_out(trainer, suite), indent=2))
-        for arm in plan.strategies:
-            run = plan.run_dir(arm.name, seed)
-            if (run / "eval" / "heldout.json").exists():
-                continue
-            log(f"RL with {arm.name}, seed {seed} → {run}")
-            trainer = train_from_warm_start(plan.config(arm, seed), sft)
-            (run / "eval" / "heldout.json").write_text(json.dumps(evaluate_held_out(trainer, suite), indent=2))
+    train_all(plan, lambda trainer: evaluate_held_out(trainer, suite), ("heldout_sft.json", "heldout.json"), log)
     summary = summarize_compose(plan, suite)
     atomic_write_text(plan.out / "results.json", json.dumps(summary, indent=2))
     atomic_write_text(plan.out / "report.md", format_report(summary, command))
