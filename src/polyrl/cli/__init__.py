@@ -15,6 +15,7 @@ from polyrl.cli import experiment_arms as _experiment_arms
 from polyrl.cli import report as _report
 from polyrl.cli import rm as _rm
 from polyrl.cli import serve as _serve
+from polyrl.cli import synth as _synth
 from polyrl.cli import tasks as _tasks
 from polyrl.cli import train as _train
 from polyrl.errors import UserError
@@ -32,6 +33,7 @@ _experiment.app.command("critic")(_experiment_arms.critic)
 _experiment.app.command("surgery")(_experiment_arms.surgery)
 app.add_typer(_rm.app, name="rm")
 app.add_typer(_eval.app, name="eval")
+app.add_typer(_synth.app, name="synth")
 _train.register(app)
 _serve.register(app)
 _report.register(app)

@@ -61,3 +61,29 @@ def mixture_search(
     weights = ", ".join(f"{t}: {w:.3f}" for t, w in result["weights"].items())
     print(f"chosen mixture (predicted held-out score {result['predicted_score']:.3f}): {weights}")
     print(f"written: {result['file']}  (use it as `sampler: {{name: weighted, options: {{weights: ...}}}}`)")
+
+
+@app.command()
+def compose(
+    config: str = typer.Option("configs/compose.yaml", "--config", "-c", help="Experiment file (base + strategies:)."),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1)."),
+    arms: str | None = typer.Option(None, "--arms", help="Comma-separated arms (default: all under strategies:)."),
+    out: str = typer.Option("runs/compose", "--out", help="Output directory (runs, report.md, results.json)."),
+    difficulty: str = typer.Option("easy", "--difficulty", help="Knob or preset of the evaluated chains."),
+    problems: int = typer.Option(32, "--problems", help="Held-out problems per chain."),
+    depth3: int = typer.Option(0, "--depth3", help="Held-out depth-3 chains to evaluate (0: all)."),
+    share_sft: bool = typer.Option(
+        False, "--share-sft", help="One SFT warm start for all seeds (seeds differ only in RL)."
+    ),
+) -> None:
+    """SFT on primitive string ops, RL on several task mixes, greedy eval on held-out compositions."""
+    from polyrl.experiments.compose import HeldOutSuite, plan_compose, run_compose
+
+    plan = plan_compose(config, seeds, _names(arms), out, share_sft)
+    suite = HeldOutSuite(difficulty, problems, depth3)
+    command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
+    summary = run_compose(plan, suite, log=lambda m: print(m, flush=True), command=command)
+    for name, row in summary["arms"].items():
+        cells = "   ".join(f"{g} {100 * m:5.1f} ± {100 * s:4.1f}" for g, (m, s) in row["accuracy"].items())
+        print(f"{name:20s} {cells}")
+    print(f"report: {plan.out / 'report.md'}")

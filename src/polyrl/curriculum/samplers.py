@@ -9,13 +9,16 @@ group); the adaptive ones live in :mod:`polyrl.curriculum.adaptive`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from polyrl.errors import UserError
 from polyrl.registry import Registry
+
+if TYPE_CHECKING:
+    from polyrl.tasks.base import Problem, Task
 
 
 def _adopt_plugin_sampler(name: str, cls: Any) -> None:
@@ -25,7 +28,7 @@ def _adopt_plugin_sampler(name: str, cls: Any) -> None:
 SAMPLERS: Registry[type[TaskSampler]] = Registry(
     "sampler",
     "polyrl.samplers",
-    builtins=("polyrl.curriculum.samplers", "polyrl.curriculum.adaptive"),
+    builtins=("polyrl.curriculum.samplers", "polyrl.curriculum.adaptive", "polyrl.curriculum.weakness"),
     adopt=_adopt_plugin_sampler,
 )
 
@@ -62,6 +65,24 @@ class TaskSampler:
 
     def update(self, task: str, scores: list[float]) -> None:
         """Outcomes (verifier scores in [0, 1]) of the latest completions of ``task``."""
+
+    def observe(self, problem: Problem, scores: list[float]) -> None:
+        """Outcomes of one group of completions of ``problem``; samplers that track problems override this."""
+        self.update(problem.task, scores)
+
+    def draw(
+        self, n: int, rng: np.random.Generator, tasks: Mapping[str, Task], difficulty: Callable[[str], Any]
+    ) -> list[Problem]:
+        """The next ``n`` training problems: tasks from :meth:`sample`, each generated from a seed drawn from
+        ``rng`` at ``difficulty(task)``. Samplers that make problems of their own override this."""
+        return [
+            tasks[name].generate(int(rng.integers(2**62)), difficulty(name), split="train")
+            for name in self.sample(n, rng)
+        ]
+
+    def metrics(self) -> dict[str, float]:
+        """Extra per-step metrics of the sampler (logged with ``sampler_weight/<task>``)."""
+        return {}
 
     def set_step(self, step: int) -> None:
         """The RL step (0-based) whose batch is sampled next; schedules use it, others ignore it."""

@@ -141,8 +141,10 @@ def plan_experiment(
     for strategy in [None, *strategies]:
         for seed in plan.seeds:
             cfg = plan.config(strategy, seed)
-            make_sampler(cfg.sampler.name, list(tasks), cfg.sampler.options)
-            make_difficulty_controller(cfg.difficulty_control, tasks, {s.name: s for s in cfg.tasks})
+            # a strategy may set its own tasks:
+            mix = {s.name: tasks[s.name] if s.name in tasks else get_task(s.name) for s in cfg.tasks}
+            make_sampler(cfg.sampler.name, list(mix), cfg.sampler.options)
+            make_difficulty_controller(cfg.difficulty_control, mix, {s.name: s for s in cfg.tasks})
     return plan
 
 
@@ -176,24 +178,33 @@ def train_from_warm_start(config: TrainConfig, sft_run: Path):
     return trainer
 
 
-def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None, **report) -> dict[str, Any]:
-    """Train every (strategy, seed) not yet finished, then write the report; returns the summary."""
-    from polyrl.experiments.report import write_report
+def train_all(plan: ExperimentPlan, evaluate, files: tuple[str, str] = ("hard_sft.json", "hard.json"), log=print):
+    """Train every (strategy, seed) not yet finished from its seed's SFT warm start. ``evaluate(trainer)`` of each
+    finished run is written to ``eval/<files[0]>`` of the SFT run and ``eval/<files[1]>`` of each RL run; a run
+    whose file exists is skipped, so an interrupted experiment resumes."""
     from polyrl.train.trainer import Trainer
 
+    sft_file, run_file = files
     plan.out.mkdir(parents=True, exist_ok=True)
     for seed in plan.seeds:
         sft = plan.sft_dir(seed)
-        if not (sft / "eval" / "after_sft.json").exists():
+        if not (sft / "eval" / sft_file).exists():
             log(f"SFT warm start, seed {seed} → {sft}")
             trainer = Trainer(plan.config(None, seed), resume=(sft / "config.yaml").exists())
             trainer.run()
-            (sft / "eval" / "hard_sft.json").write_text(json.dumps(_hard_eval(trainer, plan), indent=2))
+            (sft / "eval" / sft_file).write_text(json.dumps(evaluate(trainer), indent=2))
         for strategy in plan.strategies:
             run = plan.run_dir(strategy.name, seed)
-            if (run / "eval" / "hard.json").exists():
+            if (run / "eval" / run_file).exists():
                 continue
             log(f"RL with {strategy.name}, seed {seed} → {run}")
             trainer = train_from_warm_start(plan.config(strategy, seed), sft)
-            (run / "eval" / "hard.json").write_text(json.dumps(_hard_eval(trainer, plan), indent=2))
+            (run / "eval" / run_file).write_text(json.dumps(evaluate(trainer), indent=2))
+
+
+def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None, **report) -> dict[str, Any]:
+    """Train every (strategy, seed) not yet finished, then write the report; returns the summary."""
+    from polyrl.experiments.report import write_report
+
+    train_all(plan, lambda trainer: _hard_eval(trainer, plan), log=log)
     return write_report(plan, command, **report)

@@ -253,7 +253,14 @@ def _sections(
                     plots.curriculum(rl, tasks),
                     "How often the sampler drew each task, and each task's difficulty knob.",
                     [],
-                )
+                ),
+                (
+                    "sources",
+                    plots.problem_sources(rl),
+                    "Where each step's problems came from (share of its completions: generated, dataset, "
+                    "synthesized near failures, replayed failures) and the sampler's record of failed problems.",
+                    [],
+                ),
             ],
             "",
         ),

@@ -254,3 +254,37 @@ def heldout_over_time(evals: dict[str, dict[str, dict[str, float]]], final_step:
         lines = ax.get_lines()
         ax.legend(lines, labels, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
+
+
+SOURCE_COLORS = {"generated": "#4c72b0", "dataset": "#55a868", "synthesized": "#dd8452", "replay": "#c44e52"}
+POOL_KEYS = ("synth/pool_size", "synth/solved", "synth/retired")
+
+
+def problem_sources(rl: list[dict[str, Any]]) -> Figure | None:
+    """Where each step's problems came from (stacked shares of ``source/<kind>``) and, when a sampler keeps a
+    record of failed problems, its size and how many left it solved or retired. None for runs whose problems
+    all came from the tasks' generators."""
+    kinds = sorted({k.split("/", 1)[1] for r in rl for k in r if k.startswith("source/")})
+    pool = [(k, *series.series(rl, k)) for k in POOL_KEYS if series.logged(rl, k)]
+    if kinds in ([], ["generated"]) and not pool:
+        return None
+    steps = [r["step"] for r in rl if isinstance(r.get("step"), int)]
+    shares = [[float(r.get(f"source/{k}", 0.0)) for r in rl if isinstance(r.get("step"), int)] for k in kinds]
+    with plt.rc_context(STYLE):
+        fig, axes = _figure(2 if pool else 1, cols=2, panel_width=6, height=3.4)
+        ax = axes.flat[0]
+        colors = [SOURCE_COLORS.get(k, PALETTE[i % len(PALETTE)]) for i, k in enumerate(kinds)]
+        ax.stackplot(steps, *shares, colors=colors, alpha=0.85, labels=kinds)
+        ax.set_ylim(0, 1)
+        ax.set_title("where the step's problems came from")
+        ax.legend(loc="lower left", fontsize=8)
+        if pool:
+            ax = axes.flat[1]
+            for key, pool_steps, ys in pool:
+                ax.plot(pool_steps, ys, lw=1.8, label=key.split("/", 1)[1])
+            ax.set_title("record of failed problems")
+            ax.legend(loc="upper left", fontsize=8)
+        for ax in axes.flat:
+            ax.set_xlabel("RL step")
+        _integer_steps(axes)
+    return fig

@@ -140,6 +140,10 @@ class Problem:
     the rules and exactly what the answer looks like (None where the task has only ``question``)."""
     natural_prompt: str | None = None
     """The natural statement followed by the answer-format instruction (``prompt.style: natural``)."""
+    source: str = "generated"
+    """Where the problem came from: ``generated`` by its task's generator, ``dataset`` (a row of a file),
+    ``synthesized`` (near a problem the policy failed, :mod:`polyrl.curriculum.weakness`), ``replay`` (a failed
+    problem drawn again); logged per step as ``source/<kind>``."""
 
     @property
     def id(self) -> str:

@@ -119,7 +119,16 @@ class DatasetTask(Task):
         prompt = f"{row.question}\n{self.answer_format.instruction()}"
         served = {"bucket": bucket, "row": row.index} if self.params else {"row": row.index}
         return Problem(
-            self.name, row.question, prompt, row.target, row.target, int(seed), split, space.knob(difficulty), served
+            self.name,
+            row.question,
+            prompt,
+            row.target,
+            row.target,
+            int(seed),
+            split,
+            space.knob(difficulty),
+            served,
+            source="dataset",
         )
 
     def check(self, answer: str, problem: Problem) -> float | tuple[float, str]:

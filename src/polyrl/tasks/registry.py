@@ -18,6 +18,7 @@ from polyrl.tasks.base import CATEGORIES, Task
 from polyrl.tasks.builtin import MODULES as BUILTIN_MODULES
 
 RG_PREFIX = "rg/"
+COMPOSE_PREFIX = "compose/"
 
 
 def _adopt_plugin_task(entry_point_name: str, obj: Any) -> None:
@@ -65,6 +66,10 @@ def get_task_class(name: str) -> type[Task]:
         from polyrl.tasks.reasoning_gym import rg_task_class
 
         return rg_task_class(name[len(RG_PREFIX) :])
+    if isinstance(name, str) and name.startswith(COMPOSE_PREFIX) and name not in TASKS:
+        from polyrl.tasks.builtin.compose import chain_task_class, parse_chain
+
+        return chain_task_class(parse_chain(name))
     return TASKS.lookup(name)
 
 

@@ -112,6 +112,8 @@ def step_metrics(
     out["completions_per_s"] = len(trajs) / max(elapsed, 1e-9)
     out["step_time"] = elapsed
     out["groups_dropped"] = collected.groups_dropped
+    for kind in sorted({t.problem.source for t in trajs}):  # where the step's problems came from
+        out[f"source/{kind}"] = sum(t.problem.source == kind for t in trajs) / len(trajs)
     out.update(collected.backend)
     if sample_count:
         out["samples"] = samples(trajs, sample_count)

@@ -171,8 +171,7 @@ class Trainer:
         self.sampler.set_step(step)
 
         def make_problems(n: int):
-            names = self.sampler.sample(n, rng)
-            return [self.tasks[m].generate(int(rng.integers(2**62)), self.difficulty(m), split="train") for m in names]
+            return self.sampler.draw(n, rng, self.tasks, self.difficulty)
 
         return collect_groups(
             self.source,
@@ -187,7 +186,7 @@ class Trainer:
     def _observe(self, group) -> None:
         """The curriculum sees every generated group's verifier scores (dropped groups included)."""
         scores = [t.verdict.score for t in group]
-        self.sampler.update(group[0].task, scores)
+        self.sampler.observe(group[0].problem, scores)
         if self.difficulty_controller is not None:
             self.difficulty_controller.update(group[0].task, scores)
 

@@ -14,5 +14,6 @@ MODULES = tuple(
         "sequential",
         "crypto",
         "search",
+        "compose",
     )
 )
