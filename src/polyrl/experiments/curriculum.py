@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ class ExperimentPlan:
     strategies: list[Strategy]
     seeds: list[int]
     hard: dict[str, Any]
-    """Each task's hard-split difficulty."""
+    """Each task's hard-split difficulty; empty when the comparison has no hard split."""
     out: Path
     share_sft: bool = False
     """One SFT warm start (seed 0) for every seed: seeds then differ only in RL."""
@@ -115,11 +116,12 @@ def plan_experiment(
     seeds: int,
     samplers: list[str] | None,
     out: str | Path,
-    hard_difficulty: float = 0.5,
+    hard_difficulty: float | None = 0.5,
     share_sft: bool = False,
 ) -> ExperimentPlan:
     """Read and check everything before any training: the base config, each strategy's config per seed,
-    its sampler and difficulty controller, and the hard split."""
+    its sampler and difficulty controller, and the hard split. With ``hard_difficulty=None`` only tasks with
+    an ``eval_difficulty`` define a hard split; when none has one, there is no hard split."""
     from polyrl.tasks import get_task
 
     if seeds < 1:
@@ -131,11 +133,15 @@ def plan_experiment(
     names = samplers if samplers else (list(defined) or ["uniform", "learning_progress", "success_band+difficulty"])
     strategies = parse_strategies(names, defined)
     hard, tasks = {}, {}
+    has_hard = hard_difficulty is not None or any(spec["eval_difficulty"] is not None for spec in base["tasks"])
     for spec in base["tasks"]:
         name = spec["name"]
         tasks[name] = get_task(name)
-        hard[name] = spec["eval_difficulty"] if spec["eval_difficulty"] is not None else hard_difficulty
-        tasks[name].difficulty_space().resolve(hard[name])
+        if has_hard:
+            hard[name] = spec["eval_difficulty"] if spec["eval_difficulty"] is not None else hard_difficulty
+            if hard[name] is None:
+                raise UserError(f"task {name!r} needs an eval_difficulty (the other tasks define a hard split)")
+            tasks[name].difficulty_space().resolve(hard[name])
         spec["eval_difficulty"] = spec["difficulty"]  # the Trainer's own evals are the easy split
     plan = ExperimentPlan(base, strategies, list(range(seeds)), hard, Path(out), share_sft)
     for strategy in [None, *strategies]:
@@ -144,6 +150,11 @@ def plan_experiment(
             make_sampler(cfg.sampler.name, list(tasks), cfg.sampler.options)
             make_difficulty_controller(cfg.difficulty_control, tasks, {s.name: s for s in cfg.tasks})
     return plan
+
+
+def run_finished(plan: ExperimentPlan, run: Path) -> bool:
+    """Whether a run directory holds a finished run (its last eval written); finished runs are skipped."""
+    return (run / "eval" / ("hard.json" if plan.hard else "after_rl.json")).exists()
 
 
 def _hard_eval(trainer, plan: ExperimentPlan) -> dict[str, dict[str, float]]:
@@ -176,6 +187,14 @@ def train_from_warm_start(config: TrainConfig, sft_run: Path):
     return trainer
 
 
+WALL_TIME_FILE = "wall_time.json"
+"""Per run directory: the seconds this process spent on the run (training and evals), for budget estimates."""
+
+
+def record_wall_time(run: Path, seconds: float) -> None:
+    (run / WALL_TIME_FILE).write_text(json.dumps({"wall_s": round(seconds, 1)}))
+
+
 def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None, **report) -> dict[str, Any]:
     """Train every (strategy, seed) not yet finished, then write the report; returns the summary."""
     from polyrl.experiments.report import write_report
@@ -186,14 +205,20 @@ def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None, 
         sft = plan.sft_dir(seed)
         if not (sft / "eval" / "after_sft.json").exists():
             log(f"SFT warm start, seed {seed} → {sft}")
+            t0 = time.perf_counter()
             trainer = Trainer(plan.config(None, seed), resume=(sft / "config.yaml").exists())
             trainer.run()
-            (sft / "eval" / "hard_sft.json").write_text(json.dumps(_hard_eval(trainer, plan), indent=2))
+            if plan.hard:
+                (sft / "eval" / "hard_sft.json").write_text(json.dumps(_hard_eval(trainer, plan), indent=2))
+            record_wall_time(sft, time.perf_counter() - t0)
         for strategy in plan.strategies:
             run = plan.run_dir(strategy.name, seed)
-            if (run / "eval" / "hard.json").exists():
+            if run_finished(plan, run):
                 continue
             log(f"RL with {strategy.name}, seed {seed} → {run}")
+            t0 = time.perf_counter()
             trainer = train_from_warm_start(plan.config(strategy, seed), sft)
-            (run / "eval" / "hard.json").write_text(json.dumps(_hard_eval(trainer, plan), indent=2))
+            if plan.hard:
+                (run / "eval" / "hard.json").write_text(json.dumps(_hard_eval(trainer, plan), indent=2))
+            record_wall_time(run, time.perf_counter() - t0)
     return write_report(plan, command, **report)
