@@ -30,7 +30,7 @@ def load_run(run: Path) -> dict[str, Any]:
     return {"rl": rl, "evals": evals, "critic_warmup": warmup}
 
 
-DIAGNOSTICS = ("reward", "entropy", "value_explained_variance", "value_loss")
+DIAGNOSTICS = ("reward", "accuracy", "entropy", "value_explained_variance", "value_loss")
 """RL metrics averaged over each run's last ``LAST_STEPS`` steps in the report (those a run logs)."""
 LAST_STEPS = 10
 
@@ -409,6 +409,7 @@ def write_report(
             "## Training diagnostics",
             "",
             f"RL metrics averaged over each run's last {LAST_STEPS} steps (mean ± std over seeds); "
+            "`accuracy`: the rollouts' verified accuracy, whatever the reward; "
             "`warmup_explained_variance`: the critic's at the end of its warm-up.",
             "",
             "| strategy | " + " | ".join(keys) + " |",
