@@ -67,3 +67,14 @@ def test_unknown_baseline_exits_2(tmp_path, capsys):
     rc = cli(["experiment", "arms", "--config", str(config), "--baseline", "nope", "--out", str(tmp_path / "o")])
     assert rc == 2
     assert "--baseline 'nope' is not one of the arms: off, on" in capsys.readouterr().err
+
+
+def test_a_dumped_config_of_built_in_tasks_loads_again():
+    # the runner rebuilds each arm's config from the base config's dump, where a built-in task has dataset: None
+    from polyrl.train.config import load_config
+
+    dumped = load_config(None, base={"model": {"path": "tiny"}, "tasks": [{"name": "sort_digits"}]}).model_dump(
+        mode="json"
+    )
+    assert dumped["tasks"][0]["dataset"] is None
+    assert load_config(None, base=dumped).tasks[0].dataset is None
