@@ -111,6 +111,11 @@ def summarize(plan, baseline: str | None = None) -> dict[str, Any]:
         drops = [forgetting(r["evals"], tasks) for r in runs]
         row["forgetting"] = {t: _mean_std([d[t] for d in drops]) for t in tasks}
         row["diagnostics"] = diagnostics(runs)
+        if len(sft_evals) == len(runs):  # one warm start per seed: RL's gain over it, paired by seed
+            row["vs_warm_start"] = {
+                t: paired_difference(v, out["after_sft_per_seed"][t]).as_dict()
+                for t, v in row["per_seed"]["easy"].items()
+            }
         shares = [gradient_share(r["rl"], tasks) for r in runs]
         if all(shares):
             row["gradient_share"] = {t: _mean_std([sh[t] for sh in shares]) for t in tasks}
@@ -337,6 +342,21 @@ def statistics_section(summary: dict[str, Any], tasks: list[str]) -> list[str]:
                     + " | ".join(f"{_ci(d[t], signed=True)} ({100 * d[t]['mde']:.1f})" for t in tasks)
                     + " |"
                 )
+    gains = {n: r["vs_warm_start"] for n, r in rows.items() if "vs_warm_start" in r}
+    if gains:
+        lines += [
+            "",
+            "**Gain over the warm start** (easy split, arm − after SFT per seed, paired) [95% CI] (MDE)",
+            "",
+            "| arm | " + " | ".join([*tasks, "mean"]) + " |",
+            "|---|" + "---:|" * (len(tasks) + 1),
+        ]
+        for name, d in gains.items():
+            lines.append(
+                f"| {name} | "
+                + " | ".join(f"{_ci(d[t], signed=True)} ({100 * d[t]['mde']:.1f})" for t in [*tasks, "mean"])
+                + " |"
+            )
     return lines
 
 
