@@ -31,11 +31,16 @@ def curriculum(
     share_sft: bool = typer.Option(
         False, "--share-sft", help="One SFT warm start for all seeds (seeds differ only in RL)."
     ),
+    budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
 ) -> None:
     """Train the same budget with several samplers over several seeds; write report.md with plots."""
+    from polyrl.experiments.budget import estimate_budget, format_budget
     from polyrl.experiments.curriculum import plan_experiment, run_experiment
 
     plan = plan_experiment(config, seeds, _names(samplers), out, hard_difficulty, share_sft)
+    print(format_budget(estimate_budget(plan, probe=budget)), flush=True)
+    if budget:
+        return
     command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
     summary = run_experiment(plan, log=lambda m: print(m, flush=True), command=command)
     for name, row in summary["strategies"].items():

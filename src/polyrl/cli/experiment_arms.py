@@ -12,12 +12,31 @@ import sys
 
 import typer
 
+from polyrl.errors import UserError
 
-def _compare(config: str, seeds: int, arms: str | None, out: str, share_sft: bool, title: str, baseline: str) -> None:
+
+def _compare(
+    config: str,
+    seeds: int,
+    arms: str | None,
+    out: str,
+    share_sft: bool,
+    title: str,
+    baseline: str,
+    budget: bool = False,
+    hard_difficulty: float | None = 0.5,
+) -> None:
     from polyrl.experiments.curriculum import plan_experiment, run_experiment
 
     names = [s.strip() for s in arms.split(",") if s.strip()] if arms else None
-    plan = plan_experiment(config, seeds, names, out, share_sft=share_sft)
+    plan = plan_experiment(config, seeds, names, out, hard_difficulty=hard_difficulty, share_sft=share_sft)
+    if not any(s.name == baseline for s in plan.strategies):
+        raise UserError(
+            f"--baseline {baseline!r} is not one of the arms: {', '.join(s.name for s in plan.strategies)}"
+        )
+    _print_budget(plan, probe=budget)
+    if budget:
+        return
     command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
     summary = run_experiment(
         plan, log=lambda m: print(m, flush=True), command=command, title=title, baseline=baseline, verdict_split="easy"
@@ -65,4 +84,39 @@ def surgery(
         share_sft,
         "Multi-task gradient surgery: PCGrad and CAGrad vs summed gradients",
         "summed",
+    )
+
+
+def _print_budget(plan, probe: bool) -> None:
+    """The runs left and their estimated wall time; without ``probe`` only from what is already recorded."""
+    from polyrl.experiments.budget import estimate_budget, format_budget
+
+    print(format_budget(estimate_budget(plan, probe=probe)), flush=True)
+
+
+def arms(
+    config: str = typer.Option(..., "--config", "-c", help="Experiment config (YAML with strategies: per arm)."),
+    baseline: str = typer.Option(..., "--baseline", help="The arm every other arm is compared with."),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1)."),
+    arms: str | None = typer.Option(
+        None, "--arms", help="Comma-separated arms from the config's strategies (default: all)."
+    ),
+    out: str = typer.Option("runs/arms", "--out", help="Output directory (runs, report.md, results.json)."),
+    share_sft: bool = typer.Option(False, "--share-sft/--sft-per-seed", help="One SFT warm start for all seeds."),
+    title: str | None = typer.Option(None, "--title", help="The report's title (default: from the config name)."),
+    budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
+) -> None:
+    """Compare the arms defined under the config's strategies: with a baseline over seeds (paired by seed)."""
+    from pathlib import Path
+
+    _compare(
+        config,
+        seeds,
+        arms,
+        out,
+        share_sft,
+        title or f"{Path(config).stem}: arms vs {baseline}",
+        baseline,
+        budget,
+        hard_difficulty=None,
     )

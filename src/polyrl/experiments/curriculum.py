@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ class ExperimentPlan:
     strategies: list[Strategy]
     seeds: list[int]
     hard: dict[str, Any]
-    """Each task's hard-split difficulty."""
+    """Each task's hard-split difficulty; empty when the comparison has no hard split."""
     out: Path
     share_sft: bool = False
     """One SFT warm start (seed 0) for every seed: seeds then differ only in RL."""
@@ -115,11 +116,12 @@ def plan_experiment(
     seeds: int,
     samplers: list[str] | None,
     out: str | Path,
-    hard_difficulty: float = 0.5,
+    hard_difficulty: float | None = 0.5,
     share_sft: bool = False,
 ) -> ExperimentPlan:
     """Read and check everything before any training: the base config, each strategy's config per seed,
-    its sampler and difficulty controller, and the hard split."""
+    its sampler and difficulty controller, and the hard split. With ``hard_difficulty=None`` only tasks with
+    an ``eval_difficulty`` define a hard split; when none has one, there is no hard split."""
     from polyrl.tasks import get_task
 
     if seeds < 1:
@@ -131,11 +133,15 @@ def plan_experiment(
     names = samplers if samplers else (list(defined) or ["uniform", "learning_progress", "success_band+difficulty"])
     strategies = parse_strategies(names, defined)
     hard, tasks = {}, {}
+    has_hard = hard_difficulty is not None or any(spec["eval_difficulty"] is not None for spec in base["tasks"])
     for spec in base["tasks"]:
         name = spec["name"]
         tasks[name] = get_task(name)
-        hard[name] = spec["eval_difficulty"] if spec["eval_difficulty"] is not None else hard_difficulty
-        tasks[name].difficulty_space().resolve(hard[name])
+        if has_hard:
+            hard[name] = spec["eval_difficulty"] if spec["eval_difficulty"] is not None else hard_difficulty
+            if hard[name] is None:
+                raise UserError(f"task {name!r} needs an eval_difficulty (the other tasks define a hard split)")
+            tasks[name].difficulty_space().resolve(hard[name])
         spec["eval_difficulty"] = spec["difficulty"]  # the Trainer's own evals are the easy split
     plan = ExperimentPlan(base, strategies, list(range(seeds)), hard, Path(out), share_sft)
     for strategy in [None, *strategies]:
@@ -146,6 +152,11 @@ def plan_experiment(
             make_sampler(cfg.sampler.name, list(mix), cfg.sampler.options)
             make_difficulty_controller(cfg.difficulty_control, mix, {s.name: s for s in cfg.tasks})
     return plan
+
+
+def run_finished(plan: ExperimentPlan, run: Path) -> bool:
+    """Whether a run directory holds a finished run (its last eval written); finished runs are skipped."""
+    return (run / "eval" / ("hard.json" if plan.hard else "after_rl.json")).exists()
 
 
 def _hard_eval(trainer, plan: ExperimentPlan) -> dict[str, dict[str, float]]:
@@ -178,33 +189,48 @@ def train_from_warm_start(config: TrainConfig, sft_run: Path):
     return trainer
 
 
-def train_all(plan: ExperimentPlan, evaluate, files: tuple[str, str] = ("hard_sft.json", "hard.json"), log=print):
+WALL_TIME_FILE = "wall_time.json"
+"""Per run directory: the seconds this process spent on the run (training and evals), for budget estimates."""
+
+
+def record_wall_time(run: Path, seconds: float) -> None:
+    (run / WALL_TIME_FILE).write_text(json.dumps({"wall_s": round(seconds, 1)}))
+
+
+def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("hard_sft.json", "hard.json"), log=print):
     """Train every (strategy, seed) not yet finished from its seed's SFT warm start. ``evaluate(trainer)`` of each
-    finished run is written to ``eval/<files[0]>`` of the SFT run and ``eval/<files[1]>`` of each RL run; a run
-    whose file exists is skipped, so an interrupted experiment resumes."""
+    finished run, when given, is written to ``eval/<files[0]>`` of the SFT run and ``eval/<files[1]>`` of each RL
+    run; a run whose last file exists is skipped, so an interrupted experiment resumes. Each run's wall time is
+    recorded for budget estimates."""
     from polyrl.train.trainer import Trainer
 
-    sft_file, run_file = files
+    sft_file, run_file = files if evaluate is not None else ("after_sft.json", "after_rl.json")
     plan.out.mkdir(parents=True, exist_ok=True)
     for seed in plan.seeds:
         sft = plan.sft_dir(seed)
         if not (sft / "eval" / sft_file).exists():
             log(f"SFT warm start, seed {seed} → {sft}")
+            t0 = time.perf_counter()
             trainer = Trainer(plan.config(None, seed), resume=(sft / "config.yaml").exists())
             trainer.run()
-            (sft / "eval" / sft_file).write_text(json.dumps(evaluate(trainer), indent=2))
+            if evaluate is not None:
+                (sft / "eval" / sft_file).write_text(json.dumps(evaluate(trainer), indent=2))
+            record_wall_time(sft, time.perf_counter() - t0)
         for strategy in plan.strategies:
             run = plan.run_dir(strategy.name, seed)
             if (run / "eval" / run_file).exists():
                 continue
             log(f"RL with {strategy.name}, seed {seed} → {run}")
+            t0 = time.perf_counter()
             trainer = train_from_warm_start(plan.config(strategy, seed), sft)
-            (run / "eval" / run_file).write_text(json.dumps(evaluate(trainer), indent=2))
+            if evaluate is not None:
+                (run / "eval" / run_file).write_text(json.dumps(evaluate(trainer), indent=2))
+            record_wall_time(run, time.perf_counter() - t0)
 
 
 def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None, **report) -> dict[str, Any]:
     """Train every (strategy, seed) not yet finished, then write the report; returns the summary."""
     from polyrl.experiments.report import write_report
 
-    train_all(plan, lambda trainer: _hard_eval(trainer, plan), log=log)
+    train_all(plan, (lambda trainer: _hard_eval(trainer, plan)) if plan.hard else None, log=log)
     return write_report(plan, command, **report)

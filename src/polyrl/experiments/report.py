@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.experiments.stats import mean_ci, paired_difference
 from polyrl.run_dir import RunDir, atomic_write_text
 
 
@@ -29,7 +30,7 @@ def load_run(run: Path) -> dict[str, Any]:
     return {"rl": rl, "evals": evals, "critic_warmup": warmup}
 
 
-DIAGNOSTICS = ("reward", "entropy", "value_explained_variance", "value_loss")
+DIAGNOSTICS = ("reward", "accuracy", "entropy", "value_explained_variance", "value_loss")
 """RL metrics averaged over each run's last ``LAST_STEPS`` steps in the report (those a run logs)."""
 LAST_STEPS = 10
 
@@ -61,24 +62,74 @@ def forgetting(evals: dict[str, Any], tasks: list[str]) -> dict[str, float]:
     }
 
 
-def summarize(plan) -> dict[str, Any]:
+def splits(plan) -> list[tuple[str, str]]:
+    """``(split, eval file of a finished RL run)`` of the held-out splits this comparison has."""
+    return [("easy", "after_rl"), ("hard", "hard")] if plan.hard else [("easy", "after_rl")]
+
+
+ADV_MASS = "adv_abs_sum/"
+"""Per-task RL metric: sum over the step's response tokens of |advantage| (``train/metrics.py``)."""
+
+
+def gradient_share(rl: list[dict[str, Any]], tasks: list[str]) -> dict[str, float] | None:
+    """Each task's share of sum |advantage| × tokens over a run's RL steps — a proxy for the share of the
+    policy gradient it received; None when the run did not log it."""
+    totals = {t: sum(r.get(ADV_MASS + t, 0.0) for r in rl) for t in tasks}
+    if not any(ADV_MASS + t in r for r in rl for t in tasks):
+        return None
+    whole = sum(totals.values())
+    return {t: v / whole if whole > 0 else 0.0 for t, v in totals.items()}
+
+
+def summarize(plan, baseline: str | None = None) -> dict[str, Any]:
+    """Per arm and split: mean ± std over seeds, the per-seed values, the 95% CI of the mean and, for
+    every arm but ``baseline``, its difference to the baseline paired by seed with its CI and MDE
+    (``experiments/stats.py``); forgetting, diagnostics and each task's share of the gradient."""
     tasks = [s["name"] for s in plan.base["tasks"]]
-    out: dict[str, Any] = {"tasks": tasks, "seeds": plan.seeds, "hard": plan.hard, "strategies": {}, "after_sft": {}}
+    out: dict[str, Any] = {
+        "tasks": tasks,
+        "seeds": plan.seeds,
+        "hard": plan.hard,
+        "baseline": baseline,
+        "strategies": {},
+        "after_sft": {},
+    }
     sft_evals = [load_run(d)["evals"] for d in dict.fromkeys(plan.sft_dir(s) for s in plan.seeds)]
     for split, key in (("easy", "after_sft"), ("hard", "hard_sft")):
         if all(key in e for e in sft_evals):
             out["after_sft"][split] = {
                 t: _mean_std([e[key][t]["accuracy"] for e in sft_evals]) for t in [*tasks, "mean"]
             }
+    out["after_sft_per_seed"] = {t: [e["after_sft"][t]["accuracy"] for e in sft_evals] for t in [*tasks, "mean"]}
     for strategy in plan.strategies:
         runs = [load_run(plan.run_dir(strategy.name, s)) for s in plan.seeds]
-        row: dict[str, Any] = {}
-        for split, key in (("easy", "after_rl"), ("hard", "hard")):
-            row[split] = {t: _mean_std([r["evals"][key][t]["accuracy"] for r in runs]) for t in [*tasks, "mean"]}
+        row: dict[str, Any] = {"per_seed": {}, "ci": {}}
+        for split, key in splits(plan):
+            row["per_seed"][split] = {t: [r["evals"][key][t]["accuracy"] for r in runs] for t in [*tasks, "mean"]}
+            row[split] = {t: _mean_std(v) for t, v in row["per_seed"][split].items()}
+            row["ci"][split] = {t: mean_ci(v).as_dict() for t, v in row["per_seed"][split].items()}
         drops = [forgetting(r["evals"], tasks) for r in runs]
         row["forgetting"] = {t: _mean_std([d[t] for d in drops]) for t in tasks}
         row["diagnostics"] = diagnostics(runs)
+        if len(sft_evals) == len(runs):  # one warm start per seed: RL's gain over it, paired by seed
+            row["vs_warm_start"] = {
+                t: paired_difference(v, out["after_sft_per_seed"][t]).as_dict()
+                for t, v in row["per_seed"]["easy"].items()
+            }
+        shares = [gradient_share(r["rl"], tasks) for r in runs]
+        if all(shares):
+            row["gradient_share"] = {t: _mean_std([sh[t] for sh in shares]) for t in tasks}
         out["strategies"][strategy.name] = row
+    if baseline in out["strategies"]:
+        base = out["strategies"][baseline]["per_seed"]
+        for name, row in out["strategies"].items():
+            if name != baseline:
+                row["vs_baseline"] = {
+                    split: {
+                        t: paired_difference(v, base[split][t]).as_dict() for t, v in row["per_seed"][split].items()
+                    }
+                    for split in row["per_seed"]
+                }
     return out
 
 
@@ -101,10 +152,12 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
     runs = {n: [load_run(plan.run_dir(n, s)) for s in plan.seeds] for n in names}
     files = []
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    shown_splits = [split for split, _ in splits(plan)]
+    fig, axes = plt.subplots(1, len(shown_splits), figsize=(5.5 * len(shown_splits), 3.8), sharey=True, squeeze=False)
+    axes = axes[0]
     x = np.arange(len(tasks) + 1)
     width = 0.8 / len(names)
-    for ax, split in zip(axes, ("easy", "hard")):
+    for ax, split in zip(axes, shown_splits):
         for i, n in enumerate(names):
             ms = [summary["strategies"][n][split][t] for t in [*tasks, "mean"]]
             ax.bar(x + i * width, [m[0] for m in ms], width, yerr=[m[1] for m in ms], capsize=2, label=n)
@@ -155,7 +208,48 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
             ax.set_xlabel("RL step")
         axes[0][0].legend(fontsize=7)
         files.append(_save(fig, plan.out / fname))
+    files += _plot_differences(plan, summary, plt)
+    files += _plot_gradient_share(plan, summary, plt)
     return files
+
+
+def _plot_differences(plan, summary: dict[str, Any], plt) -> list[str]:
+    """Each arm's difference to the baseline per task (easy split) with its 95% CI, paired by seed."""
+    tasks = [*summary["tasks"], "mean"]
+    arms = [n for n, r in summary["strategies"].items() if "vs_baseline" in r]
+    if not arms or len(summary["seeds"]) < 2:
+        return []
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(tasks)), 3.6))
+    x = np.arange(len(tasks))
+    width = 0.8 / len(arms)
+    for i, n in enumerate(arms):
+        d = [summary["strategies"][n]["vs_baseline"]["easy"][t] for t in tasks]
+        mean = np.array([100 * v["mean"] for v in d])
+        err = np.array([[100 * (v["mean"] - v["low"]) for v in d], [100 * (v["high"] - v["mean"]) for v in d]])
+        ax.errorbar(x + i * width, mean, yerr=err, fmt="o", capsize=3, label=n)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xticks(x + width * (len(arms) - 1) / 2, tasks, rotation=30, ha="right")
+    ax.set_ylabel("points vs " + str(summary["baseline"]))
+    ax.set_title("difference to the baseline, paired by seed (95% CI)", fontsize=9)
+    ax.legend(fontsize=8)
+    return [_save(fig, plan.out / "differences.png")]
+
+
+def _plot_gradient_share(plan, summary: dict[str, Any], plt) -> list[str]:
+    """Each task's share of sum |advantage| × tokens over training, per arm (mean over seeds)."""
+    rows = {n: r["gradient_share"] for n, r in summary["strategies"].items() if "gradient_share" in r}
+    if not rows:
+        return []
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    bottom = np.zeros(len(rows))
+    for t in summary["tasks"]:
+        share = np.array([rows[n][t][0] for n in rows])
+        ax.bar(list(rows), share, bottom=bottom, label=t)
+        bottom += share
+    ax.set_ylabel("share of sum |advantage| × tokens")
+    ax.set_title("gradient share per task over RL (mean over seeds)", fontsize=9)
+    ax.legend(fontsize=7)
+    return [_save(fig, plan.out / "gradient_share.png")]
 
 
 def _save(fig, path: Path) -> str:
@@ -168,14 +262,26 @@ def _save(fig, path: Path) -> str:
 
 
 def verdict(summary: dict[str, Any], baseline: str = "uniform", split: str = "hard") -> str:
-    """Whether each strategy beats ``baseline`` on ``split`` by more than the seed-to-seed spread."""
+    """Whether each strategy beats ``baseline`` on ``split``: with 2+ seeds, when the 95% CI of the paired
+    difference excludes 0 (and what the setup could detect otherwise); with one seed, by more than the spread."""
     rows = summary["strategies"]
     if baseline not in rows or len(rows) < 2:
         return f"No `{baseline}` baseline in this comparison."
+    if split not in rows[baseline]:
+        return f"This comparison has no {split} split."
     base_mean, base_std = rows[baseline][split]["mean"]
     lines = []
     for name, row in rows.items():
         if name == baseline:
+            continue
+        if len(summary["seeds"]) >= 2 and "vs_baseline" in row:
+            d = row["vs_baseline"][split]["mean"]
+            beats = "beats" if d["low"] > 0 else ("is beaten by" if d["high"] < 0 else "is not distinguishable from")
+            lines.append(
+                f"- `{name}` {beats} {baseline} on the {split} split: {100 * d['mean']:+.1f} points "
+                f"(95% CI {100 * d['low']:+.1f} to {100 * d['high']:+.1f}, paired over {d['n']} seeds; "
+                f"smallest effect this setup detects with 80% power: {100 * d['mde']:.1f} points)."
+            )
             continue
         m, s = row[split]["mean"]
         gap, spread = m - base_mean, max(s, base_std)
@@ -187,6 +293,92 @@ def verdict(summary: dict[str, Any], baseline: str = "uniform", split: str = "ha
     return "\n".join(lines)
 
 
+def _ci(d: dict[str, float], signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return f"{100 * d['mean']:{sign}.1f} [{100 * d['low']:{sign}.1f}, {100 * d['high']:{sign}.1f}]"
+
+
+def statistics_section(summary: dict[str, Any], tasks: list[str]) -> list[str]:
+    """Per split: each arm's mean with its 95% CI and seed SD, its paired difference to the baseline with
+    CI and the minimum detectable effect; per task, the differences with their CIs."""
+    rows, baseline = summary["strategies"], summary["baseline"]
+    if len(summary["seeds"]) < 2:
+        return ["", "## Statistics", "", "One seed: no confidence intervals (run 2+ seeds)."]
+    lines = [
+        "",
+        "## Statistics",
+        "",
+        f"Points, over {len(summary['seeds'])} seeds. CI: two-sided 95% Student-t interval, mean ± t(0.975, n-1)·SD/√n. "
+        f"Difference: arm − `{baseline}` per seed (same warm start), paired. MDE: the smallest difference this "
+        "setup detects with 80% power at α = 0.05, (t(0.975, n-1) + t(0.80, n-1))·SE of the paired difference "
+        "(≈ 2.8·SE with many seeds; 5.36·SE with 3).",
+    ]
+    for split in next(iter(rows.values()))["per_seed"]:
+        lines += [
+            "",
+            f"**{split} split, mean of tasks**",
+            "",
+            "| arm | mean [95% CI] | SD over seeds | difference [95% CI] | MDE |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, row in rows.items():
+            ci = row["ci"][split]["mean"]
+            d = row.get("vs_baseline", {}).get(split, {}).get("mean")
+            diff = (_ci(d, signed=True), f"{100 * d['mde']:.1f}") if d else ("(baseline)", "—")
+            lines.append(f"| {name} | {_ci(ci)} | {100 * ci['sd']:.1f} | {diff[0]} | {diff[1]} |")
+        compared = [n for n, r in rows.items() if "vs_baseline" in r]
+        if compared:
+            lines += [
+                "",
+                f"Per task, {split} split: difference to `{baseline}` [95% CI] (MDE)",
+                "",
+                "| arm | " + " | ".join(tasks) + " |",
+                "|---|" + "---:|" * len(tasks),
+            ]
+            for name in compared:
+                d = rows[name]["vs_baseline"][split]
+                lines.append(
+                    f"| {name} | "
+                    + " | ".join(f"{_ci(d[t], signed=True)} ({100 * d[t]['mde']:.1f})" for t in tasks)
+                    + " |"
+                )
+    gains = {n: r["vs_warm_start"] for n, r in rows.items() if "vs_warm_start" in r}
+    if gains:
+        lines += [
+            "",
+            "**Gain over the warm start** (easy split, arm − after SFT per seed, paired) [95% CI] (MDE)",
+            "",
+            "| arm | " + " | ".join([*tasks, "mean"]) + " |",
+            "|---|" + "---:|" * (len(tasks) + 1),
+        ]
+        for name, d in gains.items():
+            lines.append(
+                f"| {name} | "
+                + " | ".join(f"{_ci(d[t], signed=True)} ({100 * d[t]['mde']:.1f})" for t in [*tasks, "mean"])
+                + " |"
+            )
+    return lines
+
+
+def gradient_share_section(summary: dict[str, Any], tasks: list[str]) -> list[str]:
+    rows = {n: r["gradient_share"] for n, r in summary["strategies"].items() if "gradient_share" in r}
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Gradient share per task",
+        "",
+        "Each task's share (%) of sum |advantage| × response tokens over all RL steps, a proxy for the share of "
+        "the policy gradient it received (mean ± std over seeds).",
+        "",
+        "| arm | " + " | ".join(tasks) + " |",
+        "|---|" + "---:|" * len(tasks),
+    ]
+    for name, share in rows.items():
+        lines.append(f"| {name} | " + " | ".join(_fmt(share[t]) for t in tasks) + " |")
+    return lines
+
+
 def write_report(
     plan,
     command: str | None = None,
@@ -194,7 +386,7 @@ def write_report(
     baseline: str = "uniform",
     verdict_split: str = "hard",
 ) -> dict[str, Any]:
-    summary = summarize(plan)
+    summary = summarize(plan, baseline)
     figures = plot(plan, summary)
     tasks, rows = summary["tasks"], summary["strategies"]
     head = "| strategy | " + " | ".join([*tasks, "**mean**"]) + " |\n|---|" + "---:|" * (len(tasks) + 1)
@@ -202,9 +394,10 @@ def write_report(
     if command:
         lines += ["```", command, "```", ""]
     start = "one SFT warm start (seed 0) shared by all seeds" if plan.share_sft else "the same SFT warm start per seed"
+    hard = f"hard split: {', '.join(f'{t} at {d}' for t, d in plan.hard.items())}" if plan.hard else "no hard split"
     lines += [
         f"Seeds: {len(plan.seeds)}. Every strategy starts RL from {start}. "
-        f"Easy split: each task's training difficulty; hard split: {', '.join(f'{t} at {d}' for t, d in plan.hard.items())}. "
+        f"Easy split: each task's training difficulty; {hard}. "
         "Greedy accuracy in %, mean ± std over seeds.",
         "",
     ]
@@ -212,8 +405,8 @@ def write_report(
     for split, row in summary["after_sft"].items():
         lines.append(f"| {split} | " + " | ".join(_fmt(row[t]) for t in [*tasks, "mean"]) + " |")
     lines.append("")
-    for title, key in (("Held-out, easy split", "easy"), ("Held-out, hard split", "hard")):
-        lines += [f"## {title}", "", head]
+    for key, _ in splits(plan):
+        lines += [f"## Held-out, {key} split", "", head]
         for name, row in rows.items():
             lines.append(f"| {name} | " + " | ".join(_fmt(row[key][t]) for t in [*tasks, "mean"]) + " |")
         lines.append("")
@@ -236,6 +429,7 @@ def write_report(
             "## Training diagnostics",
             "",
             f"RL metrics averaged over each run's last {LAST_STEPS} steps (mean ± std over seeds); "
+            "`accuracy`: the rollouts' verified accuracy, whatever the reward; "
             "`warmup_explained_variance`: the critic's at the end of its warm-up.",
             "",
             "| strategy | " + " | ".join(keys) + " |",
@@ -246,6 +440,8 @@ def write_report(
             lines.append(
                 f"| {name} | " + " | ".join(f"{d[k][0]:.3f} ± {d[k][1]:.3f}" if k in d else "—" for k in keys) + " |"
             )
+    lines += statistics_section(summary, tasks)
+    lines += gradient_share_section(summary, tasks)
     lines += ["", "## Verdict", "", verdict(summary, baseline, verdict_split), ""]
     lines += [f"![{f}]({f})" for f in figures]
     atomic_write_text(plan.out / "report.md", "\n".join(lines) + "\n")

@@ -59,8 +59,8 @@ def fold_dataset_fields(value: Any, task_fields: set[str]) -> Any:
     """A task entry with ``dataset: PATH`` and the dataset fields beside it → ``dataset: {path: PATH, …}``.
 
     ``task_fields`` are the task entry's own keys (name, difficulty, …), which stay where they are."""
-    if not isinstance(value, dict) or value.get("dataset") is None:  # a dumped config has dataset: null
-        return value
+    if not isinstance(value, dict) or value.get("dataset") is None:
+        return value  # no dataset (``dataset: None`` is what a dumped config of a built-in task holds)
     value = dict(value)
     dataset = value.pop("dataset")
     dataset = {"path": dataset} if isinstance(dataset, str) else dict(dataset or {})

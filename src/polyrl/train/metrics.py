@@ -118,3 +118,13 @@ def step_metrics(
     if sample_count:
         out["samples"] = samples(trajs, sample_count)
     return out
+
+
+def advantage_mass(advantages, loss_mask, task_ids, task_names: list[str]) -> dict[str, float]:
+    """``adv_abs_sum/<task>``: the step's sum over the task's response tokens of |advantage|, a proxy for the
+    share of the policy gradient each task receives (the policy-gradient term of a token is its advantage
+    times the gradient of its log-probability). ``advantages`` is ``[N]`` per sequence or ``[N, T]`` per token."""
+    mask = loss_mask.float()
+    per_token = advantages.abs().unsqueeze(1) * mask if advantages.dim() == 1 else advantages.abs() * mask
+    per_row = per_token.sum(1)
+    return {f"adv_abs_sum/{name}": float(per_row[task_ids == i].sum()) for i, name in enumerate(task_names)}

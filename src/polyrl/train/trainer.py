@@ -34,7 +34,7 @@ from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
 from polyrl.train.learner import BaseModelReference, critic_update, policy_update
-from polyrl.train.metrics import step_metrics
+from polyrl.train.metrics import advantage_mass, step_metrics
 from polyrl.train.progress import StageProgress
 from polyrl.train.update_batch import prepare_update
 
@@ -504,6 +504,7 @@ class Trainer:
         metrics = step_metrics(trajs, collected, update, batch.zero_variance if batch else None, elapsed)
         if batch is not None:
             metrics.update(batch.critic_stats)
+            metrics.update(advantage_mass(batch.advantages, batch.tokens.loss_mask, batch.task_ids, batch.task_names))
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         metrics.update(curriculum_metrics(self.sampler, self.difficulty_controller))
         return metrics

@@ -1,0 +1,123 @@
+"""Before a long comparison: how many runs are left and roughly how long they will take on this machine.
+
+Seconds per step come from what this experiment already recorded — finished runs' ``wall_time.json``
+(training and evals, divided by the run's steps), else the ``step_time`` of the steps logged so far — or, when
+nothing is recorded yet, from a quick timing of a few SFT and RL steps in a temporary directory (training only:
+evals come on top).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyrl.experiments.curriculum import WALL_TIME_FILE, run_finished
+
+PROBE_STEPS = 3
+"""Steps per stage of the quick timing run."""
+
+
+@dataclass
+class Budget:
+    sft_runs: int
+    """SFT warm starts still to train."""
+    rl_runs: int
+    """(arm, seed) runs still to train."""
+    finished: int
+    """(arm, seed) runs already finished (skipped)."""
+    sft_steps: int
+    rl_steps: int
+    s_per_sft_step: float
+    s_per_rl_step: float
+    source: str
+    """Where the seconds per step come from."""
+
+    @property
+    def seconds(self) -> float:
+        return self.sft_runs * self.sft_steps * self.s_per_sft_step + self.rl_runs * self.rl_steps * self.s_per_rl_step
+
+
+def _recorded(runs: list[Path], stage: str, steps: int) -> tuple[float | None, str]:
+    """Seconds per step of ``stage`` recorded in ``runs``: whole-run wall time per step when a run finished
+    with one, else the median logged ``step_time``."""
+    walls = [
+        json.loads((r / WALL_TIME_FILE).read_text())["wall_s"] / steps for r in runs if (r / WALL_TIME_FILE).exists()
+    ]
+    if walls:
+        return statistics.mean(walls), "recorded wall time of finished runs (with evals)"
+    times = []
+    for r in runs:
+        path = r / "metrics.jsonl"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if rec.get("stage") == stage and isinstance(rec.get("step_time"), (int, float)):
+                    times.append(rec["step_time"])
+    if times:
+        return statistics.median(times), "logged step times of this experiment (training only, evals on top)"
+    return None, ""
+
+
+def probe_step_times(plan, steps: int = PROBE_STEPS) -> tuple[float, float]:
+    """Seconds per SFT step and per RL step of seed 0's config, timed over ``steps`` steps each in a
+    temporary run directory (median of the logged ``step_time``)."""
+    from polyrl.train.config import load_config
+    from polyrl.train.trainer import Trainer
+
+    strategy = plan.strategies[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = plan.config(strategy, 0).model_dump(mode="json")
+        data.update(run_dir=tmp, checkpoint_every=10**6)
+        data["sft"]["steps"], data["rl"]["steps"] = steps, steps
+        data["eval"].update(problems_per_task=1, every=0)
+        Trainer(load_config(None, base=data)).run()
+        records = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+    per = {
+        stage: statistics.median(r["step_time"] for r in records if r.get("stage") == stage) for stage in ("sft", "rl")
+    }
+    return per["sft"], per["rl"]
+
+
+def estimate_budget(plan, probe: bool = True) -> Budget:
+    """The runs still to train (finished ones are skipped) and the wall time they need at the recorded or
+    probed seconds per step."""
+    sft_dirs = list(dict.fromkeys(plan.sft_dir(s) for s in plan.seeds))
+    rl_dirs = [plan.run_dir(a.name, s) for a in plan.strategies for s in plan.seeds]
+    sft_steps, rl_steps = plan.config(None, 0).sft.steps, plan.config(plan.strategies[0], 0).rl.steps
+    sft_s, src_sft = _recorded(sft_dirs, "sft", sft_steps)
+    rl_s, src_rl = _recorded(rl_dirs, "rl", rl_steps)
+    source = "; ".join(dict.fromkeys(s for s in (src_sft, src_rl) if s))
+    if (sft_s is None or rl_s is None) and probe:
+        probed = probe_step_times(plan)
+        sft_s = sft_s if sft_s is not None else probed[0]
+        rl_s = rl_s if rl_s is not None else probed[1]
+        source = "; ".join(s for s in (source, f"a quick timing of {PROBE_STEPS} steps per stage (evals on top)") if s)
+    return Budget(
+        sft_runs=sum(not (d / "eval" / "after_sft.json").exists() for d in sft_dirs),
+        rl_runs=sum(not run_finished(plan, d) for d in rl_dirs),
+        finished=sum(run_finished(plan, d) for d in rl_dirs),
+        sft_steps=sft_steps,
+        rl_steps=rl_steps,
+        s_per_sft_step=sft_s if sft_s is not None else float("nan"),
+        s_per_rl_step=rl_s if rl_s is not None else float("nan"),
+        source=source or "nothing recorded",
+    )
+
+
+def format_budget(b: Budget) -> str:
+    if b.s_per_sft_step != b.s_per_sft_step or b.s_per_rl_step != b.s_per_rl_step:
+        return (
+            f"budget: {b.sft_runs} SFT run(s) × {b.sft_steps} steps + {b.rl_runs} RL run(s) × {b.rl_steps} steps "
+            f"({b.finished} finished run(s) skipped); no timing recorded yet (--budget times a few steps)"
+        )
+    return (
+        f"budget: {b.sft_runs} SFT run(s) × {b.sft_steps} steps at {b.s_per_sft_step:.2f} s/step + "
+        f"{b.rl_runs} RL run(s) × {b.rl_steps} steps at {b.s_per_rl_step:.2f} s/step "
+        f"({b.finished} finished run(s) skipped) ≈ {b.seconds / 60:.0f} min on this machine [{b.source}]"
+    )

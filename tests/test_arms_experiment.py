@@ -1,0 +1,80 @@
+"""``polyrl experiment arms``: arms from a config's strategies against a baseline, end to end at CI size."""
+
+import json
+
+from polyrl.cli import run as cli
+
+ARMS = """
+model: {path: tiny}
+prompt: {field: question}
+threads: 1
+tensorboard: false
+tasks:
+  - {name: sort_digits, difficulty: 0.0}
+  - {name: boolean_evaluation, difficulty: 0.0}
+sft: {steps: 20, batch_size: 16}
+rl: {steps: 3, prompts_per_step: 4, group_size: 4, max_new_tokens: 16}
+eval: {problems_per_task: 8, pass_k: 1}
+strategies:
+  "off": {rl: {task_normalize: false}}
+  "on": {rl: {task_normalize: true}}
+"""
+
+
+def test_arms_report_has_cis_paired_differences_gradient_share_and_resumes(tmp_path, capsys):
+    config = tmp_path / "arms.yaml"
+    config.write_text(ARMS)
+    out = tmp_path / "out"
+    args = ["experiment", "arms", "--config", str(config), "--baseline", "off", "--seeds", "2", "--share-sft"]
+    assert cli([*args, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "budget: 1 SFT run(s) × 20 steps + 4 RL run(s) × 3 steps" in printed
+    results = json.loads((out / "results.json").read_text())
+    on = results["strategies"]["on"]
+    assert results["hard"] == {} and "hard" not in on  # no eval_difficulty: no hard split
+    assert set(on["vs_baseline"]["easy"]["mean"]) >= {"mean", "low", "high", "mde", "n"}
+    assert on["vs_baseline"]["easy"]["mean"]["n"] == 2
+    assert abs(sum(mean for mean, _ in on["gradient_share"].values()) - 1.0) < 1e-9
+    report = (out / "report.md").read_text()
+    for heading in ("## Statistics", "## Gradient share per task", "## Verdict", "MDE"):
+        assert heading in report
+    assert "Held-out, hard split" not in report
+    for png in ("heldout.png", "differences.png", "gradient_share.png"):
+        assert (out / png).stat().st_size > 0
+    assert (out / "runs" / "on" / "seed1" / "wall_time.json").exists()
+
+    # a rerun skips every finished run and estimates nothing left
+    assert cli([*args, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "RL with" not in printed and "budget: 0 SFT run(s)" in printed and "4 finished run(s) skipped" in printed
+
+
+def test_budget_only_times_a_few_steps_and_trains_nothing(tmp_path, capsys):
+    config = tmp_path / "arms.yaml"
+    config.write_text(ARMS)
+    out = tmp_path / "out"
+    args = ["experiment", "arms", "--config", str(config), "--baseline", "off", "--seeds", "3", "--budget"]
+    assert cli([*args, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "budget: 3 SFT run(s) × 20 steps at" in printed and "6 RL run(s) × 3 steps at" in printed
+    assert "quick timing of 3 steps" in printed
+    assert not (out / "runs").exists()
+
+
+def test_unknown_baseline_exits_2(tmp_path, capsys):
+    config = tmp_path / "arms.yaml"
+    config.write_text(ARMS)
+    rc = cli(["experiment", "arms", "--config", str(config), "--baseline", "nope", "--out", str(tmp_path / "o")])
+    assert rc == 2
+    assert "--baseline 'nope' is not one of the arms: off, on" in capsys.readouterr().err
+
+
+def test_a_dumped_config_of_built_in_tasks_loads_again():
+    # the runner rebuilds each arm's config from the base config's dump, where a built-in task has dataset: None
+    from polyrl.train.config import load_config
+
+    dumped = load_config(None, base={"model": {"path": "tiny"}, "tasks": [{"name": "sort_digits"}]}).model_dump(
+        mode="json"
+    )
+    assert dumped["tasks"][0]["dataset"] is None
+    assert load_config(None, base=dumped).tasks[0].dataset is None
