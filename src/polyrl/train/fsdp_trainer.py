@@ -110,7 +110,7 @@ class FSDPTrainer(Trainer):
     def _make_backend(self):
         """The backend generates with an unsharded replica of the policy, synced after every update: no
         collective while sampling (ranks generate different lengths), at the cost of one full copy of the
-        weights per rank (docs/scaling-fsdp.md)."""
+        weights per rank (docs/scaling.md, "Several processes")."""
         backend = super()._make_backend()
         self.replica = copy.deepcopy(self.policy.model).requires_grad_(False)
         backend.sync_weights(self.replica, 0)
