@@ -13,8 +13,8 @@ _NUMBER_RE = re.compile(r"(?<![A-Za-z\d])\d+(?![A-Za-z\d])")  # not op names suc
 CASES = [(difficulty, seed) for difficulty in ("easy", "medium", "hard") for seed in range(4)]
 
 
-def test_there_is_a_natural_statement_for_each_of_the_41_builtin_tasks():
-    assert len(BUILTIN) == 41
+def test_there_is_a_natural_statement_for_every_builtin_task():
+    assert len(BUILTIN) >= 48  # the 41 generator tasks and the 7 compositional ones
     for name in BUILTIN:
         assert get_task(name).generate(0).natural_question, name
 
