@@ -74,6 +74,9 @@ def polyrl_config(args, run_dir: Path, overrides: list[str]) -> TrainConfig:
         "keep_checkpoints=1",
         f"threads={args.threads}",
         "rl.dynamic_sampling=false",  # TRL has no dynamic sampling: same number of generations per step
+        # the RL stage loads the warm start from a directory, whose default style would be natural: keep the
+        # terse prompts the tiny model was warm-started on (and that TRL is shown)
+        "prompt.style=terse",
     ]
     if args.tasks:
         base.append(f"tasks=[{args.tasks}]")
