@@ -114,7 +114,9 @@ def _example(ops: tuple[str, ...], rng, p: dict) -> Example:
     word = random_letters(rng, length, string.ascii_lowercase[: p["alphabet"]])
     out = apply_chain(ops, word)
     steps = "; then ".join(PRIMITIVES[op][1] for op in ops)
-    statement = f"Transform the string {word}: {steps}.\nAnswer with the transformed string only, {length} letters long."
+    statement = (
+        f"Transform the string {word}: {steps}.\nAnswer with the transformed string only, {length} letters long."
+    )
     return Example(f"{' '.join(ops)}: {word}", out, out, statement)
 
 
