@@ -39,17 +39,27 @@ class TokenBatch:
         rows = torch.arange(len(self))
         if budget is None or len(self) == 0:
             return [rows]
-        lengths, pieces, start, longest = self.attention_mask.sum(1).tolist(), [], 0, 0
-        for k, length in enumerate(lengths):
-            if k > start and (k - start + 1) * max(longest, length) > budget:
-                pieces.append(rows[start:k])
-                start, longest = k, 0
-            longest = max(longest, length)
-        return [*pieces, rows[start:]]
+        return pack_rows(rows, self.attention_mask.sum(1), budget)
 
     @property
     def num_policy_tokens(self) -> int:
         return int(self.loss_mask.sum())
+
+
+def pack_rows(order: torch.Tensor, lengths: torch.Tensor, budget: int) -> list[torch.Tensor]:
+    """Consecutive pieces of the row indices ``order`` whose padded size (rows × longest sequence, by
+    ``lengths[row]``) stays within ``budget`` tokens; a row longer than the budget goes alone. The one
+    micro-batch packing of SFT, the critic and the policy update."""
+    pieces, start, longest = [], 0, 0
+    for k in range(len(order)):
+        length = int(lengths[order[k]])
+        if k > start and (k - start + 1) * max(longest, length) > budget:
+            pieces.append(order[start:k])
+            start, longest = k, 0
+        longest = max(longest, length)
+    if start < len(order):
+        pieces.append(order[start:])
+    return pieces
 
 
 def collate(

@@ -39,6 +39,7 @@ from polyrl.algos.objectives import loss_mask
 from polyrl.distributed.fsdp import idle_pass
 from polyrl.optim import clip_and_step
 from polyrl.rollout import sequence_logprobs
+from polyrl.rollout.batch import pack_rows
 from polyrl.train.update_batch import UpdateBatch
 
 
@@ -84,16 +85,7 @@ def micro_batches(rows: Tensor, lengths: Tensor, group_ids: Tensor, budget: int 
     if budget is None:
         yield rows
         return
-    order = rows[torch.argsort(group_ids[rows], stable=True)]
-    start, longest = 0, 0
-    for k in range(len(order)):
-        longest_k = max(longest, int(lengths[order[k]]))
-        if k > start and (k - start + 1) * longest_k > budget:
-            yield order[start:k]
-            start, longest_k = k, int(lengths[order[k]])
-        longest = longest_k
-    if start < len(order):
-        yield order[start:]
+    yield from pack_rows(rows[torch.argsort(group_ids[rows], stable=True)], lengths, budget)
 
 
 # ---------------------------------------------------------------------------------------------------------
