@@ -25,7 +25,8 @@ TINY_FSDP = {
     "model": {"path": "tiny", "tiny": {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}},
     "prompt": {"field": "question"},
     "tasks": [{"name": "addition", "difficulty": "easy"}, {"name": "sort_digits", "difficulty": "easy"}],
-    "sft": {"steps": 2, "batch_size": 8, "warmup_steps": 1},
+    # SFT in micro-batches too: a different number of passes on each rank, padded with idle passes
+    "sft": {"steps": 2, "batch_size": 8, "warmup_steps": 1, "micro_batch_tokens": 64},
     "rl": {
         "steps": 4,
         "prompts_per_step": 4,

@@ -122,6 +122,8 @@ def test_the_config_classes_are_the_default_job():
         (["rl.advantage_level=turn", "rl.task_normalize=true"], ("rl.advantage_level=turn", "rl.task_normalize")),
         (["generation.engine=vllm", "backend=ray", "device=cuda"], ("generation.engine=vllm", "backend=ray")),
         (["rl.offpolicy_kl_threshold=0.5"], ("rl.offpolicy_kl_threshold", "backend=ray")),
+        (["rl.minibatches=9", "rl.prompts_per_step=2", "rl.group_size=4"], ("rl.minibatches=9", "8 rows")),
+        (["rl.micro_batch_tokens=16", "rl.max_new_tokens=32"], ("rl.micro_batch_tokens=16", "max_new_tokens=32")),
     ],
 )
 def test_conflicting_options_are_an_error_naming_both(overrides, both):

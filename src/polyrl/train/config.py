@@ -228,6 +228,17 @@ class RLConfig(_Strict):
                 )
             if self.task_normalize:
                 raise ValueError("rl.advantage_level=turn cannot be combined with rl.task_normalize")
+        rows = self.prompts_per_step * self.group_size
+        if self.minibatches > rows:
+            raise ValueError(
+                f"rl.minibatches={self.minibatches} is more than the {rows} rows of a step "
+                f"(prompts_per_step × group_size): a minibatch cannot be smaller than one row"
+            )
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < self.max_new_tokens:
+            raise ValueError(
+                f"rl.micro_batch_tokens={self.micro_batch_tokens} cannot hold one completion of "
+                f"rl.max_new_tokens={self.max_new_tokens} tokens; raise it (or leave it null: no split)"
+            )
         return self
 
 

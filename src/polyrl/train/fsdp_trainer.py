@@ -36,6 +36,7 @@ from polyrl.distributed.fsdp import (
 from polyrl.errors import UserError
 from polyrl.optim import clip_and_step
 from polyrl.rollout import collate, sequence_logprobs
+from polyrl.rollout.batch import pack_rows
 from polyrl.run_dir import RunDir, SilentRunDir
 from polyrl.train.checkpoint import load_model_weights, save_checkpoint
 from polyrl.train.config import TrainConfig
@@ -188,23 +189,27 @@ class FSDPTrainer(Trainer):
 
     # -- SFT, split ------------------------------------------------------------------------------------
     def _sft_step(self, sequences) -> float | None:
-        """``sft.sft_step`` across ranks: each rank its share of the sequences, normalized by the whole
-        batch's token count, gradients summed by FSDP; the loss is the whole batch's."""
+        """``sft.sft_step`` across ranks: each rank its share of the sequences in micro-batches of at most
+        ``sft.micro_batch_tokens`` padded tokens (every rank as many passes), normalized by the whole batch's
+        token count, gradients summed by FSDP; the loss is the whole batch's."""
         model = self.policy.model
         masks = [s[2] if len(s) == 3 else [1] * len(s[1]) for s in sequences]
         batch = collate([s[:2] for s in sequences], self.policy.tokenizer.pad_token_id, masks)
         tokens = batch.loss_mask.sum().clamp(min=1)
         rows = self.ranks.mine(torch.arange(len(sequences)))
+        budget = self.config.sft.micro_batch_tokens
+        pieces = [rows] if budget is None else pack_rows(rows, batch.attention_mask.sum(1), budget)
         self.optimizer.zero_grad(set_to_none=True)
         local = 0.0
-        if len(rows):
-            micro = batch.select(rows)
+        for piece in self.ranks.lockstep(p for p in pieces if len(p)):
+            if piece is None:
+                idle_pass(model, batch.input_ids, backward=True)
+                continue
+            micro = batch.select(piece)
             logp, _ = sequence_logprobs(model, micro, share_prompts=False)
             loss = -(logp * micro.loss_mask.to(logp.dtype)).sum() / tokens
             loss.backward()
-            local = float(loss.detach())
-        else:
-            idle_pass(model, batch.input_ids, backward=True)
+            local += float(loss.detach())
         total = self.ranks.sum(local)
         if clip_and_step(self.optimizer, self.trainable_parameters(), SFT_MAX_GRAD_NORM, torch.tensor(total)) is None:
             return None
