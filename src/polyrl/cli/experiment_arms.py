@@ -25,8 +25,10 @@ def _compare(
     baseline: str,
     budget: bool = False,
     hard_difficulty: float | None = 0.5,
+    verdict_split: str = "easy",
 ) -> None:
     from polyrl.experiments.curriculum import plan_experiment, run_experiment
+    from polyrl.experiments.report import split_names
 
     names = [s.strip() for s in arms.split(",") if s.strip()] if arms else None
     plan = plan_experiment(config, seeds, names, out, hard_difficulty=hard_difficulty, share_sft=share_sft)
@@ -34,16 +36,27 @@ def _compare(
         raise UserError(
             f"--baseline {baseline!r} is not one of the arms: {', '.join(s.name for s in plan.strategies)}"
         )
+    if verdict_split not in split_names(plan):
+        raise UserError(
+            f"--verdict-split {verdict_split!r} is not a split of this comparison: {', '.join(split_names(plan))}"
+        )
     _print_budget(plan, probe=budget)
     if budget:
         return
     command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
     summary = run_experiment(
-        plan, log=lambda m: print(m, flush=True), command=command, title=title, baseline=baseline, verdict_split="easy"
+        plan,
+        log=lambda m: print(m, flush=True),
+        command=command,
+        title=title,
+        baseline=baseline,
+        verdict_split=verdict_split,
     )
     for name, row in summary["strategies"].items():
-        easy = row["easy"]["mean"]
-        print(f"{name:16s} held-out accuracy {100 * easy[0]:5.1f} ± {100 * easy[1]:4.1f}")
+        for split in split_names(plan):
+            mean, std = row[split]["mean"]
+            label = "held-out accuracy" if split == "easy" else f"held-out {split}"
+            print(f"{name:16s} {label:18s} {100 * mean:5.1f} ± {100 * std:4.1f}")
     print(f"report: {plan.out / 'report.md'}")
 
 
@@ -105,6 +118,9 @@ def arms(
     share_sft: bool = typer.Option(False, "--share-sft/--sft-per-seed", help="One SFT warm start for all seeds."),
     title: str | None = typer.Option(None, "--title", help="The report's title (default: from the config name)."),
     budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
+    verdict_split: str = typer.Option(
+        "easy", "--verdict-split", help="The held-out split the verdict is on (easy; attempt2 with eval.attempts: 2)."
+    ),
 ) -> None:
     """Compare the arms defined under the config's strategies: with a baseline over seeds (paired by seed)."""
     from pathlib import Path
@@ -119,4 +135,5 @@ def arms(
         baseline,
         budget,
         hard_difficulty=None,
+        verdict_split=verdict_split,
     )

@@ -10,7 +10,22 @@ from __future__ import annotations
 from polyrl.envs.base import Environment, Message, StepResult
 from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.envs.wrapped import WrappedTask
-from polyrl.tasks import Problem, Task, get_task
+from polyrl.tasks import Problem, Task, Verdict, get_task
+
+RETRY_PREFIX = "env/retry:"
+"""Task names ``env/retry:<task>``."""
+
+
+def retried_task_name(name: str) -> str | None:
+    """``<task>`` of a task name ``env/retry:<task>``; None for any other name."""
+    return name[len(RETRY_PREFIX) :] if name.startswith(RETRY_PREFIX) else None
+
+
+def feedback(task: Task, verdict: Verdict) -> str:
+    """The message after a wrong attempt (the training environment's and the multi-attempt evaluation's)."""
+    if verdict.answer is None:
+        return f"No answer found ({verdict.reason}). {task.answer_format.instruction()}"
+    return f"{verdict.answer} is wrong. Try again."
 
 
 class RetryEnvironment(Environment):
@@ -34,10 +49,7 @@ class RetryEnvironment(Environment):
             )
         if verdict.answer is None:
             self.stats["invalid_actions"] += 1
-            feedback = f"No answer found ({verdict.reason}). {self.task.answer_format.instruction()}"
-        else:
-            feedback = f"{verdict.answer} is wrong. Try again."
-        return StepResult([{"role": "user", "content": feedback}], 0.0, False)
+        return StepResult([{"role": "user", "content": feedback(self.task, verdict)}], 0.0, False)
 
 
 class RetryTask(WrappedTask):

@@ -1,4 +1,6 @@
-"""Held-out evaluation of a policy on the eval seed space: greedy accuracy and sampled pass@k."""
+"""Held-out evaluation of a policy on the eval seed space: greedy accuracy, sampled pass@k and, with
+``attempts > 1``, multi-attempt accuracy (the env/retry protocol: a wrong answer gets the environment's
+feedback and the policy answers again)."""
 
 from __future__ import annotations
 
@@ -6,11 +8,15 @@ from typing import Any
 
 import torch
 
+from polyrl.envs.base import is_environment
+from polyrl.envs.registry import EnvConfig
+from polyrl.envs.retry import RetryTask
+from polyrl.errors import UserError
 from polyrl.eval.metrics import pass_at_k
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rewards import RewardConfig
-from polyrl.rollout.multi_turn import rollout_mixed
+from polyrl.rollout.multi_turn import rollout_episodes, rollout_mixed
 from polyrl.tasks import Task
 
 
@@ -24,11 +30,19 @@ def evaluate_policy(
     temperature: float = 1.0,
     seed: int = 0,
     max_episode_tokens: int = 384,
+    attempts: int = 1,
 ) -> dict[str, dict[str, float]]:
     """Per task: ``accuracy`` (greedy), ``score`` (mean verifier score, greedy), ``format_rate``,
     ``mean_length`` and, with ``pass_k > 1``, ``pass@1`` (sampled) and ``pass@k``. Adds a ``mean`` row.
     Environments (``env/...`` tasks) are played as episodes of at most ``max_episode_tokens``; their
-    accuracy is the success rate."""
+    accuracy is the success rate.
+
+    With ``attempts > 1`` every task is scored on its single-turn held-out problems (``env/retry:<task>`` on
+    ``<task>``'s, under that name: see :func:`attempt_tasks`), and each row adds ``attempt1`` …
+    ``attempt<N>``: the share of problems answered correctly within the first k greedy attempts
+    (:func:`attempt_accuracy`). ``attempt1`` is ``accuracy`` (the same greedy first answer)."""
+    if attempts > 1:
+        tasks = attempt_tasks(tasks)
     results: dict[str, dict[str, float]] = {}
     instances = {name: task for name, (task, _) in tasks.items()}
     reward = RewardConfig()
@@ -62,10 +76,66 @@ def evaluate_policy(
                 correct[t.group] += int(t.verdict.correct)
             row["pass@1"] = sum(c / pass_k for c in correct) / len(problems)
             row[f"pass@{pass_k}"] = sum(pass_at_k(pass_k, c, pass_k) for c in correct) / len(problems)
+        if attempts > 1:
+            row.update(
+                attempt_accuracy(backend, prompts, task, problems, attempts, max_new_tokens, max_episode_tokens)
+            )
         results[name] = row
     keys = next(iter(results.values())).keys()
     results["mean"] = {k: sum(r[k] for r in results.values()) / len(results) for k in keys}
     return results
+
+
+def attempt_tasks(tasks: dict[str, tuple[Task, Any]]) -> dict[str, tuple[Task, Any]]:
+    """The single-turn tasks a multi-attempt evaluation scores: each task itself, or for ``env/retry:<task>``
+    the wrapped ``<task>`` under its own name (so a policy trained on the retry environment and one trained
+    on the plain task are scored on the same problems, under the same names). Other environments have no
+    single answer to retry: a UserError, as is a task that would be scored twice."""
+    out: dict[str, tuple[Task, Any]] = {}
+    for name, (task, difficulty) in tasks.items():
+        if isinstance(task, RetryTask):
+            task = task.inner
+        elif is_environment(task):
+            raise UserError(
+                f"eval.attempts > 1 scores single-turn answers: {name!r} is an environment "
+                "(only plain tasks and env/retry:<task> can be evaluated over several attempts)"
+            )
+        if task.name in out:
+            raise UserError(f"eval.attempts > 1 would score task {task.name!r} twice ({name!r} is {task.name!r} too)")
+        out[task.name] = (task, difficulty)
+    return out
+
+
+def attempt_accuracy(
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    task: Task,
+    problems: list,
+    attempts: int,
+    max_new_tokens: int,
+    max_episode_tokens: int,
+) -> dict[str, float]:
+    """``attempt1`` … ``attempt<attempts>``: the share of ``problems`` (single-turn problems of ``task``)
+    answered correctly within the first k greedy attempts. Each problem is played as an env/retry episode
+    (:class:`~polyrl.envs.retry.RetryEnvironment`, so a wrong answer gets exactly the training environment's
+    feedback) of at most ``attempts`` turns of ``max_new_tokens`` and ``max_episode_tokens`` in all; an
+    episode cut by the token budget counts as wrong from there on."""
+    retry = RetryTask(task, EnvConfig(attempts=attempts))
+    episodes = rollout_episodes(
+        problems,
+        {task.name: retry},
+        backend,
+        prompts,
+        1,
+        max_new_tokens,
+        RewardConfig(),
+        max_episode_tokens,
+        greedy=True,
+    )
+    solved_at = [t.info["turns"] if t.verdict.correct else None for t in episodes]
+    return {
+        f"attempt{k}": sum(s is not None and s <= k for s in solved_at) / len(problems) for k in range(1, attempts + 1)
+    }
 
 
 def format_comparison(

@@ -64,13 +64,13 @@ def _recorded(runs: list[Path], stage: str, steps: int) -> tuple[float | None, s
     return None, ""
 
 
-def probe_step_times(plan, steps: int = PROBE_STEPS) -> tuple[float, float]:
-    """Seconds per SFT step and per RL step of seed 0's config, timed over ``steps`` steps each in a
-    temporary run directory (median of the logged ``step_time``)."""
+def probe_step_times(plan, steps: int = PROBE_STEPS, strategy=None) -> tuple[float, float]:
+    """Seconds per SFT step and per RL step of seed 0's config of ``strategy`` (default: the first arm), timed
+    over ``steps`` steps each in a temporary run directory (median of the logged ``step_time``)."""
     from polyrl.train.config import load_config
     from polyrl.train.trainer import Trainer
 
-    strategy = plan.strategies[0]
+    strategy = strategy or plan.strategies[0]
     with tempfile.TemporaryDirectory() as tmp:
         data = plan.config(strategy, 0).model_dump(mode="json")
         data.update(run_dir=tmp, checkpoint_every=10**6)
@@ -86,21 +86,36 @@ def probe_step_times(plan, steps: int = PROBE_STEPS) -> tuple[float, float]:
 
 def estimate_budget(plan, probe: bool = True) -> Budget:
     """The runs still to train (finished ones are skipped) and the wall time they need at the recorded or
-    probed seconds per step."""
+    probed seconds per step. Arms may differ in cost (multi-turn episodes take longer): each arm's RL runs
+    are timed by its own records, else (``probe``) by a quick timing of that arm, else by the other arms'
+    records; the budget's seconds per RL step is the average over the runs left."""
     sft_dirs = list(dict.fromkeys(plan.sft_dir(s) for s in plan.seeds))
-    rl_dirs = [plan.run_dir(a.name, s) for a in plan.strategies for s in plan.seeds]
+    arm_dirs = {a.name: [plan.run_dir(a.name, s) for s in plan.seeds] for a in plan.strategies}
+    rl_dirs = [d for dirs in arm_dirs.values() for d in dirs]
     sft_steps, rl_steps = plan.config(None, 0).sft.steps, plan.config(plan.strategies[0], 0).rl.steps
     sft_s, src_sft = _recorded(sft_dirs, "sft", sft_steps)
-    rl_s, src_rl = _recorded(rl_dirs, "rl", rl_steps)
+    pooled, src_rl = _recorded(rl_dirs, "rl", rl_steps)
+    per_arm = {name: _recorded(dirs, "rl", rl_steps)[0] for name, dirs in arm_dirs.items()}
     source = "; ".join(dict.fromkeys(s for s in (src_sft, src_rl) if s))
-    if (sft_s is None or rl_s is None) and probe:
-        probed = probe_step_times(plan)
-        sft_s = sft_s if sft_s is not None else probed[0]
-        rl_s = rl_s if rl_s is not None else probed[1]
+    unknown = [a for a in plan.strategies if per_arm[a.name] is None]
+    if (sft_s is None or unknown) and probe:
+        for arm in unknown or plan.strategies[:1]:
+            probed = probe_step_times(plan, strategy=arm)
+            sft_s = sft_s if sft_s is not None else probed[0]
+            per_arm[arm.name] = per_arm[arm.name] if per_arm[arm.name] is not None else probed[1]
         source = "; ".join(s for s in (source, f"a quick timing of {PROBE_STEPS} steps per stage (evals on top)") if s)
+    per_arm = {name: v if v is not None else pooled for name, v in per_arm.items()}
+    left = {name: sum(not run_finished(plan, d) for d in dirs) for name, dirs in arm_dirs.items()}
+    rl_runs = sum(left.values())
+    if any(v is None for v in per_arm.values()):
+        rl_s = None
+    elif rl_runs:
+        rl_s = sum(left[n] * per_arm[n] for n in left) / rl_runs
+    else:
+        rl_s = sum(per_arm.values()) / len(per_arm)
     return Budget(
         sft_runs=sum(not (d / "eval" / "after_sft.json").exists() for d in sft_dirs),
-        rl_runs=sum(not run_finished(plan, d) for d in rl_dirs),
+        rl_runs=rl_runs,
         finished=sum(run_finished(plan, d) for d in rl_dirs),
         sft_steps=sft_steps,
         rl_steps=rl_steps,

@@ -24,6 +24,8 @@ from typing import Any
 import yaml
 
 from polyrl.curriculum import SAMPLERS, make_difficulty_controller, make_sampler
+from polyrl.envs.registry import EnvConfig, resolve_task
+from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
 from polyrl.train.config import TrainConfig, load_config, save_config
 
@@ -122,8 +124,6 @@ def plan_experiment(
     """Read and check everything before any training: the base config, each strategy's config per seed,
     its sampler and difficulty controller, and the hard split. With ``hard_difficulty=None`` only tasks with
     an ``eval_difficulty`` define a hard split; when none has one, there is no hard split."""
-    from polyrl.tasks import get_task
-
     if seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {seeds}")
     raw, defined = read_experiment_config(config_path)
@@ -136,7 +136,7 @@ def plan_experiment(
     has_hard = hard_difficulty is not None or any(spec["eval_difficulty"] is not None for spec in base["tasks"])
     for spec in base["tasks"]:
         name = spec["name"]
-        tasks[name] = get_task(name)
+        tasks[name] = resolve_task(name, EnvConfig(**base["env"]))
         if has_hard:
             hard[name] = spec["eval_difficulty"] if spec["eval_difficulty"] is not None else hard_difficulty
             if hard[name] is None:
@@ -148,10 +148,35 @@ def plan_experiment(
         for seed in plan.seeds:
             cfg = plan.config(strategy, seed)
             # a strategy may set its own tasks:
-            mix = {s.name: tasks[s.name] if s.name in tasks else get_task(s.name) for s in cfg.tasks}
+            mix = {s.name: tasks[s.name] if s.name in tasks else resolve_task(s.name, cfg.env) for s in cfg.tasks}
             make_sampler(cfg.sampler.name, list(mix), cfg.sampler.options)
             make_difficulty_controller(cfg.difficulty_control, mix, {s.name: s for s in cfg.tasks})
+            if strategy is not None:
+                _check_comparable(plan, strategy, cfg)
     return plan
+
+
+def _check_comparable(plan: ExperimentPlan, strategy: Strategy, cfg: TrainConfig) -> None:
+    """Every arm is scored on the base config's tasks with the base config's number of attempts (the report
+    compares the arms task by task)."""
+    attempts = plan.base["eval"]["attempts"]
+    if cfg.eval.attempts != attempts:
+        raise UserError(
+            f"arm {strategy.name!r} sets eval.attempts={cfg.eval.attempts}, the base config {attempts}: "
+            "set it in the base config so that every arm is scored the same way"
+        )
+    scored = {(retried_task_name(s.name) if attempts > 1 else None) or s.name for s in cfg.tasks}
+    missing = [s["name"] for s in plan.base["tasks"] if s["name"] not in scored]
+    if missing:
+        hint = (
+            "; with eval.attempts >= 2, env/retry:<task> is scored on <task>'s held-out problems"
+            if attempts == 1 and any(retried_task_name(s.name) for s in cfg.tasks)
+            else ""
+        )
+        raise UserError(
+            f"arm {strategy.name!r} is not scored on {', '.join(missing)} (the base config's tasks, which the "
+            f"report compares){hint}"
+        )
 
 
 def run_finished(plan: ExperimentPlan, run: Path) -> bool:
@@ -172,6 +197,8 @@ def _hard_eval(trainer, plan: ExperimentPlan) -> dict[str, dict[str, float]]:
         cfg.eval.max_new_tokens or cfg.rl.max_new_tokens,
         pass_k=1,
         seed=cfg.seed,
+        max_episode_tokens=cfg.env.max_episode_tokens,
+        attempts=cfg.eval.attempts,
     )
 
 

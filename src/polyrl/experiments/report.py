@@ -62,9 +62,22 @@ def forgetting(evals: dict[str, Any], tasks: list[str]) -> dict[str, float]:
     }
 
 
-def splits(plan) -> list[tuple[str, str]]:
-    """``(split, eval file of a finished RL run)`` of the held-out splits this comparison has."""
-    return [("easy", "after_rl"), ("hard", "hard")] if plan.hard else [("easy", "after_rl")]
+def splits(plan) -> list[tuple[str, str, str, str]]:
+    """``(split, eval file of a finished RL run, eval file of the SFT run, metric)`` of the held-out splits
+    this comparison has: *easy* (greedy accuracy at the training difficulty), *hard* when the plan has a hard
+    split, and with ``eval.attempts: N > 1`` *attempt1* … *attemptN* (correct within k attempts, easy split;
+    attempt1 is the easy split's accuracy)."""
+    out = [("easy", "after_rl", "after_sft", "accuracy")]
+    if plan.hard:
+        out.append(("hard", "hard", "hard_sft", "accuracy"))
+    attempts = plan.base["eval"]["attempts"]
+    if attempts > 1:
+        out += [(f"attempt{k}", "after_rl", "after_sft", f"attempt{k}") for k in range(1, attempts + 1)]
+    return out
+
+
+def split_names(plan) -> list[str]:
+    return [split for split, *_ in splits(plan)]
 
 
 ADV_MASS = "adv_abs_sum/"
@@ -95,26 +108,27 @@ def summarize(plan, baseline: str | None = None) -> dict[str, Any]:
         "after_sft": {},
     }
     sft_evals = [load_run(d)["evals"] for d in dict.fromkeys(plan.sft_dir(s) for s in plan.seeds)]
-    for split, key in (("easy", "after_sft"), ("hard", "hard_sft")):
+    out["after_sft_per_seed"] = {}
+    for split, _, key, metric in splits(plan):
         if all(key in e for e in sft_evals):
-            out["after_sft"][split] = {
-                t: _mean_std([e[key][t]["accuracy"] for e in sft_evals]) for t in [*tasks, "mean"]
-            }
-    out["after_sft_per_seed"] = {t: [e["after_sft"][t]["accuracy"] for e in sft_evals] for t in [*tasks, "mean"]}
+            per_seed = {t: [e[key][t][metric] for e in sft_evals] for t in [*tasks, "mean"]}
+            out["after_sft_per_seed"][split] = per_seed
+            out["after_sft"][split] = {t: _mean_std(v) for t, v in per_seed.items()}
     for strategy in plan.strategies:
         runs = [load_run(plan.run_dir(strategy.name, s)) for s in plan.seeds]
         row: dict[str, Any] = {"per_seed": {}, "ci": {}}
-        for split, key in splits(plan):
-            row["per_seed"][split] = {t: [r["evals"][key][t]["accuracy"] for r in runs] for t in [*tasks, "mean"]}
+        for split, key, _, metric in splits(plan):
+            row["per_seed"][split] = {t: [r["evals"][key][t][metric] for r in runs] for t in [*tasks, "mean"]}
             row[split] = {t: _mean_std(v) for t, v in row["per_seed"][split].items()}
             row["ci"][split] = {t: mean_ci(v).as_dict() for t, v in row["per_seed"][split].items()}
         drops = [forgetting(r["evals"], tasks) for r in runs]
         row["forgetting"] = {t: _mean_std([d[t] for d in drops]) for t in tasks}
         row["diagnostics"] = diagnostics(runs)
+        row["budget"] = rl_budget(runs)
         if len(sft_evals) == len(runs):  # one warm start per seed: RL's gain over it, paired by seed
             row["vs_warm_start"] = {
-                t: paired_difference(v, out["after_sft_per_seed"][t]).as_dict()
-                for t, v in row["per_seed"]["easy"].items()
+                split: {t: paired_difference(v, sft[t]).as_dict() for t, v in row["per_seed"][split].items()}
+                for split, sft in out["after_sft_per_seed"].items()
             }
         shares = [gradient_share(r["rl"], tasks) for r in runs]
         if all(shares):
@@ -130,6 +144,24 @@ def summarize(plan, baseline: str | None = None) -> dict[str, Any]:
                     }
                     for split in row["per_seed"]
                 }
+    return out
+
+
+BUDGET = (
+    ("policy_tokens", "policy tokens generated"),
+    ("tokens", "response tokens (policy + environment)"),
+    ("step_time", "RL wall time (s)"),
+)
+"""Per run, summed over its RL steps: what the arm spent (the report's budget table)."""
+
+
+def rl_budget(runs: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Mean ± std over seeds of each :data:`BUDGET` quantity summed over the run's RL steps (those logged)."""
+    out = {"steps": _mean_std([float(len(run["rl"])) for run in runs])}
+    for key, _ in BUDGET:
+        totals = [sum(r[key] for r in run["rl"] if isinstance(r.get(key), (int, float))) for run in runs]
+        if all(any(key in r for r in run["rl"]) for run in runs):
+            out[key] = _mean_std(totals)
     return out
 
 
@@ -152,7 +184,7 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
     runs = {n: [load_run(plan.run_dir(n, s)) for s in plan.seeds] for n in names}
     files = []
 
-    shown_splits = [split for split, _ in splits(plan)]
+    shown_splits = split_names(plan)
     fig, axes = plt.subplots(1, len(shown_splits), figsize=(5.5 * len(shown_splits), 3.8), sharey=True, squeeze=False)
     axes = axes[0]
     x = np.arange(len(tasks) + 1)
@@ -214,24 +246,27 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
 
 
 def _plot_differences(plan, summary: dict[str, Any], plt) -> list[str]:
-    """Each arm's difference to the baseline per task (easy split) with its 95% CI, paired by seed."""
+    """Each arm's difference to the baseline per task and split with its 95% CI, paired by seed."""
     tasks = [*summary["tasks"], "mean"]
     arms = [n for n, r in summary["strategies"].items() if "vs_baseline" in r]
     if not arms or len(summary["seeds"]) < 2:
         return []
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(tasks)), 3.6))
+    shown = split_names(plan)
+    width_in = max(5.0, 1.2 * len(tasks))
+    fig, axes = plt.subplots(1, len(shown), figsize=(width_in * len(shown), 3.6), sharey=True, squeeze=False)
     x = np.arange(len(tasks))
     width = 0.8 / len(arms)
-    for i, n in enumerate(arms):
-        d = [summary["strategies"][n]["vs_baseline"]["easy"][t] for t in tasks]
-        mean = np.array([100 * v["mean"] for v in d])
-        err = np.array([[100 * (v["mean"] - v["low"]) for v in d], [100 * (v["high"] - v["mean"]) for v in d]])
-        ax.errorbar(x + i * width, mean, yerr=err, fmt="o", capsize=3, label=n)
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xticks(x + width * (len(arms) - 1) / 2, tasks, rotation=30, ha="right")
-    ax.set_ylabel("points vs " + str(summary["baseline"]))
-    ax.set_title("difference to the baseline, paired by seed (95% CI)", fontsize=9)
-    ax.legend(fontsize=8)
+    for ax, split in zip(axes[0], shown):
+        for i, n in enumerate(arms):
+            d = [summary["strategies"][n]["vs_baseline"][split][t] for t in tasks]
+            mean = np.array([100 * v["mean"] for v in d])
+            err = np.array([[100 * (v["mean"] - v["low"]) for v in d], [100 * (v["high"] - v["mean"]) for v in d]])
+            ax.errorbar(x + i * width, mean, yerr=err, fmt="o", capsize=3, label=n)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xticks(x + width * (len(arms) - 1) / 2, tasks, rotation=30, ha="right")
+        ax.set_title(f"{split} split: difference to the baseline, paired by seed (95% CI)", fontsize=9)
+    axes[0][0].set_ylabel("points vs " + str(summary["baseline"]))
+    axes[0][0].legend(fontsize=8)
     return [_save(fig, plan.out / "differences.png")]
 
 
@@ -343,20 +378,41 @@ def statistics_section(summary: dict[str, Any], tasks: list[str]) -> list[str]:
                     + " |"
                 )
     gains = {n: r["vs_warm_start"] for n, r in rows.items() if "vs_warm_start" in r}
-    if gains:
+    for split in next(iter(gains.values()), {}):
         lines += [
             "",
-            "**Gain over the warm start** (easy split, arm − after SFT per seed, paired) [95% CI] (MDE)",
+            f"**Gain over the warm start** ({split} split, arm − after SFT per seed, paired) [95% CI] (MDE)",
             "",
             "| arm | " + " | ".join([*tasks, "mean"]) + " |",
             "|---|" + "---:|" * (len(tasks) + 1),
         ]
-        for name, d in gains.items():
+        for name, by_split in gains.items():
+            d = by_split[split]
             lines.append(
                 f"| {name} | "
                 + " | ".join(f"{_ci(d[t], signed=True)} ({100 * d[t]['mde']:.1f})" for t in [*tasks, "mean"])
                 + " |"
             )
+    return lines
+
+
+def budget_section(summary: dict[str, Any]) -> list[str]:
+    """What each arm spent in RL: steps, tokens generated and wall time, summed over the run."""
+    rows = {n: r["budget"] for n, r in summary["strategies"].items()}
+    keys = [(k, label) for k, label in BUDGET if all(k in b for b in rows.values())]
+    lines = [
+        "",
+        "## RL budget",
+        "",
+        "Summed over each run's RL steps (mean ± std over seeds). Policy tokens: tokens the policy generated; "
+        "response tokens add what environments inserted between turns (feedback, tool results).",
+        "",
+        "| arm | RL steps | " + " | ".join(label for _, label in keys) + " |",
+        "|---|---:|" + "---:|" * len(keys),
+    ]
+    for name, b in rows.items():
+        cells = [f"{b[k][0]:,.0f} ± {b[k][1]:,.0f}" for k, _ in keys]
+        lines.append(f"| {name} | {b['steps'][0]:.0f} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -401,11 +457,20 @@ def write_report(
         "Greedy accuracy in %, mean ± std over seeds.",
         "",
     ]
+    attempts = plan.base["eval"]["attempts"]
+    if attempts > 1:
+        lines += [
+            f"Multi-attempt splits (`eval.attempts: {attempts}`): attempt<k> is the share of the easy split's "
+            "problems answered correctly within the first k greedy attempts, each wrong answer followed by "
+            "env/retry's feedback; attempt1 is the easy split's accuracy. env/retry:<task> arms are scored on "
+            "<task>'s problems.",
+            "",
+        ]
     lines += ["## After SFT (where RL starts)", "", head.replace("strategy", "split")]
     for split, row in summary["after_sft"].items():
         lines.append(f"| {split} | " + " | ".join(_fmt(row[t]) for t in [*tasks, "mean"]) + " |")
     lines.append("")
-    for key, _ in splits(plan):
+    for key in split_names(plan):
         lines += [f"## Held-out, {key} split", "", head]
         for name, row in rows.items():
             lines.append(f"| {name} | " + " | ".join(_fmt(row[key][t]) for t in [*tasks, "mean"]) + " |")
@@ -442,6 +507,7 @@ def write_report(
             )
     lines += statistics_section(summary, tasks)
     lines += gradient_share_section(summary, tasks)
+    lines += budget_section(summary)
     lines += ["", "## Verdict", "", verdict(summary, baseline, verdict_split), ""]
     lines += [f"![{f}]({f})" for f in figures]
     atomic_write_text(plan.out / "report.md", "\n".join(lines) + "\n")

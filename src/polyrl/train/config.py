@@ -18,7 +18,8 @@ from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
 from polyrl.curriculum import SAMPLERS
 from polyrl.distributed.config import RayConfig
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.registry import ENV_PREFIX, EnvConfig
+from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
@@ -250,6 +251,13 @@ class EvalConfig(_Strict):
     pass_k: int = Field(4, ge=1, description="Samples per problem for pass@k (1 disables sampling).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature for pass@k.")
     max_new_tokens: int | None = Field(None, description="Longest completion (default: rl.max_new_tokens).")
+    attempts: int = Field(
+        1,
+        ge=1,
+        description="Greedy attempts per held-out problem: above 1, a wrong answer gets env/retry's feedback and "
+        "the policy answers again; each task then reports attempt1..attemptN (correct within k attempts), and "
+        "env/retry:<task> is scored on <task>'s problems under that name (docs/evaluation.md).",
+    )
 
 
 class GenerationConfig(BaseModel):
@@ -340,6 +348,20 @@ class TrainConfig(_Strict):
                 raise ValueError(f"generation.engine=vllm needs a CUDA device (device=cuda), not device={self.device}")
         if self.model.autocast == "fp16" and not self.device.startswith("cuda"):
             raise ValueError(f"model.autocast=fp16 needs a CUDA device, not device={self.device}; use bf16 on CPU")
+        if self.eval.attempts > 1:
+            names = [t.name for t in self.tasks]
+            for name in names:
+                inner = retried_task_name(name)
+                if inner is None and name.startswith(ENV_PREFIX):
+                    raise ValueError(
+                        f"eval.attempts={self.eval.attempts} retries single-turn answers, but task {name!r} is an "
+                        "environment: only plain tasks and env/retry:<task> can be evaluated over several attempts"
+                    )
+                if inner in names:
+                    raise ValueError(
+                        f"eval.attempts={self.eval.attempts} scores {name!r} on {inner!r}'s held-out problems, and "
+                        f"{inner!r} is in the mix too: keep one of them"
+                    )
         if self.rl.offpolicy_kl_threshold is not None and self.backend != "ray":
             raise ValueError(
                 "rl.offpolicy_kl_threshold masks sequences by their behaviour log-probs, which only backend=ray "

@@ -39,6 +39,7 @@ def _trajectory_metrics(trajs: list[Trajectory], rows: list[int], update: Update
         "truncation_rate": _mean(t.truncated for t in ts),
         "zero_variance_frac": len(zero_groups) / max(len(groups), 1),
         "tokens": float(sum(len(t.response_ids) for t in ts)),
+        "policy_tokens": float(sum(len(t.response_ids) if t.policy_mask is None else sum(t.policy_mask) for t in ts)),
     }
     if update is not None:
         # entropy is measured on the rows that were trained on (zero-advantage rows are skipped)

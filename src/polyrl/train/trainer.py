@@ -463,6 +463,7 @@ class Trainer:
                 cfg.temperature,
                 seed=self.config.seed,
                 max_episode_tokens=self.config.env.max_episode_tokens,
+                attempts=cfg.attempts,
             )
             self.run_dir.save_json(path, results)
         if log:
