@@ -181,6 +181,10 @@ def test_ci_sized_transfer_trains_only_each_arms_categories_reports_and_resumes(
     printed = capsys.readouterr().out
     assert "RL with" not in printed and "SFT warm start" not in printed and "8 finished run(s) skipped" in printed
 
+    # another held-out category into the same directory would reuse runs of another design
+    assert cli([*args[:4], "--holdout", "sequential", *args[6:]]) == 2
+    assert "holds runs with held-out category 'logic'" in capsys.readouterr().err
+
 
 def test_budget_only_plans_and_trains_nothing(tmp_path, capsys):
     config = tmp_path / "t.yaml"

@@ -20,6 +20,7 @@ score of a run is the mean of its greedy accuracy over the held-out category's t
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ import numpy as np
 from polyrl.errors import UserError
 from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_experiment_config
 from polyrl.experiments.stats import mean_ci, paired_difference
+from polyrl.run_dir import atomic_write_text
 
 ALL_OTHERS = "all_others"
 HOLDOUT_ARM = "holdout"
@@ -147,7 +149,35 @@ def plan_transfer(
         raise UserError(
             "transfer evaluates each task at its training difficulty; remove eval_difficulty from the tasks"
         )
+    _check_out(plan.out, design)
     return plan, design
+
+
+DESIGN_FILE = "transfer.json"
+"""In the output directory: the held-out category and the categories' tasks the runs there were trained with."""
+
+
+def _check_out(out: Path, design: TransferDesign) -> None:
+    """A directory holds the runs of one held-out category and task list: finished runs of another design
+    would be skipped as if they were this one's."""
+    path = out / DESIGN_FILE
+    if not path.exists():
+        return
+    try:
+        held = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise UserError(f"{path} is not readable JSON; remove it or use another --out") from None
+    if held.get("holdout") != design.holdout or held.get("categories") != design.categories:
+        raise UserError(
+            f"{out} holds runs with held-out category {held.get('holdout')!r} (and its task list); "
+            "use another --out for another held-out category or task list"
+        )
+
+
+def record_design(out: Path, design: TransferDesign) -> None:
+    """Write the output directory's ``transfer.json`` (checked by the next run into it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / DESIGN_FILE, json.dumps({"holdout": design.holdout, "categories": design.categories}))
 
 
 def _category_mean(per_task: dict[str, list[float]], tasks: list[str]) -> list[float]:
@@ -327,6 +357,7 @@ def run_transfer(
     transfer section first, then the runner's per-task tables, statistics and plots) and results.json."""
     from polyrl.experiments.curriculum import run_experiment
 
+    record_design(plan.out, design)
     return run_experiment(
         plan,
         log=log,
