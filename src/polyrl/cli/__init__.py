@@ -12,6 +12,7 @@ import typer
 from polyrl.cli import eval as _eval
 from polyrl.cli import experiment as _experiment
 from polyrl.cli import experiment_arms as _experiment_arms
+from polyrl.cli import experiment_transfer as _experiment_transfer
 from polyrl.cli import report as _report
 from polyrl.cli import rm as _rm
 from polyrl.cli import serve as _serve
@@ -32,6 +33,7 @@ app.add_typer(_experiment.app, name="experiment")
 _experiment.app.command("critic")(_experiment_arms.critic)
 _experiment.app.command("surgery")(_experiment_arms.surgery)
 _experiment.app.command("arms")(_experiment_arms.arms)
+_experiment.app.command("transfer")(_experiment_transfer.transfer)
 app.add_typer(_rm.app, name="rm")
 app.add_typer(_eval.app, name="eval")
 app.add_typer(_synth.app, name="synth")

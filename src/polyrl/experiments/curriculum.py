@@ -120,13 +120,18 @@ def plan_experiment(
     out: str | Path,
     hard_difficulty: float | None = 0.5,
     share_sft: bool = False,
+    strategies: dict[str, Any] | None = None,
 ) -> ExperimentPlan:
     """Read and check everything before any training: the base config, each strategy's config per seed,
     its sampler and difficulty controller, and the hard split. With ``hard_difficulty=None`` only tasks with
-    an ``eval_difficulty`` define a hard split; when none has one, there is no hard split."""
+    an ``eval_difficulty`` define a hard split; when none has one, there is no hard split. ``strategies``
+    (name -> config sections), when given, are the arms instead of the file's ``strategies:``."""
+
     if seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {seeds}")
     raw, defined = read_experiment_config(config_path)
+    if strategies is not None:
+        defined = strategies
     base = load_config(None, base=raw).model_dump(mode="json")
     if not isinstance(defined, dict):
         raise UserError("strategies must be a mapping name -> config sections")

@@ -203,8 +203,10 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
     for n in names:
         curves = [_series(r["rl"], "accuracy") for r in runs[n]]
         steps = curves[0][0]
-        ys = np.array([c[1] for c in curves if len(c[1]) == len(steps)])
-        axes[0].plot(steps[len(steps) - len(_smooth(ys.mean(0))) :], _smooth(ys.mean(0)), label=n)
+        if len(steps):  # a run whose every group was dropped (no signal) logs no rollout accuracy
+            ys = np.array([c[1] for c in curves if len(c[1]) == len(steps)])
+            axes[0].plot(steps[len(steps) - len(_smooth(ys.mean(0))) :], _smooth(ys.mean(0)), label=n)
+        last = runs[n][0]["rl"][-1]["step"] if runs[n][0]["rl"] else 0
         evals = [
             [(0, r["evals"]["after_sft"]["mean"]["accuracy"])]
             + sorted(
@@ -212,7 +214,7 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
                 for k, v in r["evals"].items()
                 if k.startswith("rl_step_")
             )
-            + [(int(steps[-1]), r["evals"]["after_rl"]["mean"]["accuracy"])]
+            + [(int(last), r["evals"]["after_rl"]["mean"]["accuracy"])]
             for r in runs[n]
         ]
         axes[1].plot([p[0] for p in evals[0]], np.mean([[p[1] for p in e] for e in evals], 0), marker="o", label=n)
@@ -220,7 +222,8 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
     axes[1].set_title("held-out accuracy during RL (easy split, mean of tasks)")
     for ax in axes:
         ax.set_xlabel("RL step")
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     files.append(_save(fig, plan.out / "learning_curves.png"))
 
     for prefix, title, fname in (
@@ -441,9 +444,15 @@ def write_report(
     title: str = "Curriculum comparison",
     baseline: str = "uniform",
     verdict_split: str = "hard",
+    extra=None,
 ) -> dict[str, Any]:
+    """Write ``report.md`` (tables, statistics, verdict, plots) and ``results.json``; returns the summary.
+    ``extra(summary)``, when given, returns ``(lines, verdict)``: a section placed before the generic tables
+    (it may add its own keys to the summary, which go into results.json) and, unless None, the verdict that
+    replaces the generic one."""
     summary = summarize(plan, baseline)
     figures = plot(plan, summary)
+    extra_lines, extra_verdict = extra(summary) if extra is not None else ([], None)
     tasks, rows = summary["tasks"], summary["strategies"]
     head = "| strategy | " + " | ".join([*tasks, "**mean**"]) + " |\n|---|" + "---:|" * (len(tasks) + 1)
     lines = [f"# {title}", ""]
@@ -456,6 +465,7 @@ def write_report(
         f"Easy split: each task's training difficulty; {hard}. "
         "Greedy accuracy in %, mean ± std over seeds.",
         "",
+        *extra_lines,
     ]
     attempts = plan.base["eval"]["attempts"]
     if attempts > 1:
@@ -508,7 +518,7 @@ def write_report(
     lines += statistics_section(summary, tasks)
     lines += gradient_share_section(summary, tasks)
     lines += budget_section(summary)
-    lines += ["", "## Verdict", "", verdict(summary, baseline, verdict_split), ""]
+    lines += ["", "## Verdict", "", extra_verdict or verdict(summary, baseline, verdict_split), ""]
     lines += [f"![{f}]({f})" for f in figures]
     atomic_write_text(plan.out / "report.md", "\n".join(lines) + "\n")
     atomic_write_text(plan.out / "results.json", json.dumps(summary, indent=2))
