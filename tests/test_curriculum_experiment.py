@@ -144,3 +144,52 @@ def test_gradient_surgery_comparison_runs_each_arm_from_its_seeds_warm_start(tin
     assert "Multi-task gradient surgery" in (out / "report.md").read_text()
     saved = (out / "runs" / "pcgrad" / "seed0" / "config.yaml").read_text()
     assert "gradient_surgery: pcgrad" in saved
+
+
+def _mean(xs):
+    return sum(xs) / len(xs)
+
+
+def test_parallel_seeds_per_seed_warm_starts_and_the_hard_split_statistics(tiny_config, tmp_path, capsys):
+    out = tmp_path / "par"
+    argv = ["experiment", "curriculum", "--config", str(tiny_config), "--seeds", "2", "--out", str(out)]
+    rc = cli([*argv, "--samplers", "uniform,weakness", "--sft-per-seed", "--jobs", "2"])
+    assert rc == 0
+    assert "in 2 worker processes" in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    runs = out / "runs"
+    load = lambda *p: json.loads(runs.joinpath(*p).read_text())
+    # one warm start per seed, each copied into both strategies' run directories of its seed
+    for seed in (0, 1):
+        sft = load("sft", f"seed{seed}", "eval", "after_sft.json")
+        for arm in ("uniform", "weakness"):
+            assert load(arm, f"seed{seed}", "eval", "after_sft.json") == sft
+    # the hard split's gain over the warm start and difference to uniform, paired by seed, from the eval files
+    hard = {
+        a: [load(a, f"seed{s}", "eval", "hard.json")["mean"]["accuracy"] for s in (0, 1)]
+        for a in results["strategies"]
+    }
+    hard_sft = [load("sft", f"seed{s}", "eval", "hard_sft.json")["mean"]["accuracy"] for s in (0, 1)]
+    row = results["strategies"]["weakness"]
+    assert row["vs_warm_start"]["hard"]["mean"]["mean"] == pytest.approx(
+        _mean([a - b for a, b in zip(hard["weakness"], hard_sft)])
+    )
+    assert row["vs_baseline"]["hard"]["mean"]["mean"] == pytest.approx(
+        _mean([a - b for a, b in zip(hard["weakness"], hard["uniform"])])
+    )
+    report = (out / "report.md").read_text()
+    assert "**hard split, mean of tasks**" in report and "Gain over the warm start** (hard split" in report
+    verdict_part = report.split("## Verdict")[1]
+    assert "on the hard split" in verdict_part and "on the easy split" in verdict_part
+    assert (out / "differences.png").stat().st_size > 0
+    # a rerun finds every run finished and only rewrites the report
+    assert cli([*argv, "--samplers", "uniform,weakness", "--jobs", "2"]) == 0
+    assert "worker processes" not in capsys.readouterr().out
+
+
+def test_jobs_below_one_exits_2_before_any_training(tiny_config, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["experiment", "curriculum", "--config", str(tiny_config), "--jobs", "0", "--out", str(out)]
+    assert cli(argv) == 2
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+    assert not out.exists()

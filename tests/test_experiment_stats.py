@@ -125,3 +125,23 @@ def test_budget_from_recorded_wall_times(tmp_path):
     assert (b.sft_runs, b.rl_runs, b.finished) == (1, 3, 1)
     assert (b.s_per_sft_step, b.s_per_rl_step) == (2.0, 3.0)
     assert b.seconds == 20 * 2.0 + 3 * 5 * 3.0
+
+
+def test_budget_with_parallel_seeds_divides_by_the_seeds_run_at_once():
+    b = Budget(
+        sft_runs=3,
+        rl_runs=6,
+        finished=0,
+        sft_steps=100,
+        rl_steps=10,
+        s_per_sft_step=1.2,
+        s_per_rl_step=6.0,
+        source="x",
+        seeds_left=3,
+    )
+    assert b.seconds == 3 * 100 * 1.2 + 6 * 10 * 6.0  # 720 s = 12 min serially
+    assert "≈ 12 min on this machine" in format_budget(b)
+    # 3 seeds on 3 processes: a third of it; on 2 processes: two rounds of seeds, 2/3 of it
+    assert "with --jobs 3: ≈ 4 min if 3 cores are free" in format_budget(b, jobs=3)
+    assert "with --jobs 2: ≈ 8 min if 2 cores are free" in format_budget(b, jobs=2)
+    assert "--jobs" not in format_budget(b, jobs=1)

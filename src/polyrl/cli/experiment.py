@@ -29,20 +29,28 @@ def curriculum(
         0.5, "--hard-difficulty", help="Hard-split knob for tasks without eval_difficulty."
     ),
     share_sft: bool = typer.Option(
-        False, "--share-sft", help="One SFT warm start for all seeds (seeds differ only in RL)."
+        False,
+        "--share-sft/--sft-per-seed",
+        help="One SFT warm start for all seeds (seeds differ only in RL), or one per seed (the default).",
+    ),
+    jobs: int = typer.Option(
+        1, "--jobs", help="Seeds trained in parallel worker processes (each at the config's threads)."
     ),
     budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
 ) -> None:
     """Train the same budget with several samplers over several seeds; write report.md with plots."""
+    from polyrl.errors import UserError
     from polyrl.experiments.budget import estimate_budget, format_budget
     from polyrl.experiments.curriculum import plan_experiment, run_experiment
 
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
     plan = plan_experiment(config, seeds, _names(samplers), out, hard_difficulty, share_sft)
-    print(format_budget(estimate_budget(plan, probe=budget)), flush=True)
+    print(format_budget(estimate_budget(plan, probe=budget), jobs=jobs), flush=True)
     if budget:
         return
     command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
-    summary = run_experiment(plan, log=lambda m: print(m, flush=True), command=command)
+    summary = run_experiment(plan, log=lambda m: print(m, flush=True), command=command, jobs=jobs)
     for name, row in summary["strategies"].items():
         easy, hard = row["easy"]["mean"], row["hard"]["mean"]
         print(

@@ -34,6 +34,8 @@ class Budget:
     s_per_rl_step: float
     source: str
     """Where the seconds per step come from."""
+    seeds_left: int = 1
+    """Seeds with a run still to train (what ``--jobs`` can spread over processes)."""
 
     @property
     def seconds(self) -> float:
@@ -122,17 +124,27 @@ def estimate_budget(plan, probe: bool = True) -> Budget:
         s_per_sft_step=sft_s if sft_s is not None else float("nan"),
         s_per_rl_step=rl_s if rl_s is not None else float("nan"),
         source=source or "nothing recorded",
+        seeds_left=sum(
+            any(not run_finished(plan, plan.run_dir(a.name, s)) for a in plan.strategies) for s in plan.seeds
+        ),
     )
 
 
-def format_budget(b: Budget) -> str:
+def format_budget(b: Budget, jobs: int = 1) -> str:
+    """One line; with ``jobs > 1`` (seeds in parallel processes) also the wall time if that many cores are free:
+    the serial time divided by the parallel seeds, rounded up to whole seeds per process."""
     if b.s_per_sft_step != b.s_per_sft_step or b.s_per_rl_step != b.s_per_rl_step:
         return (
             f"budget: {b.sft_runs} SFT run(s) × {b.sft_steps} steps + {b.rl_runs} RL run(s) × {b.rl_steps} steps "
             f"({b.finished} finished run(s) skipped); no timing recorded yet (--budget times a few steps)"
         )
-    return (
+    line = (
         f"budget: {b.sft_runs} SFT run(s) × {b.sft_steps} steps at {b.s_per_sft_step:.2f} s/step + "
         f"{b.rl_runs} RL run(s) × {b.rl_steps} steps at {b.s_per_rl_step:.2f} s/step "
         f"({b.finished} finished run(s) skipped) ≈ {b.seconds / 60:.0f} min on this machine [{b.source}]"
     )
+    if jobs > 1 and b.seeds_left > 1:
+        workers = min(jobs, b.seeds_left)
+        rounds = -(-b.seeds_left // workers)
+        line += f"; with --jobs {jobs}: ≈ {b.seconds * rounds / b.seeds_left / 60:.0f} min if {workers} cores are free"
+    return line

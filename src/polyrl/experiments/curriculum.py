@@ -14,6 +14,7 @@ difficulty) and *hard* (each task's ``eval_difficulty``, or ``hard_difficulty`` 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import shutil
 import time
@@ -260,9 +261,49 @@ def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("ha
             record_wall_time(run, time.perf_counter() - t0)
 
 
-def run_experiment(plan: ExperimentPlan, log=print, command: str | None = None, **report) -> dict[str, Any]:
-    """Train every (strategy, seed) not yet finished, then write the report; returns the summary."""
+def _train_seeds(plan: ExperimentPlan, log=print) -> None:
+    """``train_all`` for ``plan``'s seeds, with the hard-split eval when the plan has a hard split."""
+    train_all(plan, (lambda trainer: _hard_eval(trainer, plan)) if plan.hard else None, log=log)
+
+
+def _train_one_seed(plan: ExperimentPlan, seed: int) -> int:
+    """Worker of :func:`train_parallel`: the SFT run and every strategy of one seed, logged with its seed."""
+    _train_seeds(dataclasses.replace(plan, seeds=[seed]), log=lambda m: print(f"[seed {seed}] {m}", flush=True))
+    return seed
+
+
+def train_parallel(plan: ExperimentPlan, jobs: int, log=print) -> None:
+    """Train the seeds in up to ``jobs`` worker processes, one seed per process at a time (a seed's SFT run and
+    its strategies stay in order in one process, so runs are the same as in one process). Each worker runs at
+    the config's ``threads``. The first failure is raised once every worker has stopped; finished runs stay,
+    so a rerun resumes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    todo = [s for s in plan.seeds if not all(run_finished(plan, plan.run_dir(a.name, s)) for a in plan.strategies)]
+    if not todo:
+        return
+    workers = min(jobs, len(todo))
+    log(f"training seeds {', '.join(map(str, todo))} in {workers} worker processes")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_train_one_seed, plan, s) for s in todo]
+        errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+
+
+def run_experiment(
+    plan: ExperimentPlan, log=print, command: str | None = None, jobs: int = 1, **report
+) -> dict[str, Any]:
+    """Train every (strategy, seed) not yet finished — with ``jobs > 1``, seeds in parallel worker processes —
+    then write the report; returns the summary."""
     from polyrl.experiments.report import write_report
 
-    train_all(plan, (lambda trainer: _hard_eval(trainer, plan)) if plan.hard else None, log=log)
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    if jobs > 1 and len(plan.seeds) > 1:
+        train_parallel(plan, jobs, log=log)
+    else:
+        _train_seeds(plan, log=log)
     return write_report(plan, command, **report)

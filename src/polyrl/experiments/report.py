@@ -130,6 +130,11 @@ def summarize(plan, baseline: str | None = None) -> dict[str, Any]:
                 split: {t: paired_difference(v, sft[t]).as_dict() for t, v in row["per_seed"][split].items()}
                 for split, sft in out["after_sft_per_seed"].items()
             }
+            if "hard" in row["per_seed"] and "hard_sft_per_seed" in out:
+                row["vs_warm_start_hard"] = {
+                    t: paired_difference(v, out["hard_sft_per_seed"][t]).as_dict()
+                    for t, v in row["per_seed"]["hard"].items()
+                }
         shares = [gradient_share(r["rl"], tasks) for r in runs]
         if all(shares):
             row["gradient_share"] = {t: _mean_std([sh[t] for sh in shares]) for t in tasks}
@@ -189,12 +194,20 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
     axes = axes[0]
     x = np.arange(len(tasks) + 1)
     width = 0.8 / len(names)
+    with_ci = len(summary["seeds"]) >= 2
     for ax, split in zip(axes, shown_splits):
         for i, n in enumerate(names):
-            ms = [summary["strategies"][n][split][t] for t in [*tasks, "mean"]]
-            ax.bar(x + i * width, [m[0] for m in ms], width, yerr=[m[1] for m in ms], capsize=2, label=n)
+            row = summary["strategies"][n]
+            ms = [row[split][t][0] for t in [*tasks, "mean"]]
+            err = (
+                [row["ci"][split][t]["high"] - row[split][t][0] for t in [*tasks, "mean"]]
+                if with_ci
+                else [row[split][t][1] for t in [*tasks, "mean"]]
+            )
+            ax.bar(x + i * width, ms, width, yerr=err, capsize=2, label=n)
         ax.set_xticks(x + width * (len(names) - 1) / 2, [*tasks, "mean"], rotation=30, ha="right")
-        ax.set_title(f"held-out accuracy, {split} split (mean ± std over seeds)")
+        spread = "mean and 95% CI over seeds" if with_ci else "one seed"
+        ax.set_title(f"held-out accuracy, {split} split ({spread})", fontsize=9)
     axes[0].set_ylabel("greedy accuracy")
     axes[0].legend(fontsize=8)
     files.append(_save(fig, plan.out / "heldout.png"))
@@ -249,7 +262,8 @@ def plot(plan, summary: dict[str, Any]) -> list[str]:
 
 
 def _plot_differences(plan, summary: dict[str, Any], plt) -> list[str]:
-    """Each arm's difference to the baseline per task and split with its 95% CI, paired by seed."""
+    """Each arm's difference to the baseline per task with its 95% CI, paired by seed: one panel per split,
+    with the mean-of-tasks comparison's MDE as a shaded band around zero."""
     tasks = [*summary["tasks"], "mean"]
     arms = [n for n, r in summary["strategies"].items() if "vs_baseline" in r]
     if not arms or len(summary["seeds"]) < 2:
@@ -265,9 +279,11 @@ def _plot_differences(plan, summary: dict[str, Any], plt) -> list[str]:
             mean = np.array([100 * v["mean"] for v in d])
             err = np.array([[100 * (v["mean"] - v["low"]) for v in d], [100 * (v["high"] - v["mean"]) for v in d]])
             ax.errorbar(x + i * width, mean, yerr=err, fmt="o", capsize=3, label=n)
+        mde = max(100 * summary["strategies"][n]["vs_baseline"][split]["mean"]["mde"] for n in arms)
+        ax.axhspan(-mde, mde, color="grey", alpha=0.12, lw=0, label="± MDE of the mean (largest arm)")
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xticks(x + width * (len(arms) - 1) / 2, tasks, rotation=30, ha="right")
-        ax.set_title(f"{split} split: difference to the baseline, paired by seed (95% CI)", fontsize=9)
+        ax.set_title(f"{split} split: difference to {summary['baseline']}, paired by seed (95% CI)", fontsize=9)
     axes[0][0].set_ylabel("points vs " + str(summary["baseline"]))
     axes[0][0].legend(fontsize=8)
     return [_save(fig, plan.out / "differences.png")]
@@ -518,7 +534,11 @@ def write_report(
     lines += statistics_section(summary, tasks)
     lines += gradient_share_section(summary, tasks)
     lines += budget_section(summary)
-    lines += ["", "## Verdict", "", extra_verdict or verdict(summary, baseline, verdict_split), ""]
+    lines += ["", "## Verdict", "", extra_verdict or verdict(summary, baseline, verdict_split)]
+    if extra_verdict is None:  # the other of easy/hard, by the same rule
+        for split in [s for s in ("easy", "hard") if s != verdict_split and s in split_names(plan)]:
+            lines += ["", verdict(summary, baseline, split)]
+    lines.append("")
     lines += [f"![{f}]({f})" for f in figures]
     atomic_write_text(plan.out / "report.md", "\n".join(lines) + "\n")
     atomic_write_text(plan.out / "results.json", json.dumps(summary, indent=2))
