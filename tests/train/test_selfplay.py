@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from polyrl.errors import UserError
 from polyrl.rollout.collect import Collected
@@ -322,20 +323,22 @@ def test_the_shipped_config_loads():
 # --- training runs on the tiny model --------------------------------------------------------------------------
 
 
-def _run(tiny_train_config, **updates):
+def _run(tiny_train_config, steps=2, **updates):
+    """A Trainer for a seconds-long self-play run: 2 proposer prompts x 4 proposals, 3 solver completions each,
+    and one generated solver problem per step."""
     from polyrl.train.trainer import Trainer
 
-    cfg = tiny_train_config(
-        tasks=[{"name": "expression_evaluation", "difficulty": "easy"}, {"name": "propose_expression"}],
-        selfplay={"enabled": True, "prompts": 2, "proposals": 4, "solver_group_size": 3, "max_new_tokens": 24},
-        rl={**tiny_train_config().rl.model_dump(), "steps": 2, "prompts_per_step": 1, "dynamic_sampling": False},
-        sft={"steps": 2, "batch_size": 4},
-        eval={"problems_per_task": 2, "pass_k": 1},
-        checkpoint_every=2,
-        **updates,
-    )
-    trainer = Trainer(cfg)
-    return cfg, trainer
+    rl = {**tiny_train_config().rl.model_dump(), "steps": steps, "prompts_per_step": 1, "dynamic_sampling": False}
+    settings = {
+        "tasks": [{"name": "expression_evaluation", "difficulty": "easy"}, {"name": "propose_expression"}],
+        "selfplay": {"enabled": True, "prompts": 2, "proposals": 4, "solver_group_size": 3, "max_new_tokens": 24},
+        "rl": rl,
+        "sft": {"steps": 2, "batch_size": 4},
+        "eval": {"problems_per_task": 2, "pass_k": 1},
+        "checkpoint_every": 2,
+    }
+    cfg = tiny_train_config(**{**settings, **updates})
+    return cfg, Trainer(cfg)
 
 
 def _records(cfg):
@@ -382,13 +385,8 @@ class ReferenceProposals:
 
 def test_a_two_step_run_trains_both_roles_and_reports_them(tiny_train_config):
     cfg, trainer = _run(tiny_train_config)
-    references = {}
-    for seed in range(200):  # the proposer prompts the run can draw at easy: the reference for each
-        p = PROPOSER.generate(seed, "easy")
-        references[p.question] = PROPOSER.reference_response(p)
-    assert len(references) == 2 * 10  # 2 or 3 operands x the required number 0..9
-    for source in (trainer.selfplay.proposers, trainer.selfplay.solvers):
-        source.backend = ReferenceProposals(trainer.backend, trainer.policy.tokenizer, references)
+    assert len({PROPOSER.generate(seed, "easy").question for seed in range(200)}) == 2 * 10  # every easy prompt
+    _scripted(trainer)
     trainer.run()
     rl = _records(cfg)
     for r in rl:
@@ -423,3 +421,46 @@ def test_a_run_without_selfplay_has_no_selfplay_section(tmp_path):
     page, pngs = build_report(run)
     assert "Self-play" not in page.read_text()
     assert not any(p.name.endswith("_selfplay.png") for p in pngs)
+
+
+def _scripted(trainer):
+    references = {}
+    for seed in range(200):
+        p = PROPOSER.generate(seed, "easy")
+        references[p.question] = PROPOSER.reference_response(p)
+    for source in (trainer.selfplay.proposers, trainer.selfplay.solvers):
+        source.backend = ReferenceProposals(trainer.backend, trainer.policy.tokenizer, references)
+    return trainer
+
+
+def test_a_resumed_selfplay_run_matches_the_uninterrupted_one(tiny_train_config, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from polyrl.train import trainer as trainer_module
+    from polyrl.train.trainer import Trainer
+
+    def run_dir(name):
+        return {"run_dir": str(tmp_path / name), "checkpoint_every": 1, "steps": 3}
+
+    full_cfg, full = _run(tiny_train_config, **run_dir("full"))
+    _scripted(full).run()
+
+    cfg, crashed = _run(tiny_train_config, **run_dir("crashed"))
+    real_log = trainer_module.RunDir.log
+
+    def crashing_log(self, record):
+        real_log(self, record)
+        if record["stage"] == "rl" and record["step"] == 2:
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(trainer_module.RunDir, "log", crashing_log)
+    with pytest.raises(RuntimeError, match="killed"):
+        _scripted(crashed).run()
+    monkeypatch.setattr(trainer_module.RunDir, "log", real_log)
+    _scripted(Trainer(cfg, resume=True)).run()
+
+    weights = [load_file(str(Path(c.run_dir) / "final_model" / "model.safetensors")) for c in (full_cfg, cfg)]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    drop = ("step_time", "tokens_per_s", "completions_per_s")
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in drop} for r in rs]
+    assert strip(_records(cfg)) == strip(_records(full_cfg))  # pool sizes and proposals included
