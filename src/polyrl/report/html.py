@@ -18,7 +18,7 @@ import yaml
 
 from polyrl.errors import UserError
 from polyrl.report import panels, plots, series
-from polyrl.report.samples import samples_section
+from polyrl.report.samples import proposals_section, samples_section
 from polyrl.report.series import Omitted
 from polyrl.run_dir import RunDir, atomic_write_text
 
@@ -190,6 +190,24 @@ def _sections(
     terms, terms_off = panels.select(panels.term_panels(rl, tasks), rl, tasks, config)
     diagnostics, diagnostics_off = panels.select(panels.DIAGNOSTICS, rl, tasks, config)
     titles = lambda ps: [p.title for p in ps]
+    selfplay, selfplay_off = panels.select(panels.selfplay_panels(rl), rl, tasks, config)
+    game = [
+        (
+            "Self-play",
+            "",
+            [
+                (
+                    "selfplay",
+                    plots.overlay_curves(rl, selfplay),
+                    "The proposer's valid share and learnability reward, the solver's success rate on the proposed "
+                    "problems (p; a valid proposal's reward is a function of p), the proposals' difficulty and why "
+                    "invalid ones were rejected — over every proposal of the step.",
+                    titles(selfplay),
+                ),
+            ],
+            _omitted_note(selfplay_off) + proposals_section(rl),
+        )
+    ]
     return [
         (
             "Held-out results",
@@ -258,13 +276,14 @@ def _sections(
                     "sources",
                     plots.problem_sources(rl),
                     "Where each step's problems came from (share of its completions: generated, dataset, "
-                    "synthesized near failures, replayed failures) and the sampler's record of failed problems.",
+                    "synthesized near failures, replayed failures, proposed by the policy in self-play) and the "
+                    "sampler's record of failed problems.",
                     [],
                 ),
             ],
             "",
         ),
-    ]
+    ] + (game if selfplay else [])
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, list[Path]]:

@@ -111,6 +111,52 @@ def term_panels(rl: list[dict[str, Any]], tasks: list[str]) -> tuple[Panel, ...]
     return tuple(out)
 
 
+SELFPLAY = (
+    Panel(
+        "proposer: valid proposals (share)",
+        curves=(
+            Curve("role/proposer/valid", "valid", "#4c72b0"),
+            Curve("role/proposer/distinct", "distinct among valid", "#8172b3"),
+        ),
+    ),
+    Panel(
+        "proposer reward (learnability)",
+        curves=(
+            Curve("role/proposer/reward", "all proposals", "#222222"),
+            Curve("role/proposer/learnability", "valid proposals", "#dd8452"),
+            Curve("role/proposer/learnable", "valid with 0 < p < 1", "#55a868"),
+        ),
+    ),
+    Panel(
+        "solver on proposed problems",
+        curves=(
+            Curve("role/solver/accuracy", "success rate", "#55a868"),
+            Curve("role/solver/reward", "reward", "#222222"),
+        ),
+    ),
+    Panel("distinct valid proposals so far", curves=(Curve("selfplay/pool_size", "pool", "#937860"),), raw=False),
+)
+"""The self-play section: the proposer's validity and reward, the solver's success on proposed problems, the pool."""
+
+
+def selfplay_panels(rl: list[dict[str, Any]]) -> tuple[Panel, ...]:
+    """:data:`SELFPLAY`, then the proposals' difficulty statistics (``role/proposer/<stat>`` from the proposer task)
+    and the invalid proposals per step by reason (``selfplay/invalid/<reason>``), when logged."""
+    known = {c.key for p in SELFPLAY for c in p.curves}
+    stats = sorted(
+        {k for r in rl for k in r if k.startswith("role/proposer/") and k not in known and series.logged(rl, k)}
+    )
+    reasons = series.terms(rl, "selfplay/invalid", [])
+    extra = []
+    if stats:
+        curves = tuple(Curve(k, k.rsplit("/", 1)[1], PALETTE[i % len(PALETTE)]) for i, k in enumerate(stats))
+        extra.append(Panel("proposal difficulty (mean over valid)", curves=curves))
+    if reasons:
+        curves = tuple(Curve(f"selfplay/invalid/{n}", n, PALETTE[i % len(PALETTE)]) for i, n in enumerate(reasons))
+        extra.append(Panel("invalid proposals by reason (count)", curves=curves))
+    return SELFPLAY + tuple(extra)
+
+
 def _keys(panel: Panel, tasks: list[str]) -> list[str]:
     if panel.curves:
         return list(panel.keys)

@@ -256,7 +256,13 @@ def heldout_over_time(evals: dict[str, dict[str, dict[str, float]]], final_step:
     return fig
 
 
-SOURCE_COLORS = {"generated": "#4c72b0", "dataset": "#55a868", "synthesized": "#dd8452", "replay": "#c44e52"}
+SOURCE_COLORS = {
+    "generated": "#4c72b0",
+    "dataset": "#55a868",
+    "synthesized": "#dd8452",
+    "replay": "#c44e52",
+    "proposed": "#8172b3",
+}
 POOL_KEYS = ("synth/pool_size", "synth/solved", "synth/retired")
 
 

@@ -112,3 +112,36 @@ def samples_section(rl: list[dict[str, Any]]) -> str:
             f'<table class="samples">{head}{"".join(_row(s) for s in samples[:MAX_ROWS])}</table></details>'
         )
     return "".join(blocks)
+
+
+def proposals_section(rl: list[dict[str, Any]]) -> str:
+    """Self-play's logged proposals (``selfplay/examples``) at up to :data:`MAX_STEPS` steps, one table row each:
+    the proposal, valid or the reason it is not, the solver group's success rate and the proposer's reward. Every
+    field is hostile text (see the module docstring); "" when nothing was logged."""
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for record in rl:
+        step, examples = record.get("step"), record.get("selfplay/examples")
+        if isinstance(step, int) and isinstance(examples, list):
+            kept = [e for e in examples if isinstance(e, dict)]
+            if kept:
+                by_step[step] = kept
+    if not by_step:
+        return ""
+    shown = steps_to_show(sorted(by_step))
+    head = "<tr><th>step</th><th>reward</th><th>valid</th><th>reason</th><th>solver success</th><th>proposal</th></tr>"
+    rows = []
+    for step in shown:
+        for e in by_step[step][:MAX_ROWS]:
+            reward, rate = _reward(e.get("reward")), _reward(e.get("solver_success"))
+            rows.append(
+                f"<tr><td>{step}</td><td>{'–' if reward is None else f'{reward:.3g}'}</td>"
+                f"{_correct_cell(e.get('valid'))}<td>{safe_text(e.get('reason'), 200)}</td>"
+                f"<td>{'–' if rate is None else f'{100 * rate:.0f}%'}</td>"
+                f'<td class="text"><div>{safe_text(e.get("proposal"), 400)}</div></td></tr>'
+            )
+    return (
+        f'<p class="note">Proposals logged at steps {", ".join(map(str, shown))}: the first of each proposer prompt '
+        "in turn.</p>"
+        f'<details class="samples" id="proposals" open><summary>proposals</summary>'
+        f'<table class="samples">{head}{"".join(rows)}</table></details>'
+    )

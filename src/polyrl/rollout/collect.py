@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -93,6 +93,24 @@ class Collected:
     groups_dropped: int
     refill_rounds: int
     backend: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Statistics of another collector, logged with the step as they are (self-play's role metrics)."""
+
+    def merged(self, other: Collected) -> Collected:
+        """This step's groups followed by ``other``'s (renumbered after these), with the counts added up."""
+        offset = len({t.group for t in self.trajectories})
+        for t in other.trajectories:
+            t.group += offset
+        return Collected(
+            self.trajectories + other.trajectories,
+            gen_time=self.gen_time + other.gen_time,
+            gen_tokens=self.gen_tokens + other.gen_tokens,
+            groups_generated=self.groups_generated + other.groups_generated,
+            groups_dropped=self.groups_dropped + other.groups_dropped,
+            refill_rounds=self.refill_rounds + other.refill_rounds,
+            backend={**self.backend, **other.backend},
+            extra={**self.extra, **other.extra},
+        )
 
 
 def has_signal(group: list[Trajectory]) -> bool:

@@ -143,7 +143,8 @@ class Problem:
     source: str = "generated"
     """Where the problem came from: ``generated`` by its task's generator, ``dataset`` (a row of a file),
     ``synthesized`` (near a problem the policy failed, :mod:`polyrl.curriculum.weakness`), ``replay`` (a failed
-    problem drawn again); logged per step as ``source/<kind>``."""
+    problem drawn again), ``proposed`` (written by the policy in its proposer role, :mod:`polyrl.rollout.selfplay`);
+    logged per step as ``source/<kind>``."""
 
     @property
     def id(self) -> str:
@@ -259,6 +260,19 @@ class Task:
         params = space.resolve(difficulty)
         knob = space.knob(difficulty)
         ex = self.make(rng_for(self.name, split, int(seed), params), params)
+        return self.problem_from(ex, int(seed), split, knob, params)
+
+    def problem_from(
+        self,
+        ex: Example,
+        seed: int,
+        split: str,
+        difficulty: float | None,
+        params: Mapping[str, Any],
+        source: str = "generated",
+    ) -> Problem:
+        """The :class:`Problem` of this task for an example made elsewhere (by :meth:`make`, or proposed by a
+        policy in self-play), with this task's answer-format instruction."""
         instruction = self.answer_format.instruction()
         prompt = f"{ex.question}\n{instruction}"
         natural_prompt = None if ex.statement is None else f"{ex.statement}\n{instruction}"
@@ -268,12 +282,13 @@ class Task:
             prompt,
             ex.answer,
             ex.solution,
-            int(seed),
+            seed,
             split,
-            knob,
+            difficulty,
             dict(params),
             natural_question=ex.statement,
             natural_prompt=natural_prompt,
+            source=source,
         )
 
     def reference_response(self, problem: Problem) -> str | None:

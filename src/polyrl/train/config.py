@@ -128,7 +128,11 @@ class RLConfig(_Strict):
 
     enabled: bool = Field(True, description="Run the RL stage.")
     steps: int = Field(400, ge=0, description="RL steps (one batch of rollouts each).")
-    prompts_per_step: int = Field(16, ge=1, description="Distinct problems per step.")
+    prompts_per_step: int = Field(
+        16,
+        ge=0,
+        description="Distinct problems per step from the task sampler (0 only with selfplay: proposed problems only).",
+    )
     group_size: int = Field(8, ge=1, description="Completions per problem (G).")
     max_new_tokens: int = Field(24, ge=1, description="Longest completion in tokens.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature for rollouts.")
@@ -230,7 +234,7 @@ class RLConfig(_Strict):
             if self.task_normalize:
                 raise ValueError("rl.advantage_level=turn cannot be combined with rl.task_normalize")
         rows = self.prompts_per_step * self.group_size
-        if self.minibatches > rows:
+        if rows and self.minibatches > rows:  # rows 0: self-play supplies them (selfplay:)
             raise ValueError(
                 f"rl.minibatches={self.minibatches} is more than the {rows} rows of a step "
                 f"(prompts_per_step × group_size): a minibatch cannot be smaller than one row"
@@ -241,6 +245,42 @@ class RLConfig(_Strict):
                 f"rl.max_new_tokens={self.max_new_tokens} tokens; raise it (or leave it null: no split)"
             )
         return self
+
+
+class SelfPlayConfig(_Strict):
+    """Self-play: the policy writes problems (proposer) and solves them (solver) in the same run and update
+    (docs/synthesis.md, "Self-play")."""
+
+    enabled: bool = Field(False, description="Add the self-play game's groups to every RL step.")
+    proposer: str = Field(
+        "propose_expression",
+        description="The game: a registered proposer task (its verifier checks proposals; they are problems of its "
+        "solver task). The proposer task and its solver task must both be in `tasks`.",
+    )
+    prompts: int = Field(4, ge=1, description="Proposer prompts per step; each is a GRPO group of `proposals`.")
+    proposals: int = Field(8, ge=2, description="Proposals per proposer prompt (the proposer's group size).")
+    solver_group_size: int = Field(
+        8, ge=2, description="Solver completions per valid proposal; their success rate p sets the proposer's reward."
+    )
+    reward: Literal["variance", "triangle", "azr"] = Field(
+        "variance",
+        description="Proposer reward of a valid proposal from p: variance 4p(1-p), triangle 1-|2p-1|, azr 1-p for "
+        "0<p<1 else 0 (Absolute Zero). An invalid proposal gets 0.",
+    )
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="Longest proposal in tokens (default: rl.max_new_tokens)."
+    )
+
+    @field_validator("proposer")
+    @classmethod
+    def _proposer_task(cls, name):
+        from polyrl.tasks.selfplay import proposer_task_class
+
+        try:
+            proposer_task_class(name)
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
+        return name
 
 
 class EvalConfig(_Strict):
@@ -307,6 +347,9 @@ class TrainConfig(_Strict):
     env: EnvConfig = Field(default_factory=EnvConfig, description="Limits of multi-turn environments (env/... tasks).")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Warm start.")
     rl: RLConfig = Field(default_factory=RLConfig, description="RL stage.")
+    selfplay: SelfPlayConfig = Field(
+        default_factory=SelfPlayConfig, description="Self-play proposer and solver (off by default)."
+    )
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
     generation: GenerationConfig = Field(default_factory=GenerationConfig, description="Generation engine.")
     backend: Literal["local", "ray"] = Field(
@@ -362,12 +405,28 @@ class TrainConfig(_Strict):
                         f"eval.attempts={self.eval.attempts} scores {name!r} on {inner!r}'s held-out problems, and "
                         f"{inner!r} is in the mix too: keep one of them"
                     )
+        self._check_selfplay()
         if self.rl.offpolicy_kl_threshold is not None and self.backend != "ray":
             raise ValueError(
                 "rl.offpolicy_kl_threshold masks sequences by their behaviour log-probs, which only backend=ray "
                 "rollouts carry (in-process rollouts are on-policy)"
             )
         return self
+
+    def _check_selfplay(self) -> None:
+        sp = self.selfplay
+        if not sp.enabled:
+            if self.rl.prompts_per_step == 0:
+                raise ValueError("rl.prompts_per_step is 0: no problems to train on (0 is for selfplay.enabled runs)")
+            return
+        from polyrl.tasks.selfplay import proposer_task_class
+
+        names = [t.name for t in self.tasks]
+        for role, name in (("proposer", sp.proposer), ("solver", proposer_task_class(sp.proposer).solver_task)):
+            if name not in names:
+                raise ValueError(f"selfplay: the {role} task {name!r} is not in tasks; add it to the mix")
+        if self.backend != "local":
+            raise ValueError("selfplay rolls out in the trainer process; it cannot be combined with backend=ray")
 
 
 def _set_dotted(data: dict, key: str, value: Any) -> None:

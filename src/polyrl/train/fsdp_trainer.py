@@ -69,6 +69,11 @@ def check_fsdp_config(config: TrainConfig) -> None:
         )
     if config.model.lora.enabled:
         raise UserError("multi-process (FSDP) training does not shard LoRA adapters: set model.lora.enabled=false")
+    if config.selfplay.enabled:
+        raise UserError(
+            "multi-process (FSDP) training cannot run self-play yet: the game's two rollout rounds run in one "
+            "process; use one process for selfplay.enabled runs"
+        )
 
 
 class _StagedShards:

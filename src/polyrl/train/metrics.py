@@ -116,6 +116,7 @@ def step_metrics(
     for kind in sorted({t.problem.source for t in trajs}):  # where the step's problems came from
         out[f"source/{kind}"] = sum(t.problem.source == kind for t in trajs) / len(trajs)
     out.update(collected.backend)
+    out.update(collected.extra)
     if sample_count:
         out["samples"] = samples(trajs, sample_count)
     return out

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
 from polyrl.policy.threads import available_cores, default_threads
 from polyrl.rewards import RewardScorer
 from polyrl.rollout.collect import LocalSource, Sampling, collect_groups
+from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
 from polyrl.run_dir import RunDir, atomic_write_text
 from polyrl.tasks.answers import AnswerFormat
 from polyrl.tasks.dataset import resolve_task_spec
@@ -64,7 +66,9 @@ class Trainer:
                 space.resolve(spec.eval_difficulty)
             if config.sft.difficulty is not None:
                 space.resolve(config.sft.difficulty)
-        self.sampler = make_sampler(config.sampler.name, list(self.tasks), config.sampler.options)
+        # the proposer's prompts come from the self-play game, not from the sampler
+        sampled = [n for n in self.tasks if not (config.selfplay.enabled and n == config.selfplay.proposer)]
+        self.sampler = make_sampler(config.sampler.name, sampled, config.sampler.options)
         self.difficulty_controller = make_difficulty_controller(config.difficulty_control, self.tasks, self.specs)
         self.reward_scorer = RewardScorer(config.reward, list(self.tasks), config.device)
         if config.device.startswith("cuda") and not torch.cuda.is_available():
@@ -112,6 +116,7 @@ class Trainer:
             self.source = LocalSource(
                 self.tasks, self.backend, self.prompts, sampling, config.reward, lambda: self.policy_version
             )
+        self.selfplay = self._make_selfplay(sampling) if config.selfplay.enabled else None
         self.has_references = {n: self._has_reference(n) for n in self.tasks}
         if config.sft.enabled and config.sft.steps and not any(self.has_references.values()):
             raise UserError("sft is enabled but no task in the mix provides reference solutions")
@@ -155,6 +160,19 @@ class Trainer:
             shared_prefill=self.config.rl.share_prompts,
         )
 
+    def _make_selfplay(self, sampling: Sampling) -> SelfPlay:
+        """The self-play game: proposer groups and solver groups from two in-process sources over the policy."""
+        sp = self.config.selfplay
+        local = lambda s: LocalSource(
+            self.tasks, self.backend, self.prompts, s, self.config.reward, lambda: self.policy_version
+        )
+        proposer = dataclasses.replace(
+            sampling, group_size=sp.proposals, max_new_tokens=sp.max_new_tokens or sampling.max_new_tokens
+        )
+        solver = dataclasses.replace(sampling, group_size=sp.solver_group_size)
+        settings = SelfPlaySettings(sp.proposer, sp.prompts, sp.reward)
+        return SelfPlay(settings, self.tasks, local(proposer), local(solver))
+
     def _sync_backend(self) -> None:
         """Give the generation backend the current weights (a no-op for transformers, which shares them)."""
         self.backend.sync_weights(self.policy.model, self.policy_version)
@@ -173,7 +191,7 @@ class Trainer:
         def make_problems(n: int):
             return self.sampler.draw(n, rng, self.tasks, self.difficulty)
 
-        return collect_groups(
+        collected = collect_groups(
             self.source,
             cfg.prompts_per_step,
             make_problems,
@@ -182,6 +200,10 @@ class Trainer:
             cfg.dynamic_sampling,
             cfg.max_refills,
         )
+        if self.selfplay is not None:  # the game's proposer and solver groups (not shown to the curriculum)
+            game = self.selfplay.collect(rng, self.difficulty, self.reward_scorer.score, cfg.dynamic_sampling)
+            collected = collected.merged(game)
+        return collected
 
     def _observe(self, group) -> None:
         """The curriculum sees every generated group's verifier scores (dropped groups included)."""
@@ -266,6 +288,7 @@ class Trainer:
             "difficulty": self.difficulty_controller.state_dict() if self.difficulty_controller else {},
             "policy_version": self.policy_version,
             "metrics_lines": self.run_dir.metrics_lines(),
+            "selfplay": self.selfplay.state_dict() if self.selfplay is not None else {},
         }
 
     def _load_training_state(self, ckpt) -> dict[str, Any]:
@@ -279,6 +302,8 @@ class Trainer:
         self.sampler.load_state_dict(ckpt.state.get("sampler", {}))
         if self.difficulty_controller is not None:
             self.difficulty_controller.load_state_dict(ckpt.state.get("difficulty", {}))
+        if self.selfplay is not None:
+            self.selfplay.load_state_dict(ckpt.state.get("selfplay", {}))
         self.bad_steps = ckpt.state.get("bad_steps", 0)
         self.policy_version = ckpt.state.get("policy_version", 0)
 

@@ -5,6 +5,7 @@ MODULES = tuple(
     for module in (
         "arithmetic",
         "arithmetic_target",
+        "arithmetic_proposals",
         "logic",
         "logic_puzzles",
         "grid",

@@ -87,6 +87,16 @@ def _random_expression(rng, operators: int, digits: int) -> tuple[str, int]:
     return f"{left}{op}{right}", level
 
 
+def expression_example(text: str, value: int) -> Example:
+    """The ``expression_evaluation`` example for expression ``text`` of value ``value`` (generated or proposed)."""
+    statement = (
+        f"Evaluate the expression {text}, where * is multiplication. Parentheses come first, then "
+        "multiplication, then addition and subtraction from left to right.\n"
+        "Answer with a single integer (it may be negative), for example -173."
+    )
+    return Example(f"{text}=", value, str(value), statement)
+
+
 @register_task
 class ExpressionEvaluation(Task):
     name = "expression_evaluation"
@@ -104,12 +114,7 @@ class ExpressionEvaluation(Task):
             text, _ = _random_expression(rng, p["operators"], p["digits"])
             value, _ = evaluate_expression(text, max_chars=400, max_depth=32)
             if abs(value) < 10**15:
-                statement = (
-                    f"Evaluate the expression {text}, where * is multiplication. Parentheses come first, then "
-                    "multiplication, then addition and subtraction from left to right.\n"
-                    "Answer with a single integer (it may be negative), for example -173."
-                )
-                return Example(f"{text}=", int(value), str(int(value)), statement)
+                return expression_example(text, int(value))
 
     def check(self, answer: str, problem: Problem):
         return float(parse_int(answer) == problem.answer)
