@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from polyrl.envs.registry import ENV_CONCURRENCY
 from polyrl.errors import UserError
 from polyrl.tasks import Problem
 
@@ -180,7 +181,7 @@ class RolloutPool:
         max_new_tokens: int,
         temperature: float,
         top_p: float,
-        env_concurrency: int = 16,
+        env_concurrency: int = ENV_CONCURRENCY,
     ) -> list[list]:
         """The next ``n`` completed groups (lists of trajectories), in the order they finish; fewer only if
         groups failed for good."""

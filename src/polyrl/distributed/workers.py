@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from polyrl.envs.base import Environment, EnvTask, StepResult, is_environment
+from polyrl.envs.registry import ENV_CONCURRENCY
 from polyrl.tasks import Problem
 
 
@@ -192,7 +193,7 @@ class RolloutWorker:
         max_new_tokens: int,
         temperature: float,
         top_p: float,
-        env_concurrency: int = 16,
+        env_concurrency: int = ENV_CONCURRENCY,
         interruptible: bool = False,
     ) -> list:
         """Play one group at policy ``version`` (``weights`` is ``[ObjectRef]`` of its state dict). With

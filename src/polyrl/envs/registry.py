@@ -23,6 +23,10 @@ from polyrl.registry import Registry
 from polyrl.tasks import Task, get_task
 
 ENV_PREFIX = "env/"
+MAX_EPISODE_TOKENS = 384
+"""Default ``env.max_episode_tokens`` (also the default of the rollout and evaluation functions)."""
+ENV_CONCURRENCY = 16
+"""Default ``env.concurrency``."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class EnvConfig(BaseModel):
         None, ge=1, description="Policy turns per episode (default: each environment's own)."
     )
     max_episode_tokens: int = Field(
-        384, ge=8, description="Total response tokens per episode, policy and environment together."
+        MAX_EPISODE_TOKENS, ge=8, description="Total response tokens per episode, policy and environment together."
     )
     tool_timeout_s: float = Field(5.0, gt=0, description="Wall-clock limit of one tool call in seconds.")
     attempts: int = Field(3, ge=1, description="Attempts of env/retry (the first one included).")
@@ -76,7 +80,7 @@ class EnvConfig(BaseModel):
         "`bubblewrap`); `unsafe_local` runs them unisolated, with rlimits only (see docs/security.md).",
     )
     concurrency: int = Field(
-        16,
+        ENV_CONCURRENCY,
         ge=1,
         description="Environment steps run at once by the in-process backend (threads; async-native environments "
         "on an event loop), so that tool waits overlap; 1 steps environments one after another.",

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from polyrl.envs.base import is_environment
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.registry import MAX_EPISODE_TOKENS, EnvConfig
 from polyrl.envs.retry import RetryTask
 from polyrl.errors import UserError
 from polyrl.eval.metrics import pass_at_k
@@ -29,7 +29,7 @@ def evaluate_policy(
     pass_k: int = 1,
     temperature: float = 1.0,
     seed: int = 0,
-    max_episode_tokens: int = 384,
+    max_episode_tokens: int = MAX_EPISODE_TOKENS,
     attempts: int = 1,
 ) -> dict[str, dict[str, float]]:
     """Per task: ``accuracy`` (greedy), ``score`` (mean verifier score, greedy), ``format_rate``,

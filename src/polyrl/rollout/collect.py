@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from polyrl.algos import zero_variance_groups
+from polyrl.envs.registry import ENV_CONCURRENCY
 from polyrl.rollout.multi_turn import rollout_mixed
 from polyrl.rollout.trajectory import Trajectory
 from polyrl.tasks import Problem
@@ -44,7 +45,7 @@ class Sampling:
     temperature: float
     top_p: float
     max_episode_tokens: int
-    env_concurrency: int = 16
+    env_concurrency: int = ENV_CONCURRENCY
     """Environment steps run at once (``env.concurrency``)."""
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from polyrl.envs.base import Environment, EnvTask, Message, StepResult
+from polyrl.envs.registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS
 from polyrl.envs.tool_formats import ToolFormat, UsesToolFormat, describe_tools, resolve_tool_format
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
@@ -255,13 +256,13 @@ def rollout_episodes(
     group_size: int,
     max_new_tokens: int,
     reward: RewardConfig,
-    max_episode_tokens: int = 384,
+    max_episode_tokens: int = MAX_EPISODE_TOKENS,
     temperature: float = 1.0,
     top_p: float = 1.0,
     greedy: bool = False,
     group_offset: int = 0,
     version: int = 0,
-    env_concurrency: int = 16,
+    env_concurrency: int = ENV_CONCURRENCY,
     latest: PolicySource | None = None,
 ) -> list[Trajectory]:
     """Play ``group_size`` episodes per problem; every turn, all live episodes generate in one call, then
@@ -456,9 +457,9 @@ def rollout_mixed(
     group_size: int,
     max_new_tokens: int,
     reward: RewardConfig,
-    max_episode_tokens: int = 384,
+    max_episode_tokens: int = MAX_EPISODE_TOKENS,
     group_offset: int = 0,
-    env_concurrency: int = 16,
+    env_concurrency: int = ENV_CONCURRENCY,
     latest: PolicySource | None = None,
     **sampling,
 ) -> list[Trajectory]:
