@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import Tensor
+
+# The schedule follows training steps, and a step whose batch carries no signal (every advantage zero) or a
+# non-finite gradient deliberately skips optimizer.step(): torch's warning about that order is noise here.
+warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
 
 
 def clip_and_step(optimizer, parameters, max_grad_norm: float, loss: Tensor) -> float | None:
