@@ -423,6 +423,27 @@ def test_a_run_without_selfplay_has_no_selfplay_section(tmp_path):
     assert not any(p.name.endswith("_selfplay.png") for p in pngs)
 
 
+def test_invalid_reasons_count_0_on_the_steps_they_were_not_logged(tmp_path, monkeypatch):
+    """A reason is logged only on steps that had one (``selfplay/invalid/<reason>``); the plot draws 0 on the other
+    game steps rather than joining the logged ones (which drew a reason seen once as a flat line at 1)."""
+    from polyrl.report import plots, series
+    from polyrl.report.panels import selfplay_panels
+
+    rl = [
+        {"stage": "rl", "step": 1, "selfplay/proposals": 8.0, "role/proposer/valid": 0.5, "selfplay/invalid/x": 4.0},
+        {"stage": "rl", "step": 2, "selfplay/proposals": 8.0, "role/proposer/valid": 1.0},
+        {"stage": "rl", "step": 3, "selfplay/proposals": 8.0, "role/proposer/valid": 0.75, "selfplay/invalid/x": 2.0},
+        {"stage": "rl", "step": 4, "role/proposer/valid": 0.75},  # not a game step: no count
+    ]
+    assert series.counts(rl, "selfplay/invalid/x", "selfplay/proposals") == ([1, 2, 3], [4.0, 0.0, 2.0])
+    (panel,) = [p for p in selfplay_panels(rl) if p.title.startswith("invalid proposals")]
+    assert panel.zero_fill == "selfplay/proposals"
+    drawn = []
+    monkeypatch.setattr(plots, "_noisy", lambda ax, steps, ys, *a, **k: drawn.append((list(steps), list(ys))))
+    plots.overlay_curves(rl, [panel])
+    assert drawn == [([1, 2, 3], [4.0, 0.0, 2.0])]
+
+
 def _scripted(trainer):
     references = {}
     for seed in range(200):
