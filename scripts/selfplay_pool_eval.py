@@ -7,7 +7,8 @@ scores every given model greedily on all of them, and on the ones whose value is
 
     PYTHONPATH=src python scripts/selfplay_pool_eval.py RUN_DIR [--pool-from CHECKPOINT] MODEL_DIR...
 
-MODEL_DIR is a checkpoint's ``model`` folder, ``sft_model`` or ``final_model`` (relative to RUN_DIR or absolute).
+MODEL_DIR is a saved model with its tokenizer, ``sft_model`` or ``final_model`` (relative to RUN_DIR or absolute;
+a checkpoint's ``model`` folder has no tokenizer).
 Prints a Markdown table; ``--json PATH`` also writes the numbers.
 """
 
