@@ -423,6 +423,27 @@ def test_a_run_without_selfplay_has_no_selfplay_section(tmp_path):
     assert not any(p.name.endswith("_selfplay.png") for p in pngs)
 
 
+def test_invalid_reasons_count_0_on_the_steps_they_were_not_logged(tmp_path, monkeypatch):
+    """A reason is logged only on steps that had one (``selfplay/invalid/<reason>``); the plot draws 0 on the other
+    game steps rather than joining the logged ones (which drew a reason seen once as a flat line at 1)."""
+    from polyrl.report import plots, series
+    from polyrl.report.panels import selfplay_panels
+
+    rl = [
+        {"stage": "rl", "step": 1, "selfplay/proposals": 8.0, "role/proposer/valid": 0.5, "selfplay/invalid/x": 4.0},
+        {"stage": "rl", "step": 2, "selfplay/proposals": 8.0, "role/proposer/valid": 1.0},
+        {"stage": "rl", "step": 3, "selfplay/proposals": 8.0, "role/proposer/valid": 0.75, "selfplay/invalid/x": 2.0},
+        {"stage": "rl", "step": 4, "role/proposer/valid": 0.75},  # not a game step: no count
+    ]
+    assert series.counts(rl, "selfplay/invalid/x", "selfplay/proposals") == ([1, 2, 3], [4.0, 0.0, 2.0])
+    (panel,) = [p for p in selfplay_panels(rl) if p.title.startswith("invalid proposals")]
+    assert panel.zero_fill == "selfplay/proposals"
+    drawn = []
+    monkeypatch.setattr(plots, "_noisy", lambda ax, steps, ys, *a, **k: drawn.append((list(steps), list(ys))))
+    plots.overlay_curves(rl, [panel])
+    assert drawn == [([1, 2, 3], [4.0, 0.0, 2.0])]
+
+
 def _scripted(trainer):
     references = {}
     for seed in range(200):
@@ -464,3 +485,26 @@ def test_a_resumed_selfplay_run_matches_the_uninterrupted_one(tiny_train_config,
     drop = ("step_time", "tokens_per_s", "completions_per_s")
     strip = lambda rs: [{k: v for k, v in r.items() if k not in drop} for r in rs]
     assert strip(_records(cfg)) == strip(_records(full_cfg))  # pool sizes and proposals included
+
+
+def test_the_pool_eval_script_reads_a_runs_pool_as_solver_problems(tmp_path):
+    """scripts/selfplay_pool_eval.py (docs/synthesis.md's fixed-pool measure) turns the checkpointed pool into
+    expression_evaluation problems with their exact values."""
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "scripts" / "selfplay_pool_eval.py"
+    spec = importlib.util.spec_from_file_location("selfplay_pool_eval", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ckpt = tmp_path / "checkpoints" / "rl-000002"
+    ckpt.mkdir(parents=True)
+    (tmp_path / "checkpoints" / "LATEST").write_text("rl-000002\n")
+    (ckpt / "trainer_state.json").write_text(json.dumps({"selfplay": {"pool": ["7*(2+3)=", "(6+9)*0=", "8-9="]}}))
+    name, problems = module.pool_problems(tmp_path, None)
+    assert name == "rl-000002"
+    assert [(p.question, p.source, v) for p, v in problems] == [
+        ("7*(2+3)=", "proposed", 35),
+        ("(6+9)*0=", "proposed", 0),
+        ("8-9=", "proposed", -1),
+    ]
+    assert all(SOLVER.verify(p, f"<answer>{v}</answer>").correct for p, v in problems)

@@ -34,6 +34,8 @@ class Panel:
     band: bool = False
     omit_if_zero: bool = False
     raw: bool = True  # noisy: smoothed line with the raw values faint; False for schedules (learning rate)
+    zero_fill: str = ""
+    """For counts logged only when nonzero: a key logged every step; a curve's missing steps among its steps are 0."""
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -153,7 +155,7 @@ def selfplay_panels(rl: list[dict[str, Any]]) -> tuple[Panel, ...]:
         extra.append(Panel("proposal difficulty (mean over valid)", curves=curves))
     if reasons:
         curves = tuple(Curve(f"selfplay/invalid/{n}", n, PALETTE[i % len(PALETTE)]) for i, n in enumerate(reasons))
-        extra.append(Panel("invalid proposals by reason (count)", curves=curves))
+        extra.append(Panel("invalid proposals by reason (count)", curves=curves, zero_fill="selfplay/proposals"))
     return SELFPLAY + tuple(extra)
 
 

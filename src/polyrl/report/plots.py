@@ -135,7 +135,10 @@ def overlay_curves(rl: list[dict[str, Any]], panels: list[Panel]) -> Figure | No
     with plt.rc_context(STYLE):
         fig, axes = _figure(len(panels), height=2.7)
         for ax, panel in zip(axes.flat, panels):
-            drawn = [(c, *series.series(rl, c.key)) for c in panel.curves]
+            drawn = [
+                (c, *(series.counts(rl, c.key, panel.zero_fill) if panel.zero_fill else series.series(rl, c.key)))
+                for c in panel.curves
+            ]
             drawn = [d for d in drawn if d[1]]
             if panel.band and len(drawn) >= 2 and drawn[0][1] == drawn[-1][1]:
                 ax.fill_between(drawn[0][1], drawn[0][2], drawn[-1][2], color="#4c72b0", alpha=0.08, lw=0)

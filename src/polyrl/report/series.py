@@ -29,6 +29,14 @@ def series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[flo
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+def counts(records: list[dict[str, Any]], key: str, ref: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of a count ``key`` that is logged only on the steps where it is not 0 (an invalid proposal's
+    reason): 0 on every step where ``ref`` is logged and ``key`` is not."""
+    logged_at = dict(zip(*series(records, key)))
+    steps = series(records, ref)[0]
+    return steps, [logged_at.get(s, 0.0) for s in steps]
+
+
 def logged(records: list[dict[str, Any]], key: str) -> bool:
     """Whether ``key`` has a finite value on at least one step."""
     return any(value(r, key) is not None for r in records)
