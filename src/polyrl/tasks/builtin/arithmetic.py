@@ -78,6 +78,11 @@ def _random_expression(rng, operators: int, digits: int) -> tuple[str, int]:
     op = rng.choice("+-*")
     left, left_level = _random_expression(rng, left_ops, digits)
     right, right_level = _random_expression(rng, operators - 1 - left_ops, digits)
+    return join_operands(left, left_level, op, right, right_level)
+
+
+def join_operands(left: str, left_level: int, op: str, right: str, right_level: int) -> tuple[str, int]:
+    """``left op right`` with only the parentheses precedence requires, and its level (1: + -, 2: *, 3: a number)."""
     level = 2 if op == "*" else 1
     if left_level < level:
         left = f"({left})"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import evaluate_expression, parse_int
-from polyrl.tasks.builtin.arithmetic import expression_example
+from polyrl.tasks.builtin.arithmetic import expression_example, join_operands
 from polyrl.tasks.registry import register_task
 from polyrl.tasks.selfplay import ProposerTask
 
@@ -88,12 +88,7 @@ def _expression_over(rng, numbers: list[int]) -> tuple[str, int]:
     op = rng.choice("+-*")
     left, left_level = _expression_over(rng, numbers[:cut])
     right, right_level = _expression_over(rng, numbers[cut:])
-    level = 2 if op == "*" else 1
-    if left_level < level:
-        left = f"({left})"
-    if right_level < level or (op == "-" and right_level == 1):
-        right = f"({right})"
-    return f"{left}{op}{right}", level
+    return join_operands(left, left_level, op, right, right_level)
 
 
 @register_task
