@@ -70,6 +70,11 @@ def test_gradient_share_over_a_runs_steps():
     assert gradient_share([{"reward": 1.0}], ["a"]) is None
 
 
+def test_gradient_share_counts_a_retry_arms_mass_under_its_task():
+    rl = [{"adv_abs_sum/env/retry:a": 3.0, "adv_abs_sum/env/retry:b": 1.0}, {"adv_abs_sum/env/retry:a": 1.0}]
+    assert gradient_share(rl, ["a", "b"]) == {"a": 0.8, "b": 0.2}
+
+
 def _summary(low: float, high: float) -> dict:
     diff = {"mean": (low + high) / 2, "low": low, "high": high, "n": 3, "mde": 0.05}
     return {

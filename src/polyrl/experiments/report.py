@@ -86,9 +86,13 @@ ADV_MASS = "adv_abs_sum/"
 
 def gradient_share(rl: list[dict[str, Any]], tasks: list[str]) -> dict[str, float] | None:
     """Each task's share of sum |advantage| × tokens over a run's RL steps — a proxy for the share of the
-    policy gradient it received; None when the run did not log it."""
-    totals = {t: sum(r.get(ADV_MASS + t, 0.0) for r in rl) for t in tasks}
-    if not any(ADV_MASS + t in r for r in rl for t in tasks):
+    policy gradient it received; None when the run did not log it. An arm that trains on ``env/retry:<task>``
+    (the multi-attempt claim) logs its mass under that name; it counts as ``<task>``'s."""
+    from polyrl.envs.retry import RETRY_PREFIX
+
+    keys = {t: (ADV_MASS + t, ADV_MASS + RETRY_PREFIX + t) for t in tasks}
+    totals = {t: sum(r.get(k, 0.0) for r in rl for k in keys[t]) for t in tasks}
+    if not any(k in r for r in rl for t in tasks for k in keys[t]):
         return None
     whole = sum(totals.values())
     return {t: v / whole if whole > 0 else 0.0 for t, v in totals.items()}
