@@ -357,6 +357,7 @@ class Trainer:
         if ckpt is not None:
             self._restore(ckpt)
             start = ckpt.step
+        self.step = start
         self.progress.start("SFT", total, start)
         for step in range(start, total):
             rng = self._seed_step("sft", step)
@@ -548,6 +549,7 @@ class Trainer:
         if ckpt is not None:
             self._restore(ckpt)
             start = ckpt.step
+        self.step = start  # a run resumed from its last RL checkpoint logs its final eval at that step
         self._broadcast_weights()
         if self.critic is not None and start == 0 and cfg.critic.warmup_steps:
             self._critic_warmup(cfg.critic.warmup_steps)
