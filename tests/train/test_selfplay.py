@@ -181,9 +181,9 @@ class ScriptedSolver:
         return {}
 
 
-def _game(proposer_texts, correct, reward="variance"):
+def _game(proposer_texts, correct, reward="variance", invalid_reward=0.0):
     tasks = {"propose_expression": PROPOSER, "expression_evaluation": SOLVER}
-    settings = SelfPlaySettings("propose_expression", len(proposer_texts), reward)
+    settings = SelfPlaySettings("propose_expression", len(proposer_texts), reward, invalid_reward)
     return SelfPlay(settings, tasks, ScriptedProposer(proposer_texts), ScriptedSolver(correct))
 
 
@@ -231,6 +231,23 @@ def test_one_step_of_the_game_by_hand():
     assert ex[0] == {"proposal": "7+2*3=13", "valid": True, "reason": "correct", "solver_success": 0.5, "reward": 1.0}
     assert ex[-1]["valid"] is False and ex[-1]["solver_success"] is None
     json.dumps(m)  # the metrics record is JSON
+
+
+def test_an_invalid_proposal_gets_the_invalid_reward():
+    game = _game(TEXTS, SOLVED, invalid_reward=-0.5)
+    collected = game.collect(np.random.default_rng(0), lambda name: "easy", lambda ts: None, dynamic_sampling=False)
+    proposals = [t for t in collected.trajectories if t.task == "propose_expression"]
+    # unparseable, no answer, wrong claimed value -> -0.5; the valid ones keep their learnability
+    assert [t.reward for t in proposals] == [1.0, 0.75, -0.5, -0.5, 0.0, -0.5, 1.0]
+    assert proposals[2].reward_terms == {"learnability": 0.0, "invalid": -0.5}
+    assert proposals[4].reward_terms == {"learnability": 0.0}  # valid, always solved: 0, not the penalty
+    m = collected.extra
+    assert m["role/proposer/reward"] == pytest.approx((2.75 - 1.5) / 7)
+    assert m["role/proposer/learnability"] == pytest.approx(2.75 / 4)  # over the valid proposals only
+    # with only invalid proposals in a group, the group has no signal whatever the penalty
+    junk = _game([["junk", "<answer>1=</answer>"]], SOLVED, invalid_reward=-1.0)
+    dropped = junk.collect(np.random.default_rng(0), lambda name: "easy", lambda ts: None, dynamic_sampling=True)
+    assert dropped.trajectories == [] and dropped.groups_dropped == 1
 
 
 def test_dynamic_sampling_drops_groups_without_signal():
@@ -292,6 +309,8 @@ BASE = {
         ({"selfplay": {"enabled": True, "reward": "entropy"}}, "selfplay.reward"),
         ({"selfplay": {"enabled": True, "proposals": 1}}, "selfplay.proposals"),
         ({"selfplay": {"enabled": True, "solver_group_size": 1}}, "selfplay.solver_group_size"),
+        ({"selfplay": {"enabled": True, "invalid_reward": -1.5}}, "invalid_reward must be between -1 and 0, got -1.5"),
+        ({"selfplay": {"enabled": True, "invalid_reward": 0.5}}, "invalid_reward must be between -1 and 0, got 0.5"),
         ({"selfplay": {"enabled": False}}, "rl.prompts_per_step is 0"),
         ({"backend": "ray"}, "cannot be combined with backend=ray"),
     ],
