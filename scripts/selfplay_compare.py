@@ -1,0 +1,135 @@
+"""Compare groups of self-play runs (e.g. two settings of ``selfplay.invalid_reward``) on the game's metrics.
+
+    PYTHONPATH=src python scripts/selfplay_compare.py --group A RUN RUN RUN --group B RUN RUN RUN [--json PATH]
+
+Each group is a label and its runs, one per seed, given in the same seed order in every group (the runs of one
+position share their SFT model and seed, so the difference between two groups is taken per position). For every
+run it reads ``metrics.jsonl`` (RL steps and the held-out evaluations) and, when present, ``pool_eval.json``
+(``scripts/selfplay_pool_eval.py``); it prints a Markdown table of each group's mean with a 95% t-interval over
+its runs and the per-position difference of every later group from the first, with its 95% t-interval.
+
+Metrics: the proposer's valid share and the learnability of its valid proposals (``role/proposer/learnability``,
+the learnability reward, never the invalid penalty) in the first and last 25 RL steps; the learnability over all
+proposals without the penalty (valid share x learnability of valid ones); the solver's success on the step's
+proposals; distinct valid proposals after RL (the pool); the share of value-0 proposals among the valid
+proposals logged in ``selfplay/examples`` (8 a step) over all steps and over the last 50, and in the final pool;
+steps with no update; held-out accuracies after SFT and after RL; greedy accuracy on the run's own pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+from polyrl.tasks.builtin._parse import evaluate_expression
+from polyrl.tasks.builtin.arithmetic_proposals import MAX_NESTING, MAX_PROPOSAL_CHARS
+
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+"""Two-sided 95% t quantiles by degrees of freedom."""
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def _value(expression: str) -> int | None:
+    try:
+        value, _ = evaluate_expression(expression, MAX_PROPOSAL_CHARS, MAX_NESTING)
+    except Exception:
+        return None
+    return int(value)
+
+
+def run_metrics(run: Path) -> dict[str, float]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in records if r.get("stage") == "rl"]
+    evals = {r.get("name"): r for r in records if r.get("stage") == "eval"}
+    first, last = rl[:25], rl[-25:]
+
+    def window(rs, key):
+        return _mean(r.get(key) for r in rs)
+
+    def learn_all(rs):
+        return _mean(r["role/proposer/valid"] * r.get("role/proposer/learnability", 0.0) for r in rs)
+
+    def zero_share(rs):
+        values = [
+            _value(e["proposal"].split("=")[0]) for r in rs for e in r.get("selfplay/examples", []) if e["valid"]
+        ]
+        return _mean(float(v == 0) for v in values if v is not None)
+
+    out = {
+        "valid, steps 1-25": window(first, "role/proposer/valid"),
+        "valid, last 25 steps": window(last, "role/proposer/valid"),
+        "valid, last 25 - first 25": window(last, "role/proposer/valid") - window(first, "role/proposer/valid"),
+        "learnability of valid, 1-25": window(first, "role/proposer/learnability"),
+        "learnability of valid, last 25": window(last, "role/proposer/learnability"),
+        "learnability of all (no penalty), 1-25": learn_all(first),
+        "learnability of all (no penalty), last 25": learn_all(last),
+        "solver success on proposals, 1-25": window(first, "role/solver/accuracy"),
+        "solver success on proposals, last 25": window(last, "role/solver/accuracy"),
+        "distinct among valid, last 25": window(last, "role/proposer/distinct"),
+        "pool after RL": rl[-1]["selfplay/pool_size"],
+        "value-0 share of logged valid, all steps": zero_share(rl),
+        "value-0 share of logged valid, last 50": zero_share(rl[-50:]),
+        "steps with no update": float(sum(not r.get("trained_sequences") for r in rl)),
+    }
+    ckpt = run / "checkpoints" / (run / "checkpoints" / "LATEST").read_text().strip()
+    pool = json.loads((ckpt / "trainer_state.json").read_text())["selfplay"]["pool"]
+    out["value-0 share of the final pool"] = _mean(float(_value(q.removesuffix("=")) == 0) for q in pool)
+    for task in ("expression_evaluation", "propose_expression"):
+        for name in ("after_sft", "after_rl"):
+            if name in evals:
+                out[f"held-out {task}, {name}"] = evals[name][f"accuracy/{task}"]
+    pool_eval = run / "pool_eval.json"
+    if pool_eval.exists():
+        rows = {r["model"]: r for r in json.loads(pool_eval.read_text())["rows"]}
+        if "sft_model" in rows and "final_model" in rows:
+            out["own pool greedy, final - sft"] = rows["final_model"]["all"] - rows["sft_model"]["all"]
+            out["own pool value!=0 greedy, final - sft"] = (
+                rows["final_model"]["value_not_0"] - rows["sft_model"]["value_not_0"]
+            )
+    return out
+
+
+def mean_ci(xs: list[float]) -> str:
+    xs = [x for x in xs if not math.isnan(x)]
+    if not xs:
+        return "–"
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return f"{m:.3g}"
+    half = T95[len(xs) - 1] * statistics.stdev(xs) / math.sqrt(len(xs))
+    return f"{m:.3f} ± {half:.3f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--group", nargs="+", action="append", required=True, metavar=("LABEL", "RUN"))
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    groups = {g[0]: [run_metrics(Path(r)) for r in g[1:]] for g in args.group}
+    labels = list(groups)
+    keys = [k for k in groups[labels[0]][0] if all(k in m for ms in groups.values() for m in ms)]
+    head = ["metric", *(f"{label} (per run)" for label in labels), *(f"{label} mean ± 95% CI" for label in labels)]
+    head += [f"{label} − {labels[0]} (paired)" for label in labels[1:]]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for k in keys:
+        cells = [k]
+        cells += [" / ".join(f"{m[k]:.3g}" for m in groups[label]) for label in labels]
+        cells += [mean_ci([m[k] for m in groups[label]]) for label in labels]
+        for label in labels[1:]:
+            pairs = zip(groups[label], groups[labels[0]])
+            cells.append(mean_ci([a[k] - b[k] for a, b in pairs]))
+        print("| " + " | ".join(cells) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(groups, indent=1))
+
+
+if __name__ == "__main__":
+    main()
