@@ -1,6 +1,7 @@
 """Compare groups of self-play runs (e.g. two settings of ``selfplay.invalid_reward``) on the game's metrics.
 
     PYTHONPATH=src python scripts/selfplay_compare.py --group A RUN RUN RUN --group B RUN RUN RUN [--json PATH]
+        [--plot PNG]
 
 Each group is a label and its runs, one per seed, given in the same seed order in every group (the runs of one
 position share their SFT model and seed, so the difference between two groups is taken per position). For every
@@ -96,6 +97,43 @@ def run_metrics(run: Path) -> dict[str, float]:
     return out
 
 
+def plot(groups: dict[str, list[Path]], path: Path, smooth: int = 10) -> None:
+    """Per step, each group's mean over its runs (a trailing mean over ``smooth`` steps): the proposer's valid
+    share, the learnability of its valid proposals, and the value-0 share of the logged valid proposals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("proposer valid share", lambda r: r["role/proposer/valid"]),
+        ("learnability of valid proposals", lambda r: r.get("role/proposer/learnability")),
+        (
+            "value-0 share of logged valid proposals",
+            lambda r: _mean(
+                float(_value(e["proposal"].split("=")[0]) == 0) for e in r.get("selfplay/examples", []) if e["valid"]
+            ),
+        ),
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(12, 3.2))
+    for label, runs in groups.items():
+        rls = [
+            [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"stage": "rl"' in x]
+            for run in runs
+        ]
+        for ax, (title, get) in zip(axes, panels):
+            per_step = []
+            for i in range(min(map(len, rls))):
+                window = [get(r) for rl in rls for r in rl[max(0, i - smooth + 1) : i + 1]]
+                per_step.append(_mean(v for v in window if v is None or not math.isnan(v)))
+            ax.plot(range(1, len(per_step) + 1), per_step, label=label)
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("RL step", fontsize=8)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+
+
 def mean_ci(xs: list[float]) -> str:
     xs = [x for x in xs if not math.isnan(x)]
     if not xs:
@@ -111,6 +149,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--group", nargs="+", action="append", required=True, metavar=("LABEL", "RUN"))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None, help="PNG of per-step curves, each group's mean over runs")
     args = ap.parse_args()
     groups = {g[0]: [run_metrics(Path(r)) for r in g[1:]] for g in args.group}
     labels = list(groups)
@@ -129,6 +168,8 @@ def main() -> None:
         print("| " + " | ".join(cells) + " |")
     if args.json:
         args.json.write_text(json.dumps(groups, indent=1))
+    if args.plot:
+        plot({g[0]: [Path(r) for r in g[1:]] for g in args.group}, args.plot)
 
 
 if __name__ == "__main__":
