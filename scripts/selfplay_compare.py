@@ -14,6 +14,7 @@ the learnability reward, never the invalid penalty) in the first and last 25 RL 
 proposals without the penalty (valid share x learnability of valid ones); the solver's success on the step's
 proposals; distinct valid proposals after RL (the pool); the share of value-0 proposals among the valid
 proposals logged in ``selfplay/examples`` (8 a step) over all steps and over the last 50, and in the final pool;
+the share of logged proposals that are valid with a value other than 0, and the solver's success on those;
 steps with no update; held-out accuracies after SFT and after RL; greedy accuracy on the run's own pool.
 """
 
@@ -63,6 +64,12 @@ def run_metrics(run: Path) -> dict[str, float]:
         ]
         return _mean(float(v == 0) for v in values if v is not None)
 
+    def nonzero(rs):
+        """Of the logged proposals: the share valid with a value other than 0, and the solver's success on those."""
+        logged = [e for r in rs for e in r.get("selfplay/examples", [])]
+        hard = [e for e in logged if e["valid"] and _value(e["proposal"].split("=")[0]) not in (0, None)]
+        return _mean(float(e in hard) for e in logged), _mean(e["solver_success"] for e in hard)
+
     out = {
         "valid, steps 1-25": window(first, "role/proposer/valid"),
         "valid, last 25 steps": window(last, "role/proposer/valid"),
@@ -77,6 +84,9 @@ def run_metrics(run: Path) -> dict[str, float]:
         "pool after RL": rl[-1]["selfplay/pool_size"],
         "value-0 share of logged valid, all steps": zero_share(rl),
         "value-0 share of logged valid, last 50": zero_share(rl[-50:]),
+        "valid with value != 0, share of logged proposals, last 50": nonzero(rl[-50:])[0],
+        "solver success on logged valid value != 0, first 50": nonzero(rl[:50])[1],
+        "solver success on logged valid value != 0, last 50": nonzero(rl[-50:])[1],
         "steps with no update": float(sum(not r.get("trained_sequences") for r in rl)),
     }
     ckpt = run / "checkpoints" / (run / "checkpoints" / "LATEST").read_text().strip()
