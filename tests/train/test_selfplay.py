@@ -527,3 +527,52 @@ def test_the_pool_eval_script_reads_a_runs_pool_as_solver_problems(tmp_path):
         ("8-9=", "proposed", -1),
     ]
     assert all(SOLVER.verify(p, f"<answer>{v}</answer>").correct for p, v in problems)
+
+
+def test_the_compare_script_reads_a_runs_metrics_and_pool(tmp_path):
+    """scripts/selfplay_compare.py (docs/synthesis.md's invalid_reward comparison) on a hand-made run."""
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "scripts" / "selfplay_compare.py"
+    spec = importlib.util.spec_from_file_location("selfplay_compare", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    examples = [
+        {"proposal": "0*(4+2)=0", "valid": True, "solver_success": 1.0},
+        {"proposal": "7+2*3=13", "valid": True, "solver_success": 0.5},
+        {"proposal": "8*8=42", "valid": False, "solver_success": None},
+        {"proposal": "9-9=0", "valid": True, "solver_success": 0.75},
+    ]
+    records = [{"stage": "sft", "step": 1, "loss": 1.0}]
+    for step in range(1, 51):  # steps 1-25: valid 0.25, learnability 0.4; steps 26-50: valid 0.5, no valid, no update
+        late = step > 25
+        rec = {"stage": "rl", "step": step, "role/proposer/valid": 0.5 if late else 0.25, "selfplay/pool_size": step}
+        rec["selfplay/examples"] = examples[:3] if late else examples
+        if not late:
+            rec.update({"role/proposer/learnability": 0.4, "role/solver/accuracy": 0.6, "trained_sequences": 40})
+        records.append(rec)
+    records.append(
+        {
+            "stage": "eval",
+            "name": "after_rl",
+            "accuracy/expression_evaluation": 0.25,
+            "accuracy/propose_expression": 0.5,
+        }
+    )
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    ckpt = tmp_path / "checkpoints" / "rl-000050"
+    ckpt.mkdir(parents=True)
+    (tmp_path / "checkpoints" / "LATEST").write_text("rl-000050\n")
+    (ckpt / "trainer_state.json").write_text(json.dumps({"selfplay": {"pool": ["0*5=", "7+2=", "3-3=", "8="]}}))
+    m = module.run_metrics(tmp_path)
+    assert (m["valid, steps 1-25"], m["valid, last 25 steps"]) == (0.25, 0.5)
+    assert m["learnability of all (no penalty), 1-25"] == pytest.approx(0.1)
+    assert m["learnability of all (no penalty), last 25"] == 0.0  # no valid proposal's learnability logged
+    assert m["value-0 share of logged valid, all steps"] == pytest.approx((25 * 2 + 25 * 1) / (25 * 3 + 25 * 2))
+    assert m["value-0 share of logged valid, last 50"] == m["value-0 share of logged valid, all steps"]
+    assert m["valid with value != 0, share of logged proposals, last 50"] == pytest.approx(50 / (25 * 4 + 25 * 3))
+    assert m["solver success on logged valid value != 0, first 50"] == 0.5
+    assert m["value-0 share of the final pool"] == 0.5
+    assert (m["steps with no update"], m["pool after RL"]) == (25.0, 50)
+    assert m["held-out expression_evaluation, after_rl"] == 0.25
+    assert module.mean_ci([1.0, 2.0, 3.0]) == "2.000 ± 2.483"  # t = 4.30, sd 1, n 3
