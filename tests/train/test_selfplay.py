@@ -181,9 +181,9 @@ class ScriptedSolver:
         return {}
 
 
-def _game(proposer_texts, correct, reward="variance"):
+def _game(proposer_texts, correct, reward="variance", invalid_reward=0.0):
     tasks = {"propose_expression": PROPOSER, "expression_evaluation": SOLVER}
-    settings = SelfPlaySettings("propose_expression", len(proposer_texts), reward)
+    settings = SelfPlaySettings("propose_expression", len(proposer_texts), reward, invalid_reward)
     return SelfPlay(settings, tasks, ScriptedProposer(proposer_texts), ScriptedSolver(correct))
 
 
@@ -231,6 +231,23 @@ def test_one_step_of_the_game_by_hand():
     assert ex[0] == {"proposal": "7+2*3=13", "valid": True, "reason": "correct", "solver_success": 0.5, "reward": 1.0}
     assert ex[-1]["valid"] is False and ex[-1]["solver_success"] is None
     json.dumps(m)  # the metrics record is JSON
+
+
+def test_an_invalid_proposal_gets_the_invalid_reward():
+    game = _game(TEXTS, SOLVED, invalid_reward=-0.5)
+    collected = game.collect(np.random.default_rng(0), lambda name: "easy", lambda ts: None, dynamic_sampling=False)
+    proposals = [t for t in collected.trajectories if t.task == "propose_expression"]
+    # unparseable, no answer, wrong claimed value -> -0.5; the valid ones keep their learnability
+    assert [t.reward for t in proposals] == [1.0, 0.75, -0.5, -0.5, 0.0, -0.5, 1.0]
+    assert proposals[2].reward_terms == {"learnability": 0.0, "invalid": -0.5}
+    assert proposals[4].reward_terms == {"learnability": 0.0}  # valid, always solved: 0, not the penalty
+    m = collected.extra
+    assert m["role/proposer/reward"] == pytest.approx((2.75 - 1.5) / 7)
+    assert m["role/proposer/learnability"] == pytest.approx(2.75 / 4)  # over the valid proposals only
+    # with only invalid proposals in a group, the group has no signal whatever the penalty
+    junk = _game([["junk", "<answer>1=</answer>"]], SOLVED, invalid_reward=-1.0)
+    dropped = junk.collect(np.random.default_rng(0), lambda name: "easy", lambda ts: None, dynamic_sampling=True)
+    assert dropped.trajectories == [] and dropped.groups_dropped == 1
 
 
 def test_dynamic_sampling_drops_groups_without_signal():
@@ -292,6 +309,8 @@ BASE = {
         ({"selfplay": {"enabled": True, "reward": "entropy"}}, "selfplay.reward"),
         ({"selfplay": {"enabled": True, "proposals": 1}}, "selfplay.proposals"),
         ({"selfplay": {"enabled": True, "solver_group_size": 1}}, "selfplay.solver_group_size"),
+        ({"selfplay": {"enabled": True, "invalid_reward": -1.5}}, "invalid_reward must be between -1 and 0, got -1.5"),
+        ({"selfplay": {"enabled": True, "invalid_reward": 0.5}}, "invalid_reward must be between -1 and 0, got 0.5"),
         ({"selfplay": {"enabled": False}}, "rl.prompts_per_step is 0"),
         ({"backend": "ray"}, "cannot be combined with backend=ray"),
     ],
@@ -508,3 +527,52 @@ def test_the_pool_eval_script_reads_a_runs_pool_as_solver_problems(tmp_path):
         ("8-9=", "proposed", -1),
     ]
     assert all(SOLVER.verify(p, f"<answer>{v}</answer>").correct for p, v in problems)
+
+
+def test_the_compare_script_reads_a_runs_metrics_and_pool(tmp_path):
+    """scripts/selfplay_compare.py (docs/synthesis.md's invalid_reward comparison) on a hand-made run."""
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "scripts" / "selfplay_compare.py"
+    spec = importlib.util.spec_from_file_location("selfplay_compare", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    examples = [
+        {"proposal": "0*(4+2)=0", "valid": True, "solver_success": 1.0},
+        {"proposal": "7+2*3=13", "valid": True, "solver_success": 0.5},
+        {"proposal": "8*8=42", "valid": False, "solver_success": None},
+        {"proposal": "9-9=0", "valid": True, "solver_success": 0.75},
+    ]
+    records = [{"stage": "sft", "step": 1, "loss": 1.0}]
+    for step in range(1, 51):  # steps 1-25: valid 0.25, learnability 0.4; steps 26-50: valid 0.5, no valid, no update
+        late = step > 25
+        rec = {"stage": "rl", "step": step, "role/proposer/valid": 0.5 if late else 0.25, "selfplay/pool_size": step}
+        rec["selfplay/examples"] = examples[:3] if late else examples
+        if not late:
+            rec.update({"role/proposer/learnability": 0.4, "role/solver/accuracy": 0.6, "trained_sequences": 40})
+        records.append(rec)
+    records.append(
+        {
+            "stage": "eval",
+            "name": "after_rl",
+            "accuracy/expression_evaluation": 0.25,
+            "accuracy/propose_expression": 0.5,
+        }
+    )
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    ckpt = tmp_path / "checkpoints" / "rl-000050"
+    ckpt.mkdir(parents=True)
+    (tmp_path / "checkpoints" / "LATEST").write_text("rl-000050\n")
+    (ckpt / "trainer_state.json").write_text(json.dumps({"selfplay": {"pool": ["0*5=", "7+2=", "3-3=", "8="]}}))
+    m = module.run_metrics(tmp_path)
+    assert (m["valid, steps 1-25"], m["valid, last 25 steps"]) == (0.25, 0.5)
+    assert m["learnability of all (no penalty), 1-25"] == pytest.approx(0.1)
+    assert m["learnability of all (no penalty), last 25"] == 0.0  # no valid proposal's learnability logged
+    assert m["value-0 share of logged valid, all steps"] == pytest.approx((25 * 2 + 25 * 1) / (25 * 3 + 25 * 2))
+    assert m["value-0 share of logged valid, last 50"] == m["value-0 share of logged valid, all steps"]
+    assert m["valid with value != 0, share of logged proposals, last 50"] == pytest.approx(50 / (25 * 4 + 25 * 3))
+    assert m["solver success on logged valid value != 0, first 50"] == 0.5
+    assert m["value-0 share of the final pool"] == 0.5
+    assert (m["steps with no update"], m["pool after RL"]) == (25.0, 50)
+    assert m["held-out expression_evaluation, after_rl"] == 0.25
+    assert module.mean_ci([1.0, 2.0, 3.0]) == "2.000 ± 2.483"  # t = 4.30, sd 1, n 3

@@ -6,9 +6,9 @@ The **proposer** is shown prompts of a proposer task (:class:`polyrl.tasks.selfp
 becomes a problem of the solver task (``source="proposed"``), and the **solver** — the same policy — answers it
 ``solver_group_size`` times; the solver's reward is the verifier's, as for any problem. The proposer's reward is
 the *learnability* of its problem, a function of the solver group's success rate ``p`` that is highest for
-problems solved half of the time (:data:`LEARNABILITY`), and 0 for an invalid proposal. A proposer prompt's
-``proposals`` completions form one GRPO group; each proposed problem's solver completions form another; both
-roles' groups go into the step's update.
+problems solved half of the time (:data:`LEARNABILITY`), and ``selfplay.invalid_reward`` (default 0) for an
+invalid proposal. A proposer prompt's ``proposals`` completions form one GRPO group; each proposed problem's solver
+completions form another; both roles' groups go into the step's update.
 
 :meth:`SelfPlay.collect` returns the step's groups as a :class:`~polyrl.rollout.collect.Collected` (merged with
 the ordinary collector's by the trainer) whose ``extra`` holds the role-tagged metrics: ``role/proposer/*``,
@@ -65,6 +65,8 @@ class SelfPlaySettings:
     """Proposer prompts per step; each is a group of ``proposals`` completions."""
     reward: str
     """A key of :data:`LEARNABILITY`."""
+    invalid_reward: float = 0.0
+    """The proposer's reward for a proposal the verifier rejects."""
 
 
 class SelfPlay:
@@ -110,8 +112,12 @@ class SelfPlay:
         success = {id(group[0].problem): _mean(float(t.verdict.correct) for t in group) for group in solver_groups}
         rates = [success.get(id(p)) if p is not None else None for p in problems]
         for t, rate in zip(proposals, rates):
-            t.reward = self.learnability(rate) if rate is not None else 0.0
-            t.reward_terms = {"learnability": t.reward}
+            if rate is None:
+                t.reward = self.settings.invalid_reward
+                t.reward_terms = {"learnability": 0.0, "invalid": t.reward}
+            else:
+                t.reward = self.learnability(rate)
+                t.reward_terms = {"learnability": t.reward}
         extra = self._metrics(proposer_groups, problems, rates, solver_groups)
         kept, dropped = [], 0
         for group in [*proposer_groups, *solver_groups]:

@@ -265,11 +265,24 @@ class SelfPlayConfig(_Strict):
     reward: Literal["variance", "triangle", "azr"] = Field(
         "variance",
         description="Proposer reward of a valid proposal from p: variance 4p(1-p), triangle 1-|2p-1|, azr 1-p for "
-        "0<p<1 else 0 (Absolute Zero). An invalid proposal gets 0.",
+        "0<p<1 else 0 (Absolute Zero). An invalid proposal gets `invalid_reward`.",
+    )
+    invalid_reward: float = Field(
+        0.0,
+        description="Proposer reward of a proposal the verifier rejects (parse failure, wrong claim, constraint "
+        "violation), from -1 to 0. 0 treats it like a valid proposal that is always or never solved; a negative "
+        "value pushes the proposer to validity (Absolute Zero penalises malformed proposals).",
     )
     max_new_tokens: int | None = Field(
         None, ge=1, description="Longest proposal in tokens (default: rl.max_new_tokens)."
     )
+
+    @field_validator("invalid_reward")
+    @classmethod
+    def _invalid_reward_range(cls, value):
+        if not -1.0 <= value <= 0.0:
+            raise ValueError(f"selfplay.invalid_reward must be between -1 and 0, got {value}")
+        return value
 
     @field_validator("proposer")
     @classmethod

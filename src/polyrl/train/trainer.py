@@ -170,7 +170,7 @@ class Trainer:
             sampling, group_size=sp.proposals, max_new_tokens=sp.max_new_tokens or sampling.max_new_tokens
         )
         solver = dataclasses.replace(sampling, group_size=sp.solver_group_size)
-        settings = SelfPlaySettings(sp.proposer, sp.prompts, sp.reward)
+        settings = SelfPlaySettings(sp.proposer, sp.prompts, sp.reward, sp.invalid_reward)
         return SelfPlay(settings, self.tasks, local(proposer), local(solver))
 
     def _sync_backend(self) -> None:
