@@ -26,6 +26,19 @@ def test_tiny_model_defaults_to_terse_and_any_hugging_face_model_to_natural():
     assert default_style("/models/Qwen2.5-0.5B-Instruct") == "natural"
 
 
+@pytest.mark.parametrize("saved", ["terse", "natural"])
+def test_a_model_saved_in_a_polyrl_run_defaults_to_the_style_that_run_trained_with(tmp_path, saved):
+    run = tmp_path / "run"
+    (run / "sft_model").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"model: {{path: tiny}}\nprompt: {{field: question, style: {saved}}}\n")
+    assert default_style(str(run / "sft_model")) == saved
+    assert PromptConfig().resolved(str(run / "sft_model")).style == saved
+    # an explicit style wins; a run directory with an unreadable config falls back to natural
+    assert PromptConfig(style="natural").resolved(str(run / "sft_model")).style == "natural"
+    (run / "config.yaml").write_text("prompt: [unclosed\n")
+    assert default_style(str(run / "sft_model")) == "natural"
+
+
 def test_resolved_fills_an_unset_style_from_the_model_path():
     assert PromptConfig().resolved("tiny").style == "terse"
     assert PromptConfig().resolved("/models/qwen").style == "natural"

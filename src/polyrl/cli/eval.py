@@ -88,9 +88,8 @@ def eval_cmd(
         return
     from polyrl.eval.results import results_markdown
     from polyrl.eval.runner import run_suite
-    from polyrl.eval.sources import run_prompt_field, run_prompt_style
     from polyrl.eval.suite import load_suite, parse_suite, suite_from_options
-    from polyrl.policy.prompts import default_style
+    from polyrl.policy.prompts import default_style, run_prompt_field
 
     if (suite_file is None) == (tasks is None):
         raise UserError("give exactly one of --suite FILE or --tasks a,b,c")
@@ -107,7 +106,7 @@ def eval_cmd(
         suite = suite_from_options(tasks, difficulty, n, samples, **overrides)
     field = suite.prompt_field or (run_prompt_field(model) if model else None) or "prompt"
     # a polyrl run's own style; otherwise the model's default (an endpoint serves an LLM: natural)
-    style = (run_prompt_style(model) or default_style(model)) if model else "natural"
+    style = default_style(model) if model else "natural"
     if out is None:
         import time
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import torch
-import yaml
 
 from polyrl.policy.prompts import PromptBuilder, PromptConfig, problem_text
 from polyrl.tasks.base import Problem
@@ -57,31 +55,6 @@ def chat_messages(problem: Problem, field: str, system: str | None, style: str |
     if system:
         messages.insert(0, {"role": "system", "content": system})
     return messages
-
-
-def _run_prompt(model_path: str | Path) -> dict:
-    """The ``prompt`` section of the run a model was trained in, when ``model_path`` is inside a run directory."""
-    config = Path(model_path).resolve().parent / "config.yaml"
-    if not config.is_file():
-        return {}
-    try:
-        data = yaml.safe_load(config.read_text())
-    except (OSError, yaml.YAMLError):
-        return {}
-    prompt = data.get("prompt") if isinstance(data, dict) else None
-    return prompt if isinstance(prompt, dict) else {}
-
-
-def run_prompt_field(model_path: str | Path) -> str | None:
-    """The prompt field a polyrl run trained with, when ``model_path`` is a model inside a run directory."""
-    field = _run_prompt(model_path).get("field")
-    return field if field in ("prompt", "question") else None
-
-
-def run_prompt_style(model_path: str | Path) -> str | None:
-    """The prompt style a polyrl run trained with (natural or terse), when ``model_path`` is inside a run."""
-    style = _run_prompt(model_path).get("style")
-    return style if style in ("natural", "terse") else None
 
 
 class LocalModelSource:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from polyrl.policy.loading import TINY
@@ -13,9 +15,37 @@ PromptStyle = Literal["natural", "terse"]
 
 
 def default_style(model_path: str) -> PromptStyle:
-    """``terse`` for the embedded tiny model (a character vocabulary trained on the shorthand), ``natural`` for
-    any Hugging Face model (an instruction-tuned LLM reads a statement of the rules and the answer shape)."""
-    return "terse" if model_path == TINY else "natural"
+    """``terse`` for the embedded tiny model (a character vocabulary trained on the shorthand); for a model saved
+    inside a polyrl run (``runs/x/sft_model``), the style that run trained with; ``natural`` for any other
+    Hugging Face model (an instruction-tuned LLM reads a statement of the rules and the answer shape)."""
+    if model_path == TINY:
+        return "terse"
+    return run_prompt_style(model_path) or "natural"
+
+
+def _run_prompt(model_path: str | Path) -> dict:
+    """The ``prompt`` section of the run a model was trained in, when ``model_path`` is inside a run directory."""
+    config = Path(model_path).resolve().parent / "config.yaml"
+    if not config.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(config.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    prompt = data.get("prompt") if isinstance(data, dict) else None
+    return prompt if isinstance(prompt, dict) else {}
+
+
+def run_prompt_field(model_path: str | Path) -> str | None:
+    """The prompt field a polyrl run trained with, when ``model_path`` is a model inside a run directory."""
+    field = _run_prompt(model_path).get("field")
+    return field if field in ("prompt", "question") else None
+
+
+def run_prompt_style(model_path: str | Path) -> PromptStyle | None:
+    """The prompt style a polyrl run trained with (natural or terse), when ``model_path`` is inside a run."""
+    style = _run_prompt(model_path).get("style")
+    return style if style in ("natural", "terse") else None
 
 
 class PromptConfig(BaseModel):
@@ -29,7 +59,8 @@ class PromptConfig(BaseModel):
     style: PromptStyle | None = Field(
         None,
         description="'natural': a full statement of the rules and the answer shape (for LLMs); 'terse': the "
-        "shorthand the tiny model learns. Default: terse for model.path tiny, natural otherwise.",
+        "shorthand the tiny model learns. Default: terse for model.path tiny, the run's own style for a model saved in a "
+        "polyrl run directory, natural otherwise.",
     )
     system: str | None = Field(None, description="Optional system message.")
     chat_template: bool = Field(True, description="Apply the tokenizer's chat template when it has one.")
