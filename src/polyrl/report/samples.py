@@ -35,14 +35,14 @@ def safe_text(x: Any, limit: int = MAX_CHARS) -> str:
     return html.escape(text, quote=True)
 
 
-def sampled_steps(rl: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    """Step -> its samples (the dict entries of a non-empty ``samples`` list), in step order; a re-logged step keeps
-    the last record's."""
+def sampled_steps(rl: list[dict[str, Any]], key: str = "samples") -> dict[int, list[dict[str, Any]]]:
+    """Step -> the dict entries of its non-empty ``key`` list (``samples``, or self-play's ``selfplay/examples``),
+    in step order; a re-logged step keeps the last record's."""
     out: dict[int, list[dict[str, Any]]] = {}
     for record in rl:
-        step, samples = record.get("step"), record.get("samples")
-        if isinstance(step, int) and isinstance(samples, list):
-            kept = [s for s in samples if isinstance(s, dict)]
+        step, entries = record.get("step"), record.get(key)
+        if isinstance(step, int) and isinstance(entries, list):
+            kept = [e for e in entries if isinstance(e, dict)]
             if kept:
                 out[step] = kept
     return dict(sorted(out.items()))
@@ -118,13 +118,7 @@ def proposals_section(rl: list[dict[str, Any]]) -> str:
     """Self-play's logged proposals (``selfplay/examples``) at up to :data:`MAX_STEPS` steps, one table row each:
     the proposal, valid or the reason it is not, the solver group's success rate and the proposer's reward. Every
     field is hostile text (see the module docstring); "" when nothing was logged."""
-    by_step: dict[int, list[dict[str, Any]]] = {}
-    for record in rl:
-        step, examples = record.get("step"), record.get("selfplay/examples")
-        if isinstance(step, int) and isinstance(examples, list):
-            kept = [e for e in examples if isinstance(e, dict)]
-            if kept:
-                by_step[step] = kept
+    by_step = sampled_steps(rl, "selfplay/examples")
     if not by_step:
         return ""
     shown = steps_to_show(sorted(by_step))
