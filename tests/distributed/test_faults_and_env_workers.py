@@ -119,6 +119,14 @@ def test_groups_older_than_max_staleness_are_rerun_at_the_current_version(local_
         pool.shutdown()
 
 
+def _steps_run(worker) -> int:
+    """Steps an environment actor has run; 0 while it is still restarting after a kill."""
+    try:
+        return ray.get(worker.counts.remote())["steps"]
+    except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
+        return 0
+
+
 def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_goes_on(local_ray):
     import time
 
@@ -140,7 +148,7 @@ def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_go
         for _ in range(3):  # a kill that lands between calls touches no episode (a timing miss): kill again
             pool._fill(4, make)
             deadline = time.time() + 30
-            while ray.get(pool.env_workers[0].counts.remote())["steps"] == 0 and time.time() < deadline:
+            while _steps_run(pool.env_workers[0]) == 0 and time.time() < deadline:
                 time.sleep(0.05)  # wait until episodes are mid-way (a step has run)
             ray.kill(pool.env_workers[0], no_restart=False)
             groups = pool.groups(4, make, **SAMPLING)
