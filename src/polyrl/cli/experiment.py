@@ -7,6 +7,13 @@ import sys
 
 import typer
 
+
+def invoked_command() -> str | None:
+    """The ``polyrl experiment …`` command line this process runs, for the report; None when called otherwise
+    (from Python, or through another entry point)."""
+    return "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
+
+
 app = typer.Typer(help="Run experiments that compare training strategies.", no_args_is_help=True)
 
 
@@ -49,7 +56,7 @@ def curriculum(
     print(format_budget(estimate_budget(plan, probe=budget), jobs=jobs), flush=True)
     if budget:
         return
-    command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
+    command = invoked_command()
     summary = run_experiment(plan, log=lambda m: print(m, flush=True), command=command, jobs=jobs)
     for name, row in summary["strategies"].items():
         easy, hard = row["easy"]["mean"], row["hard"]["mean"]
@@ -94,7 +101,7 @@ def compose(
 
     plan = plan_compose(config, seeds, _names(arms), out, share_sft)
     suite = HeldOutSuite(difficulty, problems, depth3)
-    command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
+    command = invoked_command()
     summary = run_compose(plan, suite, log=lambda m: print(m, flush=True), command=command)
     for name, row in summary["arms"].items():
         cells = "   ".join(f"{g} {100 * m:5.1f} ± {100 * s:4.1f}" for g, (m, s) in row["accuracy"].items())

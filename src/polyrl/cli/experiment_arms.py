@@ -7,11 +7,9 @@ HL-Gauss); ``surgery`` compares summed multi-task gradients with PCGrad and CAGr
 
 from __future__ import annotations
 
-import shlex
-import sys
-
 import typer
 
+from polyrl.cli.experiment import invoked_command
 from polyrl.errors import UserError
 
 
@@ -43,7 +41,7 @@ def _compare(
     _print_budget(plan, probe=budget)
     if budget:
         return
-    command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
+    command = invoked_command()
     summary = run_experiment(
         plan,
         log=lambda m: print(m, flush=True),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
-
 import typer
+
+from polyrl.cli.experiment import invoked_command
 
 
 def transfer(
@@ -33,7 +32,7 @@ def transfer(
     print(format_budget(estimate_budget(plan, probe=budget)), flush=True)
     if budget:
         return
-    command = "polyrl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["experiment"] else None
+    command = invoked_command()
     summary = run_transfer(plan, design, log=lambda m: print(m, flush=True), command=command)
     t = summary["transfer"]
     for arm, ci in t["heldout"].items():

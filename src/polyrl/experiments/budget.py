@@ -107,7 +107,8 @@ def estimate_budget(plan, probe: bool = True) -> Budget:
             per_arm[arm.name] = per_arm[arm.name] if per_arm[arm.name] is not None else probed[1]
         source = "; ".join(s for s in (source, f"a quick timing of {PROBE_STEPS} steps per stage (evals on top)") if s)
     per_arm = {name: v if v is not None else pooled for name, v in per_arm.items()}
-    left = {name: sum(not run_finished(plan, d) for d in dirs) for name, dirs in arm_dirs.items()}
+    finished = {d: run_finished(plan, d) for d in rl_dirs}
+    left = {name: sum(not finished[d] for d in dirs) for name, dirs in arm_dirs.items()}
     rl_runs = sum(left.values())
     if any(v is None for v in per_arm.values()):
         rl_s = None
@@ -118,15 +119,13 @@ def estimate_budget(plan, probe: bool = True) -> Budget:
     return Budget(
         sft_runs=sum(not (d / "eval" / "after_sft.json").exists() for d in sft_dirs),
         rl_runs=rl_runs,
-        finished=sum(run_finished(plan, d) for d in rl_dirs),
+        finished=len(rl_dirs) - rl_runs,
         sft_steps=sft_steps,
         rl_steps=rl_steps,
         s_per_sft_step=sft_s if sft_s is not None else float("nan"),
         s_per_rl_step=rl_s if rl_s is not None else float("nan"),
         source=source or "nothing recorded",
-        seeds_left=sum(
-            any(not run_finished(plan, plan.run_dir(a.name, s)) for a in plan.strategies) for s in plan.seeds
-        ),
+        seeds_left=sum(any(not finished[plan.run_dir(a.name, s)] for a in plan.strategies) for s in plan.seeds),
     )
 
 
