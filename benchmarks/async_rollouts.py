@@ -106,9 +106,8 @@ def run(mode: str, args, model_path: str, style: str | None) -> dict:
             model_config=c.model,
             seed=c.seed,
             prompt_config=c.prompt,
-            reward_config=c.reward,
-            max_episode_tokens=c.env.max_episode_tokens,
             tasks=trainer.tasks,
+            backend_options=trainer._backend_options(),
         )
         trainer.source.pool = trainer.rollout_pool  # the collector's source asks the new pool
     t0 = time.perf_counter()

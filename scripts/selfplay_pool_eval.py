@@ -20,8 +20,8 @@ from pathlib import Path
 
 from polyrl.eval.sources import LocalModelSource
 from polyrl.policy.loading import ModelConfig, load_policy
-from polyrl.rewards import RewardConfig
-from polyrl.rollout.multi_turn import rollout_mixed
+from polyrl.rewards import verify_trajectories
+from polyrl.rollout import Sampling, rollout
 from polyrl.tasks import get_task
 from polyrl.tasks.builtin._parse import evaluate_expression
 from polyrl.tasks.builtin.arithmetic import expression_example
@@ -59,16 +59,15 @@ def main() -> None:
         path = Path(name) if Path(name).is_absolute() else args.run_dir / name
         policy = load_policy(ModelConfig(path=str(path)))
         source = LocalModelSource(policy, "question", None)
-        greedy = rollout_mixed(
+        greedy = rollout(
             [p for p, _ in problems],
             tasks,
             source.backend,
             source.prompts,
-            1,
-            args.max_new_tokens,
-            RewardConfig(),
+            Sampling(1, args.max_new_tokens),
             greedy=True,
         )
+        verify_trajectories(greedy, tasks)
         correct = [bool(t.verdict.correct) for t in sorted(greedy, key=lambda t: t.group)]
         rows.append(
             {

@@ -11,9 +11,8 @@ from polyrl.policy.generation import Generation
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptBuilder, PromptConfig
 from polyrl.policy.tiny import build_tiny_tokenizer
-from polyrl.rewards import RewardConfig
-from polyrl.rollout import collate, sequence_logprobs
-from polyrl.rollout.multi_turn import rollout_episodes, rollout_mixed
+from polyrl.rollout import Sampling, collate, rollout, sequence_logprobs
+from polyrl.rollout.episodes import rollout_episodes
 from polyrl.tasks import get_task
 
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "num_heads": 2}
@@ -67,7 +66,6 @@ def test_each_turn_is_generated_by_the_newest_weights_and_the_episode_is_as_old_
         prompts,
         1,
         40,
-        RewardConfig(),
         latest=lambda: (backend, next(versions)),
     )
     assert t.info["turns"] == 2 and t.verdict.correct
@@ -83,7 +81,6 @@ def test_without_interruption_every_turn_has_the_requested_version(prompts, scri
         prompts,
         1,
         40,
-        RewardConfig(),
         version=5,
     )
     assert t.turn_versions == [5, 5] and t.policy_version == 5
@@ -92,15 +89,8 @@ def test_without_interruption_every_turn_has_the_requested_version(prompts, scri
 def test_single_turn_groups_take_the_newest_weights_when_they_start(prompts, scripted):
     backend = scripted(lambda _: "<answer>1</answer>")
     task = get_task("addition")
-    trajs = rollout_mixed(
-        [task.generate(0, "easy")],
-        {"addition": task},
-        None,
-        prompts,
-        2,
-        20,
-        RewardConfig(),
-        latest=lambda: (backend, 7),
+    trajs = rollout(
+        [task.generate(0, "easy")], {"addition": task}, None, prompts, Sampling(2, 20), latest=lambda: (backend, 7)
     )
     assert [t.policy_version for t in trajs] == [7, 7]
 
@@ -126,7 +116,6 @@ def test_behaviour_logprobs_of_a_partial_rollout_come_from_each_turns_weights(pr
         prompts,
         1,
         40,
-        RewardConfig(),
         latest=lambda: (backend, next(versions)),
     )
     behaviour_logprobs({0: old, 1: new}, [t], tiny_tokenizer.pad_token_id, 1.0)

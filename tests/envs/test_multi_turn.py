@@ -2,18 +2,15 @@ import json
 
 import pytest
 
+from polyrl.algos import turn_advantages
 from polyrl.envs import get_env_task
-from polyrl.rewards import RewardConfig
-from polyrl.rollout import collate
-from polyrl.rollout.multi_turn import (
-    episode_metrics,
-    reference_episode,
-    rollout_episodes,
-    rollout_mixed,
-    turn_advantages,
-)
-from polyrl.rollout.single_turn import Trajectory
-from polyrl.tasks import Verdict, get_task
+from polyrl.rewards import RewardConfig, score
+from polyrl.rollout import Sampling, Trajectory, collate, rollout
+from polyrl.rollout.episode_metrics import episode_metrics
+from polyrl.rollout.episodes import rollout_episodes
+from polyrl.rollout.reference import reference_episode
+from polyrl.tasks import get_task
+from polyrl.train.update_batch import episode_credit
 
 
 def calc_call(expr):
@@ -33,7 +30,8 @@ def test_episodes_generate_in_one_batched_call_per_turn_and_mask_environment_tok
     task = get_env_task("env/calculator:multiplication")
     problems = [task.generate(s, {"digits_a": 4, "digits_b": 4}) for s in range(3)]
     backend = scripted(tool_user)
-    trajs = rollout_episodes(problems, {task.name: task}, backend, prompts, 2, 80, RewardConfig(), 200)
+    trajs = rollout_episodes(problems, {task.name: task}, backend, prompts, 2, 80, 200)
+    score(trajs, {task.name: task}, RewardConfig(), 80)
     assert backend.calls == [6, 6]  # two turns, all six episodes in each generate call
     for t in trajs:
         assert t.verdict.correct and t.reward == 1.0 and t.info["turns"] == 2 and t.info["tool_calls"] == 1
@@ -47,9 +45,8 @@ def test_episodes_generate_in_one_batched_call_per_turn_and_mask_environment_tok
 def test_the_episode_token_budget_ends_an_episode_with_a_reason(prompts, scripted):
     task = get_env_task("env/calculator:multiplication")
     problem = task.generate(0, {"digits_a": 4, "digits_b": 4})
-    trajs = rollout_episodes(
-        [problem], {task.name: task}, scripted(lambda _: "x" * 50), prompts, 2, 60, RewardConfig(), 100
-    )
+    trajs = rollout_episodes([problem], {task.name: task}, scripted(lambda _: "x" * 50), prompts, 2, 60, 100)
+    score(trajs, {task.name: task}, RewardConfig(), 60)
     assert [t.verdict.reason for t in trajs] == ["token_budget"] * 2
     assert all(len(t.response_ids) <= 100 and t.reward == 0.0 for t in trajs)
 
@@ -64,7 +61,6 @@ def test_garbage_every_turn_ends_at_the_turn_limit_and_is_counted(prompts, scrip
         prompts,
         1,
         40,
-        RewardConfig(),
         1000,
     )
     assert t.verdict.reason == "max_turns" and t.info["tool_errors"] == 3 and t.info["turns"] == 3
@@ -77,10 +73,8 @@ def test_mixed_batches_keep_problem_order_and_group_indices(prompts, scripted):
     single = get_task("addition")
     tasks = {env.name: env, "addition": single}
     problems = [single.generate(0), env.generate(1), single.generate(2)]
-    trajs = rollout_mixed(
-        problems, tasks, scripted(lambda _: "<answer>0</answer>"), prompts, 2, 16, RewardConfig(), group_offset=10
-    )
-    assert [(t.task, t.group) for t in trajs] == [("addition", 10)] * 2 + [(env.name, 11)] * 2 + [("addition", 12)] * 2
+    trajs = rollout(problems, tasks, scripted(lambda _: "<answer>0</answer>"), prompts, Sampling(2, 16))
+    assert [(t.task, t.group) for t in trajs] == [("addition", 0)] * 2 + [(env.name, 1)] * 2 + [("addition", 2)] * 2
     assert trajs[2].info["turns"] == 3 and trajs[0].policy_mask == [1] * len(trajs[0].response_ids)
 
 
@@ -107,7 +101,7 @@ def _traj(group, turn_rewards, spans, prompt_len=2):
         True,
         sum(turn_rewards),
         {},
-        Verdict(0, False, "x"),
+        None,
         turn_spans=spans,
         turn_rewards=turn_rewards,
     )
@@ -120,7 +114,7 @@ def test_turn_advantages_credit_each_turn_with_its_reward_to_go():
     a = _traj(0, [0.0, 1.0], [(0, 2), (3, 4)])
     b = _traj(0, [0.0], [(0, 3)])
     c = _traj(1, [0.5, 0.0], [(0, 1), (1, 2)])
-    adv = turn_advantages([a, b, c], width=6)
+    adv = turn_advantages([episode_credit(t) for t in (a, b, c)], width=6)
     assert adv[0].tolist() == pytest.approx([0, 1, 1, 0, 1, 0], abs=1e-5)  # response token 2 of a is the environment's
     assert adv[1].tolist() == pytest.approx([0, -1, -1, -1, 0, 0], abs=1e-5)
     assert adv[2].tolist() == pytest.approx([0, 0, -0.5, 0, 0, 0], abs=1e-5)
@@ -143,7 +137,7 @@ def test_a_template_with_native_tools_gets_the_schemas_and_closes_turns_its_way(
     prompts = PromptBuilder(tok, PromptConfig(field="question"))
     task = get_env_task("env/calculator:multiplication")
     problem = task.generate(0)
-    (t,) = rollout_episodes([problem], {task.name: task}, scripted(tool_user), prompts, 1, 80, RewardConfig(), 200)
+    (t,) = rollout_episodes([problem], {task.name: task}, scripted(tool_user), prompts, 1, 80, 200)
     prompt = tok.decode(t.prompt_ids)
     assert '"name": "calculator"' in prompt and "Tools:" not in prompt
     env_text = tok.decode([i for i, m in zip(t.response_ids, t.policy_mask) if m == 0])

@@ -19,8 +19,9 @@ from polyrl.envs.tool_formats import (
 from polyrl.envs.tool_use import CALCULATOR
 from polyrl.errors import UserError
 from polyrl.policy.prompts import PromptBuilder, PromptConfig
-from polyrl.rewards import RewardConfig
-from polyrl.rollout.multi_turn import ChatCodec, reference_episode, rollout_episodes
+from polyrl.rollout.chat import ChatCodec
+from polyrl.rollout.episodes import rollout_episodes
+from polyrl.rollout.reference import reference_episode
 
 FAMILY_FORMAT = {
     "qwen2_5": "hermes",
@@ -249,7 +250,7 @@ def test_an_episode_round_trips_through_the_calculator_in_each_family(family, sc
     a, b = expression.split("*")
     backend = type(scripted(str))(tok, _scripted_policy(FAMILY_FORMAT[name], expression, str(int(a) * int(b))))
     prompts = PromptBuilder(tok, PromptConfig(field="question"))
-    (t,) = rollout_episodes([problem], {task.name: task}, backend, prompts, 1, 200, RewardConfig(), 2000)
+    (t,) = rollout_episodes([problem], {task.name: task}, backend, prompts, 1, 200, 2000)
     assert t.verdict.correct and t.info["tool_calls"] == 1 and t.info["tool_errors"] == 0 and t.info["turns"] == 2
     env_text = tok.decode([i for i, m in zip(t.response_ids, t.policy_mask) if m == 0])
     assert env_text == RESULT_TEXT[name].replace("408", str(int(a) * int(b)))

@@ -12,6 +12,7 @@ from polyrl.eval.heldout import attempt_accuracy, attempt_tasks
 from polyrl.policy.generation import Generation
 from polyrl.policy.prompts import PromptBuilder, PromptConfig
 from polyrl.policy.tiny import build_tiny_tokenizer
+from polyrl.rollout import Sampling
 from polyrl.tasks import get_task
 
 PROBLEMS = 6
@@ -66,18 +67,20 @@ def setup():
 def test_attempt_accuracy_counts_right_within_k_attempts(setup):
     tok, prompts, task, problems = setup
     policy = ScriptedPolicy(tok, task, problems)
-    two = attempt_accuracy(policy, prompts, task, problems, 2, 32, 384)
+    two = attempt_accuracy(policy, prompts, task, problems, 2, Sampling(1, 32, max_episode_tokens=384))
     assert two == {"attempt1": 2 / 6, "attempt2": 4 / 6}
     # 6 first attempts + 4 second ones (the problems wrong at attempt 1)
     assert len(policy.prompts) == 10
-    three = attempt_accuracy(ScriptedPolicy(tok, task, problems), prompts, task, problems, 3, 32, 384)
+    three = attempt_accuracy(
+        ScriptedPolicy(tok, task, problems), prompts, task, problems, 3, Sampling(1, 32, max_episode_tokens=384)
+    )
     assert three == {"attempt1": 2 / 6, "attempt2": 4 / 6, "attempt3": 6 / 6}
 
 
 def test_the_second_attempt_sees_env_retry_feedback(setup):
     tok, prompts, task, problems = setup
     policy = ScriptedPolicy(tok, task, problems)
-    attempt_accuracy(policy, prompts, task, problems, 2, 32, 384)
+    attempt_accuracy(policy, prompts, task, problems, 2, Sampling(1, 32, max_episode_tokens=384))
     second = [p for p in policy.prompts if p.count("<|assistant|>") == 2]
     wrong = task.verify(problems[1], task.answer_format.wrap("-1"))
     missing = task.verify(problems[2], "I am not sure.")
@@ -91,7 +94,9 @@ def test_the_second_attempt_sees_env_retry_feedback(setup):
 def test_a_token_budget_cut_counts_as_wrong_from_there_on(setup):
     tok, prompts, task, problems = setup
     # room for the first answer only: the feedback does not fit, so nobody gets a second attempt
-    two = attempt_accuracy(ScriptedPolicy(tok, task, problems), prompts, task, problems, 2, 32, 20)
+    two = attempt_accuracy(
+        ScriptedPolicy(tok, task, problems), prompts, task, problems, 2, Sampling(1, 32, max_episode_tokens=20)
+    )
     assert two == {"attempt1": 2 / 6, "attempt2": 2 / 6}
 
 

@@ -155,7 +155,7 @@ def test_a_repeated_pair_is_judged_once_per_order(rubric):
 
 
 def test_scorer_marks_position_inconsistent_samples_without_failing_them(rubric, judge_server):
-    from polyrl.rewards import RewardConfig, RewardScorer
+    from polyrl.rewards import RewardConfig, RewardScorer, score
     from polyrl.rollout import Trajectory
     from polyrl.tasks import get_task
 
@@ -173,7 +173,7 @@ def test_scorer_marks_position_inconsistent_samples_without_failing_them(rubric,
         )
     config = RewardConfig(judge=0.5, judge_source=_cfg(rubric, mode="pairwise", base_url=server.url))
     scorer = RewardScorer(config, ["addition"])
-    scorer.score(trajs)
+    score(trajs, {"addition": task}, config, 16, scorer)
     for t in trajs:
         assert t.reward_terms["judge"] == 0.5 and t.reward == pytest.approx(1.0 + 0.5 * 0.5)
         assert t.judge_position_inconsistent is True and not t.reward_failures

@@ -6,7 +6,14 @@ import textwrap
 import pytest
 
 from polyrl.errors import UserError
-from polyrl.rewards import REWARD_SOURCES, RewardConfig, RewardScorer, register_reward_source, register_reward_term
+from polyrl.rewards import (
+    REWARD_SOURCES,
+    RewardConfig,
+    RewardScorer,
+    register_reward_source,
+    register_reward_term,
+    score,
+)
 from polyrl.rollout import Trajectory
 from polyrl.tasks import get_task
 from polyrl.train.config import load_config
@@ -50,7 +57,7 @@ def _traj(text: str, group: int = 0, task: str = "addition") -> Trajectory:
 
 
 def _score(config: RewardConfig, trajs, tasks=("addition",)):
-    RewardScorer(config, list(tasks)).score(trajs)
+    score(trajs, {name: get_task(name) for name in tasks}, config, 16, RewardScorer(config, list(tasks)))
     return trajs
 
 
@@ -163,7 +170,7 @@ def test_unknown_term_names_and_duplicates_are_config_errors(tmp_path, rewards_m
 
 
 def test_a_plugin_entry_point_naming_a_function_becomes_a_term_by_that_name():
-    from polyrl.rewards.compose import _adopt_plugin_term
+    from polyrl.rewards.terms import _adopt_plugin_term
 
     def polite(response):
         return float("please" in response)

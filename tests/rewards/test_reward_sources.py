@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from polyrl.errors import UserError
-from polyrl.rewards import RewardConfig, RewardScorer, compute_rewards, majority_vote_scores
+from polyrl.rewards import RewardConfig, RewardScorer, compute_rewards, majority_vote_scores, score
 from polyrl.rewards.rm_training import build_preference_data, load_preferences, save_preferences, train_reward_model
 from polyrl.rollout import Trajectory
 from polyrl.tasks import get_task
@@ -49,8 +49,8 @@ def test_scorer_adds_majority_vote_with_a_verifier_gate():
     right = f"<answer>{problem.solution}</answer>"
     wrong = "<answer>-1</answer>"
     trajs = [_traj("addition", 0, t, c) for t, c in [(wrong, False), (wrong, False), (right, True)]]
-    scorer = RewardScorer(RewardConfig(majority_vote=0.5, gate="verifier"), ["addition"])
-    scorer.score(trajs)
+    config = RewardConfig(majority_vote=0.5, gate="verifier")
+    score(trajs, {"addition": get_task("addition")}, config, 16, RewardScorer(config, ["addition"]))
     assert [t.reward_terms["majority_vote"] for t in trajs] == [1.0, 1.0, 0.0]
     # the wrong majority gets no bonus behind the gate; the right minority gets none either (it disagrees)
     assert [t.reward for t in trajs] == [0.0, 0.0, 1.0]

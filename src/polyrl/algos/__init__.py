@@ -8,6 +8,8 @@ aggregations, the KL penalty and reward shaping (DAPO overlong penalty).
 
 from polyrl.algos.advantages import (
     ADVANTAGE_ESTIMATORS,
+    TOKEN_ADVANTAGE_ESTIMATORS,
+    EpisodeCredit,
     dr_grpo,
     gae,
     get_advantage_estimator,
@@ -17,6 +19,7 @@ from polyrl.algos.advantages import (
     reinforce_pp_baseline,
     rloo,
     task_normalize,
+    turn_advantages,
     zero_variance_group_fraction,
     zero_variance_groups,
 )
@@ -48,6 +51,8 @@ __all__ = [
     "AGGREGATIONS",
     "KL_ESTIMATORS",
     "OBJECTIVES",
+    "TOKEN_ADVANTAGE_ESTIMATORS",
+    "EpisodeCredit",
     "ObjectiveInputs",
     "ObjectiveSettings",
     "aggregate",
@@ -72,6 +77,7 @@ __all__ = [
     "rloo",
     "task_normalize",
     "token_logprobs",
+    "turn_advantages",
     "zero_variance_group_fraction",
     "zero_variance_groups",
 ]

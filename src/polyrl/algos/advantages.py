@@ -11,12 +11,14 @@ Estimators are registered by name so a YAML config can pick one (``advantage: gr
     def my_estimator(rewards, group_ids, eps=1e-6): ...
 
 Every estimator returns ``Tensor[N]``; the trainer broadcasts it over the response tokens and may then
-apply :func:`task_normalize`.
+apply :func:`task_normalize`. Token-level estimators of episodes (``rl.advantage_level: turn``:
+:func:`turn_advantages`) are registered in :data:`TOKEN_ADVANTAGE_ESTIMATORS` and return ``Tensor[N, T]``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -27,7 +29,9 @@ from polyrl.registry import Registry
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "TOKEN_ADVANTAGE_ESTIMATORS",
     "AdvantageEstimator",
+    "EpisodeCredit",
     "dr_grpo",
     "gae",
     "get_advantage_estimator",
@@ -37,6 +41,7 @@ __all__ = [
     "reinforce_pp_baseline",
     "rloo",
     "task_normalize",
+    "turn_advantages",
     "zero_variance_group_fraction",
     "zero_variance_groups",
 ]
@@ -267,3 +272,52 @@ def gae(rewards_per_token: Tensor, values: Tensor, mask: Tensor, gamma: float, l
         advantages[:, t] = torch.where(step, advantage_t, torch.zeros_like(advantage_t))
     returns = torch.where(valid, advantages + values, torch.zeros_like(advantages))
     return advantages, returns
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Token-level estimators of episodes (``rl.advantage_level``): one advantage per response token
+
+
+@dataclass(frozen=True)
+class EpisodeCredit:
+    """What a token-level estimator reads of one sample (an episode, or a one-turn completion)."""
+
+    group: Hashable
+    reward: float
+    """The sample's reward (its weighted environment return plus any other terms)."""
+    turn_rewards: Sequence[float]
+    """The environment's reward per policy turn (``[reward]`` for a single-turn completion)."""
+    turn_spans: Sequence[tuple[int, int]]
+    """``[start, end)`` of each policy turn within the response."""
+    offset: int
+    """Column of the first response token's loss position (``len(prompt_ids) - 1``)."""
+
+
+class TokenAdvantageEstimator(Protocol):
+    def __call__(self, samples: Sequence[EpisodeCredit], width: int, eps: float = 1e-6) -> Tensor: ...
+
+
+TOKEN_ADVANTAGE_ESTIMATORS = Registry("token-level advantage estimator", builtins=("polyrl.algos.advantages",))
+"""``rl.advantage_level`` values other than ``episode`` → an estimator of ``[N, width]`` per-token advantages."""
+
+
+@TOKEN_ADVANTAGE_ESTIMATORS.register("turn")
+def turn_advantages(samples: Sequence[EpisodeCredit], width: int, eps: float = 1e-6) -> Tensor:
+    """Per-token advantages ``[N, width]`` aligned with the loss mask: the tokens of turn ``k`` get the
+    episode's return-to-go from turn ``k``, minus the group's mean return, over the group's std (GRPO's
+    normalization applied to reward-to-go; REINFORCE with a group baseline, Williams 1992). A group whose
+    returns are all equal is not scaled (dividing by a zero std would blow up later turns' credit)."""
+    out = torch.zeros(len(samples), width)
+    groups: dict[Hashable, list[float]] = {}
+    for s in samples:
+        groups.setdefault(s.group, []).append(s.reward)
+    for i, s in enumerate(samples):
+        returns = torch.tensor(groups[s.group])
+        mean, std = returns.mean(), returns.std(unbiased=False)
+        std = std if std > eps else torch.tensor(1.0)
+        rewards = list(s.turn_rewards)
+        scale = s.reward / sum(rewards) if sum(rewards) else 1.0  # reward-config weight on the return
+        for k, (a, b) in enumerate(s.turn_spans):
+            to_go = scale * sum(rewards[k:])
+            out[i, s.offset + a : s.offset + b] = (to_go - mean) / std
+    return out

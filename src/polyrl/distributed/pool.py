@@ -18,8 +18,8 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from polyrl.envs.registry import ENV_CONCURRENCY
 from polyrl.errors import UserError
+from polyrl.rollout.dispatch import Sampling
 from polyrl.tasks import Problem
 
 
@@ -99,8 +99,10 @@ class RolloutPool:
     """Rollout (and environment) actors plus the bookkeeping of groups in flight."""
 
     def __init__(
-        self, cfg, *, model_config, seed: int, prompt_config, reward_config, max_episode_tokens: int, tasks: dict
+        self, cfg, *, model_config, seed: int, prompt_config, tasks: dict, backend_options: dict | None = None
     ):
+        """``backend_options``: the keyword arguments of the workers' ``TransformersBackend`` (``batch_size``,
+        ``shared_prefill``), the same the trainer's own backend is built with."""
         self.cfg = cfg
         self.ray = require_ray()
         self.owns_ray = connect(cfg)
@@ -123,12 +125,11 @@ class RolloutPool:
                 model_config,
                 seed,
                 prompt_config,
-                reward_config,
-                max_episode_tokens,
                 tasks,
                 self.env_workers,
                 keep,
                 threads,
+                backend_options or {},
             )
             for _ in range(cfg.num_rollout_workers)
         ]
@@ -138,7 +139,7 @@ class RolloutPool:
         self.inflight: dict = {}  # ObjectRef -> Request
         self.stats = PoolStats()
         self._next_worker = 0
-        self.sampling: dict = {}
+        self.sampling: Sampling | None = None
 
     # -- weights --------------------------------------------------------------------------------------
     def sync_weights(self, model, version: int) -> None:
@@ -161,7 +162,7 @@ class RolloutPool:
         if req.attempt and req.worker == req.failed_on and len(self.workers) > 1:
             req.worker = (req.worker + 1) % len(self.workers)  # a re-run goes to another actor than the one that died
         ref = self.workers[req.worker].rollout.remote(
-            req.problem, req.version, [self.weights], **self.sampling, interruptible=self.interruptible
+            req.problem, req.version, [self.weights], self.sampling, interruptible=self.interruptible
         )
         self.inflight[ref] = req
 
@@ -176,24 +177,13 @@ class RolloutPool:
         self,
         n: int,
         make_problems: Callable[[int], list[Problem]],
-        *,
-        group_size: int,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        env_concurrency: int = ENV_CONCURRENCY,
+        sampling: Sampling,
     ) -> list[list]:
         """The next ``n`` completed groups (lists of trajectories), in the order they finish; fewer only if
         groups failed for good."""
         if self.weights is None:
             raise RuntimeError("sync_weights must be called before groups")
-        self.sampling = {
-            "group_size": group_size,
-            "max_new_tokens": max_new_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
-            "env_concurrency": env_concurrency,
-        }
+        self.sampling = sampling
         ahead = n * (1 + self.cfg.max_staleness) if self.cfg.asynchronous else n
         self._fill(ahead, make_problems)
         out: list[list] = []
@@ -251,16 +241,7 @@ class RaySource:
         self._seen = 0  # staleness entries already reported
 
     def groups(self, n: int, make_problems: Callable[[int], list[Problem]]) -> list[list]:
-        s = self.sampling
-        return self.pool.groups(
-            n,
-            make_problems,
-            group_size=s.group_size,
-            max_new_tokens=s.max_new_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            env_concurrency=s.env_concurrency,
-        )
+        return self.pool.groups(n, make_problems, self.sampling)
 
     def stats(self) -> dict[str, float]:
         st = self.pool.stats

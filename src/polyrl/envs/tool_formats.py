@@ -233,7 +233,7 @@ class UsesToolFormat:
     """A task or environment whose tool calls follow ``env.tool_format``.
 
     ``requested_tool_format`` is the configured name; the rollout, which knows the tokenizer, binds the
-    resolved format (:meth:`polyrl.rollout.multi_turn.ChatCodec.bind`). Unbound, a named family is used as
+    resolved format (:meth:`polyrl.rollout.chat.ChatCodec.bind`). Unbound, a named family is used as
     is and ``auto``/``native`` read the Hermes ``<tool_call>`` form."""
 
     requested_tool_format: str = "auto"

@@ -9,15 +9,22 @@ from typing import Any
 import torch
 
 from polyrl.envs.base import is_environment
-from polyrl.envs.registry import MAX_EPISODE_TOKENS, EnvConfig
+from polyrl.envs.registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS, EnvConfig
 from polyrl.envs.retry import RetryTask
 from polyrl.errors import UserError
 from polyrl.eval.metrics import pass_at_k
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
-from polyrl.rewards import RewardConfig
-from polyrl.rollout.multi_turn import rollout_episodes, rollout_mixed
+from polyrl.rewards.stage import verify_trajectories
+from polyrl.rollout import Sampling, Trajectory, rollout
 from polyrl.tasks import Task
+
+
+def _played(problems, tasks, backend, prompts, sampling: Sampling, greedy: bool = False) -> list[Trajectory]:
+    """The one rollout path, with each completion's verdict (held-out metrics need no reward)."""
+    trajs = rollout(problems, tasks, backend, prompts, sampling, greedy=greedy)
+    verify_trajectories(trajs, tasks)
+    return trajs
 
 
 def evaluate_policy(
@@ -31,11 +38,12 @@ def evaluate_policy(
     seed: int = 0,
     max_episode_tokens: int = MAX_EPISODE_TOKENS,
     attempts: int = 1,
+    env_concurrency: int = ENV_CONCURRENCY,
 ) -> dict[str, dict[str, float]]:
     """Per task: ``accuracy`` (greedy), ``score`` (mean verifier score, greedy), ``format_rate``,
     ``mean_length`` and, with ``pass_k > 1``, ``pass@1`` (sampled) and ``pass@k``. Adds a ``mean`` row.
     Environments (``env/...`` tasks) are played as episodes of at most ``max_episode_tokens``; their
-    accuracy is the success rate.
+    accuracy is the success rate; their environments step ``env_concurrency`` at a time (``env.concurrency``).
 
     With ``attempts > 1`` every task is scored on its single-turn held-out problems (``env/retry:<task>`` on
     ``<task>``'s, under that name: see :func:`attempt_tasks`), and each row adds ``attempt1`` …
@@ -45,12 +53,14 @@ def evaluate_policy(
         tasks = attempt_tasks(tasks)
     results: dict[str, dict[str, float]] = {}
     instances = {name: task for name, (task, _) in tasks.items()}
-    reward = RewardConfig()
+    greedy_sampling = Sampling(
+        1, max_new_tokens, max_episode_tokens=max_episode_tokens, env_concurrency=env_concurrency
+    )
+    # top_p 1: pass@k samples the policy's whole distribution at the eval temperature
+    sampled_sampling = Sampling(pass_k, max_new_tokens, temperature, 1.0, max_episode_tokens, env_concurrency)
     for name, (task, difficulty) in tasks.items():
         problems = [task.generate(i, difficulty, split="eval") for i in range(problems_per_task)]
-        greedy = rollout_mixed(
-            problems, instances, backend, prompts, 1, max_new_tokens, reward, max_episode_tokens, greedy=True
-        )
+        greedy = _played(problems, instances, backend, prompts, greedy_sampling, greedy=True)
         row = {
             "accuracy": sum(t.verdict.correct for t in greedy) / len(greedy),
             "score": sum(t.verdict.score for t in greedy) / len(greedy),
@@ -60,26 +70,14 @@ def evaluate_policy(
         if pass_k > 1:
             with torch.random.fork_rng():
                 torch.manual_seed(seed)
-                sampled = rollout_mixed(
-                    problems,
-                    instances,
-                    backend,
-                    prompts,
-                    pass_k,
-                    max_new_tokens,
-                    reward,
-                    max_episode_tokens,
-                    temperature=temperature,
-                )
+                sampled = _played(problems, instances, backend, prompts, sampled_sampling)
             correct = [0] * len(problems)
             for t in sampled:
                 correct[t.group] += int(t.verdict.correct)
             row["pass@1"] = sum(c / pass_k for c in correct) / len(problems)
             row[f"pass@{pass_k}"] = sum(pass_at_k(pass_k, c, pass_k) for c in correct) / len(problems)
         if attempts > 1:
-            row.update(
-                attempt_accuracy(backend, prompts, task, problems, attempts, max_new_tokens, max_episode_tokens)
-            )
+            row.update(attempt_accuracy(backend, prompts, task, problems, attempts, greedy_sampling))
         results[name] = row
     keys = next(iter(results.values())).keys()
     results["mean"] = {k: sum(r[k] for r in results.values()) / len(results) for k in keys}
@@ -112,26 +110,15 @@ def attempt_accuracy(
     task: Task,
     problems: list,
     attempts: int,
-    max_new_tokens: int,
-    max_episode_tokens: int,
+    sampling: Sampling,
 ) -> dict[str, float]:
     """``attempt1`` … ``attempt<attempts>``: the share of ``problems`` (single-turn problems of ``task``)
     answered correctly within the first k greedy attempts. Each problem is played as an env/retry episode
     (:class:`~polyrl.envs.retry.RetryEnvironment`, so a wrong answer gets exactly the training environment's
-    feedback) of at most ``attempts`` turns of ``max_new_tokens`` and ``max_episode_tokens`` in all; an
-    episode cut by the token budget counts as wrong from there on."""
+    feedback) of at most ``attempts`` turns of ``sampling.max_new_tokens`` and ``sampling.max_episode_tokens``
+    in all; an episode cut by the token budget counts as wrong from there on."""
     retry = RetryTask(task, EnvConfig(attempts=attempts))
-    episodes = rollout_episodes(
-        problems,
-        {task.name: retry},
-        backend,
-        prompts,
-        1,
-        max_new_tokens,
-        RewardConfig(),
-        max_episode_tokens,
-        greedy=True,
-    )
+    episodes = _played(problems, {task.name: retry}, backend, prompts, sampling, greedy=True)
     solved_at = [t.info["turns"] if t.verdict.correct else None for t in episodes]
     return {
         f"attempt{k}": sum(s is not None and s <= k for s in solved_at) / len(problems) for k in range(1, attempts + 1)

@@ -1,6 +1,8 @@
-"""Rewards: rule terms (verifier, format, length), reward models, LLM judges and label-free majority vote,
-combined with per-task weights; every term is logged on its own."""
+"""Rewards: rule terms (verifier, format, length, an episode's return), reward models, LLM judges, label-free
+majority vote and user functions, combined with per-task weights by one scoring stage (:func:`score`); every
+term is logged on its own."""
 
+from polyrl.rewards.callables import REWARD_BOUND
 from polyrl.rewards.compose import (
     MODEL_TERMS,
     REWARD_SOURCES,
@@ -13,9 +15,11 @@ from polyrl.rewards.compose import (
 from polyrl.rewards.judge import JudgeConfig, JudgeSource, parse_verdict
 from polyrl.rewards.reward_model import RewardModelConfig, RewardModelSource, build_tiny_reward_model
 from polyrl.rewards.scorer import RewardScorer, majority_vote_scores, register_reward_source, register_reward_term
+from polyrl.rewards.stage import score, scoring, verify_trajectories
 
 __all__ = [
     "MODEL_TERMS",
+    "REWARD_BOUND",
     "REWARD_SOURCES",
     "RULE_TERMS",
     "JudgeConfig",
@@ -32,4 +36,7 @@ __all__ = [
     "parse_verdict",
     "register_reward_source",
     "register_reward_term",
+    "score",
+    "scoring",
+    "verify_trajectories",
 ]

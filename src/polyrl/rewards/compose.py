@@ -1,22 +1,9 @@
 """Reward = a weighted sum of terms, each logged on its own (metrics ``reward_terms/<term>``).
 
-Rule terms, computed per completion by :func:`compute_rewards`:
-
-* ``verifier``: the task's verifier score in [0, 1].
-* ``format``: 1 when the response follows the answer format (given on its own, so a policy can be
-  rewarded for the format before it solves anything).
-* ``length``: minus the completion length in units of ``max_new_tokens`` (a linear length penalty).
-* ``overlong``: DAPO's soft overlong punishment (Yu et al. 2025, eq. 13): 0 up to
-  ``max_new_tokens - overlong_cache``, then linearly down to -1 at ``max_new_tokens``; a truncated
-  completion (no EOS) gets -1.
-* ``think_format`` / ``think_length`` (reasoning models, with ``prompt.think_tags``): 1 for thinking in
-  exactly one closed block before the answer; minus the share of the token budget spent thinking.
-
-Model and group terms, computed in batches after generation by :class:`polyrl.rewards.RewardScorer`:
-
-* ``reward_model``: a trained Bradley–Terry reward model's score, squashed by a sigmoid.
-* ``judge``: an LLM judge's rubric score in [0, 1] (or its pairwise preference over the reference).
-* ``majority_vote``: 1 when the extracted answer agrees with the group's majority (TTRL, label-free).
+Rule terms (``verifier``, ``format``, ``length``, ``overlong``, ``think_format``, ``think_length`` and an
+episode's ``env_return``) are listed in :mod:`polyrl.rewards.rules`; model and group terms (``reward_model``,
+``judge``, ``majority_vote``) in :mod:`polyrl.rewards.builtin_terms`. :func:`polyrl.rewards.stage.score`
+computes them all for a batch and sums them with the task's weights.
 
 Your own terms, computed with the model and group terms (see :mod:`polyrl.rewards.scorer`)::
 
@@ -27,7 +14,8 @@ Your own terms, computed with the model and group terms (see :mod:`polyrl.reward
         - {name: brevity, weight: 0.1, tasks: [gsm8k]}              # only on some tasks
 
 A term's function takes any of ``problem``, ``response``, ``extracted``, ``target``, ``verdict`` (per
-completion) or ``problems``, ``responses``, ``verdicts`` (per group) and returns a number per completion.
+completion; ``**kwargs`` takes them all) or ``problems``, ``responses``, ``verdicts`` (per group), or has TRL's
+signature ``f(completions, prompts=None, **kwargs)``; see :mod:`polyrl.rewards.callables`.
 
 With ``gate: verifier`` the terms computed after generation (model, group and your own) are a quality
 bonus paid only to completions the verifier marks correct. ``tasks:`` overrides any weight per task.
@@ -35,36 +23,19 @@ bonus paid only to completions the verifier marks correct. ``tasks:`` overrides 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from polyrl.registry import Registry
+from polyrl.rewards.callables import TERM_TIMEOUT
 from polyrl.rewards.judge import JudgeConfig
 from polyrl.rewards.reward_model import RewardModelConfig
+from polyrl.rewards.rules import Sample, rule_terms, weight_of
+from polyrl.rewards.terms import MODEL_TERMS, REWARD_SOURCES, RULE_TERMS
 from polyrl.tasks import Problem, Task, Verdict
-from polyrl.tasks.thinking import think_format, thinking_length
 
-RULE_TERMS = ("verifier", "format", "length", "overlong", "think_format", "think_length")
-MODEL_TERMS = ("reward_model", "judge", "majority_vote")
-
-
-def _adopt_plugin_term(name: str, obj: Any) -> None:
-    """A ``polyrl.rewards`` entry point naming a function makes it the term ``name`` (a module registers its own)."""
-    from polyrl.rewards.scorer import register_reward_term
-
-    register_reward_term(name)(obj)
-
-
-REWARD_SOURCES: Registry[Callable[..., Any]] = Registry(
-    "reward term", "polyrl.rewards", builtins=("polyrl.rewards.scorer",), adopt=_adopt_plugin_term
-)
-"""The reward-term registry: a term's name → ``factory(config, device)`` returning a function that scores a
-list of trajectories as ``[(value, failure reason or None), …]``. The built-in model/group terms, every
-:func:`~polyrl.rewards.scorer.register_reward_term` / ``register_reward_source`` and the plugins of the
-``polyrl.rewards`` entry-point group land here."""
+__all__ = ["MODEL_TERMS", "REWARD_SOURCES", "RULE_TERMS", "RewardConfig", "RewardResult", "RewardTermSpec"]
 
 
 class RewardTermSpec(BaseModel):
@@ -130,6 +101,11 @@ class RewardConfig(BaseModel):
     terms: list[RewardTermSpec] = Field(
         default_factory=list, description="More terms: a list of {name or fn, weight, tasks} (see docs/rewards.md)."
     )
+    term_timeout: float = Field(
+        TERM_TIMEOUT,
+        gt=0,
+        description="Seconds one call of a reward function may take; a slower call scores 0 (reward_failures/<term>).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -176,15 +152,6 @@ class RewardResult:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def soft_overlong(length: int, finished: bool, max_len: int, cache: int) -> float:
-    if not finished or length >= max_len:
-        return -1.0
-    start = max_len - cache
-    if length <= start or cache == 0:
-        return 0.0
-    return -(length - start) / cache
-
-
 def compute_rewards(
     config: RewardConfig,
     task: Task,
@@ -199,15 +166,6 @@ def compute_rewards(
     ``verdict``: the task's verdict when the caller has it already (a step's verdicts come in one batch)."""
     verdict = verdict if verdict is not None else task.verify(problem, text)
     weights = config.weights(problem.task)
-    terms = {"verifier": verdict.score, "format": float(verdict.format_ok)}
-    if weights["length"]:
-        terms["length"] = -length / max_new_tokens
-    if weights["overlong"]:
-        terms["overlong"] = soft_overlong(length, finished, max_new_tokens, config.overlong_cache)
-    tags = task.answer_format.think_tags
-    if tags is not None and (weights["think_format"] or weights["think_length"]):
-        terms["think_format"] = think_format(text, tags)
-        # the thinking's share of the response's characters, in units of the token budget
-        terms["think_length"] = -(thinking_length(text, tags) / max(len(text), 1)) * length / max_new_tokens
-    total = sum(weights[name] * value for name, value in terms.items())
-    return RewardResult(total, terms, verdict)
+    sample = Sample(task, problem, text, length, finished, max_new_tokens, verdict, weights, config.overlong_cache)
+    terms = rule_terms(sample)
+    return RewardResult(sum(weight_of(name, weights) * value for name, value in terms.items()), terms, verdict)

@@ -1,10 +1,12 @@
-"""Stage 1 of an RL step: collect scored groups of completions, with DAPO's dynamic sampling.
+"""Stage 1 of an RL step: collect groups of completions, with DAPO's dynamic sampling.
 
-One collector serves every backend. A :class:`GroupSource` turns problems into groups of trajectories: in
-this process (:class:`LocalSource`, the trainer's generation backend) or on Ray actors
-(:class:`polyrl.distributed.pool.RaySource`). The collector draws problems, scores each round's groups
-with the batched reward terms, tells the curriculum what it saw, and — with dynamic sampling — drops
-groups whose rewards are all equal and asks for more (Yu et al. 2025, "DAPO", §3.2).
+One collector serves every backend. A :class:`GroupSource` turns problems into unscored groups of
+trajectories: in this process (:class:`LocalSource`, the trainer's generation backend, through
+:func:`~polyrl.rollout.dispatch.rollout_groups`) or on Ray actors (:class:`polyrl.distributed.pool.RaySource`).
+The collector draws problems, hands each round's groups to the scoring stage (``score``:
+:func:`polyrl.rewards.stage.score` with the run's settings — dynamic sampling needs the rewards to see which
+groups carry signal), tells the curriculum what it saw, and — with dynamic sampling — drops groups whose
+rewards are all equal and asks for more (Yu et al. 2025, "DAPO", §3.2).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any, Protocol
 import torch
 
 from polyrl.algos import zero_variance_groups
-from polyrl.envs.registry import ENV_CONCURRENCY
-from polyrl.rollout.multi_turn import rollout_mixed
-from polyrl.rollout.trajectory import Trajectory
+from polyrl.rollout.dispatch import Sampling, rollout_groups
+from polyrl.rollout.trajectory import Trajectory, number_groups
 from polyrl.tasks import Problem
+
+__all__ = ["Collected", "GroupSource", "LocalSource", "Sampling", "collect_groups", "has_signal"]
 
 ProblemFactory = Callable[[int], list[Problem]]
 """``make_problems(n)``: the next ``n`` training problems (task sampler + generators)."""
@@ -36,46 +39,17 @@ class GroupSource(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """How completions are sampled for RL: one group of ``group_size`` per problem."""
-
-    group_size: int
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    max_episode_tokens: int
-    env_concurrency: int = ENV_CONCURRENCY
-    """Environment steps run at once (``env.concurrency``)."""
-
-
 class LocalSource:
     """Groups generated in this process by the trainer's generation backend (single- and multi-turn)."""
 
-    def __init__(self, tasks, backend, prompts, sampling: Sampling, reward_config, version: Callable[[], int]):
+    def __init__(self, tasks, backend, prompts, sampling: Sampling, version: Callable[[], int]):
         self.tasks, self.backend, self.prompts = tasks, backend, prompts
-        self.sampling, self.reward_config, self.version = sampling, reward_config, version
+        self.sampling, self.version = sampling, version
 
     def groups(self, n: int, make_problems: ProblemFactory) -> list[list[Trajectory]]:
-        s = self.sampling
-        trajs = rollout_mixed(
-            make_problems(n),
-            self.tasks,
-            self.backend,
-            self.prompts,
-            s.group_size,
-            s.max_new_tokens,
-            self.reward_config,
-            s.max_episode_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            version=self.version(),
-            env_concurrency=s.env_concurrency,
+        return rollout_groups(
+            make_problems(n), self.tasks, self.backend, self.prompts, self.sampling, version=self.version()
         )
-        by_group: dict[int, list[Trajectory]] = {}
-        for t in trajs:
-            by_group.setdefault(t.group, []).append(t)
-        return [by_group[g] for g in sorted(by_group)]
 
     def stats(self) -> dict[str, float]:
         return {}
@@ -100,8 +74,7 @@ class Collected:
     def merged(self, other: Collected) -> Collected:
         """This step's groups followed by ``other``'s (renumbered after these), with the counts added up."""
         offset = len({t.group for t in self.trajectories})
-        for t in other.trajectories:
-            t.group += offset
+        number_groups(_by_group(other.trajectories), offset)
         return Collected(
             self.trajectories + other.trajectories,
             gen_time=self.gen_time + other.gen_time,
@@ -112,6 +85,14 @@ class Collected:
             backend={**self.backend, **other.backend},
             extra={**self.extra, **other.extra},
         )
+
+
+def _by_group(trajs: list[Trajectory]) -> list[list[Trajectory]]:
+    """``trajs`` split into their groups, in the order the groups first appear."""
+    groups: dict[int, list[Trajectory]] = {}
+    for t in trajs:
+        groups.setdefault(t.group, []).append(t)
+    return list(groups.values())
 
 
 def has_signal(group: list[Trajectory]) -> bool:
@@ -129,12 +110,13 @@ def collect_groups(
     dynamic_sampling: bool,
     max_refills: int,
 ) -> Collected:
-    """``want`` groups from ``source``. Each round's trajectories are scored together (``score``: the batched
-    reward-model, judge and majority-vote terms), then every group is shown to ``observe`` (the task sampler
+    """``want`` groups from ``source``. Each round's trajectories are scored together (``score``: the scoring
+    stage, verdicts, rule terms and batched terms), then every group is shown to ``observe`` (the task sampler
     and difficulty controller). With ``dynamic_sampling``, groups without signal (:func:`has_signal`) are
-    dropped and up to ``max_refills`` more rounds ask for the missing ones."""
-    kept: list[Trajectory] = []
-    kept_groups = generated = dropped = rounds = tokens = 0
+    dropped and up to ``max_refills`` more rounds ask for the missing ones. Kept groups are numbered 0..K-1
+    in generation order."""
+    kept: list[list[Trajectory]] = []
+    generated = dropped = rounds = tokens = 0
     t0 = time.perf_counter()
     need = want
     while need > 0:
@@ -142,28 +124,22 @@ def collect_groups(
         rounds += 1
         if not groups:
             break
-        for members in groups:
-            for t in members:
-                t.group = generated
-                tokens += len(t.response_ids)
-            generated += 1
-        score([t for members in groups for t in members])
+        # numbered after every group generated so far, so a round's groups (majority vote) stay apart
+        scored = number_groups(groups, generated)
+        generated += len(groups)
+        tokens += sum(len(t.response_ids) for t in scored)
+        score(scored)
         for members in groups:
             observe(members)
             if dynamic_sampling and not has_signal(members):
                 dropped += 1
                 continue
-            kept.extend(members)
-            kept_groups += 1
-        need = want - kept_groups
+            kept.append(members)
+        need = want - len(kept)
         if not dynamic_sampling or rounds > max_refills:
             break
-    # renumber the kept groups 0..K-1 so that group ids index the step's groups
-    order: dict[int, int] = {}
-    for t in kept:
-        t.group = order.setdefault(t.group, len(order))
     return Collected(
-        kept,
+        number_groups(kept),
         gen_time=time.perf_counter() - t0,
         gen_tokens=tokens,
         groups_generated=generated,

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.rewards.stage import verify_trajectories
 from polyrl.rollout.collect import Collected, GroupSource, has_signal
-from polyrl.rollout.trajectory import Trajectory
+from polyrl.rollout.trajectory import Trajectory, number_groups
 from polyrl.tasks import Problem, Task, Verdict
 from polyrl.tasks.selfplay import ProposerTask
 
@@ -83,6 +84,7 @@ class SelfPlay:
         self.proposer: ProposerTask = proposer
         self.solver = tasks[proposer.solver_task]
         self.proposers, self.solvers = proposers, solvers
+        self.tasks = tasks
         self.learnability = LEARNABILITY[settings.reward]
         self.pool: set[str] = set()
         """Every distinct valid proposal of the run so far (checkpointed)."""
@@ -95,7 +97,7 @@ class SelfPlay:
         dynamic_sampling: bool,
     ) -> Collected:
         """One step of the game: proposals, their verdicts, the solver's groups on the valid ones, the proposer's
-        rewards. ``score`` adds the batched reward terms to the solver's trajectories. With ``dynamic_sampling``,
+        rewards. ``score`` (the scoring stage) makes the solver's rewards. With ``dynamic_sampling``,
         groups whose rewards are all equal are dropped (no refill: a proposal is not asked for again)."""
         t0 = time.perf_counter()
         name = self.settings.proposer
@@ -104,11 +106,12 @@ class SelfPlay:
         ]
         proposer_groups = self.proposers.groups(self.settings.prompts, draw)
         proposals = [t for group in proposer_groups for t in group]
+        verify_trajectories(proposals, self.tasks)  # a proposal's verdict says whether it is a valid problem
         problems: list[Problem | None] = [self._proposed_problem(t) for t in proposals]
         valid = [(t, p) for t, p in zip(proposals, problems) if p is not None]
         solver_groups = self.solvers.groups(len(valid), lambda n: [p for _, p in valid]) if valid else []
         if solver_groups:
-            score([t for group in solver_groups for t in group])
+            score(number_groups(solver_groups))
         success = {id(group[0].problem): _mean(float(t.verdict.correct) for t in group) for group in solver_groups}
         rates = [success.get(id(p)) if p is not None else None for p in problems]
         for t, rate in zip(proposals, rates):
@@ -124,12 +127,10 @@ class SelfPlay:
             if dynamic_sampling and not has_signal(group):
                 dropped += 1
                 continue
-            for t in group:
-                t.group = len(kept)
             kept.append(group)
         generated = len(proposer_groups) + len(solver_groups)
         return Collected(
-            [t for group in kept for t in group],
+            number_groups(kept),
             gen_time=time.perf_counter() - t0,
             gen_tokens=sum(len(t.response_ids) for group in [*proposer_groups, *solver_groups] for t in group),
             groups_generated=generated,

@@ -1,4 +1,4 @@
-"""The unit that flows from rollout to loss: one scored completion (or one multi-turn episode)."""
+"""The unit that flows from rollout to loss: one completion (or one multi-turn episode), scored after collection."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from polyrl.tasks import Problem, Verdict
 
 @dataclass
 class Trajectory:
-    """One scored completion. Every field another module reads is typed here; ``info`` holds only the
-    environment's own episode statistics (tool calls, end reason…), which only metrics read."""
+    """One completion or episode. Every field another module reads is typed here; ``info`` holds only the
+    environment's own episode statistics (tool calls, end reason…), which only metrics read. A rollout
+    returns it unscored (``reward`` 0, no ``reward_terms``; a single-turn completion without a ``verdict``):
+    :func:`polyrl.rewards.stage.score` fills them in."""
 
     task: str
     group: int
@@ -24,7 +26,8 @@ class Trajectory:
     """The policy stopped by itself (EOS / episode end); False when the token budget cut it off."""
     reward: float
     reward_terms: dict[str, float]
-    verdict: Verdict
+    verdict: Verdict | None
+    """The task's verdict (an episode's: its environment's outcome); None until a single-turn one is scored."""
     policy_version: int = 0
     """Version of the weights that sampled it (asynchronous rollouts lag behind the learner)."""
     policy_mask: list[int] | None = None
@@ -54,3 +57,14 @@ class Trajectory:
     @property
     def is_episode(self) -> bool:
         return self.turn_spans is not None
+
+
+def number_groups(groups: list[list[Trajectory]], start: int = 0) -> list[Trajectory]:
+    """The one place ``Trajectory.group`` is set: the members of ``groups[k]`` get group ``start + k``; returns
+    them flat, in order."""
+    out = []
+    for k, members in enumerate(groups):
+        for t in members:
+            t.group = start + k
+        out.extend(members)
+    return out

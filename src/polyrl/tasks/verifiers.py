@@ -199,10 +199,13 @@ class UserCallable:
     fn: Callable[..., Any]
     path: str
     args: tuple[str, ...]
+    """The arguments it is called with: those it names, or with ``**kwargs`` every one polyrl provides."""
     group: bool
+    style: str = "polyrl"
+    """``polyrl`` (the arguments above) or ``trl`` (TRL's ``f(completions, prompts=None, **kwargs)``, batched)."""
 
     def __call__(self, **available: Any) -> Any:
-        return self.fn(**{name: available[name] for name in self.args})
+        return self.fn(**{name: available[name] for name in self.args if name in available})
 
 
 def import_callable(path: str) -> UserCallable:
@@ -223,19 +226,36 @@ def import_callable(path: str) -> UserCallable:
 
 
 def user_callable(fn: Callable[..., Any], label: str | None = None) -> UserCallable:
-    """Wrap ``fn``, checking that it asks only for arguments polyrl provides (per completion or per group)."""
+    """Wrap ``fn``, checking that it asks only for arguments polyrl provides (per completion or per group).
+    A ``**kwargs`` parameter receives every argument of its kind; a function whose first parameter is
+    ``completions`` has TRL's signature (``f(completions, prompts=None, **kwargs) -> list[float]``)."""
     label = label or getattr(fn, "__qualname__", repr(fn))
     if not callable(fn):
         raise UserError(f"callable {label!r} is not a function")
-    params = inspect.signature(fn).parameters
-    required = [n for n, p in params.items() if p.default is inspect.Parameter.empty]
-    names = tuple(n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        raise UserError(f"callable {label!r}: its signature cannot be read") from None
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    names = tuple(n for n, p in params.items() if p.kind not in variadic)
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    required = [n for n, p in params.items() if p.default is inspect.Parameter.empty and p.kind not in variadic]
+    if names[:1] == ("completions",):
+        unknown = [n for n in required if n != "completions"]
+        if unknown and not takes_kwargs:
+            raise UserError(
+                f"callable {label!r}: a TRL-style reward function takes completions, prompts and keyword columns "
+                f"({', '.join(unknown)} would never be passed)"
+            )
+        return UserCallable(fn, label, names, group=False, style="trl")
     group = any(n in GROUP_ARGS for n in names)
     allowed = GROUP_ARGS if group else COMPLETION_ARGS
     unknown = [n for n in required if n not in allowed]
-    if unknown or not names:
+    if unknown or not (names or takes_kwargs):
         raise UserError(
             f"callable {label!r}: takes {', '.join(names) or 'no arguments'}; a reward or verifier function takes "
-            f"some of {', '.join(COMPLETION_ARGS)} (per completion) or of {', '.join(GROUP_ARGS)} (per group)"
+            f"some of {', '.join(COMPLETION_ARGS)} (per completion) or of {', '.join(GROUP_ARGS)} (per group), "
+            "or TRL's completions, prompts=None, **kwargs"
         )
-    return UserCallable(fn, label, tuple(n for n in names if n in allowed), group)
+    args = allowed if takes_kwargs else tuple(n for n in names if n in allowed)
+    return UserCallable(fn, label, args, group)

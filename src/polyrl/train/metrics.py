@@ -11,7 +11,7 @@ from typing import Any
 
 from polyrl.rollout import Trajectory
 from polyrl.rollout.collect import Collected
-from polyrl.rollout.multi_turn import episode_metrics
+from polyrl.rollout.episode_metrics import episode_metrics
 from polyrl.train.learner import UpdateResult
 
 VERIFIER_FAILURES = ("verifier_timeout", "verifier_error")

@@ -9,8 +9,9 @@ import torch
 
 from polyrl.envs import is_environment
 from polyrl.optim import clip_and_step
-from polyrl.rollout import collate, sequence_logprobs
-from polyrl.rollout.multi_turn import reference_episode, rollout_mixed
+from polyrl.rewards.stage import verify_trajectories
+from polyrl.rollout import Sampling, collate, rollout, sequence_logprobs
+from polyrl.rollout.reference import reference_episode
 
 Sequence = tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]
 """``(prompt_ids, response_ids)``, or with a policy mask for multi-turn references (environment tokens 0)."""
@@ -73,28 +74,17 @@ def rejection_samples(
     prompts,
     rng: np.random.Generator,
     problems: int,
-    samples: int,
-    sampling: dict,
+    sampling: Sampling,
 ) -> tuple[list[Sequence], float]:
     """The policy's own verified-correct, finished samples (deduplicated) on ``problems`` fresh problems with
-    ``samples`` completions each, and the pass rate. ``sampling``: ``max_new_tokens``, ``reward``,
-    ``max_episode_tokens``, ``temperature`` for :func:`~polyrl.rollout.multi_turn.rollout_mixed`."""
+    ``sampling.group_size`` completions each (through :func:`~polyrl.rollout.dispatch.rollout`), and the pass rate."""
     names = list(tasks)
     chosen = [
         tasks[names[k]].generate(int(rng.integers(2**62)), difficulty(names[k]))
         for k in rng.integers(len(names), size=problems)
     ]
-    trajs = rollout_mixed(
-        chosen,
-        tasks,
-        backend,
-        prompts,
-        samples,
-        sampling["max_new_tokens"],
-        sampling["reward"],
-        sampling["max_episode_tokens"],
-        temperature=sampling["temperature"],
-    )
+    trajs = rollout(chosen, tasks, backend, prompts, sampling)
+    verify_trajectories(trajs, tasks)
     seen, out = set(), []
     for t in trajs:
         key = (tuple(t.prompt_ids), tuple(t.response_ids))

@@ -26,7 +26,7 @@ from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.optim import make_optimizer
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
 from polyrl.policy.threads import available_cores, default_threads
-from polyrl.rewards import RewardScorer
+from polyrl.rewards import RewardScorer, scoring
 from polyrl.rollout.collect import LocalSource, Sampling, collect_groups
 from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
 from polyrl.run_dir import RunDir, atomic_write_text
@@ -96,9 +96,8 @@ class Trainer:
                 model_config=config.model,
                 seed=config.seed,
                 prompt_config=config.prompt,
-                reward_config=config.reward,
-                max_episode_tokens=config.env.max_episode_tokens,
                 tasks=self.tasks,
+                backend_options=self._backend_options(),
             )
         sampling = Sampling(
             config.rl.group_size,
@@ -108,14 +107,13 @@ class Trainer:
             config.env.max_episode_tokens,
             config.env.concurrency,
         )
+        self.sampling = sampling
         if self.rollout_pool is not None:
             from polyrl.distributed.pool import RaySource
 
             self.source = RaySource(self.rollout_pool, sampling)
         else:
-            self.source = LocalSource(
-                self.tasks, self.backend, self.prompts, sampling, config.reward, lambda: self.policy_version
-            )
+            self.source = LocalSource(self.tasks, self.backend, self.prompts, sampling, lambda: self.policy_version)
         self.selfplay = self._make_selfplay(sampling) if config.selfplay.enabled else None
         self.has_references = {n: self._has_reference(n) for n in self.tasks}
         if config.sft.enabled and config.sft.steps and not any(self.has_references.values()):
@@ -153,19 +151,16 @@ class Trainer:
                 dtype=gen.vllm_dtype,
                 seed=self.config.seed,
             )
-        return TransformersBackend(
-            self.policy.model,
-            self.policy.tokenizer,
-            batch_size=gen.batch_size,
-            shared_prefill=self.config.rl.share_prompts,
-        )
+        return TransformersBackend(self.policy.model, self.policy.tokenizer, **self._backend_options())
+
+    def _backend_options(self) -> dict:
+        """``TransformersBackend`` keywords from the config: the trainer's backend and the Ray workers' alike."""
+        return {"batch_size": self.config.generation.batch_size, "shared_prefill": self.config.rl.share_prompts}
 
     def _make_selfplay(self, sampling: Sampling) -> SelfPlay:
         """The self-play game: proposer groups and solver groups from two in-process sources over the policy."""
         sp = self.config.selfplay
-        local = lambda s: LocalSource(
-            self.tasks, self.backend, self.prompts, s, self.config.reward, lambda: self.policy_version
-        )
+        local = lambda s: LocalSource(self.tasks, self.backend, self.prompts, s, lambda: self.policy_version)
         proposer = dataclasses.replace(
             sampling, group_size=sp.proposals, max_new_tokens=sp.max_new_tokens or sampling.max_new_tokens
         )
@@ -191,17 +186,18 @@ class Trainer:
         def make_problems(n: int):
             return self.sampler.draw(n, rng, self.tasks, self.difficulty)
 
+        score = scoring(self.tasks, self.config.reward, cfg.max_new_tokens, self.reward_scorer)
         collected = collect_groups(
             self.source,
             cfg.prompts_per_step,
             make_problems,
-            self.reward_scorer.score,
+            score,
             self._observe,
             cfg.dynamic_sampling,
             cfg.max_refills,
         )
         if self.selfplay is not None:  # the game's proposer and solver groups (not shown to the curriculum)
-            game = self.selfplay.collect(rng, self.difficulty, self.reward_scorer.score, cfg.dynamic_sampling)
+            game = self.selfplay.collect(rng, self.difficulty, score, cfg.dynamic_sampling)
             collected = collected.merged(game)
         return collected
 
@@ -436,21 +432,9 @@ class Trainer:
         cfg = self.config.sft
         rng = self._seed_step("rft", rnd)
         self._sync_backend()
-        sampling = {
-            "max_new_tokens": self.config.rl.max_new_tokens,
-            "reward": self.config.reward,
-            "max_episode_tokens": self.config.env.max_episode_tokens,
-            "temperature": self.config.rl.temperature,
-        }
+        sampling = dataclasses.replace(self.sampling, group_size=cfg.rejection_samples)
         data, pass_rate = sft.rejection_samples(
-            self.tasks,
-            self.sft_difficulty,
-            self.backend,
-            self.prompts,
-            rng,
-            cfg.rejection_problems,
-            cfg.rejection_samples,
-            sampling,
+            self.tasks, self.sft_difficulty, self.backend, self.prompts, rng, cfg.rejection_problems, sampling
         )
         losses = []
         for _ in range(cfg.rejection_steps if data else 0):
@@ -490,6 +474,7 @@ class Trainer:
                 seed=self.config.seed,
                 max_episode_tokens=self.config.env.max_episode_tokens,
                 attempts=cfg.attempts,
+                env_concurrency=self.config.env.concurrency,
             )
             self.run_dir.save_json(path, results)
         if log:

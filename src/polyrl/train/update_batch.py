@@ -12,9 +12,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from polyrl.algos import get_advantage_estimator, task_normalize, zero_variance_groups
+from polyrl.algos import (
+    TOKEN_ADVANTAGE_ESTIMATORS,
+    EpisodeCredit,
+    get_advantage_estimator,
+    task_normalize,
+    zero_variance_groups,
+)
 from polyrl.rollout import TokenBatch, Trajectory, collate
-from polyrl.rollout.multi_turn import turn_advantages
 
 
 @dataclass
@@ -65,6 +70,17 @@ def behaviour_logprobs(trajs: list[Trajectory], width: int) -> Tensor | None:
     return out
 
 
+def episode_credit(t: Trajectory) -> EpisodeCredit:
+    """What a token-level estimator reads of ``t`` (a single-turn completion is one turn)."""
+    return EpisodeCredit(
+        t.group,
+        t.reward,
+        t.turn_rewards or [t.reward],
+        t.turn_spans or [(0, len(t.response_ids))],
+        len(t.prompt_ids) - 1,
+    )
+
+
 def compute_advantages(trajs: list[Trajectory], tokens: TokenBatch, task_ids: Tensor, cfg, critic=None):
     """``(advantages, returns, critic_stats, zero_variance)`` for one step.
 
@@ -78,8 +94,9 @@ def compute_advantages(trajs: list[Trajectory], tokens: TokenBatch, task_ids: Te
     if cfg.advantage == "gae":
         advantages, returns, stats = critic.advantages(tokens, rewards)
         return advantages, returns, stats, zero_var
-    if cfg.advantage_level == "turn":
-        return turn_advantages(trajs, tokens.loss_mask.shape[1]), None, {}, zero_var
+    if cfg.advantage_level != "episode":  # a token-level estimator: turn-level credit
+        estimator = TOKEN_ADVANTAGE_ESTIMATORS.lookup(cfg.advantage_level)
+        return estimator([episode_credit(t) for t in trajs], tokens.loss_mask.shape[1]), None, {}, zero_var
     advantages = get_advantage_estimator(cfg.advantage)(rewards, group_ids)
     if cfg.task_normalize:
         advantages = task_normalize(advantages, task_ids)

@@ -1,0 +1,113 @@
+"""The chat codec of multi-turn rollouts: episode messages to token ids, token-in, token-out.
+
+The policy's own tokens are kept exactly as sampled (policy_mask 1); everything the environment adds between
+turns — the end of the assistant turn when the policy did not close it, the rendered observation messages and
+the next generation prompt — is tokenized from the chat template's text and masked out of the loss (policy_mask
+0). Observations are rendered as the *difference* between the template applied with and without them, so any
+chat template (tiny, Qwen, Llama) works.
+"""
+
+from __future__ import annotations
+
+from polyrl.envs.base import Message
+from polyrl.envs.tool_formats import ToolFormat, UsesToolFormat, describe_tools, resolve_tool_format
+from polyrl.policy.prompts import PromptBuilder
+from polyrl.tasks import Problem
+
+_PLACEHOLDER = "\x00polyrl\x00"
+
+
+class ChatCodec:
+    """Renders episode messages into token ids with the tokenizer's chat template (or plain text), and binds
+    tool-using tasks and environments to the tool-call format of that template."""
+
+    def __init__(self, prompts: PromptBuilder):
+        self.tok = prompts.tokenizer
+        self.system = prompts.config.system
+        self.use_chat = prompts.use_chat
+        self.content = prompts.content  # the problem in the configured field and style
+        self.template_kwargs = prompts.config.chat_template_kwargs
+        self.native_tools = self.use_chat and "tools" in (self.tok.chat_template or "")
+        if self.use_chat:
+            user = [{"role": "user", "content": "q"}]
+            with_turn = self._render(user + [{"role": "assistant", "content": _PLACEHOLDER}])
+            self.turn_end = with_turn[with_turn.rindex(_PLACEHOLDER) + len(_PLACEHOLDER) :]
+        self.eos_text = self.tok.eos_token or ""
+        self._formats: dict[str, tuple[ToolFormat, dict | None]] = {}
+        self._kept: dict[str, dict[int, str]] = {}
+        self.tool_format = self.resolve("auto")[0]
+        """The format tools are described in when the template has no native tool format."""
+
+    def resolve(self, requested: str) -> tuple[ToolFormat, dict | None]:
+        if requested not in self._formats:
+            self._formats[requested] = resolve_tool_format(requested, self.tok if self.use_chat else None)
+        return self._formats[requested]
+
+    def bind(self, target) -> None:
+        """Give a tool-using task or environment this tokenizer's tool format (``env.tool_format`` resolved)."""
+        if isinstance(target, UsesToolFormat):
+            fmt, response_template = self.resolve(target.requested_tool_format)
+            target.bind_tool_format(fmt, response_template)
+            self.tool_format = fmt
+
+    def action_text(self, completion_ids: list[int], text: str) -> str:
+        """The policy's turn as the environment reads it: ``text`` (decoded without special tokens) with the
+        tool format's marker tokens put back where the vocabulary makes them special (``[TOOL_CALLS]``)."""
+        keep = self._kept_ids(self.tool_format)
+        if not keep.keys() & set(completion_ids):
+            return text
+        pieces, start = [], 0
+        for i, t in enumerate(completion_ids):
+            if t in keep:
+                pieces += [self.tok.decode(completion_ids[start:i], skip_special_tokens=True), keep[t]]
+                start = i + 1
+        return "".join(pieces) + self.tok.decode(completion_ids[start:], skip_special_tokens=True)
+
+    def _kept_ids(self, fmt: ToolFormat) -> dict[int, str]:
+        if fmt.name not in self._kept:
+            ids = {self.tok.convert_tokens_to_ids(marker): marker for marker in fmt.keep_tokens}
+            self._kept[fmt.name] = {
+                i: marker
+                for i, marker in ids.items()
+                if i is not None and i != self.tok.unk_token_id and not self.tok.decode([i], skip_special_tokens=True)
+            }
+        return self._kept[fmt.name]
+
+    def _render(self, messages: list[Message], tools=None, generation_prompt: bool = False) -> str:
+        kwargs = {**self.template_kwargs, **({"tools": tools} if tools else {})}
+        return self.tok.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs
+        )
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False).input_ids
+
+    def start(self, messages: list[Message], tools: list[dict], problem: Problem | None = None) -> list[int]:
+        """Prompt ids of the first turn; tools go through the template when it has a native format.
+        A first message that is the problem's prompt shows the configured field and style instead."""
+        if problem is not None and messages and messages[0]["content"] == problem.prompt:
+            messages = [{**messages[0], "content": self.content(problem)}, *messages[1:]]
+        system = [self.system] if self.system else []
+        if tools and not self.native_tools:
+            system.append(describe_tools(tools, self.tool_format))
+        if not self.use_chat:
+            text = "\n".join(system + [m["content"] for m in messages]) + "\n"
+            return self.tok(text).input_ids
+        head = [{"role": "system", "content": "\n".join(system)}] if system else []
+        return self._ids(self._render(head + messages, tools if self.native_tools else None, generation_prompt=True))
+
+    def between_turns(self, observation: list[Message], finished: bool) -> list[int]:
+        """Environment ids after a policy turn: close the turn, the observation, the next generation prompt.
+        The observation is what the template renders after the (placeholder) assistant turn, so templates that
+        render an earlier turn differently once it is no longer the last (Qwen3's think block) still work."""
+        if not self.use_chat:
+            return self._ids("".join(f"\n[{m['role']}] {m['content']}" for m in observation) + "\n")
+        closing = self.turn_end
+        if finished and closing.startswith(self.eos_text):
+            closing = closing[len(self.eos_text) :]  # the policy already produced the end-of-turn token
+        head = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _PLACEHOLDER}]
+        after = self._render(head + observation, generation_prompt=True)
+        rest = after[after.rindex(_PLACEHOLDER) + len(_PLACEHOLDER) :]
+        if not rest.startswith(self.turn_end):
+            raise ValueError(f"chat template closes an assistant turn inconsistently: {rest[:40]!r}")
+        return self._ids(closing + rest[len(self.turn_end) :])

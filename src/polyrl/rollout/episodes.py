@@ -1,0 +1,220 @@
+"""The episode loop of multi-turn rollouts: many concurrent episodes, one batched ``generate`` call per turn.
+
+Episodes come back unscored but finished: their token ids and masks, each turn's span, version and
+environment reward, and a verdict from the environment's outcome (``success``, ``score``, ``end_reason``).
+Their reward is :func:`polyrl.rewards.stage.score`'s (the ``env_return`` term, with the task's weights).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from polyrl.envs.base import Environment, Message, StepResult
+from polyrl.envs.registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS
+from polyrl.policy.generation import GenerationBackend
+from polyrl.policy.prompts import PromptBuilder
+from polyrl.rollout.chat import ChatCodec
+from polyrl.rollout.env_steps import EnvSteps, Episode
+from polyrl.rollout.trajectory import Trajectory, number_groups
+from polyrl.tasks import Problem, Verdict
+
+
+def _finish(ep: Episode, result: StepResult | None, reason: str | None = None) -> None:
+    ep.done = True
+    info = dict(result.info) if result is not None else {}
+    info.setdefault("success", False)
+    info.setdefault("score", 0.0)
+    if reason is not None:
+        info["end_reason"] = reason
+    ep.info = info
+    ep.env.close()
+
+
+def _reset(env: Environment) -> list[Message]:
+    return env.reset()
+
+
+PolicySource = Callable[[], tuple[GenerationBackend, int]]
+"""``latest()``: the generation backend of the newest weights and their version (interruptible generation)."""
+
+
+def rollout_episodes(
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    group_size: int,
+    max_new_tokens: int,
+    max_episode_tokens: int = MAX_EPISODE_TOKENS,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    version: int = 0,
+    env_concurrency: int = ENV_CONCURRENCY,
+    latest: PolicySource | None = None,
+) -> list[Trajectory]:
+    """:func:`episode_groups`' episodes, flat, numbered by problem (group ``k`` answers ``problems[k]``)."""
+    groups = episode_groups(
+        problems,
+        tasks,
+        backend,
+        prompts,
+        group_size,
+        max_new_tokens,
+        max_episode_tokens,
+        {"temperature": temperature, "top_p": top_p, "greedy": greedy},
+        version,
+        env_concurrency,
+        latest,
+    )
+    return number_groups(groups)
+
+
+def episode_groups(
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    group_size: int,
+    max_new_tokens: int,
+    max_episode_tokens: int,
+    sampling: dict,
+    version: int = 0,
+    env_concurrency: int = ENV_CONCURRENCY,
+    latest: PolicySource | None = None,
+) -> list[list[Trajectory]]:
+    """Play ``group_size`` episodes per problem; every turn, all live episodes generate in one call, then
+    their environments step concurrently (:class:`EnvSteps`, at most ``env_concurrency`` at once). One group
+    per problem, in problem order; ``sampling``: ``temperature``, ``top_p``, ``greedy``.
+
+    ``max_new_tokens`` bounds one policy turn; ``max_episode_tokens`` the whole response (policy and
+    environment tokens). Every episode ends with a reason in ``info["end_reason"]``; none is dropped.
+
+    ``latest`` makes generation interruptible across weight updates (partial rollouts, as in AReaL, Fu et
+    al. 2025, §4): before every turn it names the newest weights, which generate that turn. Each trajectory
+    then records the version of every turn (``turn_versions``) and is as old as its oldest turn
+    (``policy_version``); the behaviour log-probs must come from each turn's own weights.
+    """
+    codec = ChatCodec(prompts)
+    steps = EnvSteps(env_concurrency)
+    try:
+        return _play(
+            problems,
+            tasks,
+            backend,
+            codec,
+            steps,
+            group_size,
+            max_new_tokens,
+            max_episode_tokens,
+            sampling,
+            version,
+            latest,
+        )
+    finally:
+        steps.close()
+
+
+def _play(
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    codec: ChatCodec,
+    steps: EnvSteps,
+    group_size: int,
+    max_new_tokens: int,
+    max_episode_tokens: int,
+    sampling: dict,
+    version: int,
+    latest: PolicySource | None,
+) -> list[list[Trajectory]]:
+    """The episode loop of :func:`episode_groups`: environments reset and step through ``steps``."""
+    envs = []
+    for g, problem in enumerate(problems):
+        task = tasks[problem.task]
+        for _ in range(group_size):
+            env = task.make_env(problem)
+            codec.bind(env)
+            envs.append((g, task, env, problem))
+    firsts = steps.map(_reset, [(env,) for _, _, env, _ in envs])
+    episodes = [
+        Episode(task, env, problem, g, codec.start(first, env.tools, problem))
+        for (g, task, env, problem), first in zip(envs, firsts)
+    ]
+    live = list(episodes)
+    while live:
+        if latest is not None:
+            backend, version = latest()
+        gens = backend.generate(
+            [e.prompt_ids + e.response_ids for e in live], max_new_tokens=max_new_tokens, **sampling
+        )
+        acting = []
+        for ep, gen in zip(live, gens):
+            room = max_episode_tokens - len(ep.response_ids)
+            start = len(ep.response_ids)
+            ep.add(gen.completion_ids[:room], policy=True)
+            ep.turn_spans.append((start, len(ep.response_ids)))
+            ep.turn_versions.append(version)
+            ep.text += gen.text
+            ep.finished = gen.finished
+            if len(gen.completion_ids) > room:
+                ep.turn_rewards.append(0.0)
+                _finish(ep, None, "token_budget")
+                continue
+            acting.append((ep, gen))
+        results = steps.step([(ep, codec.action_text(gen.completion_ids, gen.text)) for ep, gen in acting])
+        for (ep, gen), result in zip(acting, results):
+            ep.turn_rewards.append(float(result.reward))
+            if result.done:
+                _finish(ep, result)
+                continue
+            env_ids = codec.between_turns(result.observation, gen.finished)
+            if len(ep.response_ids) + len(env_ids) >= max_episode_tokens:
+                _finish(ep, result, "token_budget")
+                continue
+            ep.add(env_ids, policy=False)
+            ep.text += "".join(f"\n[{m['role']}] {m['content']}\n" for m in result.observation)
+        live = [e for e in live if not e.done]
+    groups: list[list[Trajectory]] = [[] for _ in problems]
+    for ep in episodes:
+        groups[ep.group].append(_trajectory(ep))
+    return groups
+
+
+def _trajectory(ep: Episode) -> Trajectory:
+    """The finished episode, unscored (reward 0 until :func:`polyrl.rewards.stage.score`)."""
+    info = ep.info
+    verdict = Verdict(
+        float(info["score"]),
+        bool(info["success"]),
+        str(info.get("end_reason", "unknown")),
+        info.get("answer") is not None,
+        info.get("answer"),
+    )
+    stats = ep.env.stats
+    info.update(
+        {
+            "turns": len(ep.turn_spans),
+            "policy_tokens": sum(ep.policy_mask),
+            "env_tokens": len(ep.policy_mask) - sum(ep.policy_mask),
+            **stats,
+        }
+    )
+    return Trajectory(
+        ep.problem.task,
+        0,
+        ep.problem,
+        ep.prompt_ids,
+        ep.response_ids,
+        ep.text,
+        ep.finished,
+        0.0,
+        {},
+        verdict,
+        min(ep.turn_versions),
+        ep.policy_mask,
+        turn_spans=list(ep.turn_spans),
+        turn_versions=list(ep.turn_versions),
+        turn_rewards=list(ep.turn_rewards),
+        info=info,
+    )
