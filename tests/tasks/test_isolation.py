@@ -198,3 +198,15 @@ def test_workers_that_cannot_start_in_a_network_namespace_start_without_one():
     with pytest.warns(UserWarning, match="network namespace"):
         assert _verify(EvalTask(), "4").correct
     assert not pool.network_namespace
+
+
+def test_a_verifier_timeout_or_crash_keeps_the_format_judgment():
+    # the defect: a timed-out or crashed verify lost the format term too (format_ok False for a well-formed answer)
+    task = EvalTask()
+    responses = ["<answer>9**9**9</answer>", "<answer>__import__('os')._exit(1)</answer>"]
+    verdicts = task.verify_many([task.generate(0)] * 2, responses)
+    assert [(v.reason, v.score, v.format_ok) for v in verdicts] == [
+        ("verifier_timeout", 0.0, True),
+        ("verifier_error", 0.0, True),
+    ]
+    assert verdicts[0].answer == "9**9**9"

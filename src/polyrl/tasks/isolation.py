@@ -190,7 +190,8 @@ class VerifierPool:
                     t.start()
                 for t in threads:
                     t.join()
-            return [v if v is not None else Verdict(0.0, False, ERROR) for v in verdicts]
+            out = [v if v is not None else Verdict(0.0, False, ERROR) for v in verdicts]
+            return [_with_format(call, v) for call, v in zip(calls, out)]
 
     def _wait_ready(self, worker: _Worker) -> None:
         """Wait for a new worker's start-up; one that cannot start inside ``unshare`` is retried without it."""
@@ -246,6 +247,17 @@ class VerifierPool:
 _POOL: VerifierPool | None = None
 _LIMITS = _Limits()
 _POOL_LOCK = threading.Lock()
+
+
+def _with_format(call: tuple, verdict: Verdict) -> Verdict:
+    """A timed-out or crashed verify call keeps the response's format judgment and extracted answer (computed
+    here: extraction is bounded and evaluates nothing), so the ``format`` term is not lost with the verdict."""
+    task, _, response = call
+    answer_format = getattr(task, "answer_format", None)
+    if verdict.reason not in (TIMEOUT, ERROR) or verdict.format_ok or answer_format is None:
+        return verdict
+    ext = answer_format.extract(response)
+    return Verdict(verdict.score, verdict.correct, verdict.reason, ext.format_ok, ext.answer)
 
 
 def configure(
