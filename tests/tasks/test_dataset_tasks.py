@@ -334,7 +334,7 @@ def test_cli_commands_take_dataset_tasks_from_a_config(tmp_path, gsm8k, capsys):
 
 
 def test_a_mix_entry_can_wrap_its_dataset_in_an_environment(gsm8k):
-    from polyrl.tasks.dataset import resolve_task_spec
+    from polyrl.envs.registry import resolve_task_spec
 
     entry = TaskSpec.model_validate({"name": "env/retry:gsm8k_env", "dataset": gsm8k, "answer_after": "####"})
     env = resolve_task_spec(entry)
@@ -354,8 +354,8 @@ def test_asking_for_more_eval_problems_than_eval_rows_warns_once(gsm8k, capsys):
 def test_the_worked_example_config_builds_its_task_and_reward_term(monkeypatch):
     from pathlib import Path
 
+    from polyrl.envs.registry import resolve_task_spec
     from polyrl.rewards import RewardScorer
-    from polyrl.tasks.dataset import resolve_task_spec
     from polyrl.train.config import load_config
 
     root = Path(__file__).parents[2]

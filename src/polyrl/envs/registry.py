@@ -21,6 +21,7 @@ from polyrl.envs.sandbox import SandboxMode
 from polyrl.errors import UserError
 from polyrl.registry import Registry
 from polyrl.tasks import Task, get_task
+from polyrl.tasks.dataset import dataset_task_name, register_dataset_task
 
 ENV_PREFIX = "env/"
 MAX_EPISODE_TOKENS = 384
@@ -126,3 +127,11 @@ def resolve_task(name: str, env_config: EnvConfig | None = None, answer_format=N
         node.answer_format = answer_format
         node = getattr(node, "inner", None)
     return task
+
+
+def resolve_task_spec(spec, env_config=None, answer_format=None) -> Task:
+    """The task of one training-mix entry (a ``TaskSpec``): its dataset, if it has one, is registered under the
+    entry's name first; then the name resolves as any task name does (``env/...`` wrappers included)."""
+    if getattr(spec, "dataset", None) is not None:
+        register_dataset_task(dataset_task_name(spec.name), spec.dataset)
+    return resolve_task(spec.name, env_config, answer_format)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from polyrl.errors import UserError
 from polyrl.tasks.answers import MAX_ANSWER_CHARS, AnswerFormat
+from polyrl.tasks.verdict import VERIFIER_ERROR, Verdict
 
 CATEGORIES = ("arithmetic", "logic", "grid", "graph", "sequential", "crypto", "search")
 """The seven task categories (after Enigmata); plugins may add others."""
@@ -171,28 +172,6 @@ class Problem:
         return cls(**values)
 
 
-VERIFIER_TIMEOUT = "verifier_timeout"
-"""Verdict reason (score 0): an isolated verify call ran past its time limit."""
-VERIFIER_ERROR = "verifier_error"
-"""Verdict reason (score 0): the verifier crashed, ran out of memory, or its task could not be loaded."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The verifier's judgment of one response."""
-
-    score: float
-    """In [0, 1]; partial credit where the task has a natural notion of it."""
-    correct: bool
-    reason: str
-    """Machine-readable: ``correct``, ``partial``, ``wrong``, ``malformed``, ``no_answer``, ``unclosed_tag``,
-    ``verifier_timeout``, ``verifier_error``…"""
-    format_ok: bool = False
-    """The response followed the answer format (independent of correctness)."""
-    answer: str | None = None
-    """The extracted answer, if any."""
-
-
 @dataclass(frozen=True)
 class Example:
     """What a task's generator returns; :meth:`Task.generate` adds the bookkeeping."""
@@ -306,6 +285,9 @@ class Task:
         from polyrl.tasks.isolation import verifier_pool
 
         return verifier_pool().verify([(self, problem, response)])[0]
+
+    # an override of ``verify`` lacks this mark: :func:`polyrl.tasks.isolation.verify_many` then calls it
+    verify.dispatches_to_pool = True  # type: ignore[attr-defined]
 
     def verify_many(self, problems: Sequence[Problem], responses: Sequence[str]) -> list[Verdict]:
         """One verdict per ``(problem, response)`` pair, in order; an impure task's batch is one pool round trip."""

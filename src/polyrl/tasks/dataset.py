@@ -51,7 +51,6 @@ __all__ = [
     "prompt_hash",
     "register_config_datasets",
     "register_dataset_task",
-    "resolve_task_spec",
 ]
 
 
@@ -245,16 +244,6 @@ def dataset_task(name: str, spec: DatasetSpec | dict[str, Any], **kwargs: Any) -
 def dataset_task_name(entry_name: str) -> str:
     """The dataset task's own name in a mix entry: ``gsm8k``, also for ``env/retry:gsm8k``."""
     return entry_name.partition(":")[2] if entry_name.startswith("env/") else entry_name
-
-
-def resolve_task_spec(spec, env_config=None, answer_format=None) -> Task:
-    """The task of one training-mix entry (a ``TaskSpec``): its dataset, if it has one, is registered under the
-    entry's name first; then the name resolves as any task name does (``env/...`` wrappers included)."""
-    from polyrl.envs.registry import resolve_task
-
-    if getattr(spec, "dataset", None) is not None:
-        register_dataset_task(dataset_task_name(spec.name), spec.dataset)
-    return resolve_task(spec.name, env_config, answer_format)
 
 
 TASK_ENTRY_FIELDS = {"name", "difficulty", "eval_difficulty"}

@@ -18,7 +18,7 @@ Workers answer in JSON, never pickle: what a worker sends cannot run code in the
 
 This bounds time, memory and network; it is not a sandbox for the file system. Verifiers that ``eval``
 model text are guarded before they run (see ``polyrl.tasks.rg_guards``). The worker side is
-``polyrl.tasks.verifier_worker``.
+``polyrl.tasks.verifier_process`` (its wire format: ``polyrl.tasks.verifier_worker``).
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from polyrl.tasks.base import VERIFIER_ERROR as ERROR
-from polyrl.tasks.base import VERIFIER_TIMEOUT as TIMEOUT
-from polyrl.tasks.base import Task, Verdict
+from polyrl.tasks.verdict import VERIFIER_ERROR as ERROR
+from polyrl.tasks.verdict import VERIFIER_TIMEOUT as TIMEOUT
+from polyrl.tasks.verdict import Verdict
 from polyrl.tasks.verifier_worker import read_reply, verdict_from_wire, write_message
 
 if TYPE_CHECKING:
-    from polyrl.tasks.base import Problem
+    from polyrl.tasks.base import Problem, Task
 
 DEFAULT_TIMEOUT_S = 5.0
 """Seconds one isolated verify call may take before it is the verdict ``verifier_timeout``."""
@@ -98,7 +98,7 @@ class _Worker:
     """One worker process and the pipes to it."""
 
     def __init__(self, limits: _Limits, prefix: list[str]):
-        code = f"from polyrl.tasks.verifier_worker import worker_main; worker_main({limits.timeout_s!r}, {limits.memory_mb!r})"
+        code = f"from polyrl.tasks.verifier_process import worker_main; worker_main({limits.timeout_s!r}, {limits.memory_mb!r})"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this process imports, the worker does
         self.proc = subprocess.Popen(
@@ -312,8 +312,9 @@ def verify_many(calls: Sequence[tuple[Task | IsolatedReward, Problem, str]]) -> 
     verdicts: list[Verdict | None] = [None] * len(calls)
     isolated = []
     for i, (task, problem, response) in enumerate(calls):
-        if getattr(type(task), "verify", Task.verify) is not Task.verify:
-            verdicts[i] = task.verify(problem, response)
+        own = getattr(task, "verify", None)
+        if own is not None and not getattr(own, "dispatches_to_pool", False):  # a class that verifies its own way
+            verdicts[i] = own(problem, response)
         elif task.pure:
             verdicts[i] = task.verify_in_process(problem, response)
         else:

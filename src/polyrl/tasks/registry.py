@@ -10,6 +10,7 @@ and the class (a :class:`~polyrl.tasks.base.Task` subclass) becomes available by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from polyrl.errors import UserError
@@ -18,7 +19,6 @@ from polyrl.tasks.base import CATEGORIES, Task
 from polyrl.tasks.builtin import MODULES as BUILTIN_MODULES
 
 RG_PREFIX = "rg/"
-COMPOSE_PREFIX = "compose/"
 
 
 def _adopt_plugin_task(entry_point_name: str, obj: Any) -> None:
@@ -40,6 +40,21 @@ def register_task(cls: type[Task]) -> type[Task]:
             f"{cls.__name__}: task {name!r} needs a category (one of {', '.join(CATEGORIES)} or your own)"
         )
     return TASKS.add(name, cls)
+
+
+FAMILIES: dict[str, Callable[[str], type[Task]]] = {}
+"""Name prefix → the class of any task of that family, built on demand (``compose/rot+sort+up``); a family's
+module registers its own with :func:`register_task_family` (the built-ins load with the registry)."""
+
+
+def register_task_family(prefix: str) -> Callable[[Callable[[str], type[Task]]], Callable[[str], type[Task]]]:
+    """Decorator: ``resolve(name) -> Task class`` answers every unregistered task name starting with ``prefix``."""
+
+    def decorator(resolve):
+        FAMILIES[prefix] = resolve
+        return resolve
+
+    return decorator
 
 
 def builtin_and_plugin_tasks() -> dict[str, type[Task]]:
@@ -66,10 +81,10 @@ def get_task_class(name: str) -> type[Task]:
         from polyrl.tasks.reasoning_gym import rg_task_class
 
         return rg_task_class(name[len(RG_PREFIX) :])
-    if isinstance(name, str) and name.startswith(COMPOSE_PREFIX) and name not in TASKS:
-        from polyrl.tasks.builtin.compose import chain_task_class, parse_chain
-
-        return chain_task_class(parse_chain(name))
+    if isinstance(name, str) and name not in TASKS:  # reading TASKS loads the built-ins and their families
+        for prefix, resolve in FAMILIES.items():
+            if name.startswith(prefix):
+                return resolve(name)
     return TASKS.lookup(name)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from polyrl.curriculum import curriculum_metrics, make_difficulty_controller, make_sampler
+from polyrl.envs.registry import resolve_task_spec
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.optim import make_optimizer
@@ -31,7 +32,6 @@ from polyrl.rollout.collect import LocalSource, Sampling, collect_groups
 from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
 from polyrl.run_dir import RunDir, atomic_write_text
 from polyrl.tasks.answers import AnswerFormat
-from polyrl.tasks.dataset import resolve_task_spec
 from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config

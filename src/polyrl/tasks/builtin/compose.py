@@ -21,7 +21,7 @@ from collections.abc import Callable
 from polyrl.errors import UserError
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._text import positional_credit, random_letters
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.registry import register_task, register_task_family
 
 PREFIX = "compose/"
 SEPARATOR = "+"
@@ -151,6 +151,12 @@ def chain_task_class(ops: tuple[str, ...]) -> type[ChainTask]:
 
 for _op in PRIMITIVES:
     register_task(chain_task_class((_op,)))
+
+
+@register_task_family("compose/")
+def _chain_by_name(name: str) -> type[ChainTask]:
+    """Any chain by its name (``compose/rot+sort+up``), built on first use."""
+    return chain_task_class(parse_chain(name))
 
 
 @register_task

@@ -1,0 +1,96 @@
+"""No import circles among the modules of rewards/ and tasks/, and no arrow from tasks/ up to envs/.
+
+Every import counts, those inside functions too (a deferred import is still an arrow a reader follows);
+imports under ``if TYPE_CHECKING:`` do not (they never run).
+"""
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).parents[1] / "src"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    out: set[str] = set()
+    package = _module(path) if path.name == "__init__.py" else _module(path).rpartition(".")[0]
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import):
+                out.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - child.level + 1] + [base]).strip(
+                        "."
+                    )
+                out.add(base)
+                out.update(f"{base}.{a.name}" for a in child.names if f"{base}.{a.name}" in modules)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return {m for m in out if m in modules}
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = {_module(p): p for p in (SRC / "polyrl").rglob("*.py")}
+    modules = set(paths)
+    return {m: _imports(p, modules) - {m} for m, p in paths.items()}
+
+
+def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
+    seen, todo = set(), [start]
+    while todo:
+        node = todo.pop()
+        if node == goal:
+            return True
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+    return False
+
+
+def _in_a_circle(graph, a: str, b: str) -> bool:
+    return _reaches(graph, a, b) and _reaches(graph, b, a)
+
+
+def test_the_reward_and_task_modules_import_in_one_direction():
+    graph = _graph()
+    pairs = [
+        ("polyrl.rewards.compose", "polyrl.rewards.scorer"),
+        ("polyrl.tasks.base", "polyrl.tasks.isolation"),
+        ("polyrl.tasks.isolation", "polyrl.tasks.verifier_worker"),
+        ("polyrl.tasks.base", "polyrl.tasks.verifier_worker"),
+        ("polyrl.tasks.registry", "polyrl.tasks.builtin.compose"),
+    ]
+    circles = [pair for pair in pairs if _in_a_circle(graph, *pair)]
+    assert not circles, circles
+
+
+def test_no_module_of_rewards_or_of_the_task_core_sits_in_a_circle():
+    graph = _graph()
+    core = [m for m in graph if m.startswith("polyrl.rewards.") or m.startswith("polyrl.tasks.")]
+    circular = sorted(m for m in core if any(_in_a_circle(graph, m, n) for n in graph[m]))
+    assert not circular, circular
+
+
+def test_tasks_never_import_envs():
+    graph = _graph()
+    upward = sorted(f"{m} -> {n}" for m in graph if m.startswith("polyrl.tasks") for n in graph[m] if "envs" in n)
+    assert not upward, upward
