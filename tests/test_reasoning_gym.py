@@ -179,7 +179,7 @@ def test_puzzle24_constant_answer_no_longer_scores():
 
 def test_puzzle24_checks_the_numbers_and_the_stated_result():
     task = rg_task_class("puzzle24")()
-    problem = task.generate(1)  # 5 6 8 8
+    problem = task.generate(1, "medium")  # 5 6 8 8
     assert problem.answer["metadata"]["numbers"] == [5, 6, 8, 8]
     assert task.verify(problem, "<answer>8*(5+6-8)</answer>").correct
     assert task.verify(problem, "<answer>8*(5+6-8) = 24</answer>").correct

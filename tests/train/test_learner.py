@@ -149,3 +149,14 @@ def test_pcgrad_in_the_learner_equals_the_sum_when_the_batch_has_one_task(policy
     _pc, model_pc = _update(policy, RLConfig(skip_zero_advantage=False, gradient_surgery="pcgrad"), one_task)
     for a, b in zip(model_plain.parameters(), model_pc.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_a_step_mixing_episodes_and_single_turn_rounds_collates_with_all_ones_for_single_turn_rows():
+    # dynamic sampling can refill a mixed step with a round of single-turn groups only: their masks stay None
+    from polyrl.train.update_batch import collate_trajectories
+
+    episode = _traj("env", 0, [1, 2], [3, 4, 5], 1.0)
+    episode.policy_mask = [1, 0, 1]
+    single = _traj("a", 1, [1, 2], [6, 7], 0.0)
+    tokens = collate_trajectories([episode, single], pad_id=0)
+    assert tokens.loss_mask.tolist() == [[0, 1, 0, 1], [0, 1, 1, 0]]

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from polyrl.errors import UserError
+from polyrl.tasks.base import DEFAULT_DIFFICULTY
 
 app = typer.Typer(
     help="Evaluate a checkpoint or an endpoint on a task suite; compare results.",
@@ -67,7 +68,9 @@ def eval_cmd(
     config: Path | None = typer.Option(
         None, "--config", help="A training config whose dataset tasks become available by name."
     ),
-    difficulty: str = typer.Option("medium", "--difficulty", help="With --tasks: comma-separated knobs or presets."),
+    difficulty: str = typer.Option(
+        DEFAULT_DIFFICULTY, "--difficulty", help="With --tasks: comma-separated knobs or presets."
+    ),
     n: int = typer.Option(50, "--n", min=1, help="With --tasks: problems per task and difficulty."),
     samples: int = typer.Option(
         1, "--samples", min=1, help="With --tasks: sampled completions per problem (pass@k, maj@k)."

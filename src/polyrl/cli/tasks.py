@@ -13,7 +13,7 @@ from rich.text import Text
 
 from polyrl.errors import UserError
 from polyrl.tasks import get_task, list_tasks
-from polyrl.tasks.base import SPLITS, Problem
+from polyrl.tasks.base import DEFAULT_DIFFICULTY, SPLITS, Problem
 
 app = typer.Typer(help="Browse, sample, export and score verifiable tasks.", no_args_is_help=True)
 console = Console()
@@ -100,7 +100,7 @@ def show_cmd(name: str = typer.Argument(..., help="Task name, e.g. addition or r
 @app.command("sample")
 def sample_cmd(
     name: str = typer.Argument(..., help="Task name."),
-    difficulty: str = typer.Option("medium", help="Knob in [0, 1], easy/medium/hard, or JSON parameters."),
+    difficulty: str = typer.Option(DEFAULT_DIFFICULTY, help="Knob in [0, 1], easy/medium/hard, or JSON parameters."),
     n: int = typer.Option(3, "--n", min=1, help="Number of problems."),
     seed: int = typer.Option(0, help="First seed; problems use seed, seed+1, …"),
     split: str = typer.Option("train", help=SPLIT_HELP),
@@ -125,7 +125,7 @@ def export_cmd(
     n: int = typer.Option(..., "--n", min=1, help="Problems per task."),
     out: Path = typer.Option(..., help="Output file, .jsonl or .parquet."),
     split: str = typer.Option("train", help=SPLIT_HELP),
-    difficulty: str = typer.Option("medium", help="Knob in [0, 1], easy/medium/hard, or JSON parameters."),
+    difficulty: str = typer.Option(DEFAULT_DIFFICULTY, help="Knob in [0, 1], easy/medium/hard, or JSON parameters."),
     seed_start: int = typer.Option(0, help="Seeds are seed_start … seed_start+n-1 for every task."),
     config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:

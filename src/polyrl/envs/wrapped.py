@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from polyrl.envs.base import EnvTask
-from polyrl.tasks.base import Difficulty, DifficultySpace, Problem, Task
+from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, DifficultySpace, Problem, Task
 
 
 class WrappedTask(EnvTask):
@@ -23,7 +23,7 @@ class WrappedTask(EnvTask):
     def difficulty_space(self) -> DifficultySpace:  # type: ignore[override]
         return self.inner.difficulty_space()
 
-    def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
+    def generate(self, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY, split: str = "train") -> Problem:
         """Tasks that draw through ``make`` keep this task's own random stream; tasks with their own
         ``generate`` (``rg/`` datasets, dataset files) draw the inner problem, renamed to this task."""
         if type(self.inner).generate is Task.generate:

@@ -26,6 +26,9 @@ SPLITS = ("train", "eval")
 DEFAULT_PRESETS: Mapping[str, float] = {"easy": 0.0, "medium": 0.5, "hard": 1.0}
 
 Difficulty = float | str | Mapping[str, Any]
+DEFAULT_DIFFICULTY = "easy"
+"""The difficulty wherever none is given: ``generate()``, a training-mix entry (``tasks[].difficulty``) and the
+CLI's ``--difficulty`` options."""
 """A knob in [0, 1], a preset name (``easy``/``medium``/``hard``), a numeric string, or explicit parameters."""
 
 
@@ -231,7 +234,7 @@ class Task:
         raise NotImplementedError
 
     # -- the protocol -------------------------------------------------------------------------------
-    def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
+    def generate(self, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY, split: str = "train") -> Problem:
         """Deterministic: the same ``(seed, difficulty, split)`` always gives the same problem."""
         if split not in SPLITS:
             raise UserError(f"unknown split {split!r}: use train or eval")

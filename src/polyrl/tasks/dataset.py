@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 from polyrl.errors import UserError
 from polyrl.tasks.answers import MAX_ANSWER_CHARS
-from polyrl.tasks.base import SPLITS, VERIFIER_ERROR, Difficulty, Param, Problem, Task, Verdict
+from polyrl.tasks.base import DEFAULT_DIFFICULTY, SPLITS, VERIFIER_ERROR, Difficulty, Param, Problem, Task, Verdict
 from polyrl.tasks.dataset_rows import DatasetRows, DatasetSpec, Row, bucket_bounds, dataset_rows, prompt_hash
 from polyrl.tasks.verifiers import DATASET_VERIFIERS, UserCallable, import_callable
 
@@ -105,7 +105,7 @@ class DatasetTask(Task):
                 return b
         raise UserError(f"task {self.name}: the {split} split has no rows")
 
-    def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
+    def generate(self, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY, split: str = "train") -> Problem:
         if split not in SPLITS:
             raise UserError(f"unknown split {split!r}: use train or eval")
         space = self.difficulty_space()

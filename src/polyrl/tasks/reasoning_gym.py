@@ -19,7 +19,7 @@ import math
 from typing import Any, ClassVar
 
 from polyrl.errors import UserError
-from polyrl.tasks.base import SPLITS, Difficulty, Param, Problem, Task
+from polyrl.tasks.base import DEFAULT_DIFFICULTY, SPLITS, Difficulty, Param, Problem, Task
 from polyrl.tasks.rg_guards import guard_answer, replace_eval
 
 INSTALL_HINT = "reasoning-gym is not installed; install it with `pip install polyrl[rg]`"
@@ -96,7 +96,7 @@ class ReasoningGymTask(Task):
             return config, candidate
         return self._config_cls(**defaults), None
 
-    def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
+    def generate(self, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY, split: str = "train") -> Problem:
         if split not in SPLITS:
             raise UserError(f"unknown split {split!r}: use train or eval")
         seed = int(seed)

@@ -25,6 +25,7 @@ from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
 from polyrl.run_dir import atomic_write_text
+from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
 
@@ -51,7 +52,7 @@ class TaskSpec(_Strict):
 
     name: str = Field(description="Registered task name (see `polyrl tasks list`), or rg/<dataset>.")
     difficulty: float | str | dict[str, Any] = Field(
-        "easy", description="Training difficulty: knob in [0, 1], preset, or parameters."
+        DEFAULT_DIFFICULTY, description="Training difficulty: knob in [0, 1], preset, or parameters."
     )
     eval_difficulty: float | str | dict[str, Any] | None = Field(
         None, description="Held-out difficulty (default: the training one)."

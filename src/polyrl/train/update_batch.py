@@ -53,8 +53,10 @@ class UpdateBatch:
 
 
 def collate_trajectories(trajs: list[Trajectory], pad_id: int) -> TokenBatch:
-    """The padded token batch of ``trajs`` (with multi-turn policy masks when there are any)."""
-    masks = [t.policy_mask for t in trajs] if any(t.policy_mask for t in trajs) else None
+    """The padded token batch of ``trajs`` (with multi-turn policy masks when there are any; a single-turn
+    completion's mask is all ones, whichever round of the step it came from)."""
+    masked = any(t.policy_mask for t in trajs)
+    masks = [t.policy_mask or [1] * len(t.response_ids) for t in trajs] if masked else None
     return collate([(t.prompt_ids, t.response_ids) for t in trajs], pad_id, masks)
 
 
