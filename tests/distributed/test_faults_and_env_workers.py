@@ -10,10 +10,10 @@ from polyrl.envs import resolve_task  # noqa: E402
 from polyrl.policy import load_policy  # noqa: E402
 from polyrl.policy.loading import ModelConfig  # noqa: E402
 from polyrl.policy.prompts import PromptConfig  # noqa: E402
-from polyrl.rewards import RewardConfig  # noqa: E402
+from polyrl.rollout import Sampling  # noqa: E402
 
 MODEL = ModelConfig(path="tiny", tiny={"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2})
-SAMPLING = {"group_size": 2, "max_new_tokens": 6, "temperature": 1.0, "top_p": 1.0}
+SAMPLING = Sampling(2, 6, max_episode_tokens=64)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,6 @@ def _pool(tasks, **ray_options):
         model_config=MODEL,
         seed=0,
         prompt_config=PromptConfig(field="question"),
-        reward_config=RewardConfig(),
-        max_episode_tokens=64,
         tasks=tasks,
     )
     pool.sync_weights(load_policy(MODEL, seed=0).model, 0)
@@ -50,7 +48,7 @@ def test_killed_rollout_worker_is_restarted_and_its_groups_rerun(local_ray):
         pool.sampling = SAMPLING
         pool._fill(8, make)  # 8 groups in flight, 4 queued on each worker
         ray.kill(pool.workers[0], no_restart=False)
-        groups = pool.groups(8, make, **SAMPLING)
+        groups = pool.groups(8, make, SAMPLING)
         stats = pool.stats
         assert stats.reruns >= 1
         assert len(groups) + stats.failed_groups == 8 == stats.submitted
@@ -68,7 +66,7 @@ def test_groups_of_a_worker_that_keeps_dying_are_counted_as_failed(local_ray):
         pool.sampling = SAMPLING
         pool._fill(3, make)
         ray.kill(pool.workers[0], no_restart=True)
-        groups = pool.groups(3, make, **SAMPLING)
+        groups = pool.groups(3, make, SAMPLING)
         assert groups == [] and pool.stats.failed_groups == 3 and pool.stats.reruns == 3
     finally:
         pool.shutdown()
@@ -79,7 +77,7 @@ def test_environment_steps_run_on_env_workers(local_ray):
     task = resolve_task(name)
     pool = _pool({name: task}, num_rollout_workers=1, num_env_workers=2, rollout_concurrency=2)
     try:
-        groups = pool.groups(4, _problems(task), **SAMPLING)
+        groups = pool.groups(4, _problems(task), SAMPLING)
         trajs = [t for g in groups for t in g]
         assert len(trajs) == 8
         assert all(t.info["turns"] >= 1 and t.verdict.reason != "env_error" for t in trajs)
@@ -108,7 +106,7 @@ def test_groups_older_than_max_staleness_are_rerun_at_the_current_version(local_
         pool._fill(4, make)  # four groups in flight at version 0
         pool.sync_weights(model, 1)
         pool.sync_weights(model, 2)  # the trainer is now two updates ahead of them
-        groups = pool.groups(2, make, **SAMPLING)
+        groups = pool.groups(2, make, SAMPLING)
         stats = pool.stats
         assert len(groups) == 2
         assert all(t.policy_version == 2 for g in groups for t in g), "nothing older than max_staleness is trained on"
@@ -151,7 +149,7 @@ def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_go
             while _steps_run(pool.env_workers[0]) == 0 and time.time() < deadline:
                 time.sleep(0.05)  # wait until episodes are mid-way (a step has run)
             ray.kill(pool.env_workers[0], no_restart=False)
-            groups = pool.groups(4, make, **SAMPLING)
+            groups = pool.groups(4, make, SAMPLING)
             trajs = [t for g in groups for t in g]
             assert len(groups) == 4 and len(trajs) == 8, "no episode is lost"
             reasons = [t.info.get("end_reason") for t in trajs]
@@ -163,7 +161,7 @@ def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_go
         assert all(t.reward == 0 for t in trajs if t.info.get("end_reason") == "env_error")
         assert pool.stats.failed_groups == 0
         # the restarted environment actor serves new episodes
-        later = [t for g in pool.groups(2, make, **SAMPLING) for t in g]
+        later = [t for g in pool.groups(2, make, SAMPLING) for t in g]
         assert len(later) == 4 and all(t.info.get("end_reason") != "env_error" for t in later)
     finally:
         pool.shutdown()
@@ -193,7 +191,7 @@ def test_a_rollout_that_raises_is_rerun_then_counted_never_crashes_the_pool(loca
     pool = _pool({name: task}, num_rollout_workers=1, max_reruns=1)
     try:
         with pytest.warns(UserWarning, match="sandbox image not found"):
-            groups = pool.groups(2, _problems(task), **SAMPLING)
+            groups = pool.groups(2, _problems(task), SAMPLING)
         stats = pool.stats
         assert groups == [] and stats.failed_groups == 2 and stats.task_errors == 4 and stats.reruns == 2
         assert "sandbox image not found" in stats.last_error
@@ -211,7 +209,7 @@ def test_interruptible_groups_queued_before_an_update_start_with_the_newest_weig
         pool._fill(4, make)  # submitted at version 0, played one after another
         pool.sync_weights(model, 1)
         pool.sync_weights(model, 2)
-        groups = pool.groups(4, make, **SAMPLING)
+        groups = pool.groups(4, make, SAMPLING)
         versions = [t.policy_version for g in groups for t in g]
         assert len(groups) == 4 and set(versions) <= {1, 2} and 2 in versions  # nothing older than the bound
         assert pool.stats.stale_reruns < 4  # the queued groups were not all thrown away and re-run

@@ -9,6 +9,7 @@ ray = pytest.importorskip("ray")
 from polyrl.distributed.config import RayConfig  # noqa: E402
 from polyrl.distributed.pool import connect  # noqa: E402
 from polyrl.errors import UserError  # noqa: E402
+from polyrl.rollout import Sampling  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def test_trajectories_carry_version_and_behaviour_logprobs(local_ray, tiny_train
     try:
         pool.sync_weights(trainer.policy.model, 7)
         problems = [trainer.tasks["addition"].generate(1, "easy")]
-        (group,) = pool.groups(1, lambda n: problems * n, group_size=3, max_new_tokens=6, temperature=1.0, top_p=1.0)
+        (group,) = pool.groups(1, lambda n: problems * n, Sampling(3, 6))
         assert [t.policy_version for t in group] == [7, 7, 7]
         for t in group:
             assert len(t.behaviour_logprobs) == len(t.response_ids)

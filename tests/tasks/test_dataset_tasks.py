@@ -204,6 +204,12 @@ def last_digit(extracted, target):
 
 def explodes(extracted):
     raise ValueError("no")
+
+def lenient(extracted, **kwargs):
+    return extracted.strip() == str(kwargs["target"]).strip()
+
+def trl_style(completions, **kwargs):
+    return [1.0 for _ in completions]
 """
 
 
@@ -216,6 +222,16 @@ def test_a_python_callable_is_a_verifier_and_a_raising_one_is_a_verifier_error(t
     assert task.pure is False
     bad = dataset_task("test_cb2", DatasetSpec(path=gsm8k, answer_after="####", verifier="my_verifiers:explodes"))
     assert bad.verify(bad.generate(0), "<answer>7</answer>").reason == "verifier_error"
+
+
+def test_a_verifier_may_take_kwargs_but_not_a_batch(tmp_path, monkeypatch, gsm8k):
+    (tmp_path / "my_verifiers.py").write_text(textwrap.dedent(CALLABLES))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    task = dataset_task("test_cb3", DatasetSpec(path=gsm8k, answer_after="####", verifier="my_verifiers:lenient"))
+    p = task.generate(0)
+    assert task.verify(p, f"<answer> {p.answer} </answer>").correct
+    with pytest.raises(UserError, match=r"must score one response.*not completions"):
+        dataset_task("test_cb4", DatasetSpec(path=gsm8k, answer_after="####", verifier="my_verifiers:trl_style"))
 
 
 def test_a_task_entry_takes_the_dataset_fields_inline_or_nested():

@@ -28,6 +28,7 @@ after which ``get_task("gsm8k")`` (and ``env/retry:gsm8k``) works like any regis
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 import re
@@ -181,10 +182,12 @@ def verifier_for(spec: DatasetSpec):
     """The spec's verifier: a registered one with its options bound, or an imported user callable."""
     if ":" in spec.verifier:
         fn = import_callable(spec.verifier)
-        if fn.group or "verdict" in fn.args:
+        named = inspect.signature(fn.fn).parameters
+        wrong = [a for a in ("verdict", "problems", "responses", "verdicts", "completions") if a in named]
+        if wrong:  # a **kwargs verifier gets problem, response, extracted and target
             raise UserError(
                 f"verifier {spec.verifier!r} must score one response: it may take problem, response, extracted, "
-                f"target (not {', '.join(a for a in fn.args if a in ('verdict', 'problems', 'responses', 'verdicts'))})"
+                f"target (not {', '.join(wrong)})"
             )
         if spec.verifier_options:
             raise UserError(f"verifier_options apply to built-in verifiers, not to {spec.verifier!r}")
