@@ -170,3 +170,17 @@ def test_a_trl_function_asking_for_an_argument_nobody_passes_is_refused():
     with pytest.raises(UserError, match="temperature would never be passed"):
         user_callable(needs, "needs")
     assert user_callable(lambda completions, **kw: [], "ok").style == "trl"
+
+
+def test_a_real_ctrl_c_during_a_reward_call_still_stops_the_run():
+    import os
+    import signal
+
+    def pressed():
+        os.kill(os.getpid(), signal.SIGINT)  # what the terminal sends
+        time.sleep(1)
+
+    with pytest.raises(KeyboardInterrupt):
+        call_limited(pressed, 5)
+    assert call_limited(lambda: (_ for _ in ()).throw(KeyboardInterrupt), 5)[1] == "error: KeyboardInterrupt: "
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

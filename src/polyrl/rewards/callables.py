@@ -42,6 +42,10 @@ class _TimeLimit(BaseException):
     code does not swallow it)."""
 
 
+class _CtrlC(BaseException):
+    """A real Ctrl-C that lands during a reward call: it stops the run, unlike a KeyboardInterrupt user code raises."""
+
+
 def _reason(exc: BaseException) -> str:
     return f"error: {type(exc).__name__}: {exc}"[:200]
 
@@ -67,7 +71,7 @@ def call_limited(fn: Callable[[], Any], limit: float | None) -> tuple[Any, str |
 def _call(fn: Callable[[], Any]) -> tuple[Any, str | None]:
     try:
         return fn(), None
-    except _TimeLimit:
+    except (_TimeLimit, _CtrlC):
         raise
     except BaseException as exc:  # SystemExit and KeyboardInterrupt raised by user code end this call only
         return None, _reason(exc)
@@ -77,7 +81,12 @@ def _call_with_timer(fn: Callable[[], Any], limit: float) -> tuple[Any, str | No
     def expire(signum, frame):
         raise _TimeLimit
 
+    def ctrl_c(signum, frame):
+        raise _CtrlC
+
     previous = signal.signal(signal.SIGALRM, expire)
+    own_int = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous_int = signal.signal(signal.SIGINT, ctrl_c) if own_int else None
     try:
         signal.setitimer(signal.ITIMER_REAL, limit)
         try:
@@ -86,8 +95,12 @@ def _call_with_timer(fn: Callable[[], Any], limit: float) -> tuple[Any, str | No
             signal.setitimer(signal.ITIMER_REAL, 0)
     except _TimeLimit:
         return None, f"timeout: over {limit:g}s"
+    except _CtrlC:
+        raise KeyboardInterrupt from None
     finally:
         signal.signal(signal.SIGALRM, previous)
+        if own_int:
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def _call_on_thread(fn: Callable[[], Any], limit: float) -> tuple[Any, str | None]:
