@@ -19,6 +19,8 @@ Episode terms (multi-turn):
   return is its verifier), with the task's ``reward.tasks`` overrides like every other term.
 
 A term returns None where it does not apply (a zero weight it would only cost time for, no think tags).
+Each is weighted by a ``RewardConfig`` field, so this registry holds the built-ins; a new term of your own is a
+batched term (:func:`polyrl.rewards.register_reward_term`), configurable by name.
 """
 
 from __future__ import annotations
