@@ -1,7 +1,7 @@
 """No import circles among the modules of rewards/ and tasks/, and no arrow from tasks/ up to envs/.
 
-Every import counts, those inside functions too (a deferred import is still an arrow a reader follows);
-imports under ``if TYPE_CHECKING:`` do not (they never run).
+Every import counts: those inside functions (a deferred import is still an arrow a reader follows) and those
+under ``if TYPE_CHECKING:`` (a reader follows the types too).
 """
 
 import ast
@@ -15,23 +15,12 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(path: Path, modules: set[str]) -> set[str]:
     out: set[str] = set()
     package = _module(path) if path.name == "__init__.py" else _module(path).rpartition(".")[0]
 
     def visit(node):
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for other in child.orelse:
-                    visit(other)
-                continue
             if isinstance(child, ast.Import):
                 out.update(a.name for a in child.names)
             elif isinstance(child, ast.ImportFrom):

@@ -35,7 +35,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,8 +44,17 @@ from polyrl.tasks.verdict import VERIFIER_TIMEOUT as TIMEOUT
 from polyrl.tasks.verdict import Verdict
 from polyrl.tasks.verifier_worker import read_reply, verdict_from_wire, write_message
 
-if TYPE_CHECKING:
-    from polyrl.tasks.base import Problem, Task
+Problem = Any
+"""A task's problem (:class:`polyrl.tasks.base.Problem`); the pool only passes it through."""
+
+
+class Verifiable(Protocol):
+    """What the pool needs of a task (a :class:`polyrl.tasks.base.Task`, or an :class:`IsolatedReward`)."""
+
+    pure: bool
+
+    def verify_in_process(self, problem: Problem, response: str) -> Verdict: ...
+
 
 DEFAULT_TIMEOUT_S = 5.0
 """Seconds one isolated verify call may take before it is the verdict ``verifier_timeout``."""
@@ -129,7 +138,7 @@ class _Worker:
                 pass
 
 
-def _task_blob(task: Task) -> bytes | None:
+def _task_blob(task: Verifiable) -> bytes | None:
     """The pickled task, or None (with a warning) for a class a worker could not import."""
     try:
         return pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
@@ -166,7 +175,7 @@ class VerifierPool:
             self._workers[slot].stop()
         self._workers[slot] = None
 
-    def verify(self, calls: Sequence[tuple[Task, Problem, str]]) -> list[Verdict]:
+    def verify(self, calls: Sequence[tuple[Verifiable, Problem, str]]) -> list[Verdict]:
         """One verdict per ``(task, problem, response)``, in order: each batch is split across the workers."""
         if not calls:
             return []
@@ -302,7 +311,7 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 
-def verify_many(calls: Sequence[tuple[Task | IsolatedReward, Problem, str]]) -> list[Verdict]:
+def verify_many(calls: Sequence[tuple[Verifiable, Problem, str]]) -> list[Verdict]:
     """One verdict per ``(task, problem, response)``, in order, with one pool round trip for all impure ones.
 
     Pure verifiers run here, in this process; the others run batched in the worker pool. A task class that
