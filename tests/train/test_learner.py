@@ -10,6 +10,7 @@ from polyrl.rollout import Trajectory
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
 from polyrl.train.learner import micro_batches, minibatches, policy_update
+from polyrl.train.settings import UpdateSettings
 from polyrl.train.update_batch import prepare_update
 
 
@@ -43,9 +44,10 @@ def policy():
 def _update(policy, cfg: RLConfig, trajs=None):
     model = copy.deepcopy(policy.model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    batch = prepare_update(trajs or _step(), ["a", "b"], policy.tokenizer.pad_token_id, cfg)
+    settings = UpdateSettings.from_config(cfg)
+    batch = prepare_update(trajs or _step(), ["a", "b"], policy.tokenizer.pad_token_id, settings)
     torch.manual_seed(0)
-    result = policy_update(model, optimizer, batch, cfg, list(model.parameters()))
+    result = policy_update(model, optimizer, batch, settings, list(model.parameters()))
     return result, model
 
 
@@ -72,7 +74,7 @@ def test_skipping_zero_advantage_rows_keeps_the_gradient(policy):
 
 def test_zero_variance_groups_get_exactly_zero_after_task_normalization(policy):
     cfg = RLConfig(task_normalize=True)
-    batch = prepare_update(_step(), ["a", "b"], policy.tokenizer.pad_token_id, cfg)
+    batch = prepare_update(_step(), ["a", "b"], policy.tokenizer.pad_token_id, UpdateSettings.from_config(cfg))
     zero_group = batch.group_ids == 3
     assert torch.equal(batch.advantages[zero_group], torch.zeros(4))
     assert (batch.advantages[~zero_group] != 0).all()

@@ -132,6 +132,7 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
     import numpy as np
 
     from polyrl.train.learner import policy_update
+    from polyrl.train.settings import UpdateSettings
     from polyrl.train.update_batch import prepare_update
 
     cfg = tiny_train_config(sft__steps=4, rl__epochs=1, rl__minibatches=1, rl__group_size=4, rl__prompts_per_step=8)
@@ -147,7 +148,7 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
     def update(skip: bool):
         trainer.policy.model.load_state_dict(start)
         trainer._make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
-        rl = cfg.rl.model_copy(update={"skip_zero_advantage": skip})
+        rl = UpdateSettings.from_config(cfg.rl).replace(skip_zero_advantage=skip)
         batch = prepare_update(trajs, list(trainer.tasks), trainer.policy.tokenizer.pad_token_id, rl)
         out = policy_update(trainer.policy.model, trainer.optimizer, batch, rl, trainer.trainable_parameters())
         return out, {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}

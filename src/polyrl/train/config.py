@@ -13,7 +13,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from polyrl.algos import KL_ESTIMATORS, get_advantage_estimator, get_aggregation, get_objective
+from polyrl.algos import (
+    KL_ESTIMATORS,
+    get_advantage_estimator,
+    get_aggregation,
+    get_objective,
+    objective_settings_class,
+)
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
 from polyrl.curriculum import SAMPLERS
@@ -123,6 +129,14 @@ class SFTConfig(_Strict):
     rejection_steps: int = Field(50, ge=1, description="Optimizer steps per rejection-sampling round.")
 
 
+MOVED_OBJECTIVE_KEYS = {
+    "gspo_clip_ratio_low": ("gspo", "clip_ratio_low"),
+    "gspo_clip_ratio_high": ("gspo", "clip_ratio_high"),
+    "cispo_clip_ratio_high": ("cispo", "clip_ratio_high"),
+}
+"""Flat ``rl.`` keys of earlier versions → (objective, key in ``rl.objective_settings``)."""
+
+
 class RLConfig(_Strict):
     """Stage 2: multi-task RL with verifiable rewards."""
 
@@ -178,14 +192,9 @@ class RLConfig(_Strict):
     )
     clip_ratio_low: float = Field(0.2, ge=0, lt=1, description="PPO clip below 1 (1 - eps_low).")
     clip_ratio_high: float = Field(0.28, ge=0, description="PPO clip above 1 (1 + eps_high; DAPO clip-higher).")
-    gspo_clip_ratio_low: float = Field(
-        3e-4, ge=0, lt=1, description="gspo: sequence-ratio clip below 1 (GSPO paper: 3e-4)."
-    )
-    gspo_clip_ratio_high: float = Field(
-        4e-4, ge=0, description="gspo: sequence-ratio clip above 1 (GSPO paper: 4e-4)."
-    )
-    cispo_clip_ratio_high: float = Field(
-        4.0, ge=0, description="cispo: importance weights are truncated at 1 + this (TRL's epsilon_high 5.0)."
+    objective_settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The objective's own settings, validated against the settings class it was registered with (gspo: clip_ratio_low 3e-4, clip_ratio_high 4e-4; cispo: clip_ratio_high 4.0; ppo_clip has none). Unset keys take that class's defaults; the saved config lists them all.",
     )
     loss_aggregation: str = Field(
         "token_mean", description="token_mean (DAPO), seq_mean_token_mean (GRPO), seq_mean_token_sum_norm (Dr. GRPO)."
@@ -217,6 +226,38 @@ class RLConfig(_Strict):
     _objective = field_validator("objective")(registered(get_objective))
     _surgery = field_validator("gradient_surgery")(registered(get_surgery))
     _kl = field_validator("kl_estimator")(registered(KL_ESTIMATORS.lookup))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data):
+        """The flat per-objective keys of earlier versions: a one-line error naming the new key."""
+        if isinstance(data, dict):
+            for old, (objective, key) in MOVED_OBJECTIVE_KEYS.items():
+                if old in data:
+                    raise ValueError(
+                        f"rl.{old} has moved: set rl.objective_settings.{key} (read when rl.objective is {objective})"
+                    )
+        return data
+
+    @model_validator(mode="after")
+    def _own_settings(self):
+        """``objective_settings`` validated against the objective's settings class, defaults filled in."""
+        own = objective_settings_class(self.objective)
+        if own is None:
+            if self.objective_settings:
+                raise ValueError(
+                    f"rl.objective={self.objective} has no settings of its own; remove rl.objective_settings "
+                    f"({', '.join(sorted(self.objective_settings))})"
+                )
+            return self
+        try:
+            self.objective_settings = own.model_validate(self.objective_settings).model_dump()
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            msg = "unknown option" if err["type"] == "extra_forbidden" else err["msg"]
+            raise ValueError(f"rl.objective_settings.{where} ({self.objective}): {msg}") from None
+        return self
 
     @model_validator(mode="after")
     def _compatible(self):
@@ -466,10 +507,28 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
+def upgrade_saved(data: dict[str, Any]) -> None:
+    """A run directory's saved config from an earlier version, in place: its flat per-objective keys
+    (:data:`MOVED_OBJECTIVE_KEYS`, saved with every run) move into ``rl.objective_settings`` when they
+    belong to the run's objective, and are dropped otherwise (no other objective read them)."""
+    rl = data.get("rl")
+    if not isinstance(rl, dict):
+        return
+    for old, (objective, key) in MOVED_OBJECTIVE_KEYS.items():
+        if old in rl:
+            value = rl.pop(old)
+            if rl.get("objective") == objective:
+                rl.setdefault("objective_settings", {})[key] = value
+
+
 def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    base: dict | None = None,
+    saved: bool = False,
 ) -> TrainConfig:
-    """Load ``path`` (YAML) over ``base``, apply ``key=value`` overrides and validate."""
+    """Load ``path`` (YAML) over ``base``, apply ``key=value`` overrides and validate. ``saved``: ``path`` is a
+    run directory's config.yaml, which an earlier version may have written (:func:`upgrade_saved`)."""
     data: dict[str, Any] = dict(base or {})
     if path is not None:
         p = Path(path)
@@ -488,6 +547,8 @@ def load_config(
         if not isinstance(loaded, dict):
             raise UserError(f"config {str(path)!r} must be a mapping of fields, got {type(loaded).__name__}")
         data.update(loaded)
+    if saved:
+        upgrade_saved(data)
     for key, value in parse_overrides(overrides or []):
         _set_dotted(data, key, value)
     try:

@@ -38,6 +38,7 @@ from polyrl.train.config import TrainConfig, save_config
 from polyrl.train.learner import BaseModelReference, critic_update, policy_update
 from polyrl.train.metrics import advantage_mass, step_metrics
 from polyrl.train.progress import StageProgress
+from polyrl.train.settings import UpdateSettings
 from polyrl.train.update_batch import prepare_update
 
 
@@ -120,6 +121,7 @@ class Trainer:
         self.has_references = {n: self._has_reference(n) for n in self.tasks}
         if config.sft.enabled and config.sft.steps and not any(self.has_references.values()):
             raise UserError("sft is enabled but no task in the mix provides reference solutions")
+        self.update_settings = UpdateSettings.from_config(config.rl, tis_cap=config.ray.tis_cap)
         self.reference = None
         self.critic = None
         self.policy_version = 0
@@ -222,9 +224,9 @@ class Trainer:
             record = {"stage": "critic_warmup", "step": k + 1, "sequences": len(trajs)}
             if trajs:
                 batch = prepare_update(
-                    trajs, list(self.tasks), self.policy.tokenizer.pad_token_id, self.config.rl, self.critic
+                    trajs, list(self.tasks), self.policy.tokenizer.pad_token_id, self.update_settings, self.critic
                 )
-                record.update(critic_update(self.critic, batch, self.config.rl))
+                record.update(critic_update(self.critic, batch, self.update_settings))
                 record["reward"] = sum(t.reward for t in trajs) / len(trajs)
             record["step_time"] = time.perf_counter() - t0
             self.run_dir.log(record)
@@ -500,22 +502,21 @@ class Trainer:
     def rl_step(self, step: int, rng: np.random.Generator) -> dict[str, Any]:
         """One RL step, stage by stage (docs/architecture.md): collect scored groups → advantages and the
         rows to train on → the policy update → metrics. Returns the step's metrics."""
-        cfg = self.config.rl
         t0 = time.perf_counter()
         collected = self._collect(step, rng)
         trajs = collected.trajectories
         batch = update = None
         if trajs:
-            batch = prepare_update(trajs, list(self.tasks), self.policy.tokenizer.pad_token_id, cfg, self.critic)
+            settings = self.update_settings
+            batch = prepare_update(trajs, list(self.tasks), self.policy.tokenizer.pad_token_id, settings, self.critic)
             update = policy_update(
                 self.policy.model,
                 self.optimizer,
                 batch,
-                cfg,
+                settings,
                 self.trainable_parameters(),
                 reference=self.reference,
                 critic=self.critic,
-                tis_cap=self.config.ray.tis_cap if batch.behaviour_logprobs is not None else None,
                 ranks=self.ranks,
             )
             if update.updates == 0:
@@ -578,4 +579,4 @@ def resume_config(run_dir: str | Path) -> TrainConfig:
     path = Path(run_dir) / "config.yaml"
     if not path.exists():
         raise UserError(f"{str(run_dir)!r} is not a polyrl run directory (no config.yaml)")
-    return load_config(path)
+    return load_config(path, saved=True)

@@ -15,6 +15,7 @@ from torch import Tensor
 from polyrl.algos import get_advantage_estimator, task_normalize, zero_variance_groups
 from polyrl.rollout import TokenBatch, Trajectory, collate
 from polyrl.rollout.multi_turn import turn_advantages
+from polyrl.train.settings import UpdateSettings
 
 
 @dataclass
@@ -65,7 +66,9 @@ def behaviour_logprobs(trajs: list[Trajectory], width: int) -> Tensor | None:
     return out
 
 
-def compute_advantages(trajs: list[Trajectory], tokens: TokenBatch, task_ids: Tensor, cfg, critic=None):
+def compute_advantages(
+    trajs: list[Trajectory], tokens: TokenBatch, task_ids: Tensor, cfg: UpdateSettings, critic=None
+):
     """``(advantages, returns, critic_stats, zero_variance)`` for one step.
 
     Group estimators give one value per sequence; ``task_normalize`` then standardizes within each task
@@ -86,7 +89,9 @@ def compute_advantages(trajs: list[Trajectory], tokens: TokenBatch, task_ids: Te
     return torch.where(zero_var, torch.zeros_like(advantages), advantages), None, {}, zero_var
 
 
-def prepare_update(trajs: list[Trajectory], task_names: list[str], pad_id: int, cfg, critic=None) -> UpdateBatch:
+def prepare_update(
+    trajs: list[Trajectory], task_names: list[str], pad_id: int, cfg: UpdateSettings, critic=None
+) -> UpdateBatch:
     """Collate, compute advantages, and choose the rows to train on.
 
     Rows with zero advantage contribute nothing to the surrogate (their per-token loss is 0 × ratio); with
