@@ -215,7 +215,7 @@ def test_lora_reference_is_the_base_model_without_a_copy(tiny_train_config):
     )
     trainer = Trainer(cfg)
     policy = trainer.policy.model
-    reference = trainer._reference_model()
+    reference = trainer.rl.reference_model()
     assert isinstance(reference, BaseModelReference) and reference.model is policy  # no second set of weights
     with torch.no_grad():
         for name, p in policy.named_parameters():

@@ -27,6 +27,7 @@ from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
+from polyrl.policy.backends import GenerationConfig, check_engine
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
@@ -354,29 +355,6 @@ class EvalConfig(_Strict):
     )
 
 
-class GenerationConfig(BaseModel):
-    """Which engine samples completions (RL, rejection sampling, evaluation) in the trainer process."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    engine: Literal["transformers", "vllm"] = Field(
-        "transformers",
-        description="transformers (CPU or GPU, the default) or vllm (optional extra polyrl[vllm], CUDA only; weights synced after every update).",
-    )
-    batch_size: int = Field(256, ge=1, description="transformers: sequences generated together.")
-    vllm_gpu_memory_utilization: float = Field(
-        0.3,
-        gt=0,
-        le=1,
-        description="vllm: share of GPU memory vLLM may take (weights + KV cache); the trainer's model and optimizer need the rest.",
-    )
-    vllm_max_model_len: int | None = Field(
-        None, ge=16, description="vllm: longest prompt + completion (default: the model's)."
-    )
-    vllm_enforce_eager: bool = Field(False, description="vllm: skip CUDA graph capture (faster start, slower steps).")
-    vllm_dtype: str = Field("auto", description="vllm: weights dtype (auto follows the checkpoint).")
-
-
 class TrainConfig(_Strict):
     """Everything `polyrl train` does, in one file."""
 
@@ -435,14 +413,7 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _compatible(self):
-        if self.generation.engine == "vllm":
-            if self.backend == "ray":
-                raise ValueError(
-                    "generation.engine=vllm samples in the trainer process; it cannot be combined with backend=ray, "
-                    "whose rollout workers generate with transformers"
-                )
-            if not self.device.startswith("cuda"):
-                raise ValueError(f"generation.engine=vllm needs a CUDA device (device=cuda), not device={self.device}")
+        check_engine(self.generation, self.device, self.backend)
         if self.model.autocast == "fp16" and not self.device.startswith("cuda"):
             raise ValueError(f"model.autocast=fp16 needs a CUDA device, not device={self.device}; use bf16 on CPU")
         if self.eval.attempts > 1:
