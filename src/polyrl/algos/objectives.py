@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from polyrl.algos.losses import Count, aggregate, get_aggregation, loss_totals
+from polyrl.algos.objective_stats import RowStat, ratio_stats, sequence_fraction_stat, token_mean_stat
 from polyrl.errors import UserError
 from polyrl.registry import Registry
 
@@ -130,23 +131,6 @@ class CISPOSettings(BaseModel):
     clip_ratio_high: float = Field(
         4.0, ge=0, description="Importance weights are truncated at 1 + this (TRL's epsilon_high 5.0)."
     )
-
-
-@dataclass(frozen=True)
-class RowStat:
-    """One statistic of an objective, measured once: ``reduce(*tensors)`` over the whole batch, or over any
-    subset of its rows (``over(rows)`` indexes every tensor's first dimension first). Exact by construction:
-    the subset's value is the one the objective would compute on those rows alone."""
-
-    reduce: Callable[..., Tensor]
-    tensors: tuple[Tensor, ...]
-
-    def over(self, rows: Tensor | None = None) -> Tensor:
-        """The 0-d statistic over ``rows`` (a bool mask or indices; None: every row)."""
-        return self.reduce(*(self.tensors if rows is None else (t[rows] for t in self.tensors)))
-
-    def __float__(self) -> float:
-        return float(self.over())
 
 
 class Objective(Protocol):
@@ -262,16 +246,6 @@ def _per_token(advantages: Tensor, like: Tensor) -> Tensor:
     return advantages.unsqueeze(-1).expand_as(like) if advantages.dim() == 1 else advantages
 
 
-def _token_mean(values: Tensor, mask: Tensor) -> Tensor:
-    return (values.detach().to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)
-
-
-def _sequence_fraction(dropped: Tensor, mask: Tensor) -> Tensor:
-    """Fraction of the sequences with tokens in ``mask`` for which ``dropped[N]`` holds."""
-    has_tokens = mask.sum(-1) > 0
-    return (dropped & has_tokens).sum() / has_tokens.sum().clamp(min=1)
-
-
 def objective_terms(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, Tensor, Tensor]:
     """Step 1: ``(loss mask, per-token advantages, log ratio to the old policy)``, all ``[N, T]``.
 
@@ -284,37 +258,6 @@ def objective_terms(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tup
     # (otherwise the ratio would be the constant 1 and the gradient silently 0).
     log_ratio = inputs.logprobs - inputs.old_logprobs.detach()
     return mask, _per_token(inputs.advantages, inputs.logprobs), log_ratio
-
-
-def _masked_max(values: Tensor, valid: Tensor) -> Tensor:
-    # masked_fill rather than values[valid]: boolean indexing would force a device sync per call.
-    return values.masked_fill(~valid, 0.0).max()
-
-
-def _masked_min(values: Tensor, valid: Tensor) -> Tensor:
-    return values.masked_fill(~valid, math.inf).min()
-
-
-def token_mean_stat(values: Tensor, mask: Tensor) -> RowStat:
-    """A statistic averaged over the loss tokens: ``values[N, T]`` (detached) weighted by ``mask[N, T]``."""
-    return RowStat(_token_mean, (values.detach(), mask.detach()))
-
-
-def _ratio_stats(
-    ratio: Tensor, log_ratio: Tensor, clipped_low: Tensor, clipped_high: Tensor, mask: Tensor
-) -> dict[str, RowStat]:
-    """Clip fractions (tokens clipped on each side), k3 approx-KL of the token log-ratio, the ratio's range."""
-    with torch.no_grad():
-        valid, ratio, log_ratio = mask.bool(), ratio.detach(), log_ratio.detach()
-        return {
-            "clip_fraction": token_mean_stat(clipped_low | clipped_high, mask),
-            "clip_fraction_low": token_mean_stat(clipped_low, mask),
-            "clip_fraction_high": token_mean_stat(clipped_high, mask),
-            "approx_kl": token_mean_stat(torch.exp(log_ratio) - 1.0 - log_ratio, mask),
-            "ratio_mean": token_mean_stat(ratio, mask),
-            "ratio_max": RowStat(_masked_max, (ratio, valid)),
-            "ratio_min": RowStat(_masked_min, (ratio, valid)),
-        }
 
 
 def weight_mask_aggregate(
@@ -333,13 +276,13 @@ def weight_mask_aggregate(
         stats["tis_weight_mean"] = token_mean_stat(weight, mask)
         stats["tis_truncated_fraction"] = token_mean_stat(capped, mask)
     if settings.mask_truncated:
-        stats["masked_truncated_fraction"] = RowStat(_sequence_fraction, (inputs.truncated.bool(), inputs.mask))
+        stats["masked_truncated_fraction"] = sequence_fraction_stat(inputs.truncated.bool(), inputs.mask)
     if settings.offpolicy_kl_threshold is not None:
         reference = inputs.behaviour_logprobs if inputs.behaviour_logprobs is not None else inputs.old_logprobs
         keep = offpolicy_mask(inputs.logprobs, reference.detach(), advantages, mask, settings.offpolicy_kl_threshold)
         token_losses = token_losses * keep
         dropped = ((1.0 - keep) * mask).sum(-1) > 0
-        stats["masked_offpolicy_fraction"] = RowStat(_sequence_fraction, (dropped, mask.detach()))
+        stats["masked_offpolicy_fraction"] = sequence_fraction_stat(dropped, mask)
     loss = aggregate(
         token_losses, mask, settings.aggregation, settings.max_tokens, inputs.total_tokens, inputs.total_sequences
     )
@@ -375,7 +318,7 @@ def ppo_clip(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tens
     ratio = torch.exp(log_ratio)
     token_losses, low, high = _clipped_surrogate(ratio, advantages, settings.clip_ratio_low, settings.clip_ratio_high)
     loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
-    return loss, _ratio_stats(ratio, log_ratio, low, high, mask) | stats
+    return loss, ratio_stats(ratio, log_ratio, low, high, mask) | stats
 
 
 @register_objective("gspo", settings=GSPOSettings)
@@ -399,7 +342,7 @@ def gspo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, 
         ratio, advantages, settings.own.clip_ratio_low, settings.own.clip_ratio_high
     )
     loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
-    return loss, _ratio_stats(ratio, log_ratio, low, high, mask) | stats
+    return loss, ratio_stats(ratio, log_ratio, low, high, mask) | stats
 
 
 @register_objective("cispo", settings=CISPOSettings)
@@ -424,7 +367,7 @@ def cispo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor,
     token_losses = -advantages * weight * torch.exp(inputs.logprobs - inputs.logprobs.detach())
     loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
     truncated_high = log_ratio.detach() > cap
-    return loss, _ratio_stats(ratio, log_ratio, torch.zeros_like(truncated_high), truncated_high, mask) | stats
+    return loss, ratio_stats(ratio, log_ratio, torch.zeros_like(truncated_high), truncated_high, mask) | stats
 
 
 def policy_loss(

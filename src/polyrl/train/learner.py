@@ -258,6 +258,31 @@ class _Pass:
         return total
 
 
+def _prepare(model, batch: UpdateBatch, settings: UpdateSettings, reference, ranks) -> tuple[_Pass, tuple]:
+    """The update's pass (with the frozen log-probs it needs) and how much larger the full batch's normalizer
+    is than the trained rows' (1 unless rows are skipped)."""
+    objective_settings = settings.objective_for(batch.behaviour_logprobs is not None)
+    n_all, active = len(batch), batch.active
+    lengths = batch.tokens.attention_mask.sum(1)
+    all_tokens, all_seqs = _totals(batch, torch.arange(n_all), objective_settings)
+    act_tokens, act_seqs = _totals(batch, active, objective_settings)
+    share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
+    needs_old = settings.epochs > 1 or settings.minibatches > 1 or batch.behaviour_logprobs is not None
+    with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
+        old_all = (
+            _frozen_logprobs(model, batch, active, lengths, settings, ranks) if needs_old and len(active) else None
+        )
+        ref_all = (
+            _frozen_logprobs(reference, batch, active, lengths, settings, ranks)
+            if reference is not None and len(active)
+            else None
+        )
+    objective = get_objective(settings.objective)
+    run = _Pass(model, batch, settings, objective, objective_settings, lengths, old_all, ref_all, ranks=ranks)
+    run.seq_entropy, run.seq_kl = torch.full((n_all,), float("nan")), torch.zeros(n_all)
+    return run, share
+
+
 def policy_update(
     model,
     optimizer,
@@ -278,26 +303,8 @@ def policy_update(
     reference (with ``settings.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE). ``ranks``
     (``polyrl.distributed.fsdp.Ranks``): the model is sharded and this process trains its share of each
     minibatch (no critic or gradient surgery there; the config refuses them)."""
-    objective_settings = settings.objective_for(batch.behaviour_logprobs is not None)
-    n_all, active = len(batch), batch.active
-    lengths = batch.tokens.attention_mask.sum(1)
-    # how much larger the full batch's normalizer is than the trained rows' (1 unless rows are skipped)
-    all_tokens, all_seqs = _totals(batch, torch.arange(n_all), objective_settings)
-    act_tokens, act_seqs = _totals(batch, active, objective_settings)
-    share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
-    needs_old = settings.epochs > 1 or settings.minibatches > 1 or batch.behaviour_logprobs is not None
-    with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
-        old_all = (
-            _frozen_logprobs(model, batch, active, lengths, settings, ranks) if needs_old and len(active) else None
-        )
-        ref_all = (
-            _frozen_logprobs(reference, batch, active, lengths, settings, ranks)
-            if reference is not None and len(active)
-            else None
-        )
-    objective = get_objective(settings.objective)
-    run = _Pass(model, batch, settings, objective, objective_settings, lengths, old_all, ref_all, ranks=ranks)
-    run.seq_entropy, run.seq_kl = torch.full((n_all,), float("nan")), torch.zeros(n_all)
+    run, share = _prepare(model, batch, settings, reference, ranks)
+    active, objective_settings = batch.active, run.objective_settings
     surgery = None if settings.gradient_surgery == "none" else get_surgery(settings.gradient_surgery)
 
     losses, grad_norms, value_losses, skipped, updates = [], [], [], 0, 0

@@ -143,26 +143,18 @@ class Trainer:
     # -- the run's parts, as callers (experiments, benchmarks, tests) read them ------------------------
     policy = property(lambda self: self.parts.policy)
     tasks = property(lambda self: self.parts.tasks)
-    specs = property(lambda self: self.parts.specs)
     prompts = property(lambda self: self.parts.prompts)
     backend = property(lambda self: self.parts.backend)
     source = property(lambda self: self.parts.source)
     sampler = property(lambda self: self.parts.sampler)
     selfplay = property(lambda self: self.parts.selfplay)
     run_dir = property(lambda self: self.parts.run_dir)
-    difficulty_controller = property(lambda self: self.parts.difficulty_controller)
     ranks = property(lambda self: self.placement.ranks)
     policy_version = property(lambda self: self.state.policy_version)
     optimizer = property(lambda self: self.state.training.optimizer)
-    step = property(lambda self: self.state.step)
-
-    @property
-    def rollout_pool(self):
-        return self.parts.rollout_pool
-
-    @rollout_pool.setter
-    def rollout_pool(self, pool) -> None:
-        self.parts.rollout_pool = pool
+    rollout_pool = property(
+        lambda self: self.parts.rollout_pool, lambda self, pool: setattr(self.parts, "rollout_pool", pool)
+    )
 
     def difficulty(self, name: str):
         return self.parts.difficulty(name)
