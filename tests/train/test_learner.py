@@ -120,6 +120,35 @@ def test_every_objective_statistic_is_reported_overall_and_per_task(policy):
     assert result.objective["ratio_min"] <= result.objective["ratio_mean"] <= result.objective["ratio_max"]
 
 
+def test_per_task_statistics_come_from_the_one_objective_call_per_micro_batch(policy, monkeypatch):
+    """The objective runs once per micro-batch, never again per task: each task's statistics are read off
+    that call's statistics over the task's rows."""
+    from polyrl.algos import get_objective
+    from polyrl.train import learner
+
+    original, calls = get_objective("ppo_clip"), []
+
+    def spy(inputs, settings):
+        loss, stats = original(inputs, settings)
+        calls.append(stats)
+        return loss, stats
+
+    monkeypatch.setattr(learner, "get_objective", lambda name: spy)
+    result, _ = _update(policy, RLConfig(epochs=2, minibatches=2, skip_zero_advantage=False))
+    assert len(calls) == result.updates == 4  # no micro-batch split: one call per minibatch
+
+    calls.clear()  # two epochs over the rows in order: the second one off-policy, so the statistics vary
+    monkeypatch.setattr(learner, "minibatches", lambda rows, count, generator=None: [rows])
+    result, _ = _update(policy, RLConfig(epochs=2, skip_zero_advantage=False))
+    assert len(calls) == 2
+    task_a = torch.arange(16) < 8  # _step(): groups 0 and 1 (rows 0-7) are task a
+    assert float(calls[1]["clip_fraction"].over(task_a)) != float(calls[1]["clip_fraction"].over(~task_a))
+    for key in calls[0]:
+        values = [float(stats[key].over(task_a)) for stats in calls]  # both epochs weigh the same tokens
+        expected = max(values) if key.endswith("_max") else min(values) if key.endswith("_min") else sum(values) / 2
+        assert result.objective_by_task["a"][key] == pytest.approx(expected, abs=1e-7), key
+
+
 @pytest.mark.parametrize("objective", ["ppo_clip", "gspo", "cispo"])
 def test_each_registered_objective_trains(policy, objective):
     result, model = _update(policy, RLConfig(objective=objective, skip_zero_advantage=False))
