@@ -120,7 +120,7 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
 
 
 def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
-    """The problems polyrl's RL loop draws, step by step (the rng sequence of the trainer's ``make_problems`` in ``Trainer._collect``)."""
+    """The problems polyrl's RL loop draws, step by step (the rng sequence of the trainer's ``make_problems`` in ``RLStage.collect``)."""
     problems = []
     for step in range(cfg.rl.steps):
         rng = np.random.default_rng(_step_seed(cfg.seed, "rl", step))

@@ -1,6 +1,6 @@
 """The update's settings, typed and built once from the config: what stages 2 and 3 of an RL step read.
 
-``UpdateSettings.from_config(config.rl, tis_cap=config.ray.tis_cap)`` is called once, by the Trainer;
+``UpdateSettings.from_config(config.rl, tis_cap=config.ray.tis_cap)`` is called once, by ``train/build.py: build_run``;
 below it nothing reads the config. ``prepare_update`` (advantages, the rows to train on),
 ``policy_update`` and ``critic_update`` (the learner) take these frozen settings, and the objective gets
 its part, :class:`~polyrl.algos.ObjectiveSettings`, with its own settings (``rl.objective_settings``,

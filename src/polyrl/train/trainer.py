@@ -36,6 +36,10 @@ __all__ = ["Trainer", "TrainingError", "resume_config", "train"]
 
 
 class Trainer:
+    """One training run: its parts (``parts``), what it trains and its state (``state``), the two stages
+    (``sft``, ``rl``), and where the policy lives (``placement``: this process unless one is given, e.g.
+    ``FSDPPlacement`` on each rank of a multi-process run)."""
+
     def __init__(self, config: TrainConfig, resume: bool = False, placement=None):
         self.config, self.resume = config, resume
         self.placement = placement if placement is not None else LocalPlacement()
