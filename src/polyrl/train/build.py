@@ -31,6 +31,13 @@ from polyrl.train.config import TrainConfig
 from polyrl.train.settings import UpdateSettings
 
 
+def step_seed(seed: int, stage: str, step: int) -> int:
+    """The seed of ``stage``'s step ``step`` in a run seeded ``seed``: every random choice of the step flows
+    from it, so a resumed run replays the same step."""
+    digest = hashlib.sha256(f"{seed}|{stage}|{step}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % (2**63)
+
+
 @dataclass
 class RunParts:
     """What a run is made of (built once; the stages share it)."""
@@ -80,8 +87,7 @@ class RunParts:
 
     def seed_step(self, stage: str, step: int) -> np.random.Generator:
         """Seed torch for ``stage``/``step`` and return the step's numpy generator (resumes replay it)."""
-        digest = hashlib.sha256(f"{self.config.seed}|{stage}|{step}".encode()).digest()
-        s = int.from_bytes(digest[:8], "big") % (2**63)
+        s = step_seed(self.config.seed, stage, step)
         torch.manual_seed(s)
         return np.random.default_rng(s)
 
