@@ -67,3 +67,16 @@ def test_the_settings_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.epochs = 2
     assert settings.replace(epochs=2).epochs == 2 and settings.epochs == 1
+
+
+def test_the_worked_example_in_the_architecture_docs_prints_what_it_shows():
+    import doctest
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    (example,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "UpdateSettings.from_config" in b]
+    test = doctest.DocTestParser().get_doctest(example, {}, "architecture.md", None, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
