@@ -87,6 +87,7 @@ def polyrl_update(args, setting: str):
     from polyrl.policy.precision import enable_gradient_checkpointing, set_autocast
     from polyrl.train.config import RLConfig
     from polyrl.train.learner import policy_update
+    from polyrl.train.settings import UpdateSettings
     from polyrl.train.update_batch import prepare_update
 
     micro = args.micro_batch_tokens if setting in ("micro", "all", "pure-bf16") else None
@@ -97,8 +98,8 @@ def polyrl_update(args, setting: str):
         set_autocast(model, "bf16")
     if setting == "before":
         batch_module.split_lm = lambda model: None  # the full-logits forward
-    cfg = RLConfig(
-        micro_batch_tokens=micro, max_new_tokens=args.length, skip_zero_advantage=False, share_prompts=False
+    cfg = UpdateSettings.from_config(
+        RLConfig(micro_batch_tokens=micro, max_new_tokens=args.length, skip_zero_advantage=False, share_prompts=False)
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     batch = prepare_update(trajectories(args), ["bench"], 0, cfg)
@@ -167,8 +168,9 @@ def trl_update(args):
 
 def _rl_config(args):
     from polyrl.train.config import RLConfig
+    from polyrl.train.settings import UpdateSettings
 
-    return RLConfig(max_new_tokens=args.length, skip_zero_advantage=False)
+    return UpdateSettings.from_config(RLConfig(max_new_tokens=args.length, skip_zero_advantage=False))
 
 
 def _rss_kib(field: str) -> int:

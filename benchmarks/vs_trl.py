@@ -51,8 +51,9 @@ from polyrl.eval import evaluate_policy
 from polyrl.policy import PromptBuilder, TransformersBackend
 from polyrl.rewards import compute_rewards
 from polyrl.tasks.io import problem_row, row_problem
+from polyrl.train.build import step_seed
 from polyrl.train.config import TrainConfig, load_config
-from polyrl.train.trainer import Trainer, _step_seed
+from polyrl.train.trainer import Trainer
 
 GOAL_SPEEDUP = 2.0
 
@@ -120,10 +121,10 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
 
 
 def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
-    """The problems polyrl's RL loop draws, step by step (the rng sequence of the trainer's ``make_problems`` in ``Trainer._collect``)."""
+    """The problems polyrl's RL loop draws, step by step (the rng sequence of the trainer's ``make_problems`` in ``RLStage.collect``)."""
     problems = []
     for step in range(cfg.rl.steps):
-        rng = np.random.default_rng(_step_seed(cfg.seed, "rl", step))
+        rng = np.random.default_rng(step_seed(cfg.seed, "rl", step))
         for name in trainer.sampler.sample(cfg.rl.prompts_per_step, rng):
             problems.append(
                 trainer.tasks[name].generate(int(rng.integers(2**62)), trainer.difficulty(name), split="train")

@@ -10,6 +10,7 @@ import torch
 from polyrl import UserError
 from polyrl.algos import (
     AGGREGATIONS,
+    RowStat,
     aggregate,
     entropy_from_logits,
     get_aggregation,
@@ -25,6 +26,7 @@ LN2 = math.log(2.0)
 
 
 def close(actual, expected, atol=1e-5):
+    actual = actual.over() if isinstance(actual, RowStat) else actual  # an objective's statistic
     torch.testing.assert_close(actual, torch.as_tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
 
 

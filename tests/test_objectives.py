@@ -7,16 +7,20 @@ import math
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from polyrl import UserError
 from polyrl.algos import (
     OBJECTIVES,
     ObjectiveInputs,
     ObjectiveSettings,
+    RowStat,
     get_objective,
+    objective_settings_class,
     objective_totals,
     policy_loss,
 )
+from polyrl.algos.objectives import CISPOSettings, GSPOSettings
 
 LN2 = math.log(2.0)
 SQRT2 = math.sqrt(2.0)
@@ -29,10 +33,9 @@ SETTINGS = ObjectiveSettings(
     tis_cap=None,
     mask_truncated=False,
     offpolicy_kl_threshold=None,
-    gspo_clip_ratio_low=0.2,
-    gspo_clip_ratio_high=0.5,
-    cispo_clip_ratio_high=0.5,
 )
+OWN = {"gspo": GSPOSettings(clip_ratio_low=0.2, clip_ratio_high=0.5), "cispo": CISPOSettings(clip_ratio_high=0.5)}
+"""Each objective's own settings in these tests (``settings.own``, unless a test passes its own)."""
 REQUIRED_STATS = {
     "clip_fraction",
     "clip_fraction_low",
@@ -45,7 +48,13 @@ REQUIRED_STATS = {
 
 
 def close(actual, expected, atol=1e-5):
+    actual = actual.over() if isinstance(actual, RowStat) else actual
     torch.testing.assert_close(actual, torch.as_tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
+
+
+def for_(name, settings):
+    """``settings`` with objective ``name``'s own settings from OWN when it carries none."""
+    return settings if settings.own is not None else dataclasses.replace(settings, own=OWN.get(name))
 
 
 def run(name, log_ratios, advantages, mask=None, settings=SETTINGS, **inputs):
@@ -53,7 +62,7 @@ def run(name, log_ratios, advantages, mask=None, settings=SETTINGS, **inputs):
     logprobs = torch.tensor(log_ratios, dtype=torch.float64, requires_grad=True)
     mask = torch.ones_like(logprobs) if mask is None else torch.tensor(mask, dtype=torch.float64)
     batch = ObjectiveInputs(logprobs, torch.zeros_like(logprobs), torch.tensor(advantages), mask, **inputs)
-    loss, stats = get_objective(name)(batch, settings)
+    loss, stats = get_objective(name)(batch, for_(name, settings))
     loss.backward()
     return loss, stats, logprobs.grad
 
@@ -113,7 +122,9 @@ def test_gspo_ratio_is_the_geometric_mean_of_token_ratios():
 
 def test_gspo_clips_the_whole_sequence():
     # s = sqrt(2) > 1 + 0.2 with A = 1: the loss is -1.2 and no token of the sequence gets a gradient
-    loss, stats, grad = run("gspo", [[LN2, 0.0]], [1.0], settings=with_(gspo_clip_ratio_high=0.2))
+    loss, stats, grad = run(
+        "gspo", [[LN2, 0.0]], [1.0], settings=with_(own=GSPOSettings(clip_ratio_low=0.2, clip_ratio_high=0.2))
+    )
     close(loss, -1.2)
     close(grad, [[0.0, 0.0]])
     close(stats["clip_fraction_high"], 1.0)
@@ -121,7 +132,9 @@ def test_gspo_clips_the_whole_sequence():
 
 def test_gspo_ignores_padding_in_the_geometric_mean():
     # the padded token's log-ratio 5 would raise s to exp(5 / 2); only the valid token counts: s = 2
-    loss, _, grad = run("gspo", [[LN2, 5.0]], [1.0], mask=[[1, 0]], settings=with_(gspo_clip_ratio_high=2.0))
+    loss, _, grad = run(
+        "gspo", [[LN2, 5.0]], [1.0], mask=[[1, 0]], settings=with_(own=GSPOSettings(clip_ratio_high=2.0))
+    )
     close(loss, -2.0)
     close(grad, [[-2.0, 0.0]])
 
@@ -132,7 +145,7 @@ def test_gspo_token_variant_equals_sequence_level_gspo_for_sequence_advantages()
     logprobs = (0.1 * torch.randn(4, 5, dtype=torch.float64)).requires_grad_()
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.float64)
     advantages = torch.tensor([1.0, -1.0, 0.5, -2.0], dtype=torch.float64)
-    settings = with_(aggregation="seq_mean_token_mean", gspo_clip_ratio_low=0.01, gspo_clip_ratio_high=0.02)
+    settings = with_(aggregation="seq_mean_token_mean", own=GSPOSettings(clip_ratio_low=0.01, clip_ratio_high=0.02))
     loss, _ = get_objective("gspo")(ObjectiveInputs(logprobs, torch.zeros_like(logprobs), advantages, mask), settings)
     (grad,) = torch.autograd.grad(loss, logprobs)
 
@@ -264,7 +277,35 @@ def test_stats_are_detached_scalars_with_the_required_names(name):
     )
     extra = {"tis_weight_mean", "tis_truncated_fraction", "masked_truncated_fraction", "masked_offpolicy_fraction"}
     assert stats.keys() == REQUIRED_STATS | extra
-    assert all(v.dim() == 0 and not v.requires_grad for v in stats.values())
+    assert all(v.over().dim() == 0 and not v.over().requires_grad for v in stats.values())
+
+
+@pytest.mark.parametrize("name", ["ppo_clip", "gspo", "cispo"])
+def test_a_statistic_over_some_rows_is_the_objective_run_on_those_rows_alone(name):
+    """The learner's per-task statistics read ``RowStat.over(rows)``: the same numbers as running the
+    objective again on the task's rows, without running it again."""
+    torch.manual_seed(1)
+    logprobs, old = 0.4 * torch.randn(4, 3, dtype=torch.float64), 0.4 * torch.randn(4, 3, dtype=torch.float64)
+    advantages = torch.tensor([1.0, -1.0, 0.5, -2.0], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.float64)
+    behaviour, truncated = old + 0.2, torch.tensor([False, True, False, False])
+    settings = for_(name, with_(tis_cap=1.2, mask_truncated=True, offpolicy_kl_threshold=0.05))
+    objective = get_objective(name)
+    _, stats = objective(ObjectiveInputs(logprobs, old, advantages, mask, behaviour, truncated), settings)
+    rows = torch.tensor([True, False, True, True])
+    _, alone = objective(
+        ObjectiveInputs(logprobs[rows], old[rows], advantages[rows], mask[rows], behaviour[rows], truncated[rows]),
+        settings,
+    )
+    for key, stat in stats.items():
+        assert torch.equal(stat.over(rows), alone[key].over()), key
+
+
+def test_objectives_declare_their_own_settings_classes():
+    assert objective_settings_class("gspo") is GSPOSettings
+    assert objective_settings_class("cispo") is CISPOSettings
+    assert objective_settings_class("ppo_clip") is None
+    assert GSPOSettings().clip_ratio_low == 3e-4 and CISPOSettings().clip_ratio_high == 4.0
 
 
 def test_objective_totals_leave_truncated_completions_out():
@@ -287,9 +328,6 @@ def test_approx_kl_is_k3_of_the_token_ratio():
     [
         ("clip_ratio_low", 1.0),
         ("clip_ratio_high", -0.1),
-        ("gspo_clip_ratio_low", -1e-4),
-        ("gspo_clip_ratio_high", float("nan")),
-        ("cispo_clip_ratio_high", -1.0),
         ("tis_cap", 0.0),
         ("offpolicy_kl_threshold", -0.1),
         ("aggregation", "sum"),
@@ -298,6 +336,20 @@ def test_approx_kl_is_k3_of_the_token_ratio():
 def test_bad_settings_are_user_errors(field, value):
     with pytest.raises(UserError, match=field if field != "aggregation" else "loss aggregation"):
         run("ppo_clip", [[0.0]], [1.0], settings=with_(**{field: value}))
+
+
+@pytest.mark.parametrize(
+    "own, field, value",
+    [
+        (GSPOSettings, "clip_ratio_low", -1e-4),
+        (GSPOSettings, "clip_ratio_high", float("nan")),
+        (CISPOSettings, "clip_ratio_high", -1.0),
+        (GSPOSettings, "clip_ratio", 0.1),
+    ],
+)
+def test_bad_own_settings_are_refused_by_their_class(own, field, value):
+    with pytest.raises(ValidationError, match=field):
+        own(**{field: value})
 
 
 # --- gradient accumulation ----------------------------------------------------------------------------------
@@ -316,7 +368,7 @@ def test_micro_batch_losses_with_minibatch_totals_add_up_to_the_full_batch_loss(
     settings = with_(
         aggregation=aggregation, max_tokens=4, tis_cap=1.5, mask_truncated=True, offpolicy_kl_threshold=0.05
     )
-    objective = get_objective(name)
+    objective, settings = get_objective(name), for_(name, settings)
 
     full, _ = objective(ObjectiveInputs(logprobs, old, advantages, mask, behaviour, truncated), settings)
     (full_grad,) = torch.autograd.grad(full, logprobs)

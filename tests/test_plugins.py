@@ -36,6 +36,7 @@ from polyrl.critic.value_losses import VALUE_LOSSES, value_loss
 from polyrl.curriculum import SAMPLERS, make_sampler
 from polyrl.envs.registry import ENVS, get_env_task
 from polyrl.errors import UserError
+from polyrl.policy.backends import BACKENDS, GenerationConfig, make_backend
 from polyrl.tasks import get_task, list_tasks
 from polyrl.tasks.registry import TASKS
 
@@ -50,6 +51,7 @@ REGISTRIES = (
     KL_ESTIMATORS,
     VALUE_LOSSES,
     SURGERIES,
+    BACKENDS,
 )
 
 
@@ -115,7 +117,7 @@ def example_task_plugin(install, entry_point: str = "polyrl_plugin_example:Count
 
 def test_docs_show_one_module_per_kind():
     files, entry_points = docs_plugin()
-    assert len(files) == 1 + 8  # __init__ and one module per kind
+    assert len(files) == 1 + 9  # __init__ and one module per kind
     assert set(entry_points) == {
         "polyrl.envs",
         "polyrl.samplers",
@@ -125,6 +127,7 @@ def test_docs_show_one_module_per_kind():
         "polyrl.kl",
         "polyrl.value_losses",
         "polyrl.gradient_surgery",
+        "polyrl.backends",
     }
 
 
@@ -154,7 +157,9 @@ def test_plugin_advantage_subtracts_the_group_median(my_plugin):
 
 
 def test_plugin_objective_is_plain_policy_gradient_with_every_option(my_plugin):
-    settings = ObjectiveSettings(0.2, 0.28, "token_mean", None, None, True, None, 3e-4, 4e-4, 4.0)
+    from my_plugin.objectives import VanillaPGSettings
+
+    settings = ObjectiveSettings(0.2, 0.28, "token_mean", None, None, True, None, own=VanillaPGSettings())
     logprobs = torch.tensor([[-1.0, -2.0], [-0.5, -0.5]], requires_grad=True)
     batch = ObjectiveInputs(
         logprobs,
@@ -168,7 +173,80 @@ def test_plugin_objective_is_plain_policy_gradient_with_every_option(my_plugin):
     # the truncated second completion is masked: loss = -A = -2 over 2 tokens, gradient -2 / 2 per token
     torch.testing.assert_close(loss, torch.tensor(-2.0))
     torch.testing.assert_close(logprobs.grad, torch.tensor([[-1.0, -1.0], [0.0, 0.0]]))
-    torch.testing.assert_close(stats["masked_truncated_fraction"], torch.tensor(0.5))
+    torch.testing.assert_close(stats["masked_truncated_fraction"].over(), torch.tensor(0.5))
+
+
+def test_plugin_objective_reads_its_own_settings(my_plugin):
+    from my_plugin.objectives import VanillaPGSettings
+
+    settings = ObjectiveSettings(
+        0.2, 0.28, "token_mean", None, None, False, None, own=VanillaPGSettings(advantage_clip=2)
+    )
+    logprobs = torch.zeros(2, 1, requires_grad=True)
+    batch = ObjectiveInputs(logprobs, logprobs.detach(), torch.tensor([5.0, -1.0]), torch.ones(2, 1))
+    loss, _ = get_objective("vanilla_pg")(batch, settings)
+    torch.testing.assert_close(loss, torch.tensor(-(2.0 - 1.0) / 2))  # A = 5 clipped to 2
+
+
+def test_plugin_objective_settings_are_validated_by_the_config(my_plugin, tiny_train_config):
+    from my_plugin.objectives import VanillaPGSettings
+
+    config = tiny_train_config(rl__objective="vanilla_pg", rl__objective_settings={"advantage_clip": 3.0})
+    assert config.rl.objective_settings == {"advantage_clip": 3.0}
+    assert tiny_train_config(rl__objective="vanilla_pg").rl.objective_settings == {"advantage_clip": None}
+    from polyrl.train.settings import UpdateSettings
+
+    assert UpdateSettings.from_config(config.rl).objective_settings.own == VanillaPGSettings(advantage_clip=3.0)
+    with pytest.raises(
+        UserError, match=r"rl.objective_settings.advantage_clip \(vanilla_pg\): Input should be greater"
+    ):
+        tiny_train_config(rl__objective="vanilla_pg", rl__objective_settings={"advantage_clip": -1})
+    with pytest.raises(UserError, match=r"rl.objective_settings.clip \(vanilla_pg\): unknown option"):
+        tiny_train_config(rl__objective="vanilla_pg", rl__objective_settings={"clip": 1})
+
+
+def test_plugin_backend_is_built_by_name_with_its_options(my_plugin):
+    from polyrl.policy import TransformersBackend
+    from polyrl.policy.loading import ModelConfig, load_policy
+
+    policy = load_policy(ModelConfig(path="tiny"), seed=0)
+    generation = GenerationConfig(engine="hf_generate", options={"repetition_penalty": 1.0})
+    backend = make_backend(generation, policy.model, policy.tokenizer, seed=0, share_prompts=True)
+    assert type(backend).__name__ == "HFGenerate" and backend.penalty == 1.0
+    prompts = [policy.tokenizer.encode("12+30="), policy.tokenizer.encode("7*8=")]
+    # greedy, no penalty: the same completions as the built-in engine's
+    ours = backend.generate(prompts, max_new_tokens=6, greedy=True)
+    builtin = TransformersBackend(policy.model, policy.tokenizer).generate(prompts, max_new_tokens=6, greedy=True)
+    assert [(g.completion_ids, g.finished) for g in ours] == [(g.completion_ids, g.finished) for g in builtin]
+
+
+def test_plugin_backend_options_are_validated_by_the_config(my_plugin, tiny_train_config):
+    config = tiny_train_config(generation={"engine": "hf_generate", "options": {"repetition_penalty": 1.2}})
+    assert config.generation.options == {"repetition_penalty": 1.2}
+    with pytest.raises(UserError, match="repetition_penalty"):
+        tiny_train_config(generation={"engine": "hf_generate", "options": {"repetition_penalty": 0}})
+    with pytest.raises(UserError, match="unknown generation backend 'hf_generat'; did you mean hf_generate"):
+        tiny_train_config(generation={"engine": "hf_generat"})
+
+
+def test_a_run_generates_with_the_plugin_backend(my_plugin, tiny_train_config, monkeypatch):
+    """RL rollouts and held-out evaluation go through the configured engine."""
+    from my_plugin.backends import HFGenerate
+
+    from polyrl.train.trainer import Trainer
+
+    calls = []
+    original = HFGenerate.generate
+    monkeypatch.setattr(
+        HFGenerate, "generate", lambda self, prompts, **kw: calls.append(len(prompts)) or original(self, prompts, **kw)
+    )
+    config = tiny_train_config(
+        generation={"engine": "hf_generate"}, sft__steps=2, rl__steps=1, eval={"problems_per_task": 2, "pass_k": 1}
+    )
+    trainer = Trainer(config)
+    assert isinstance(trainer.backend, HFGenerate)
+    trainer.run()
+    assert len(calls) >= 3  # after-SFT evaluation, the RL step, after-RL evaluation
 
 
 def test_plugin_aggregation_sums_tokens_and_averages_sequences(my_plugin):
@@ -202,6 +280,7 @@ def test_plugins_sit_next_to_the_builtins(my_plugin):
     assert {"least_seen", "uniform"} <= set(SAMPLERS.names())
     assert {"vanilla_pg", "ppo_clip"} <= set(OBJECTIVES.names())
     assert {"k3_clamped", "k3"} <= set(KL_ESTIMATORS.names())
+    assert {"hf_generate", "transformers", "vllm"} <= set(BACKENDS.names())
 
 
 # --- the task plugin -----------------------------------------------------------------------------------------

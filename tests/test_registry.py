@@ -13,6 +13,7 @@ from polyrl.critic.value_losses import VALUE_LOSSES
 from polyrl.curriculum import SAMPLERS, TaskSampler, register_sampler
 from polyrl.envs.registry import ENVS, list_envs
 from polyrl.errors import UserError
+from polyrl.policy.backends import BACKENDS
 from polyrl.registry import Registry
 from polyrl.tasks.builtin import MODULES
 from polyrl.tasks.registry import TASKS
@@ -140,6 +141,7 @@ def test_builtin_modules_load_on_first_read_only(tmp_path, monkeypatch):
         (KL_ESTIMATORS, "polyrl.kl", "k3"),
         (VALUE_LOSSES, "polyrl.value_losses", "hl_gauss"),
         (SURGERIES, "polyrl.gradient_surgery", "pcgrad"),
+        (BACKENDS, "polyrl.backends", "vllm"),
     ],
 )
 def test_every_kind_is_a_registry_with_its_entry_point_group(registry, group, builtin):

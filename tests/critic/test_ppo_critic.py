@@ -72,9 +72,9 @@ def test_resumed_gae_run_matches_uninterrupted(tiny_train_config, tmp_path, monk
     Trainer(full).run()
 
     cfg = tiny_train_config(run_dir=str(tmp_path / "crashed"), rl=rl)
-    from polyrl.train import trainer as trainer_module
+    from polyrl.train import rl_stage
 
-    original, calls = trainer_module.policy_update, {"n": 0}
+    original, calls = rl_stage.policy_update, {"n": 0}
 
     def crash_after_four(*args, **kwargs):
         calls["n"] += 1
@@ -82,10 +82,10 @@ def test_resumed_gae_run_matches_uninterrupted(tiny_train_config, tmp_path, monk
             raise RuntimeError("simulated crash")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "policy_update", crash_after_four)
+    monkeypatch.setattr(rl_stage, "policy_update", crash_after_four)
     with pytest.raises(RuntimeError, match="simulated crash"):
         Trainer(cfg).run()
-    monkeypatch.setattr(trainer_module, "policy_update", original)
+    monkeypatch.setattr(rl_stage, "policy_update", original)
     Trainer(cfg, resume=True).run()
     a = load_file(str(tmp_path / "full" / "final_model" / "model.safetensors"))
     b = load_file(str(tmp_path / "crashed" / "final_model" / "model.safetensors"))
@@ -96,12 +96,12 @@ def test_critic_warmup_trains_the_value_model_and_leaves_the_policy_alone(tiny_t
     import copy
     import json
 
-    from polyrl.train import trainer as trainer_module
+    from polyrl.train import rl_stage
 
     rl = {**tiny_train_config().rl.model_dump(), "advantage": "gae", "steps": 1, "critic": {"warmup_steps": 3}}
     cfg = tiny_train_config(rl=rl)
     seen = {}
-    original = trainer_module.policy_update
+    original = rl_stage.policy_update
 
     def first_update(model, *args, critic=None, **kwargs):  # right after the warm-up, before the first update
         if not seen:
@@ -109,7 +109,7 @@ def test_critic_warmup_trains_the_value_model_and_leaves_the_policy_alone(tiny_t
             seen["head"] = critic.model.head.weight.detach().clone()
         return original(model, *args, critic=critic, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "policy_update", first_update)
+    monkeypatch.setattr(rl_stage, "policy_update", first_update)
     trainer = Trainer(cfg)
     trainer.run_sft(None)
     after_sft = copy.deepcopy(trainer.policy.model.state_dict())

@@ -144,3 +144,61 @@ def test_conflicting_options_are_an_error_naming_both(overrides, both):
 def test_choices_are_checked_against_the_registries(override, message):
     with pytest.raises(UserError, match=message):
         load_config(DEFAULT, [override])
+
+
+# --- each objective's own settings ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override,new_key",
+    [
+        ("rl.gspo_clip_ratio_low=0.001", "rl.objective_settings.clip_ratio_low (read when rl.objective is gspo)"),
+        ("rl.gspo_clip_ratio_high=0.001", "rl.objective_settings.clip_ratio_high (read when rl.objective is gspo)"),
+        ("rl.cispo_clip_ratio_high=3", "rl.objective_settings.clip_ratio_high (read when rl.objective is cispo)"),
+    ],
+)
+def test_a_flat_objective_key_of_earlier_versions_names_its_new_key(tmp_path, capsys, override, new_key):
+    assert run(["train", "--run-dir", str(tmp_path / "run"), override]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has moved" in err[0] and new_key in err[0]
+
+
+def test_objective_settings_are_the_chosen_objectives_with_its_defaults_filled_in():
+    gspo = load_config(DEFAULT, ["rl.objective=gspo", "rl.objective_settings.clip_ratio_high=5e-4"]).rl
+    assert gspo.objective_settings == {"clip_ratio_low": 3e-4, "clip_ratio_high": 5e-4}
+    assert load_config(DEFAULT, ["rl.objective=cispo"]).rl.objective_settings == {"clip_ratio_high": 4.0}
+    assert load_config(DEFAULT).rl.objective_settings == {}  # ppo_clip has none
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["rl.objective_settings.clip_ratio_high=0.1"], "rl.objective=ppo_clip has no settings of its own"),
+        (
+            ["rl.objective=gspo", "rl.objective_settings.clip_ratio_low=1.5"],
+            "clip_ratio_low (gspo): Input should be less than 1",
+        ),
+        (["rl.objective=cispo", "rl.objective_settings.clip_ratio_low=0.1"], "clip_ratio_low (cispo): unknown option"),
+    ],
+)
+def test_objective_settings_are_validated_against_the_objectives_class(overrides, message):
+    with pytest.raises(UserError) as err:
+        load_config(DEFAULT, overrides)
+    assert message in str(err.value)
+
+
+def test_a_run_saved_by_an_earlier_version_resumes_with_its_flat_keys_moved(tmp_path):
+    """Every saved config.yaml of an earlier version has the flat keys (all fields were saved): the run's
+    objective keeps its values, the others' are dropped (nothing read them)."""
+    import yaml
+
+    from polyrl.train.trainer import resume_config
+
+    saved = load_config(DEFAULT, ["rl.objective=gspo"]).model_dump(mode="json")
+    del saved["rl"]["objective_settings"]
+    saved["rl"].update(gspo_clip_ratio_low=1e-3, gspo_clip_ratio_high=2e-3, cispo_clip_ratio_high=4.0)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    config = resume_config(tmp_path)
+    assert config.rl.objective_settings == {"clip_ratio_low": 1e-3, "clip_ratio_high": 2e-3}
+    with pytest.raises(UserError, match="has moved"):  # a user's file is not upgraded silently
+        load_config(tmp_path / "config.yaml")

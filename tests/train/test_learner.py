@@ -10,6 +10,7 @@ from polyrl.rollout import Trajectory
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
 from polyrl.train.learner import micro_batches, minibatches, policy_update
+from polyrl.train.settings import UpdateSettings
 from polyrl.train.update_batch import prepare_update
 
 
@@ -43,9 +44,10 @@ def policy():
 def _update(policy, cfg: RLConfig, trajs=None):
     model = copy.deepcopy(policy.model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    batch = prepare_update(trajs or _step(), ["a", "b"], policy.tokenizer.pad_token_id, cfg)
+    settings = UpdateSettings.from_config(cfg)
+    batch = prepare_update(trajs or _step(), ["a", "b"], policy.tokenizer.pad_token_id, settings)
     torch.manual_seed(0)
-    result = policy_update(model, optimizer, batch, cfg, list(model.parameters()))
+    result = policy_update(model, optimizer, batch, settings, list(model.parameters()))
     return result, model
 
 
@@ -72,7 +74,7 @@ def test_skipping_zero_advantage_rows_keeps_the_gradient(policy):
 
 def test_zero_variance_groups_get_exactly_zero_after_task_normalization(policy):
     cfg = RLConfig(task_normalize=True)
-    batch = prepare_update(_step(), ["a", "b"], policy.tokenizer.pad_token_id, cfg)
+    batch = prepare_update(_step(), ["a", "b"], policy.tokenizer.pad_token_id, UpdateSettings.from_config(cfg))
     zero_group = batch.group_ids == 3
     assert torch.equal(batch.advantages[zero_group], torch.zeros(4))
     assert (batch.advantages[~zero_group] != 0).all()
@@ -116,6 +118,35 @@ def test_every_objective_statistic_is_reported_overall_and_per_task(policy):
             key in result.objective and key in result.objective_by_task["a"] and key in result.objective_by_task["b"]
         )
     assert result.objective["ratio_min"] <= result.objective["ratio_mean"] <= result.objective["ratio_max"]
+
+
+def test_per_task_statistics_come_from_the_one_objective_call_per_micro_batch(policy, monkeypatch):
+    """The objective runs once per micro-batch, never again per task: each task's statistics are read off
+    that call's statistics over the task's rows."""
+    from polyrl.algos import get_objective
+    from polyrl.train import learner
+
+    original, calls = get_objective("ppo_clip"), []
+
+    def spy(inputs, settings):
+        loss, stats = original(inputs, settings)
+        calls.append(stats)
+        return loss, stats
+
+    monkeypatch.setattr(learner, "get_objective", lambda name: spy)
+    result, _ = _update(policy, RLConfig(epochs=2, minibatches=2, skip_zero_advantage=False))
+    assert len(calls) == result.updates == 4  # no micro-batch split: one call per minibatch
+
+    calls.clear()  # two epochs over the rows in order: the second one off-policy, so the statistics vary
+    monkeypatch.setattr(learner, "minibatches", lambda rows, count, generator=None: [rows])
+    result, _ = _update(policy, RLConfig(epochs=2, skip_zero_advantage=False))
+    assert len(calls) == 2
+    task_a = torch.arange(16) < 8  # _step(): groups 0 and 1 (rows 0-7) are task a
+    assert float(calls[1]["clip_fraction"].over(task_a)) != float(calls[1]["clip_fraction"].over(~task_a))
+    for key in calls[0]:
+        values = [float(stats[key].over(task_a)) for stats in calls]  # both epochs weigh the same tokens
+        expected = max(values) if key.endswith("_max") else min(values) if key.endswith("_min") else sum(values) / 2
+        assert result.objective_by_task["a"][key] == pytest.approx(expected, abs=1e-7), key
 
 
 @pytest.mark.parametrize("objective", ["ppo_clip", "gspo", "cispo"])

@@ -14,6 +14,7 @@ from polyrl.rollout.token_scores import scores_from_hidden, split_lm
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
 from polyrl.train.learner import BaseModelReference, _frozen_logprobs, policy_update
+from polyrl.train.settings import UpdateSettings
 from polyrl.train.sft import sft_step
 from polyrl.train.update_batch import prepare_update
 
@@ -160,8 +161,8 @@ def _rl_update(model, cfg=None):
     model = copy.deepcopy(model)
     cfg = cfg or RLConfig(skip_zero_advantage=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    batch = prepare_update(_step(), ["a", "b"], 0, cfg)
-    return policy_update(model, optimizer, batch, cfg, list(model.parameters())), model
+    batch = prepare_update(_step(), ["a", "b"], 0, UpdateSettings.from_config(cfg))
+    return policy_update(model, optimizer, batch, UpdateSettings.from_config(cfg), list(model.parameters())), model
 
 
 def test_bf16_autocast_on_cpu_trains_float32_weights_with_a_loss_close_to_float32():
@@ -214,19 +215,20 @@ def test_lora_reference_is_the_base_model_without_a_copy(tiny_train_config):
     )
     trainer = Trainer(cfg)
     policy = trainer.policy.model
-    reference = trainer._reference_model()
+    reference = trainer.rl.reference_model()
     assert isinstance(reference, BaseModelReference) and reference.model is policy  # no second set of weights
     with torch.no_grad():
         for name, p in policy.named_parameters():
             if "lora_B" in name:
                 p.normal_(generator=torch.Generator().manual_seed(1))  # the adapters now change the policy
     base = _policy().model  # the same seed: the weights LoRA was put on
-    batch = prepare_update(_step(), ["a", "b"], 0, cfg.rl)
+    settings = UpdateSettings.from_config(cfg.rl)
+    batch = prepare_update(_step(), ["a", "b"], 0, settings)
     rows, lengths = torch.arange(len(batch)), batch.tokens.attention_mask.sum(1)
     with torch.no_grad():
-        ref = _frozen_logprobs(reference, batch, rows, lengths, cfg.rl)
-        expected = _frozen_logprobs(base, batch, rows, lengths, cfg.rl)
-        own = _frozen_logprobs(policy, batch, rows, lengths, cfg.rl)
+        ref = _frozen_logprobs(reference, batch, rows, lengths, settings)
+        expected = _frozen_logprobs(base, batch, rows, lengths, settings)
+        own = _frozen_logprobs(policy, batch, rows, lengths, settings)
     mask = batch.tokens.loss_mask
     torch.testing.assert_close(ref * mask, expected * mask, atol=1e-5, rtol=1e-5)
     assert float(((own - expected) * mask).abs().max()) > 1e-3

@@ -132,22 +132,23 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
     import numpy as np
 
     from polyrl.train.learner import policy_update
+    from polyrl.train.settings import UpdateSettings
     from polyrl.train.update_batch import prepare_update
 
     cfg = tiny_train_config(sft__steps=4, rl__epochs=1, rl__minibatches=1, rl__group_size=4, rl__prompts_per_step=8)
     trainer = Trainer(cfg)
     trainer.run_sft(None)
-    trainer._make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
+    trainer.state.training.make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
     torch.manual_seed(0)
-    trajs = trainer._collect(0, np.random.default_rng(0)).trajectories
+    trajs = trainer.rl.collect(0, np.random.default_rng(0)).trajectories
     for k, t in enumerate(trajs):  # mixed rewards in the first two groups, all-zero rewards elsewhere
         t.reward = float(k % 2) if t.group < 2 else 0.0
     start = copy.deepcopy(trainer.policy.model.state_dict())
 
     def update(skip: bool):
         trainer.policy.model.load_state_dict(start)
-        trainer._make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
-        rl = cfg.rl.model_copy(update={"skip_zero_advantage": skip})
+        trainer.state.training.make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
+        rl = UpdateSettings.from_config(cfg.rl).replace(skip_zero_advantage=skip)
         batch = prepare_update(trajs, list(trainer.tasks), trainer.policy.tokenizer.pad_token_id, rl)
         out = policy_update(trainer.policy.model, trainer.optimizer, batch, rl, trainer.trainable_parameters())
         return out, {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}

@@ -36,19 +36,19 @@ def test_resumed_run_matches_uninterrupted(tiny_train_config, tmp_path, monkeypa
 
     cfg = tiny_train_config(run_dir=str(tmp_path / "crashed"))
     stage, at = crash_at
-    from polyrl.train import trainer as trainer_module
+    from polyrl.run_dir import RunDir
 
-    real_log = trainer_module.RunDir.log
+    real_log = RunDir.log
 
     def crashing_log(self, record):
         real_log(self, record)
         if record["stage"] == stage and record["step"] == at:
             raise Crash
 
-    monkeypatch.setattr(trainer_module.RunDir, "log", crashing_log)
+    monkeypatch.setattr(RunDir, "log", crashing_log)
     with pytest.raises(Crash):
         Trainer(cfg).run()
-    monkeypatch.setattr(trainer_module.RunDir, "log", real_log)
+    monkeypatch.setattr(RunDir, "log", real_log)
     ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
     assert (ckpt.stage, ckpt.step) == (stage, 3)
 
@@ -148,19 +148,19 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tiny_train_config
     Trainer(full).run()
 
     cfg = tiny_train_config(run_dir=str(tmp_path / "crashed"), checkpoint_every=2)
-    from polyrl.train import trainer as trainer_module
+    from polyrl.run_dir import RunDir
 
-    real_log = trainer_module.RunDir.log
+    real_log = RunDir.log
 
     def crashing_log(self, record):
         real_log(self, record)
         if record["stage"] == "rl" and record["step"] == 5:
             raise Crash
 
-    monkeypatch.setattr(trainer_module.RunDir, "log", crashing_log)
+    monkeypatch.setattr(RunDir, "log", crashing_log)
     with pytest.raises(Crash):
         Trainer(cfg).run()
-    monkeypatch.setattr(trainer_module.RunDir, "log", real_log)
+    monkeypatch.setattr(RunDir, "log", real_log)
     newest = Path(cfg.run_dir) / "checkpoints" / "rl-000004" / "model" / "model.safetensors"
     newest.write_bytes(newest.read_bytes()[:1000])  # cut short, as a full disk would leave it
     with pytest.warns(UserWarning, match=r"checkpoint rl-000004 is not usable \(model/model.safetensors is damaged"):

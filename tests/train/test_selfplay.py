@@ -476,7 +476,7 @@ def _scripted(trainer):
 def test_a_resumed_selfplay_run_matches_the_uninterrupted_one(tiny_train_config, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
-    from polyrl.train import trainer as trainer_module
+    from polyrl.run_dir import RunDir
     from polyrl.train.trainer import Trainer
 
     def run_dir(name):
@@ -486,17 +486,17 @@ def test_a_resumed_selfplay_run_matches_the_uninterrupted_one(tiny_train_config,
     _scripted(full).run()
 
     cfg, crashed = _run(tiny_train_config, **run_dir("crashed"))
-    real_log = trainer_module.RunDir.log
+    real_log = RunDir.log
 
     def crashing_log(self, record):
         real_log(self, record)
         if record["stage"] == "rl" and record["step"] == 2:
             raise RuntimeError("killed")
 
-    monkeypatch.setattr(trainer_module.RunDir, "log", crashing_log)
+    monkeypatch.setattr(RunDir, "log", crashing_log)
     with pytest.raises(RuntimeError, match="killed"):
         _scripted(crashed).run()
-    monkeypatch.setattr(trainer_module.RunDir, "log", real_log)
+    monkeypatch.setattr(RunDir, "log", real_log)
     _scripted(Trainer(cfg, resume=True)).run()
 
     weights = [load_file(str(Path(c.run_dir) / "final_model" / "model.safetensors")) for c in (full_cfg, cfg)]

@@ -211,3 +211,22 @@ def test_cli_reports_a_vllm_config_error_in_one_line(capsys, tmp_path):
     assert run(["train", "--run-dir", str(tmp_path / "r"), "generation.engine=vllm"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "generation.engine=vllm needs a CUDA device" in err[0]
+
+
+def test_the_vllm_engine_is_built_by_name_from_the_generation_section(fake_vllm):
+    """``generation.engine: vllm`` is one registration: the registry builds the backend with the section's
+    vllm_* fields and the run seed."""
+    from polyrl.policy.backends import GenerationConfig, get_backend, make_backend
+    from polyrl.policy.vllm_backend import VLLMBackend
+
+    model, tok = build_tiny_policy()
+    generation = GenerationConfig(
+        engine="vllm", vllm_gpu_memory_utilization=0.45, vllm_max_model_len=64, vllm_enforce_eager=True
+    )
+    backend = make_backend(generation, model, tok, seed=11, share_prompts=True)
+    assert isinstance(backend, VLLMBackend)
+    kwargs = fake_vllm.created[-1].kwargs
+    assert (kwargs["gpu_memory_utilization"], kwargs["max_model_len"], kwargs["enforce_eager"]) == (0.45, 64, True)
+    assert kwargs["seed"] == 11 and kwargs["dtype"] == "auto"
+    spec = get_backend("vllm")
+    assert spec.cuda_only and not spec.shares_weights and spec.check is not None

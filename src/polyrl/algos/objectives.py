@@ -2,8 +2,10 @@
 
 Every objective is a registered function ``(ObjectiveInputs, ObjectiveSettings) -> (loss, stats)``::
 
-    @register_objective("my_objective")
-    def my_objective(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, Tensor]]: ...
+    @register_objective("my_objective", settings=MySettings)   # settings: optional, a pydantic class
+    def my_objective(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, RowStat]]: ...
+
+``settings.own`` is the objective's own settings (a ``MySettings`` from ``rl.objective_settings``).
 
 Shapes: ``N`` sequences, response tokens padded to ``T``; ``mask[N, T]`` is 1 on tokens the policy
 generated (0 on padding and on environment/tool tokens in multi-turn trajectories).
@@ -18,8 +20,10 @@ The parts every objective shares live here once, in the order they apply to a to
 5. the registered aggregation, normalized by this batch or by the minibatch totals in ``inputs``
    (3–5: :func:`weight_mask_aggregate`).
 
-``stats`` holds detached 0-d tensors (call ``.item()`` when logging, once per step), averaged over the
-tokens in the loss: ``clip_fraction``, ``clip_fraction_low``, ``clip_fraction_high``, ``approx_kl`` (k3
+``stats`` maps names to :class:`RowStat` (or plain 0-d tensors): each statistic is measured once, on the
+whole batch, and kept with the per-row tensors it was reduced from, so that the learner reads the same
+statistic over any subset of the rows (each task's) without running the objective again. They are
+detached, averaged over the tokens in the loss: ``clip_fraction``, ``clip_fraction_low``, ``clip_fraction_high``, ``approx_kl`` (k3
 estimate of KL(old || current), Schulman 2020), ``ratio_mean``, ``ratio_max``, ``ratio_min`` (the ratio the
 objective clips); with TIS ``tis_weight_mean`` and ``tis_truncated_fraction``; with the masks
 ``masked_truncated_fraction`` and ``masked_offpolicy_fraction`` (fractions of the sequences that have
@@ -31,12 +35,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from polyrl.algos.losses import Count, aggregate, get_aggregation, loss_totals
+from polyrl.algos.objective_stats import RowStat, ratio_stats, sequence_fraction_stat, token_mean_stat
 from polyrl.errors import UserError
 from polyrl.registry import Registry
 
@@ -45,10 +51,12 @@ __all__ = [
     "Objective",
     "ObjectiveInputs",
     "ObjectiveSettings",
+    "RowStat",
     "cispo",
     "get_objective",
     "gspo",
     "loss_mask",
+    "objective_settings_class",
     "objective_terms",
     "objective_totals",
     "offpolicy_mask",
@@ -84,7 +92,8 @@ class ObjectiveInputs:
 
 @dataclass(frozen=True)
 class ObjectiveSettings:
-    """Every field is required: the defaults live in the config (``RLConfig``) and nowhere else."""
+    """What every objective reads, and the chosen objective's own settings (``own``). Every shared field is
+    required: the defaults live in the config (``RLConfig``) and nowhere else."""
 
     clip_ratio_low: float
     """PPO: the ratio is clipped below at ``1 - clip_ratio_low``."""
@@ -100,24 +109,55 @@ class ObjectiveSettings:
     """Drop truncated completions from the loss and its normalizer (DAPO overlong filtering)."""
     offpolicy_kl_threshold: float | None
     """Mask negative-advantage sequences whose KL(behaviour || current) exceeds this; None disables it."""
-    gspo_clip_ratio_low: float
-    """GSPO: the sequence ratio is clipped below at ``1 - gspo_clip_ratio_low`` (paper: 3e-4)."""
-    gspo_clip_ratio_high: float
-    """GSPO: the sequence ratio is clipped above at ``1 + gspo_clip_ratio_high`` (paper: 4e-4)."""
-    cispo_clip_ratio_high: float
-    """CISPO: the importance weight is truncated at ``1 + cispo_clip_ratio_high``."""
+    own: Any = None
+    """The objective's own settings: an instance of the settings class it was registered with
+    (``rl.objective_settings`` in the config, validated against that class); None for an objective without."""
+
+
+class GSPOSettings(BaseModel):
+    """gspo's own settings (``rl.objective_settings`` with ``rl.objective: gspo``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    clip_ratio_low: float = Field(3e-4, ge=0, lt=1, description="Sequence-ratio clip below 1 (GSPO paper: 3e-4).")
+    clip_ratio_high: float = Field(4e-4, ge=0, description="Sequence-ratio clip above 1 (GSPO paper: 4e-4).")
+
+
+class CISPOSettings(BaseModel):
+    """cispo's own settings (``rl.objective_settings`` with ``rl.objective: cispo``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    clip_ratio_high: float = Field(
+        4.0, ge=0, description="Importance weights are truncated at 1 + this (TRL's epsilon_high 5.0)."
+    )
 
 
 class Objective(Protocol):
-    def __call__(self, inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, Tensor]]: ...
+    def __call__(
+        self, inputs: ObjectiveInputs, settings: ObjectiveSettings
+    ) -> tuple[Tensor, dict[str, RowStat | Tensor]]: ...
 
 
 OBJECTIVES = Registry("policy objective", "polyrl.objectives", builtins=("polyrl.algos.objectives",))
 
 
-def register_objective(name: str) -> Callable[[Objective], Objective]:
-    """Decorator: make a policy objective available as ``get_objective(name)``."""
-    return OBJECTIVES.register(name)
+def register_objective(name: str, settings: type[BaseModel] | None = None) -> Callable[[Objective], Objective]:
+    """Decorator: make a policy objective available as ``get_objective(name)``. ``settings`` is the pydantic
+    class of its own settings: ``rl.objective_settings`` is validated against it, and the objective reads
+    the instance as ``settings.own``."""
+
+    def decorator(objective: Objective) -> Objective:
+        if settings is not None:
+            objective.settings_class = settings
+        return OBJECTIVES.register(name)(objective)
+
+    return decorator
+
+
+def objective_settings_class(name: str) -> type[BaseModel] | None:
+    """The settings class objective ``name`` was registered with (None: it has no settings of its own)."""
+    return getattr(get_objective(name), "settings_class", None)
 
 
 def get_objective(name: str) -> Objective:
@@ -130,15 +170,12 @@ def get_objective(name: str) -> Objective:
 
 
 def check_settings(settings: ObjectiveSettings) -> None:
-    """UserError for settings no objective can run with (the config checks them first; this is the guard)."""
-    for name in ("clip_ratio_low", "gspo_clip_ratio_low"):
-        value = getattr(settings, name)
-        if not 0.0 <= value < 1.0:
-            raise UserError(f"{name} must be in [0, 1), got {value}")
-    for name in ("clip_ratio_high", "gspo_clip_ratio_high", "cispo_clip_ratio_high"):
-        value = getattr(settings, name)
-        if not value >= 0.0:
-            raise UserError(f"{name} must be >= 0, got {value}")
+    """UserError for shared settings no objective can run with (the config checks them first; this is the
+    guard). An objective's own settings were validated by their pydantic class."""
+    if not 0.0 <= settings.clip_ratio_low < 1.0:
+        raise UserError(f"clip_ratio_low must be in [0, 1), got {settings.clip_ratio_low}")
+    if not settings.clip_ratio_high >= 0.0:
+        raise UserError(f"clip_ratio_high must be >= 0, got {settings.clip_ratio_high}")
     if settings.tis_cap is not None and not settings.tis_cap > 0.0:
         raise UserError(
             f"tis_cap must be > 0 (or null to disable truncated importance sampling), got {settings.tis_cap}"
@@ -209,16 +246,6 @@ def _per_token(advantages: Tensor, like: Tensor) -> Tensor:
     return advantages.unsqueeze(-1).expand_as(like) if advantages.dim() == 1 else advantages
 
 
-def _token_mean(values: Tensor, mask: Tensor) -> Tensor:
-    return (values.detach().to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1)
-
-
-def _sequence_fraction(dropped: Tensor, mask: Tensor) -> Tensor:
-    """Fraction of the sequences with tokens in ``mask`` for which ``dropped[N]`` holds."""
-    has_tokens = mask.sum(-1) > 0
-    return (dropped & has_tokens).sum() / has_tokens.sum().clamp(min=1)
-
-
 def objective_terms(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, Tensor, Tensor]:
     """Step 1: ``(loss mask, per-token advantages, log ratio to the old policy)``, all ``[N, T]``.
 
@@ -233,46 +260,29 @@ def objective_terms(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tup
     return mask, _per_token(inputs.advantages, inputs.logprobs), log_ratio
 
 
-def _ratio_stats(
-    ratio: Tensor, log_ratio: Tensor, clipped_low: Tensor, clipped_high: Tensor, mask: Tensor
-) -> dict[str, Tensor]:
-    """Clip fractions (tokens clipped on each side), k3 approx-KL of the token log-ratio, the ratio's range."""
-    with torch.no_grad():
-        valid = mask.bool()
-        return {
-            "clip_fraction": _token_mean(clipped_low | clipped_high, mask),
-            "clip_fraction_low": _token_mean(clipped_low, mask),
-            "clip_fraction_high": _token_mean(clipped_high, mask),
-            "approx_kl": _token_mean(torch.exp(log_ratio) - 1.0 - log_ratio, mask),
-            "ratio_mean": _token_mean(ratio, mask),
-            # masked_fill rather than ratio[valid]: boolean indexing would force a device sync per call.
-            "ratio_max": ratio.detach().masked_fill(~valid, 0.0).max(),
-            "ratio_min": ratio.detach().masked_fill(~valid, math.inf).min(),
-        }
-
-
 def weight_mask_aggregate(
     token_losses: Tensor, mask: Tensor, advantages: Tensor, inputs: ObjectiveInputs, settings: ObjectiveSettings
-) -> tuple[Tensor, dict[str, Tensor]]:
+) -> tuple[Tensor, dict[str, RowStat]]:
     """Steps 3–5: TIS weights, off-policy mask, aggregation; returns the loss and these steps' statistics.
 
     ``mask`` and ``advantages`` are the ones :func:`objective_terms` returned.
     """
-    stats: dict[str, Tensor] = {}
+    stats: dict[str, RowStat] = {}
     if settings.tis_cap is not None:
         if inputs.behaviour_logprobs is None:
             raise ValueError("tis_cap is set but behaviour_logprobs were not passed")
         weight, capped = tis_weights(inputs.old_logprobs, inputs.behaviour_logprobs, settings.tis_cap)
         token_losses = token_losses * weight
-        stats["tis_weight_mean"] = _token_mean(weight, mask)
-        stats["tis_truncated_fraction"] = _token_mean(capped, mask)
+        stats["tis_weight_mean"] = token_mean_stat(weight, mask)
+        stats["tis_truncated_fraction"] = token_mean_stat(capped, mask)
     if settings.mask_truncated:
-        stats["masked_truncated_fraction"] = _sequence_fraction(inputs.truncated.bool(), inputs.mask)
+        stats["masked_truncated_fraction"] = sequence_fraction_stat(inputs.truncated.bool(), inputs.mask)
     if settings.offpolicy_kl_threshold is not None:
         reference = inputs.behaviour_logprobs if inputs.behaviour_logprobs is not None else inputs.old_logprobs
         keep = offpolicy_mask(inputs.logprobs, reference.detach(), advantages, mask, settings.offpolicy_kl_threshold)
         token_losses = token_losses * keep
-        stats["masked_offpolicy_fraction"] = _sequence_fraction(((1.0 - keep) * mask).sum(-1) > 0, mask)
+        dropped = ((1.0 - keep) * mask).sum(-1) > 0
+        stats["masked_offpolicy_fraction"] = sequence_fraction_stat(dropped, mask)
     loss = aggregate(
         token_losses, mask, settings.aggregation, settings.max_tokens, inputs.total_tokens, inputs.total_sequences
     )
@@ -294,7 +304,7 @@ def _clipped_surrogate(ratio: Tensor, advantages: Tensor, low: float, high: floa
 
 
 @register_objective("ppo_clip")
-def ppo_clip(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, Tensor]]:
+def ppo_clip(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, RowStat]]:
     """Clipped surrogate with a token-level ratio and a decoupled clip range.
 
     Per token, with ``r = exp(logprobs - old_logprobs)``::
@@ -308,16 +318,17 @@ def ppo_clip(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tens
     ratio = torch.exp(log_ratio)
     token_losses, low, high = _clipped_surrogate(ratio, advantages, settings.clip_ratio_low, settings.clip_ratio_high)
     loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
-    return loss, _ratio_stats(ratio, log_ratio, low, high, mask) | stats
+    return loss, ratio_stats(ratio, log_ratio, low, high, mask) | stats
 
 
-@register_objective("gspo")
-def gspo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, Tensor]]:
+@register_objective("gspo", settings=GSPOSettings)
+def gspo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, RowStat]]:
     """Clipped surrogate with a sequence-level ratio: Group Sequence Policy Optimization.
 
     Zheng et al. 2025, "Group Sequence Policy Optimization", eq. 7: the importance ratio of sequence
     ``i`` is the geometric mean of its token ratios, ``s_i = exp(1/|y_i| sum_t log r_{i,t})``, clipped at
-    sequence level (eq. 5) with the much smaller range ``gspo_clip_ratio_low/high`` (§5.1: 3e-4, 4e-4).
+    sequence level (eq. 5) with the much smaller range of its own settings (:class:`GSPOSettings`,
+    §5.1: 3e-4, 4e-4).
     Implemented as the GSPO-token variant (same paper, §4.3): ``s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]``
     has the value ``s_i`` and the gradient ``s_i * grad log pi(y_t)``, which equals GSPO's gradient for
     per-sequence advantages and also accepts per-token ``[N, T]`` advantages. GSPO's ``1/G sum_i`` is the
@@ -328,35 +339,35 @@ def gspo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, 
     token_log_ratio = sequence_log_ratio.detach() + inputs.logprobs - inputs.logprobs.detach()
     ratio = torch.exp(token_log_ratio)
     token_losses, low, high = _clipped_surrogate(
-        ratio, advantages, settings.gspo_clip_ratio_low, settings.gspo_clip_ratio_high
+        ratio, advantages, settings.own.clip_ratio_low, settings.own.clip_ratio_high
     )
     loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
-    return loss, _ratio_stats(ratio, log_ratio, low, high, mask) | stats
+    return loss, ratio_stats(ratio, log_ratio, low, high, mask) | stats
 
 
-@register_objective("cispo")
-def cispo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, Tensor]]:
+@register_objective("cispo", settings=CISPOSettings)
+def cispo(inputs: ObjectiveInputs, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, RowStat]]:
     """REINFORCE with clipped, stop-gradient importance weights: Clipped IS-weight Policy Optimization.
 
     MiniMax 2025, "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", §3.1:
     every token keeps a gradient, weighted by its importance ratio truncated from above,
-    ``w_t = sg(min(r_t, 1 + cispo_clip_ratio_high))``::
+    ``w_t = sg(min(r_t, 1 + clip_ratio_high))`` (:class:`CISPOSettings`)::
 
         loss_t = -w_t * A * log pi(y_t)      (written here as -w_t * A * pi(y_t) / sg[pi(y_t)])
 
     The second form has the same gradient and the value ``-w_t * A``, comparable with PPO's. Like
     MiniMax-M1 there is no lower bound on the weight. (TRL's ``epsilon_high = 5.0`` for cispo is an
-    absolute cap, i.e. ``cispo_clip_ratio_high = 4.0`` here.) MiniMax-M1 normalizes by all tokens:
+    absolute cap, i.e. ``clip_ratio_high = 4.0`` here.) MiniMax-M1 normalizes by all tokens:
     the ``token_mean`` aggregation. ``clip_fraction_high`` counts tokens whose weight was truncated.
     """
     mask, advantages, log_ratio = objective_terms(inputs, settings)
     ratio = torch.exp(log_ratio)
-    cap = math.log1p(settings.cispo_clip_ratio_high)
+    cap = math.log1p(settings.own.clip_ratio_high)
     weight = torch.exp(log_ratio.detach().clamp(max=cap))
     token_losses = -advantages * weight * torch.exp(inputs.logprobs - inputs.logprobs.detach())
     loss, stats = weight_mask_aggregate(token_losses, mask, advantages, inputs, settings)
     truncated_high = log_ratio.detach() > cap
-    return loss, _ratio_stats(ratio, log_ratio, torch.zeros_like(truncated_high), truncated_high, mask) | stats
+    return loss, ratio_stats(ratio, log_ratio, torch.zeros_like(truncated_high), truncated_high, mask) | stats
 
 
 def policy_loss(
@@ -370,7 +381,7 @@ def policy_loss(
     max_tokens: int | None = None,
     behaviour_logprobs: Tensor | None = None,
     tis_cap: float | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+) -> tuple[Tensor, dict[str, RowStat]]:
     """:func:`ppo_clip` with positional tensors, no masks; returns ``(loss, stats)``.
 
     The clip range and aggregation have no defaults here: they come from the config (``RLConfig``).
@@ -384,9 +395,5 @@ def policy_loss(
         tis_cap=tis_cap,
         mask_truncated=False,
         offpolicy_kl_threshold=None,
-        # read only by gspo and cispo
-        gspo_clip_ratio_low=0.0,
-        gspo_clip_ratio_high=0.0,
-        cispo_clip_ratio_high=0.0,
     )
     return ppo_clip(inputs, settings)

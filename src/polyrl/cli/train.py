@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
             cfg_file = resume / "config.yaml"
             if not cfg_file.exists():
                 raise UserError(f"{str(resume)!r} is not a polyrl run directory (no config.yaml)")
-            cfg = load_config(cfg_file, overrides)
+            cfg = load_config(cfg_file, overrides, saved=True)
             cfg = cfg.model_copy(update={"run_dir": str(resume)})
         else:
             path = default_config_path() if config in (None, DEFAULT_CONFIG) else Path(config)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from polyrl.errors import UserError
+from polyrl.policy.backends import BackendContext, register_backend
 from polyrl.policy.generation import Generation, eos_ids
 from polyrl.policy.loading import Policy, merged
 
@@ -157,3 +158,18 @@ class VLLMBackend:
         self.llm = None
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+@register_backend("vllm", cuda_only=True, check=require_vllm)
+def make_vllm_backend(model, tokenizer, ctx: BackendContext) -> VLLMBackend:
+    """``generation.engine: vllm``: the ``generation.vllm_*`` fields, the run seed."""
+    gen = ctx.generation
+    return VLLMBackend(
+        model,
+        tokenizer,
+        gpu_memory_utilization=gen.vllm_gpu_memory_utilization,
+        max_model_len=gen.vllm_max_model_len,
+        enforce_eager=gen.vllm_enforce_eager,
+        dtype=gen.vllm_dtype,
+        seed=ctx.seed,
+    )

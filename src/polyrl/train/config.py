@@ -11,16 +11,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from polyrl.algos import KL_ESTIMATORS, get_advantage_estimator, get_aggregation, get_objective
-from polyrl.algos.gradient_surgery import get_surgery
-from polyrl.critic import CriticConfig
 from polyrl.curriculum import SAMPLERS
 from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
+from polyrl.policy.backends import GenerationConfig, check_engine
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
@@ -28,26 +26,27 @@ from polyrl.run_dir import atomic_write_text
 from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
+from polyrl.train.config_fields import Strict, registered
+from polyrl.train.rl_config import MOVED_OBJECTIVE_KEYS, RLConfig
+
+__all__ = [
+    "DifficultyControlConfig",
+    "EvalConfig",
+    "GenerationConfig",
+    "RLConfig",
+    "SFTConfig",
+    "SamplerConfig",
+    "SelfPlayConfig",
+    "TaskSpec",
+    "TrainConfig",
+    "load_config",
+    "parse_overrides",
+    "save_config",
+    "upgrade_saved",
+]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def registered(lookup):
-    """A field validator: the value must be a name ``lookup`` knows (its one-line error otherwise)."""
-
-    def check(cls, name):
-        try:
-            lookup(name)
-        except UserError as exc:
-            raise ValueError(str(exc)) from None
-        return name
-
-    return classmethod(check)
-
-
-class TaskSpec(_Strict):
+class TaskSpec(Strict):
     """One task of the training mix."""
 
     name: str = Field(description="Registered task name (see `polyrl tasks list`), or rg/<dataset>.")
@@ -68,7 +67,7 @@ class TaskSpec(_Strict):
         return fold_dataset_fields(value, set(cls.model_fields))
 
 
-class SamplerConfig(_Strict):
+class SamplerConfig(Strict):
     """Which task each prompt comes from."""
 
     name: str = Field("uniform", description="Registered sampler name (uniform, weighted, …).")
@@ -77,7 +76,7 @@ class SamplerConfig(_Strict):
     _name = field_validator("name")(registered(SAMPLERS.lookup))
 
 
-class DifficultyControlConfig(_Strict):
+class DifficultyControlConfig(Strict):
     """Per-task difficulty control: move each task's knob to keep its pass rate in a target band."""
 
     enabled: bool = Field(False, description="Move the training difficulty knob of each task during RL.")
@@ -100,7 +99,7 @@ class DifficultyControlConfig(_Strict):
         return self
 
 
-class SFTConfig(_Strict):
+class SFTConfig(Strict):
     """Stage 1: supervised warm start on the generators' reference solutions."""
 
     enabled: bool = Field(True, description="Run the SFT warm start before RL.")
@@ -124,131 +123,7 @@ class SFTConfig(_Strict):
     rejection_steps: int = Field(50, ge=1, description="Optimizer steps per rejection-sampling round.")
 
 
-class RLConfig(_Strict):
-    """Stage 2: multi-task RL with verifiable rewards."""
-
-    enabled: bool = Field(True, description="Run the RL stage.")
-    steps: int = Field(400, ge=0, description="RL steps (one batch of rollouts each).")
-    prompts_per_step: int = Field(
-        16,
-        ge=0,
-        description="Distinct problems per step from the task sampler (0 only with selfplay: proposed problems only).",
-    )
-    group_size: int = Field(8, ge=1, description="Completions per problem (G).")
-    max_new_tokens: int = Field(24, ge=1, description="Longest completion in tokens.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature for rollouts.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling for rollouts.")
-    lr: float = Field(1e-4, gt=0, description="Learning rate (constant after warmup).")
-    warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    epochs: int = Field(1, ge=1, description="Optimization passes over each batch (PPO epochs).")
-    minibatches: int = Field(
-        1, ge=1, description="Optimizer steps per epoch: the trained rows are split into this many minibatches."
-    )
-    micro_batch_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="Largest padded micro-batch (rows x longest sequence) per forward/backward; gradients accumulate over a minibatch's micro-batches (same gradient, bounded memory). null: the whole minibatch at once.",
-    )
-    objective: str = Field(
-        "ppo_clip",
-        description="Policy objective (registered): ppo_clip (PPO with DAPO's asymmetric clip), gspo (sequence-level ratio), cispo (clipped IS weights).",
-    )
-    mask_truncated: bool = Field(
-        False,
-        description="Leave completions cut off by max_new_tokens out of the policy loss (DAPO overlong filtering).",
-    )
-    offpolicy_kl_threshold: float | None = Field(
-        None,
-        gt=0,
-        description="Mask whole sequences whose KL(behaviour || current policy) exceeds this (off-policy sequence masking; needs behaviour log-probs, i.e. Ray rollouts). null: off.",
-    )
-    advantage: str = Field(
-        "grpo",
-        description="Advantage estimator: grpo, dr_grpo, rloo, reinforce_pp, reinforce_pp_baseline, or gae (PPO with the critic below).",
-    )
-    critic: CriticConfig = Field(
-        default_factory=CriticConfig, description="Value model and value loss (used when advantage is gae)."
-    )
-    advantage_level: Literal["episode", "turn"] = Field(
-        "episode",
-        description="Multi-turn credit: one advantage per episode, or per turn from the group-normalized reward-to-go.",
-    )
-    task_normalize: bool = Field(
-        False, description="Standardize advantages within each task across the batch (AgentRL)."
-    )
-    clip_ratio_low: float = Field(0.2, ge=0, lt=1, description="PPO clip below 1 (1 - eps_low).")
-    clip_ratio_high: float = Field(0.28, ge=0, description="PPO clip above 1 (1 + eps_high; DAPO clip-higher).")
-    gspo_clip_ratio_low: float = Field(
-        3e-4, ge=0, lt=1, description="gspo: sequence-ratio clip below 1 (GSPO paper: 3e-4)."
-    )
-    gspo_clip_ratio_high: float = Field(
-        4e-4, ge=0, description="gspo: sequence-ratio clip above 1 (GSPO paper: 4e-4)."
-    )
-    cispo_clip_ratio_high: float = Field(
-        4.0, ge=0, description="cispo: importance weights are truncated at 1 + this (TRL's epsilon_high 5.0)."
-    )
-    loss_aggregation: str = Field(
-        "token_mean", description="token_mean (DAPO), seq_mean_token_mean (GRPO), seq_mean_token_sum_norm (Dr. GRPO)."
-    )
-    dynamic_sampling: bool = Field(
-        True, description="Drop groups whose rewards are all equal (no signal) and refill the batch (DAPO)."
-    )
-    max_refills: int = Field(2, ge=0, description="Extra generation rounds per step to refill dropped groups.")
-    kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen reference (0 disables it).")
-    kl_estimator: str = Field("k3", description="KL estimator (registered; Schulman's k1, k2, k3).")
-    entropy_coef: float = Field(0.0, description="Entropy bonus weight.")
-    skip_zero_advantage: bool = Field(
-        True,
-        description="Leave zero-advantage sequences out of the update when no KL/entropy term needs them (same gradient, less compute).",
-    )
-    share_prompts: bool = Field(
-        True,
-        description="Run each distinct prompt through the model once per group, in generation and in the update (same numbers, less compute; off: one full forward per completion).",
-    )
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    gradient_surgery: str = Field(
-        "none",
-        description="Combine per-task gradients before each step: none (their sum), pcgrad (Yu et al. 2020), cagrad (Liu et al. 2021). Costs one backward per task and a gradient copy per task.",
-    )
-    max_bad_steps: int = Field(5, ge=1, description="Consecutive NaN/inf steps that stop the run.")
-
-    _advantage = field_validator("advantage")(registered(lambda name: name == "gae" or get_advantage_estimator(name)))
-    _aggregation = field_validator("loss_aggregation")(registered(get_aggregation))
-    _objective = field_validator("objective")(registered(get_objective))
-    _surgery = field_validator("gradient_surgery")(registered(get_surgery))
-    _kl = field_validator("kl_estimator")(registered(KL_ESTIMATORS.lookup))
-
-    @model_validator(mode="after")
-    def _compatible(self):
-        if self.advantage == "gae" and self.task_normalize:
-            raise ValueError(
-                "rl.task_normalize applies to group advantages, not rl.advantage=gae (the critic's advantages are "
-                "normalized by rl.critic.normalize_advantages)"
-            )
-        if self.advantage_level == "turn":
-            if self.advantage != "grpo":
-                raise ValueError(
-                    f"rl.advantage_level=turn uses GRPO's normalization of the reward-to-go; it cannot be combined "
-                    f"with rl.advantage={self.advantage}"
-                )
-            if self.task_normalize:
-                raise ValueError("rl.advantage_level=turn cannot be combined with rl.task_normalize")
-        rows = self.prompts_per_step * self.group_size
-        if rows and self.minibatches > rows:  # rows 0: self-play supplies them (selfplay:)
-            raise ValueError(
-                f"rl.minibatches={self.minibatches} is more than the {rows} rows of a step "
-                f"(prompts_per_step × group_size): a minibatch cannot be smaller than one row"
-            )
-        if self.micro_batch_tokens is not None and self.micro_batch_tokens < self.max_new_tokens:
-            raise ValueError(
-                f"rl.micro_batch_tokens={self.micro_batch_tokens} cannot hold one completion of "
-                f"rl.max_new_tokens={self.max_new_tokens} tokens; raise it (or leave it null: no split)"
-            )
-        return self
-
-
-class SelfPlayConfig(_Strict):
+class SelfPlayConfig(Strict):
     """Self-play: the policy writes problems (proposer) and solves them (solver) in the same run and update
     (docs/synthesis.md, "Self-play")."""
 
@@ -297,7 +172,7 @@ class SelfPlayConfig(_Strict):
         return name
 
 
-class EvalConfig(_Strict):
+class EvalConfig(Strict):
     """Held-out evaluation on the eval seed space."""
 
     problems_per_task: int = Field(100, ge=1, description="Held-out problems per task.")
@@ -314,30 +189,7 @@ class EvalConfig(_Strict):
     )
 
 
-class GenerationConfig(BaseModel):
-    """Which engine samples completions (RL, rejection sampling, evaluation) in the trainer process."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    engine: Literal["transformers", "vllm"] = Field(
-        "transformers",
-        description="transformers (CPU or GPU, the default) or vllm (optional extra polyrl[vllm], CUDA only; weights synced after every update).",
-    )
-    batch_size: int = Field(256, ge=1, description="transformers: sequences generated together.")
-    vllm_gpu_memory_utilization: float = Field(
-        0.3,
-        gt=0,
-        le=1,
-        description="vllm: share of GPU memory vLLM may take (weights + KV cache); the trainer's model and optimizer need the rest.",
-    )
-    vllm_max_model_len: int | None = Field(
-        None, ge=16, description="vllm: longest prompt + completion (default: the model's)."
-    )
-    vllm_enforce_eager: bool = Field(False, description="vllm: skip CUDA graph capture (faster start, slower steps).")
-    vllm_dtype: str = Field("auto", description="vllm: weights dtype (auto follows the checkpoint).")
-
-
-class TrainConfig(_Strict):
+class TrainConfig(Strict):
     """Everything `polyrl train` does, in one file."""
 
     seed: int = Field(0, description="Run seed: every random choice flows from it.")
@@ -395,14 +247,7 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _compatible(self):
-        if self.generation.engine == "vllm":
-            if self.backend == "ray":
-                raise ValueError(
-                    "generation.engine=vllm samples in the trainer process; it cannot be combined with backend=ray, "
-                    "whose rollout workers generate with transformers"
-                )
-            if not self.device.startswith("cuda"):
-                raise ValueError(f"generation.engine=vllm needs a CUDA device (device=cuda), not device={self.device}")
+        check_engine(self.generation, self.device, self.backend)
         if self.model.autocast == "fp16" and not self.device.startswith("cuda"):
             raise ValueError(f"model.autocast=fp16 needs a CUDA device, not device={self.device}; use bf16 on CPU")
         if self.eval.attempts > 1:
@@ -467,10 +312,28 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
+def upgrade_saved(data: dict[str, Any]) -> None:
+    """A run directory's saved config from an earlier version, in place: its flat per-objective keys
+    (:data:`MOVED_OBJECTIVE_KEYS`, saved with every run) move into ``rl.objective_settings`` when they
+    belong to the run's objective, and are dropped otherwise (no other objective read them)."""
+    rl = data.get("rl")
+    if not isinstance(rl, dict):
+        return
+    for old, (objective, key) in MOVED_OBJECTIVE_KEYS.items():
+        if old in rl:
+            value = rl.pop(old)
+            if rl.get("objective") == objective:
+                rl.setdefault("objective_settings", {})[key] = value
+
+
 def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    base: dict | None = None,
+    saved: bool = False,
 ) -> TrainConfig:
-    """Load ``path`` (YAML) over ``base``, apply ``key=value`` overrides and validate."""
+    """Load ``path`` (YAML) over ``base``, apply ``key=value`` overrides and validate. ``saved``: ``path`` is a
+    run directory's config.yaml, which an earlier version may have written (:func:`upgrade_saved`)."""
     data: dict[str, Any] = dict(base or {})
     if path is not None:
         p = Path(path)
@@ -489,6 +352,8 @@ def load_config(
         if not isinstance(loaded, dict):
             raise UserError(f"config {str(path)!r} must be a mapping of fields, got {type(loaded).__name__}")
         data.update(loaded)
+    if saved:
+        upgrade_saved(data)
     for key, value in parse_overrides(overrides or []):
         _set_dotted(data, key, value)
     try:

@@ -1,7 +1,8 @@
 """The training pipeline across processes: ``torchrun --nproc_per_node N -m polyrl train --config …``.
 
-``FSDPTrainer`` is the :class:`~polyrl.train.trainer.Trainer` with the policy (and the KL reference)
-sharded by FSDP2 (``polyrl.distributed.fsdp``). What changes, and only this:
+``FSDPTrainer`` is the :class:`~polyrl.train.trainer.Trainer` with :class:`FSDPPlacement` instead of the
+one-process placement: the policy (and the KL reference) sharded by FSDP2 (``polyrl.distributed.fsdp``).
+What changes, and only this:
 
 - rollouts: each rank generates and scores its share of the groups on an unsharded replica, and every rank
   gets every group (:class:`~polyrl.distributed.fsdp.RankSource`, ``RankScorer``); advantages and
@@ -9,7 +10,8 @@ sharded by FSDP2 (``polyrl.distributed.fsdp``). What changes, and only this:
 - updates: each rank trains its rows of each minibatch (``policy_update(..., ranks=)``; SFT likewise);
 - the run directory: rank 0 writes it (metrics, TensorBoard, evaluation, models); the others write nothing;
 - checkpoints: the model and optimizer as sharded ``torch.distributed.checkpoint`` state in ``model/``,
-  the rest as in one process; the Hugging Face models (``sft_model/``, ``final_model/``) are gathered.
+  the rest as in one process; the Hugging Face models (``sft_model/``, ``final_model/``) are gathered;
+- generation and evaluation: on an unsharded replica per rank, synced after every update; rank 0 evaluates.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import copy
 import dataclasses
 import random
 import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,22 +40,23 @@ from polyrl.distributed.fsdp import (
 )
 from polyrl.errors import UserError
 from polyrl.optim import clip_and_step
+from polyrl.policy.backends import get_backend
 from polyrl.rollout import collate, sequence_logprobs
 from polyrl.rollout.batch import pack_rows
 from polyrl.run_dir import RunDir, SilentRunDir
-from polyrl.train.checkpoint import load_model_weights, save_checkpoint
+from polyrl.train.checkpoint import Checkpoint, load_model_weights, save_checkpoint
 from polyrl.train.config import TrainConfig
-from polyrl.train.progress import StageProgress
+from polyrl.train.placement import LocalPlacement
 from polyrl.train.sft import SFT_MAX_GRAD_NORM
 from polyrl.train.trainer import Trainer
 
 
 def check_fsdp_config(config: TrainConfig) -> None:
     """Refuse, in one line, what multi-process training cannot do (before any process starts work)."""
-    if config.generation.engine == "vllm":
+    if not get_backend(config.generation.engine).shares_weights:
         raise UserError(
-            "multi-process (FSDP) training cannot use generation.engine=vllm: a colocated vLLM engine would need "
-            "the full weights on every rank beside the shards; use generation.engine=transformers"
+            f"multi-process (FSDP) training cannot use generation.engine={config.generation.engine}: a colocated "
+            "engine would need the full weights on every rank beside the shards; use generation.engine=transformers"
         )
     if config.backend == "ray":
         raise UserError(
@@ -95,116 +101,107 @@ class _StateInShards:
         return {"saved_in": "model/ (torch.distributed.checkpoint)"}
 
 
-class FSDPTrainer(Trainer):
-    def __init__(self, config: TrainConfig, ranks: Ranks, resume: bool = False):
-        check_fsdp_config(config)
-        self.ranks = ranks
-        super().__init__(config, resume=resume)
-        shard_model(self.policy.model)
-        self.source = RankSource(self.source, ranks)
-        self.reward_scorer = RankScorer(self.reward_scorer, ranks)
-        self._replica_current = False
-        if not ranks.is_writer:
-            self.progress = StageProgress(False)
+class FSDPPlacement(LocalPlacement):
+    """The policy sharded across the ranks of ``ranks``; each rank generates on its own unsharded replica."""
 
-    def _open_run_dir(self, resume: bool) -> RunDir:
+    def __init__(self, ranks: Ranks):
+        self.ranks = ranks
+        self.is_writer = ranks.is_writer
+        self.replica = None
+        """The unsharded copy each rank generates (and rank 0 evaluates and saves) with."""
+        self._model = None
+        self._replica_current = False
+
+    def open_run_dir(self, path: str, tensorboard: bool, resume: bool) -> RunDir:
         if self.ranks.is_writer:
-            return super()._open_run_dir(resume)
-        return SilentRunDir(self.config.run_dir, tensorboard=False)
+            return super().open_run_dir(path, tensorboard, resume)
+        return SilentRunDir(path, tensorboard=False)
 
     # -- generation on the unsharded replica ----------------------------------------------------------
-    def _make_backend(self):
+    def make_backend(self, policy, make: Callable[[Any], Any]):
         """The backend generates with an unsharded replica of the policy, synced after every update: no
         collective while sampling (ranks generate different lengths), at the cost of one full copy of the
-        weights per rank (docs/scaling.md, "Several processes")."""
-        backend = super()._make_backend()
-        self.replica = copy.deepcopy(self.policy.model).requires_grad_(False)
-        backend.sync_weights(self.replica, 0)
+        weights per rank (docs/scaling.md, "Several processes"). The policy is sharded after the copy."""
+        self._model = policy.model
+        self.replica = copy.deepcopy(policy.model).requires_grad_(False)
+        backend = make(self.replica)
+        shard_model(policy.model)
         return backend
 
-    def _sync_backend(self) -> None:
-        if not self._replica_current:
-            sync_replica(self.policy.model, self.replica)
-        self.backend.sync_weights(self.replica, self.policy_version)
+    def rollouts(self, source, scorer):
+        """Each rank generates and scores its share of the groups; every rank gets every group."""
+        return RankSource(source, self.ranks), RankScorer(scorer, self.ranks)
 
-    def evaluate(self, name: str, log: bool = True):
+    def sync_backend(self, backend, model, version: int) -> None:
+        if not self._replica_current:
+            sync_replica(model, self.replica)
+        backend.sync_weights(self.replica, version)
+
+    def evaluate(self, run: Callable[[], dict]) -> dict:
         """Rank 0 evaluates on its replica (on a forked RNG, so that the ranks' RNGs stay in step); every rank
         gets the results."""
-        sync_replica(self.policy.model, self.replica)
+        sync_replica(self._model, self.replica)
         results = None
         if self.ranks.is_writer:
             self._replica_current = True
             try:
                 with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
-                    results = super().evaluate(name, log)
+                    results = run()
             finally:
                 self._replica_current = False
         return self.ranks.broadcast(results)
 
     # -- the sharded model in and out -----------------------------------------------------------------
-    def _reference_model(self):
+    def reference_model(self, model, sft_model_dir: Path):
         """The frozen KL reference, loaded from ``sft_model/`` and sharded like the policy."""
         reference = copy.deepcopy(self.replica).eval()
-        load_model_weights(reference, self.run_dir.model_dir("sft_model"))
+        load_model_weights(reference, sft_model_dir)
         return shard_model(reference.requires_grad_(False), trainable=False)
 
-    def _save_model(self, name: str) -> None:
+    def save_model(self, policy, final: Path) -> None:
         """The gathered weights as a plain Hugging Face checkpoint, written by rank 0."""
-        sync_replica(self.policy.model, self.replica)
+        sync_replica(policy.model, self.replica)
         if self.ranks.is_writer:
-            sharded = self.policy
-            self.policy = dataclasses.replace(sharded, model=self.replica)
-            try:
-                super()._save_model(name)
-            finally:
-                self.policy = sharded
+            super().save_model(dataclasses.replace(policy, model=self.replica), final)
         self.ranks.barrier()  # the others may read it next (the KL reference)
 
-    def _checkpoint(self, stage: str, step: int) -> None:
+    def save_checkpoint(self, root: Path, stage: str, step: int, training, state: dict, keep: int) -> None:
         """Every rank writes its shard of the model and optimizer (DCP) into a staging directory; rank 0 then
         writes the checkpoint around it (atomic rename, digests, LATEST) as in one process."""
-        root = self.run_dir.checkpoints
         staged = root / f".sharded-{stage}-{step:06d}"
         stage_directory(staged, self.ranks)
-        save_sharded(staged, self.policy.model, self.optimizer)
+        save_sharded(staged, training.model, training.optimizer)
         self.ranks.barrier()
         if self.ranks.is_writer:
-            save_checkpoint(
-                root,
-                stage,
-                step,
-                _StagedShards(staged),
-                _StateInShards(),
-                self.scheduler,
-                self._checkpoint_state(),
-                self.config.keep_checkpoints,
-            )
+            shards, in_shards = _StagedShards(staged), _StateInShards()
+            save_checkpoint(root, stage, step, shards, in_shards, training.scheduler, state, keep)
             for stale in root.glob(".sharded-*"):  # left by a run killed while saving
                 shutil.rmtree(stale, ignore_errors=True)
         self.ranks.barrier()
 
-    def _load_training_state(self, ckpt) -> dict:
-        load_sharded(ckpt.path / "model", self.policy.model, self.optimizer)
+    def load_checkpoint(self, ckpt: Checkpoint, training) -> dict:
+        load_sharded(ckpt.path / "model", training.model, training.optimizer)
         blob = torch.load(ckpt.path / "optim.pt", weights_only=False)
-        self.scheduler.load_state_dict(blob["scheduler"])
+        training.scheduler.load_state_dict(blob["scheduler"])
         random.setstate(blob["rng"]["python"])
         np.random.set_state(blob["rng"]["numpy"])
         torch.set_rng_state(blob["rng"]["torch"])
         return blob.get("tensors", {})
 
     # -- SFT, split ------------------------------------------------------------------------------------
-    def _sft_step(self, sequences) -> float | None:
+    def sft_step(self, training, pad_id: int, sequences, micro_batch_tokens: int | None) -> float | None:
         """``sft.sft_step`` across ranks: each rank its share of the sequences in micro-batches of at most
-        ``sft.micro_batch_tokens`` padded tokens (every rank as many passes), normalized by the whole batch's
+        ``micro_batch_tokens`` padded tokens (every rank as many passes), normalized by the whole batch's
         token count, gradients summed by FSDP; the loss is the whole batch's."""
-        model = self.policy.model
+        model = training.model
         masks = [s[2] if len(s) == 3 else [1] * len(s[1]) for s in sequences]
-        batch = collate([s[:2] for s in sequences], self.policy.tokenizer.pad_token_id, masks)
+        batch = collate([s[:2] for s in sequences], pad_id, masks)
         tokens = batch.loss_mask.sum().clamp(min=1)
         rows = self.ranks.mine(torch.arange(len(sequences)))
-        budget = self.config.sft.micro_batch_tokens
-        pieces = [rows] if budget is None else pack_rows(rows, batch.attention_mask.sum(1), budget)
-        self.optimizer.zero_grad(set_to_none=True)
+        pieces = (
+            [rows] if micro_batch_tokens is None else pack_rows(rows, batch.attention_mask.sum(1), micro_batch_tokens)
+        )
+        training.optimizer.zero_grad(set_to_none=True)
         local = 0.0
         for piece in self.ranks.lockstep(p for p in pieces if len(p)):
             if piece is None:
@@ -216,13 +213,17 @@ class FSDPTrainer(Trainer):
             loss.backward()
             local += float(loss.detach())
         total = self.ranks.sum(local)
-        if clip_and_step(self.optimizer, self.trainable_parameters(), SFT_MAX_GRAD_NORM, torch.tensor(total)) is None:
+        if clip_and_step(training.optimizer, training.parameters(), SFT_MAX_GRAD_NORM, torch.tensor(total)) is None:
             return None
-        self.scheduler.step()
         return total
 
-    def run(self):
-        try:
-            return super().run()
-        finally:
-            torch.distributed.destroy_process_group()
+    def close(self) -> None:
+        torch.distributed.destroy_process_group()
+
+
+class FSDPTrainer(Trainer):
+    """The Trainer on this rank of a multi-process run (``torchrun``): :class:`FSDPPlacement`, nothing else."""
+
+    def __init__(self, config: TrainConfig, ranks: Ranks, resume: bool = False):
+        check_fsdp_config(config)
+        super().__init__(config, resume=resume, placement=FSDPPlacement(ranks))

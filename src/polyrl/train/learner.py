@@ -2,7 +2,8 @@
 
 ``policy_update`` runs epochs × minibatches × micro-batches of the registered objective on an
 :class:`~polyrl.train.update_batch.UpdateBatch` (built by ``prepare_update``) and returns everything the
-objective measured. It does not see the Trainer: it takes the model, optimizer, batch and config it needs.
+objective measured. It does not see the Trainer or the config: it takes the model, optimizer, batch and the
+frozen :class:`~polyrl.train.settings.UpdateSettings` built once from the config.
 
 Normalization is over the whole minibatch, never per micro-batch: every micro-batch's loss is divided by
 the minibatch's token and sequence counts (``ObjectiveInputs.total_tokens`` / ``total_sequences``), so the
@@ -29,6 +30,7 @@ from torch import Tensor
 from polyrl.algos import (
     ObjectiveInputs,
     ObjectiveSettings,
+    RowStat,
     aggregate,
     get_objective,
     kl_penalty,
@@ -40,6 +42,7 @@ from polyrl.distributed.fsdp import idle_pass
 from polyrl.optim import clip_and_step
 from polyrl.rollout import sequence_logprobs
 from polyrl.rollout.batch import pack_rows
+from polyrl.train.settings import UpdateSettings
 from polyrl.train.update_batch import UpdateBatch
 
 
@@ -92,22 +95,6 @@ def micro_batches(rows: Tensor, lengths: Tensor, group_ids: Tensor, budget: int 
 # The update
 
 
-def objective_settings(cfg, tis_cap: float | None) -> ObjectiveSettings:
-    """The objective's parameters from the RL config (their only home)."""
-    return ObjectiveSettings(
-        clip_ratio_low=cfg.clip_ratio_low,
-        clip_ratio_high=cfg.clip_ratio_high,
-        aggregation=cfg.loss_aggregation,
-        max_tokens=cfg.max_new_tokens,
-        tis_cap=tis_cap,
-        mask_truncated=cfg.mask_truncated,
-        offpolicy_kl_threshold=cfg.offpolicy_kl_threshold,
-        gspo_clip_ratio_low=cfg.gspo_clip_ratio_low,
-        gspo_clip_ratio_high=cfg.gspo_clip_ratio_high,
-        cispo_clip_ratio_high=cfg.cispo_clip_ratio_high,
-    )
-
-
 class _Stats:
     """Token-weighted running means of the objective's statistics (extremes for ``*_max`` / ``*_min``)."""
 
@@ -115,9 +102,13 @@ class _Stats:
         self.sums: dict[str, float] = defaultdict(float)
         self.weights: dict[str, float] = defaultdict(float)
 
-    def add(self, stats: dict[str, Tensor], weight: float) -> None:
+    def add(self, stats: dict[str, RowStat | Tensor], weight: float, rows: Tensor | None = None) -> None:
+        """Add one micro-batch's statistics, weighted by its loss tokens; with ``rows``, those rows' share of
+        every :class:`~polyrl.algos.RowStat` (a plain tensor is a whole-batch statistic and is then left out)."""
         for key, value in stats.items():
-            v = float(value)
+            if rows is not None and not isinstance(value, RowStat):
+                continue
+            v = float(value.over(rows) if isinstance(value, RowStat) else value)
             if key.endswith("_max"):
                 self.sums[key] = max(self.sums.get(key, -math.inf), v)
             elif key.endswith("_min"):
@@ -159,18 +150,6 @@ def _inputs(batch: UpdateBatch, rows: Tensor, logp: Tensor, old: Tensor | None, 
     )
 
 
-def _subset(inputs: ObjectiveInputs, keep: Tensor) -> ObjectiveInputs:
-    pick = lambda x: None if x is None else x[keep]
-    return ObjectiveInputs(
-        logprobs=inputs.logprobs.detach()[keep],
-        old_logprobs=inputs.old_logprobs[keep],
-        advantages=inputs.advantages[keep],
-        mask=inputs.mask[keep],
-        behaviour_logprobs=pick(inputs.behaviour_logprobs),
-        truncated=pick(inputs.truncated),
-    )
-
-
 def _totals(batch: UpdateBatch, rows: Tensor, settings: ObjectiveSettings) -> tuple[Tensor, Tensor]:
     """The loss's token and sequence counts over ``rows``."""
     return objective_totals(batch.tokens.loss_mask[rows], batch.truncated[rows], settings)
@@ -183,9 +162,9 @@ class _Pass:
 
     model: torch.nn.Module
     batch: UpdateBatch
-    cfg: object
+    settings: UpdateSettings
     objective: object
-    settings: ObjectiveSettings
+    objective_settings: ObjectiveSettings
     lengths: Tensor
     old_all: Tensor | None
     ref_all: Tensor | None
@@ -200,7 +179,7 @@ class _Pass:
         """Forward/backward of ``rows`` in micro-batches, each normalized by the minibatch ``totals``; the summed
         loss (gradients accumulate in ``.grad``)."""
         total = 0.0
-        for piece in _pieces(rows, self.lengths, self.batch.group_ids, self.cfg.micro_batch_tokens, self.ranks):
+        for piece in _pieces(rows, self.lengths, self.batch.group_ids, self.settings.micro_batch_tokens, self.ranks):
             if piece is None:  # another rank has one more micro-batch: keep FSDP's collectives in step
                 idle_pass(self.model, self.batch.tokens.input_ids, backward=True)
                 continue
@@ -210,33 +189,32 @@ class _Pass:
         return total
 
     def _micro_loss(self, rows: Tensor, totals, first_epoch: bool) -> Tensor:
-        cfg, batch = self.cfg, self.batch
+        st, batch = self.settings, self.batch
         micro = batch.tokens.select(rows)
         width = micro.loss_mask.shape[1]
         logp, ent = sequence_logprobs(
             self.model,
             micro,
-            cfg.temperature,
+            st.temperature,
             entropy=True,
-            entropy_grad=cfg.entropy_coef != 0,
-            share_prompts=cfg.share_prompts and self.ranks is None,
+            entropy_grad=st.entropy_coef != 0,
+            share_prompts=st.share_prompts and self.ranks is None,
         )
         old = self.old_all[rows, :width] if self.old_all is not None else None
         inputs = _inputs(batch, rows, logp, old, width, totals)
-        loss, stats = self.objective(inputs, self.settings)
-        mask = loss_mask(inputs.mask, inputs.truncated, self.settings.mask_truncated)
+        loss, stats = self.objective(inputs, self.objective_settings)
+        mask = loss_mask(inputs.mask, inputs.truncated, self.objective_settings.mask_truncated)
         kl_tok = None
         if self.ref_all is not None:
-            kl_tok = kl_penalty(logp, self.ref_all[rows, :width], cfg.kl_estimator)
-            loss = loss + cfg.kl_coef * aggregate(kl_tok, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals)
-        if cfg.entropy_coef:
-            loss = loss - cfg.entropy_coef * aggregate(ent, mask, cfg.loss_aggregation, cfg.max_new_tokens, *totals)
+            kl_tok = kl_penalty(logp, self.ref_all[rows, :width], st.kl_estimator)
+            loss = loss + st.kl_coef * aggregate(kl_tok, mask, st.loss_aggregation, st.max_new_tokens, *totals)
+        if st.entropy_coef:
+            loss = loss - st.entropy_coef * aggregate(ent, mask, st.loss_aggregation, st.max_new_tokens, *totals)
         with torch.no_grad():
             self.overall.add(stats, float(mask.sum()))
-            for task in batch.task_ids[rows].unique().tolist():
+            for task in batch.task_ids[rows].unique().tolist():  # the same statistics, over each task's rows
                 keep = batch.task_ids[rows] == task
-                task_stats = self.objective(_subset(inputs, keep), self.settings)[1]
-                self.by_task[batch.task_names[task]].add(task_stats, float(mask[keep].sum()))
+                self.by_task[batch.task_names[task]].add(stats, float(mask[keep].sum()), rows=keep)
             if first_epoch:
                 denom = mask.sum(1).clamp(min=1)
                 self.seq_entropy[rows] = (ent.detach() * mask).sum(1) / denom
@@ -280,51 +258,60 @@ class _Pass:
         return total
 
 
+def _prepare(model, batch: UpdateBatch, settings: UpdateSettings, reference, ranks) -> tuple[_Pass, tuple]:
+    """The update's pass (with the frozen log-probs it needs) and how much larger the full batch's normalizer
+    is than the trained rows' (1 unless rows are skipped)."""
+    objective_settings = settings.objective_for(batch.behaviour_logprobs is not None)
+    n_all, active = len(batch), batch.active
+    lengths = batch.tokens.attention_mask.sum(1)
+    all_tokens, all_seqs = _totals(batch, torch.arange(n_all), objective_settings)
+    act_tokens, act_seqs = _totals(batch, active, objective_settings)
+    share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
+    needs_old = settings.epochs > 1 or settings.minibatches > 1 or batch.behaviour_logprobs is not None
+    with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
+        old_all = (
+            _frozen_logprobs(model, batch, active, lengths, settings, ranks) if needs_old and len(active) else None
+        )
+        ref_all = (
+            _frozen_logprobs(reference, batch, active, lengths, settings, ranks)
+            if reference is not None and len(active)
+            else None
+        )
+    objective = get_objective(settings.objective)
+    run = _Pass(model, batch, settings, objective, objective_settings, lengths, old_all, ref_all, ranks=ranks)
+    run.seq_entropy, run.seq_kl = torch.full((n_all,), float("nan")), torch.zeros(n_all)
+    return run, share
+
+
 def policy_update(
     model,
     optimizer,
     batch: UpdateBatch,
-    cfg,
+    settings: UpdateSettings,
     parameters: list[Tensor],
     *,
     reference=None,
     critic=None,
-    tis_cap: float | None = None,
     generator: torch.Generator | None = None,
     ranks=None,
 ) -> UpdateResult:
-    """``cfg.epochs`` passes over ``batch``'s active rows in ``cfg.minibatches`` optimizer steps each, every
-    minibatch accumulated over micro-batches of at most ``cfg.micro_batch_tokens`` padded tokens (and, with
-    ``cfg.gradient_surgery``, per task, the task gradients combined before the step).
+    """``settings.epochs`` passes over ``batch``'s active rows in ``settings.minibatches`` optimizer steps each, every
+    minibatch accumulated over micro-batches of at most ``settings.micro_batch_tokens`` padded tokens (and, with
+    ``settings.gradient_surgery``, per task, the task gradients combined before the step).
 
     ``parameters`` are the ones the optimizer trains (gradient clipping); ``reference`` is the frozen KL
-    reference (with ``cfg.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE). ``ranks``
+    reference (with ``settings.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE). ``ranks``
     (``polyrl.distributed.fsdp.Ranks``): the model is sharded and this process trains its share of each
     minibatch (no critic or gradient surgery there; the config refuses them)."""
-    settings = objective_settings(cfg, tis_cap)
-    n_all, active = len(batch), batch.active
-    lengths = batch.tokens.attention_mask.sum(1)
-    # how much larger the full batch's normalizer is than the trained rows' (1 unless rows are skipped)
-    all_tokens, all_seqs = _totals(batch, torch.arange(n_all), settings)
-    act_tokens, act_seqs = _totals(batch, active, settings)
-    share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
-    needs_old = cfg.epochs > 1 or cfg.minibatches > 1 or batch.behaviour_logprobs is not None
-    with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
-        old_all = _frozen_logprobs(model, batch, active, lengths, cfg, ranks) if needs_old and len(active) else None
-        ref_all = (
-            _frozen_logprobs(reference, batch, active, lengths, cfg, ranks)
-            if reference is not None and len(active)
-            else None
-        )
-    run = _Pass(model, batch, cfg, get_objective(cfg.objective), settings, lengths, old_all, ref_all, ranks=ranks)
-    run.seq_entropy, run.seq_kl = torch.full((n_all,), float("nan")), torch.zeros(n_all)
-    surgery = None if cfg.gradient_surgery == "none" else get_surgery(cfg.gradient_surgery)
+    run, share = _prepare(model, batch, settings, reference, ranks)
+    active, objective_settings = batch.active, run.objective_settings
+    surgery = None if settings.gradient_surgery == "none" else get_surgery(settings.gradient_surgery)
 
     losses, grad_norms, value_losses, skipped, updates = [], [], [], 0, 0
-    for epoch in range(cfg.epochs if len(active) else 0):
-        for mb in minibatches(active, cfg.minibatches, generator):
+    for epoch in range(settings.epochs if len(active) else 0):
+        for mb in minibatches(active, settings.minibatches, generator):
             updates += 1
-            mb_tokens, mb_seqs = _totals(batch, mb, settings)
+            mb_tokens, mb_seqs = _totals(batch, mb, objective_settings)
             totals = (mb_tokens * share[0], mb_seqs * share[1])
             optimizer.zero_grad(set_to_none=True)
             if ranks is not None:  # this rank's rows; the loss summed over ranks (the same skip decision everywhere)
@@ -334,8 +321,10 @@ def policy_update(
             else:
                 total = run.backward_with_surgery(mb, totals, epoch == 0, parameters, surgery, generator)
             if critic is not None and batch.returns is not None:
-                value_losses.append(critic.update(batch.tokens.select(mb), batch.returns[mb], cfg.micro_batch_tokens))
-            grad_norm = clip_and_step(optimizer, parameters, cfg.max_grad_norm, torch.tensor(total))
+                value_losses.append(
+                    critic.update(batch.tokens.select(mb), batch.returns[mb], settings.micro_batch_tokens)
+                )
+            grad_norm = clip_and_step(optimizer, parameters, settings.max_grad_norm, torch.tensor(total))
             if grad_norm is None:
                 skipped += 1
                 warnings.warn("non-finite loss or gradient: update skipped", stacklevel=1)
@@ -358,11 +347,13 @@ def policy_update(
     )
 
 
-def critic_update(critic, batch: UpdateBatch, cfg, generator: torch.Generator | None = None) -> dict[str, float]:
-    """One pass of value-loss updates over ``batch`` in ``cfg.minibatches`` minibatches; the policy is untouched."""
+def critic_update(
+    critic, batch: UpdateBatch, settings: UpdateSettings, generator: torch.Generator | None = None
+) -> dict[str, float]:
+    """One pass of value-loss updates over ``batch`` in ``settings.minibatches`` minibatches; the policy is untouched."""
     losses = [
-        critic.update(batch.tokens.select(mb), batch.returns[mb], cfg.micro_batch_tokens)
-        for mb in minibatches(torch.arange(len(batch)), cfg.minibatches, generator)
+        critic.update(batch.tokens.select(mb), batch.returns[mb], settings.micro_batch_tokens)
+        for mb in minibatches(torch.arange(len(batch)), settings.minibatches, generator)
     ]
     return {**batch.critic_stats, "value_loss": _mean(v for v in losses if v is not None)}
 
@@ -375,23 +366,29 @@ class BaseModelReference:
     model: torch.nn.Module
 
 
-def _frozen_logprobs(source, batch: UpdateBatch, rows: Tensor, lengths: Tensor, cfg, ranks=None) -> Tensor:
+def _frozen_logprobs(
+    source, batch: UpdateBatch, rows: Tensor, lengths: Tensor, settings: UpdateSettings, ranks=None
+) -> Tensor:
     """``[N, T]`` no-grad log-probs of ``rows`` under ``source`` (the policy before the update, the KL
     reference, or a :class:`BaseModelReference`), computed in the update's micro-batches (across ranks: each
     rank its share, then summed into the whole on every rank)."""
     out = torch.zeros(batch.tokens.loss_mask.shape)
     mine = rows if ranks is None else ranks.mine(rows)
-    for piece in _pieces(mine, lengths, batch.group_ids, cfg.micro_batch_tokens, ranks):
+    for piece in _pieces(mine, lengths, batch.group_ids, settings.micro_batch_tokens, ranks):
         if piece is None:
             idle_pass(source, batch.tokens.input_ids, backward=False)
             continue
         micro = batch.tokens.select(piece)
         if isinstance(source, BaseModelReference):
             with source.model.disable_adapter():
-                logp = sequence_logprobs(source.model, micro, cfg.temperature, share_prompts=cfg.share_prompts)[0]
+                logp = sequence_logprobs(
+                    source.model, micro, settings.temperature, share_prompts=settings.share_prompts
+                )[0]
         else:
-            share = cfg.share_prompts and ranks is None  # a sharded forward must run the same passes on every rank
-            logp = sequence_logprobs(source, micro, cfg.temperature, share_prompts=share)[0]
+            share = (
+                settings.share_prompts and ranks is None
+            )  # a sharded forward must run the same passes on every rank
+            logp = sequence_logprobs(source, micro, settings.temperature, share_prompts=share)[0]
         out[piece, : logp.shape[1]] = logp.float().cpu()
     return out if ranks is None else ranks.sum_rows(out)
 

@@ -1,7 +1,8 @@
 """Stage 5 of an RL step: what the step did, overall and per task (per-task keys are ``<metric>/<task>``).
 
-Everything here is read off the step's trajectories, the collector's counts and the learner's
-:class:`~polyrl.train.learner.UpdateResult`; nothing is recomputed.
+Everything here is read off the step's trajectories, the collector's counts, the ``UpdateBatch`` and the
+learner's :class:`~polyrl.train.learner.UpdateResult`; nothing is recomputed. :func:`step_metrics` is the
+one place a step's metrics are assembled, and its docstring names every one.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from polyrl.curriculum import curriculum_metrics
 from polyrl.rollout import Trajectory
 from polyrl.rollout.collect import Collected
 from polyrl.rollout.episode_metrics import episode_metrics
 from polyrl.train.learner import UpdateResult
+from polyrl.train.update_batch import UpdateBatch
 
 VERIFIER_FAILURES = ("verifier_timeout", "verifier_error")
 """Verdict reasons of a verifier that could not finish (isolated worker timed out or crashed)."""
@@ -81,20 +84,31 @@ def samples(trajs: list[Trajectory], per_task: int = 1) -> list[dict[str, Any]]:
 
 
 def step_metrics(
-    trajs: list[Trajectory],
     collected: Collected,
+    batch: UpdateBatch | None,
     update: UpdateResult | None,
-    zero_variance=None,
-    elapsed: float = 0.0,
+    elapsed: float,
+    lr: float,
+    curriculum: tuple[Any, Any],
     sample_count: int = 1,
 ) -> dict[str, Any]:
-    """Overall and per-task metrics of one RL step."""
-    by_task: dict[str, list[int]] = defaultdict(list)
-    for i, t in enumerate(trajs):
-        by_task[t.task].append(i)
-    out: dict[str, Any] = _trajectory_metrics(trajs, list(range(len(trajs))), update, zero_variance) if trajs else {}
-    for name, rows in sorted(by_task.items()):
-        out.update({f"{k}/{name}": v for k, v in _trajectory_metrics(trajs, rows, update, zero_variance).items()})
+    """Every metric one RL step logs, overall and per task (``<metric>/<task>``), in this order:
+
+    - from the trajectories (:func:`_trajectory_metrics`): ``reward``, ``accuracy``, ``score``, ``format_rate``,
+      ``response_length``, ``truncation_rate``, ``zero_variance_frac`` (over every generated group: dropped
+      ones count), ``tokens``, ``policy_tokens``, ``entropy`` and ``kl`` (rows trained on), ``reward_terms/*``,
+      ``reward_failures/*``, verifier failures, ``judge_position_inconsistent``; multi-turn episode metrics;
+    - from the update (:class:`~polyrl.train.learner.UpdateResult`): ``loss``, ``grad_norm``,
+      ``skipped_updates``, ``updates``, ``trained_sequences``, every statistic the objective measured
+      (overall and per task, measured once), ``value_loss``;
+    - throughput and the collector: ``tokens_per_s``, ``completions_per_s``, ``step_time``,
+      ``groups_dropped``, ``source/<kind>``, the backend's and the collector's extras; ``samples``;
+    - from the batch: the critic's statistics (GAE) and ``adv_abs_sum/<task>`` (:func:`advantage_mass`);
+    - ``lr`` (after the step's schedule step) and the curriculum (``sampler_weight/<task>``,
+      ``difficulty/<task>``, the sampler's own), from ``curriculum = (sampler, difficulty controller)``.
+    """
+    trajs = collected.trajectories
+    out = _per_task(trajs, update, batch.zero_variance if batch is not None else None)
     if collected.groups_generated:
         # with dynamic sampling, dropped groups count towards the fraction the sampler produced
         kept = len({t.group for t in trajs})
@@ -102,13 +116,7 @@ def step_metrics(
         out["zero_variance_frac"] = (zero_kept + collected.groups_dropped) / collected.groups_generated
     out.update(episode_metrics(trajs))
     if update is not None:
-        out.update({"loss": update.loss, "grad_norm": update.grad_norm, "skipped_updates": update.skipped_updates})
-        out.update({"updates": update.updates, "trained_sequences": update.trained_sequences})
-        out.update(update.objective)
-        for task, stats in update.objective_by_task.items():
-            out.update({f"{k}/{task}": v for k, v in stats.items()})
-        if update.value_loss == update.value_loss:
-            out["value_loss"] = update.value_loss
+        out.update(_update_metrics(update))
     out["tokens_per_s"] = collected.gen_tokens / max(collected.gen_time, 1e-9)
     out["completions_per_s"] = len(trajs) / max(elapsed, 1e-9)
     out["step_time"] = elapsed
@@ -119,6 +127,33 @@ def step_metrics(
     out.update(collected.extra)
     if sample_count:
         out["samples"] = samples(trajs, sample_count)
+    if batch is not None:
+        out.update(batch.critic_stats)
+        out.update(advantage_mass(batch.advantages, batch.tokens.loss_mask, batch.task_ids, batch.task_names))
+    out["lr"] = lr
+    out.update(curriculum_metrics(*curriculum))
+    return out
+
+
+def _per_task(trajs: list[Trajectory], update: UpdateResult | None, zero_variance) -> dict[str, Any]:
+    """:func:`_trajectory_metrics` over the whole step, then over each task's rows."""
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(trajs):
+        by_task[t.task].append(i)
+    out: dict[str, Any] = _trajectory_metrics(trajs, list(range(len(trajs))), update, zero_variance) if trajs else {}
+    for name, rows in sorted(by_task.items()):
+        out.update({f"{k}/{name}": v for k, v in _trajectory_metrics(trajs, rows, update, zero_variance).items()})
+    return out
+
+
+def _update_metrics(update: UpdateResult) -> dict[str, float]:
+    out = {"loss": update.loss, "grad_norm": update.grad_norm, "skipped_updates": update.skipped_updates}
+    out.update({"updates": update.updates, "trained_sequences": update.trained_sequences})
+    out.update(update.objective)
+    for task, stats in update.objective_by_task.items():
+        out.update({f"{k}/{task}": v for k, v in stats.items()})
+    if update.value_loss == update.value_loss:
+        out["value_loss"] = update.value_loss
     return out
 
 

@@ -20,6 +20,7 @@ from polyrl.algos import (
     zero_variance_groups,
 )
 from polyrl.rollout import TokenBatch, Trajectory, collate
+from polyrl.train.settings import UpdateSettings
 
 
 @dataclass
@@ -83,7 +84,9 @@ def episode_credit(t: Trajectory) -> EpisodeCredit:
     )
 
 
-def compute_advantages(trajs: list[Trajectory], tokens: TokenBatch, task_ids: Tensor, cfg, critic=None):
+def compute_advantages(
+    trajs: list[Trajectory], tokens: TokenBatch, task_ids: Tensor, cfg: UpdateSettings, critic=None
+):
     """``(advantages, returns, critic_stats, zero_variance)`` for one step.
 
     Group estimators give one value per sequence; ``task_normalize`` then standardizes within each task
@@ -105,7 +108,9 @@ def compute_advantages(trajs: list[Trajectory], tokens: TokenBatch, task_ids: Te
     return torch.where(zero_var, torch.zeros_like(advantages), advantages), None, {}, zero_var
 
 
-def prepare_update(trajs: list[Trajectory], task_names: list[str], pad_id: int, cfg, critic=None) -> UpdateBatch:
+def prepare_update(
+    trajs: list[Trajectory], task_names: list[str], pad_id: int, cfg: UpdateSettings, critic=None
+) -> UpdateBatch:
     """Collate, compute advantages, and choose the rows to train on.
 
     Rows with zero advantage contribute nothing to the surrogate (their per-token loss is 0 × ratio); with

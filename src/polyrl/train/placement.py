@@ -1,0 +1,95 @@
+"""Where the policy lives: one process (:class:`LocalPlacement`) or sharded across ranks (``FSDPPlacement``).
+
+The Trainer and its stages never ask which; they hand the placement what only it can do differently:
+open the run directory, build the generation backend over the right weights, give the backend the current
+weights, run an evaluation, build the KL reference, save a Hugging Face model, write and read a checkpoint,
+take one SFT step. ``polyrl.train.fsdp_trainer.FSDPPlacement`` is the other implementation.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from polyrl.run_dir import RunDir
+from polyrl.train import sft
+from polyrl.train.checkpoint import Checkpoint, load_model_weights, load_training_state, save_checkpoint
+from polyrl.train.learner import BaseModelReference
+
+
+class LocalPlacement:
+    """The policy in this process: the backend samples from its tensors, the run directory is written here."""
+
+    ranks = None
+    """``polyrl.distributed.fsdp.Ranks`` when sharded; None in one process."""
+    is_writer = True
+    """This process writes the run directory (every rank but 0 of a sharded run writes nothing)."""
+
+    def open_run_dir(self, path: str, tensorboard: bool, resume: bool) -> RunDir:
+        run_dir = RunDir(path, tensorboard=tensorboard)
+        run_dir.create(resume=resume)
+        return run_dir
+
+    def make_backend(self, policy, make: Callable[[Any], Any]):
+        """``make(model)`` over the policy's own model (a backend that shares its tensors needs no copy)."""
+        return make(policy.model)
+
+    def rollouts(self, source, scorer):
+        """The step's rollout source and reward scorer, as this placement runs them (here: unchanged)."""
+        return source, scorer
+
+    def sync_backend(self, backend, model, version: int) -> None:
+        """Give the backend the current weights (a no-op for transformers, which shares them)."""
+        backend.sync_weights(model, version)
+
+    def evaluate(self, run: Callable[[], dict]) -> dict:
+        """``run()``'s held-out results."""
+        return run()
+
+    def reference_model(self, model, sft_model_dir: Path):
+        """The frozen KL reference: the policy as it was when RL started. Under LoRA, the policy model itself
+        (its log-probs are taken with the adapters disabled: the base model, no copy); otherwise a copy
+        loaded from ``sft_model/``, the same in a fresh and a resumed run."""
+        if hasattr(model, "disable_adapter"):
+            return BaseModelReference(model)
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+        load_model_weights(reference, sft_model_dir)
+        return reference
+
+    def save_model(self, policy, final: Path) -> None:
+        """Save the policy as a Hugging Face checkpoint in ``final``, atomically (temp dir + rename)."""
+        tmp = final.with_name(f".{final.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        policy.save(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+
+    def save_checkpoint(self, root: Path, stage: str, step: int, training, state: dict, keep: int) -> None:
+        """``training`` (a :class:`~polyrl.train.state.Training`): model, optimizer, scheduler, critic."""
+        save_checkpoint(
+            root,
+            stage,
+            step,
+            training.model,
+            training.optimizer,
+            training.scheduler,
+            state,
+            keep,
+            tensors={"critic": training.critic.state_dict()} if training.critic is not None else None,
+        )
+
+    def load_checkpoint(self, ckpt: Checkpoint, training) -> dict[str, Any]:
+        """Model, optimizer, scheduler and RNG states from ``ckpt``; the tensors saved with them."""
+        return load_training_state(ckpt, training.model, training.optimizer, training.scheduler)
+
+    def sft_step(self, training, pad_id: int, sequences, micro_batch_tokens: int | None) -> float | None:
+        """One supervised step on ``sequences``; the loss, or None when it was skipped (non-finite)."""
+        return sft.sft_step(
+            training.model, training.optimizer, training.parameters(), pad_id, sequences, micro_batch_tokens
+        )
+
+    def close(self) -> None:
+        """The run is over (a sharded run leaves its process group)."""

@@ -1,0 +1,102 @@
+"""A run's state: what is trained (:class:`Training`) and the one state dict a checkpoint keeps (:class:`RunState`).
+
+``RunState.state_dict()`` is everything besides tensors that a resumed run needs to continue exactly: the
+curriculum (sampler, difficulty controller), the self-play game, the counters, and how many metrics
+lines were logged. ``RunState.checkpoint`` writes it with the tensors (through the placement: one
+process, or every rank its shard); ``RunState.restore`` reads both back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from polyrl.optim import make_optimizer
+from polyrl.train.checkpoint import Checkpoint
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. repeated non-finite losses); the last checkpoint is usable."""
+
+
+@dataclass
+class Training:
+    """What the optimizer trains: the policy model, its optimizer and schedule, and the critic (GAE)."""
+
+    model: Any
+    optimizer: Any = None
+    scheduler: Any = None
+    critic: Any = None
+
+    def parameters(self) -> list:
+        """The trainable parameters (all of them, or the LoRA adapters)."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def make_optimizer(self, lr: float, warmup: int, total: int, cosine: bool, weight_decay: float = 0.0) -> None:
+        """A fresh optimizer and schedule for a stage."""
+        self.optimizer, self.scheduler = make_optimizer(self.parameters(), lr, warmup, total, cosine, weight_decay)
+
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+
+class RunState:
+    """The counters and stateful parts of a run, saved and restored as one."""
+
+    def __init__(self, parts, training: Training, placement):
+        self.parts, self.training, self.placement = parts, training, placement
+        self.step = 0
+        """The stage's step count so far (evaluations are logged at it)."""
+        self.bad_steps = 0
+        """Consecutive steps with a non-finite loss."""
+        self.policy_version = 0
+        """Policy updates so far in RL (rollouts are tagged with it)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps besides tensors: the curriculum, counters, and how much was logged."""
+        parts = self.parts
+        return {
+            "sampler": parts.sampler.state_dict(),
+            "bad_steps": self.bad_steps,
+            "difficulty": parts.difficulty_controller.state_dict() if parts.difficulty_controller else {},
+            "policy_version": self.policy_version,
+            "metrics_lines": parts.run_dir.metrics_lines(),
+            "selfplay": parts.selfplay.state_dict() if parts.selfplay is not None else {},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        parts = self.parts
+        parts.sampler.load_state_dict(state.get("sampler", {}))
+        if parts.difficulty_controller is not None:
+            parts.difficulty_controller.load_state_dict(state.get("difficulty", {}))
+        if parts.selfplay is not None:
+            parts.selfplay.load_state_dict(state.get("selfplay", {}))
+        self.bad_steps = state.get("bad_steps", 0)
+        self.policy_version = state.get("policy_version", 0)
+
+    def checkpoint(self, stage: str, step: int) -> None:
+        """Tensors and :meth:`state_dict` as checkpoint ``stage``/``step`` (atomic; old ones pruned)."""
+        keep = self.parts.config.keep_checkpoints
+        self.placement.save_checkpoint(
+            self.parts.run_dir.checkpoints, stage, step, self.training, self.state_dict(), keep
+        )
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """Tensors (model, optimizer, scheduler, RNGs, critic) and state from ``ckpt``."""
+        tensors = self.placement.load_checkpoint(ckpt, self.training)
+        if self.training.critic is not None and "critic" in tensors:
+            self.training.critic.load_state_dict(tensors["critic"])
+        self.load_state_dict(ckpt.state)
+
+    def step_done(self, finite: bool, stage: str, step: int) -> None:
+        """Count a step whose loss was (not) finite; too many bad ones in a row checkpoint and stop the run."""
+        if finite:
+            self.bad_steps = 0
+            return
+        self.bad_steps += 1
+        if self.bad_steps >= self.parts.config.rl.max_bad_steps:
+            self.checkpoint(stage, step)
+            raise TrainingError(
+                f"{self.bad_steps} consecutive steps with non-finite loss or gradients at {stage} step {step}; "
+                f"stopped. The last good weights are in {self.parts.run_dir.checkpoints} (try a lower learning rate)"
+            )
