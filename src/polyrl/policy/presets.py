@@ -153,7 +153,8 @@ def convert_gguf(source: Path, target: Path, fix: str = "replace it with an inta
     try:
         _write_checkpoint(source, tmp, fix)
         (tmp / SOURCE_FILE).write_text(json.dumps(_fingerprint(source), indent=2) + "\n")
-        _move_into_place(tmp, target)
+        if not is_fresh(target, source):  # else another process finished the same conversion meanwhile: keep theirs
+            _move_into_place(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -171,9 +172,8 @@ def _write_checkpoint(source: Path, out: Path, fix: str) -> None:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"cannot read GGUF file {source}: {first}; {fix}") from None
     config = gguf_model.config
-    for attribute in ("quantization_config", "_pre_quantization_dtype"):
-        if hasattr(config, attribute):
-            delattr(config, attribute)
+    if hasattr(config, "quantization_config"):  # what marks the model as GGUF-loaded, and unsaveable
+        del config.quantization_config
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(gguf_model.state_dict())
     model.generation_config = gguf_model.generation_config
@@ -182,8 +182,7 @@ def _write_checkpoint(source: Path, out: Path, fix: str) -> None:
 
 
 def _move_into_place(tmp: Path, target: Path) -> None:
-    """Rename ``tmp`` to ``target``; a stale ``target`` is set aside first and removed after. When another process
-    finished the same conversion meanwhile, its copy stays and ``tmp`` is dropped by the caller."""
+    """Rename ``tmp`` to ``target``; a stale ``target`` is set aside first and removed after."""
     old = None
     if target.exists():
         old = target.with_name(f".{target.name}.old-{os.getpid()}")
