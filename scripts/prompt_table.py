@@ -1,6 +1,6 @@
 """How a real model reads polyrl's prompts: for every built-in task at one difficulty, the share of greedy
 answers in the asked format (``<answer>…</answer>``) and the accuracy, with natural-language prompts through the
-model's chat template, and the answer it gives most often (a copied example shows up there).
+model's chat template, and the reply it gives most often (a copied example shows up there).
 
     python scripts/prompt_table.py --model smollm2-135m-instruct --n 10 [--difficulty easy] [--tasks a,b]
                                    [--max-new-tokens 64] [--out evals/prompt_table]
@@ -18,14 +18,18 @@ from pathlib import Path
 
 
 def table(samples: list[dict], order: list[str], n: int) -> str:
-    """One row per task: format compliance, accuracy, and the most frequent extracted answer with its count."""
-    rows = ["| task | format | accuracy | most frequent answer |", "| --- | ---: | ---: | --- |"]
+    """One row per task: format compliance, accuracy, and the most frequent reply (its first 24 characters; the
+    extracted answer when in format) with its count."""
+    rows = ["| task | format | accuracy | most frequent reply |", "| --- | ---: | ---: | --- |"]
     totals = [0, 0, 0]
     for name in order:
         mine = [s for s in samples if s["task"] == name]
         formatted = sum(s["format_ok"] for s in mine)
         correct = sum(s["correct"] for s in mine)
-        answers = Counter(str(s["answer"])[:24] for s in mine if s["format_ok"] and s["answer"] is not None)
+        answers = Counter(
+            (str(s["answer"]) if s["format_ok"] else " ".join(s["response"].split()))[:24].replace("|", "\\|")
+            for s in mine
+        )
         top = f"`{answers.most_common(1)[0][0]}` ({answers.most_common(1)[0][1]}/{len(mine)})" if answers else "—"
         rows.append(f"| {name} | {formatted}/{len(mine)} | {correct}/{len(mine)} | {top} |")
         totals = [totals[0] + formatted, totals[1] + correct, totals[2] + len(mine)]

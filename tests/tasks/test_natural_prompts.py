@@ -67,7 +67,7 @@ def test_natural_statement_of_an_addition_spells_out_the_sum():
     p = get_task("addition").generate(0, {"digits": 2, "terms": 2})
     a, b = p.question.rstrip("=").split("+")
     assert p.natural_question == (
-        f"Compute the sum {a} + {b}.\nAnswer with a single integer written in digits, for example 4096."
+        f"Compute the sum {a} + {b}.\nAnswer with a single integer written in digits: the sum itself."
     )
 
 
