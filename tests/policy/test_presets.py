@@ -185,3 +185,14 @@ def test_serve_takes_a_preset_name(cache, monkeypatch, tiny_gguf):
     monkeypatch.setattr("polyrl.serve.app.serve", lambda checkpoint, *a: served.setdefault("path", checkpoint))
     assert run(["serve", SMOLLM2]) == 0
     assert served["path"] == str(cache / SMOLLM2)
+
+
+def test_the_real_model_job_trains_the_preset_on_natural_chat_prompts():
+    from pathlib import Path
+
+    from polyrl.train.config import load_config
+
+    cfg = load_config(Path(__file__).parents[2] / "configs" / "smollm2.yaml")
+    assert cfg.model.path == SMOLLM2 and cfg.model.lora.enabled is False
+    assert (cfg.prompt.style, cfg.prompt.field, cfg.prompt.chat_template) == ("natural", "prompt", True)
+    assert cfg.sft.enabled and cfg.rl.enabled and len(cfg.tasks) >= 2
