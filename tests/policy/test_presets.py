@@ -196,3 +196,10 @@ def test_the_real_model_job_trains_the_preset_on_natural_chat_prompts():
     assert cfg.model.path == SMOLLM2 and cfg.model.lora.enabled is False
     assert (cfg.prompt.style, cfg.prompt.field, cfg.prompt.chat_template) == ("natural", "prompt", True)
     assert cfg.sft.enabled and cfg.rl.enabled and len(cfg.tasks) >= 2
+
+
+def test_an_unwritable_cache_says_to_set_POLYRL_CACHE(tiny_gguf, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("POLYRL_CACHE", str(tmp_path / "file"))  # a file where the cache folder should be
+    with pytest.raises(UserError, match=r"cannot write the model cache .*; set POLYRL_CACHE to a writable folder$"):
+        resolve_model_path(str(tiny_gguf))

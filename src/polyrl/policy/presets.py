@@ -147,8 +147,13 @@ def convert_gguf(source: Path, target: Path, fix: str = "replace it with an inta
     """Write ``source`` (a .gguf file that passed :func:`check_gguf`) as a plain safetensors checkpoint with its
     tokenizer at ``target``, atomically: into a temporary folder beside ``target``, renamed into place when
     complete. ``fix`` ends the one-line error on a file the GGUF reader rejects."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the model cache {target.parent}: {exc.strerror}; set {CACHE_ENV} to a writable folder"
+        ) from None
     tmp.chmod(0o755)  # mkdtemp makes it private; the cache is as readable as any other
     try:
         _write_checkpoint(source, tmp, fix)
