@@ -90,11 +90,11 @@ def test_records_without_a_natural_statement_still_load():
     assert Problem.from_dict(record).natural_question is None
 
 
-# Tasks whose answer is a whole structure (an order, a coloring, a grid, an assignment): a format example
-# that happened to be a solution would hand out reward for copying it.
+# Tasks whose answer is a whole structure (an order, a grid, an assignment) and whose prompt shows one: a format
+# example that happened to be a solution would hand out reward for copying it. (graph_coloring shows none: SmolLM2
+# copied its example "1 2 1" as the answer to every problem.)
 STRUCTURED = [
     "base_conversion",
-    "graph_coloring",
     "hamiltonian_path",
     "knights_knaves",
     "magic_square",

@@ -97,7 +97,7 @@ def expression_example(text: str, value: int) -> Example:
     statement = (
         f"Evaluate the expression {text}, where * is multiplication. Parentheses come first, then "
         "multiplication, then addition and subtraction from left to right.\n"
-        "Answer with a single integer (it may be negative), for example -173."
+        "Answer with a single integer (it may be negative): the value of the expression."
     )
     return Example(f"{text}=", value, str(value), statement)
 

@@ -86,7 +86,7 @@ class Knapsack(Task):
         statement = (
             f"A knapsack holds a total weight of at most {capacity}. The items are: {listing}. Choose items, each "
             f"at most once, with total weight at most {capacity} and the greatest possible total value.\n"
-            "Answer with the numbers of the chosen items separated by spaces, for example 1 4 5."
+            "Answer with the numbers of the chosen items separated by spaces, smallest first."
         )
         return Example(question, answer, " ".join(map(str, chosen)), statement)
 
