@@ -91,14 +91,13 @@ def test_records_without_a_natural_statement_still_load():
 
 
 # Tasks whose answer is a whole structure (an order, a grid, an assignment) and whose prompt shows one: a format
-# example that happened to be a solution would hand out reward for copying it. (graph_coloring shows none: SmolLM2
-# copied its example "1 2 1" as the answer to every problem.)
+# example that happened to be a solution would hand out reward for copying it. (graph_coloring and n_queens show
+# none: SmolLM2 copied their examples, "1 2 1" and "1 3 5 2 4", as the answer to every problem.)
 STRUCTURED = [
     "base_conversion",
     "hamiltonian_path",
     "knights_knaves",
     "magic_square",
-    "n_queens",
     "sudoku",
     "topological_sort",
     "tower_of_hanoi",

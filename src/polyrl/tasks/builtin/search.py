@@ -36,7 +36,7 @@ class SubsetSum(Task):
         statement = (
             f"Choose some of the numbers {' '.join(map(str, numbers))} so that they add up to exactly {target}; "
             "each number may be used as many times as it is listed, no more.\n"
-            "Answer with the chosen numbers separated by spaces, for example 12 5 30."
+            "Answer with the chosen numbers separated by spaces, each written as it is listed."
         )
         return Example(question, {"numbers": numbers, "target": target}, " ".join(map(str, chosen)), statement)
 
