@@ -3,6 +3,11 @@
     .venv/bin/python benchmarks/memory.py [--group-size 16] [--length 512] [--prompt-length 32]
                                           [--hidden 256] [--layers 4] [--micro-batch-tokens 2048]
                                           [--only before,chunked,...] [--markdown]
+    .venv/bin/python benchmarks/memory.py --model smollm2-135m-instruct [...]
+
+With ``--model`` (a preset, a .gguf file or a Hugging Face directory) the model is that checkpoint, with its
+own vocabulary and tokenizer, instead of the Qwen2-shaped one. On a machine with CUDA, every setting runs on
+the GPU.
 
 The model is a Qwen2ForCausalLM built from a config with Qwen2's real 151,936-token vocabulary (tied
 embeddings, random weights, ``--hidden`` wide, ``--layers`` deep); the batch is one prompt of
@@ -47,8 +52,27 @@ SETTINGS = {
 }
 
 
+def device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def vocab_size(args) -> int:
+    if not args.model:
+        return VOCAB
+    from pathlib import Path
+
+    from polyrl.policy.presets import resolve_model_path
+
+    return json.loads((Path(resolve_model_path(args.model)) / "config.json").read_text())["vocab_size"]
+
+
 def build_model(args, dtype: torch.dtype = torch.float32):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    if args.model:
+        from polyrl.policy.presets import resolve_model_path
+
+        return AutoModelForCausalLM.from_pretrained(resolve_model_path(args.model), dtype=dtype).to(device())
 
     config = Qwen2Config(
         vocab_size=VOCAB,
@@ -61,7 +85,7 @@ def build_model(args, dtype: torch.dtype = torch.float32):
         tie_word_embeddings=True,
     )
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(config).to(dtype)
+    return Qwen2ForCausalLM(config).to(dtype).to(device())
 
 
 def trajectories(args):
@@ -70,11 +94,12 @@ def trajectories(args):
     from polyrl.tasks import Problem, Verdict
 
     g = torch.Generator().manual_seed(0)
-    prompt = torch.randint(10, VOCAB, (args.prompt_length,), generator=g).tolist()
+    vocab = vocab_size(args)
+    prompt = torch.randint(10, vocab, (args.prompt_length,), generator=g).tolist()
     problem = Problem("bench", "q", "q", None, None, 0, "train", 0.0, {})
     out = []
     for k in range(args.group_size):
-        response = torch.randint(10, VOCAB, (args.length - args.prompt_length,), generator=g).tolist()
+        response = torch.randint(10, vocab, (args.length - args.prompt_length,), generator=g).tolist()
         reward = float(k % 2)
         verdict = Verdict(reward, reward >= 1, "")
         out.append(Trajectory("bench", 0, problem, prompt, response, "", True, reward, {}, verdict))
@@ -116,6 +141,14 @@ def trl_update(args):
 
     model = build_model(args).train()
     group = args.group_size
+    if args.model:
+        from transformers import AutoTokenizer
+
+        from polyrl.policy.presets import resolve_model_path
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(args.model))
+    else:
+        tokenizer = build_tiny_tokenizer()
     trl_args = GRPOConfig(
         output_dir=os.path.join(args.work, "trl"),
         use_cpu=not torch.cuda.is_available(),
@@ -139,7 +172,7 @@ def trl_update(args):
         reward_funcs=lambda completions, **_: [0.0] * len(completions),
         args=trl_args,
         train_dataset=data,
-        processing_class=build_tiny_tokenizer(),
+        processing_class=tokenizer,
     )
     trainer.create_optimizer()
     trainer.current_gradient_accumulation_steps = 1
@@ -217,6 +250,7 @@ def run_all(args) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="A preset, .gguf file or HF directory instead of the Qwen2-shaped model.")
     parser.add_argument("--group-size", type=int, default=16, help="Completions in the batch (G).")
     parser.add_argument("--length", type=int, default=512, help="Prompt + completion tokens per row (L).")
     parser.add_argument("--prompt-length", type=int, default=32, help="Tokens of the shared prompt.")
@@ -261,8 +295,9 @@ def main() -> None:
         f"{'CUDA ' + torch.cuda.get_device_name() if cuda else 'no GPU'}, torch {torch.__version__} with "
         f"{args.threads} thread(s), Python {platform.python_version()}"
     )
+    shape = f"model {args.model}" if args.model else f"Qwen2-shaped model, hidden {args.hidden}, {args.layers} layers"
     setup = (
-        f"Qwen2-shaped model, vocabulary {VOCAB:,}, hidden {args.hidden}, {args.layers} layers; one group of "
+        f"{shape}, vocabulary {vocab_size(args):,}; one group of "
         f"G={args.group_size} × L={args.length} tokens (prompt {args.prompt_length}); micro-batches of "
         f"{args.micro_batch_tokens} tokens"
     )

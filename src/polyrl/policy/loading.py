@@ -1,4 +1,5 @@
-"""Load a policy: the embedded tiny default or any local Hugging Face causal LM (optionally with LoRA)."""
+"""Load a policy: the embedded tiny default, a named real model, a local .gguf file or any local Hugging Face
+causal LM (optionally with LoRA)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.errors import UserError
 from polyrl.policy.precision import enable_gradient_checkpointing, set_autocast
+from polyrl.policy.presets import resolve_model_path
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
 TINY = "tiny"
@@ -33,7 +35,10 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(TINY, description="'tiny' for the embedded default, or a local Hugging Face model directory.")
+    path: str = Field(
+        TINY,
+        description="'tiny' for the embedded default, a named real model (`polyrl models list`), a local .gguf file, or a local Hugging Face model directory.",
+    )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape of the embedded default.")
     dtype: str = Field(
         "float32",
@@ -83,7 +88,10 @@ def check_model_dir(path: str | Path) -> None:
 
     p = Path(path)
     if not p.is_dir():
-        raise UserError(f"model path {str(path)!r} is not a directory (use 'tiny' for the embedded default)")
+        raise UserError(
+            f"model path {str(path)!r} is not a directory (use 'tiny' for the embedded default, "
+            "a preset from `polyrl models list` or a .gguf file)"
+        )
     cfg_file = p / "config.json"
     if not cfg_file.is_file():
         raise UserError(f"model path {str(path)!r} has no config.json: not a Hugging Face model directory")
@@ -114,10 +122,11 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = 
         model, tokenizer = build_tiny_policy(config.tiny, seed=seed)
         model = model.to(dtype)
     else:
-        check_model_dir(config.path)
+        path = resolve_model_path(config.path)
+        check_model_dir(path)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(config.path)
-            model = AutoModelForCausalLM.from_pretrained(config.path, dtype=dtype)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot load model from {config.path!r}: {str(exc).splitlines()[0]}") from None
     tokenizer.padding_side = "left"

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from polyrl.policy.loading import TINY
+from polyrl.policy.presets import PRESETS
 from polyrl.tasks import Problem
 
 PromptStyle = Literal["natural", "terse"]
@@ -20,6 +21,8 @@ def default_style(model_path: str) -> PromptStyle:
     Hugging Face model (an instruction-tuned LLM reads a statement of the rules and the answer shape)."""
     if model_path == TINY:
         return "terse"
+    if model_path in PRESETS:
+        return "natural"
     return run_prompt_style(model_path) or "natural"
 
 

@@ -124,6 +124,9 @@ def train_reward_model(
     else:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+        from polyrl.policy.presets import resolve_model_path
+
+        model_path = resolve_model_path(model_path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_path)
             model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1)

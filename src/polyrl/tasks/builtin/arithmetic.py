@@ -39,7 +39,7 @@ class Addition(Task):
         terms = [rng.randint(lo, hi) for _ in range(p["terms"])]
         statement = (
             f"Compute the sum {' + '.join(map(str, terms))}.\n"
-            "Answer with a single integer written in digits, for example 4096."
+            "Answer with a single integer written in digits: the sum itself."
         )
         return Example(f"{'+'.join(map(str, terms))}=", sum(terms), str(sum(terms)), statement)
 
@@ -62,7 +62,7 @@ class Multiplication(Task):
     def make(self, rng, p):
         a, b = random_with_digits(rng, p["digits_a"]), random_with_digits(rng, p["digits_b"])
         statement = (
-            f"Compute the product {a} × {b}.\nAnswer with a single integer written in digits, for example 4096."
+            f"Compute the product {a} × {b}.\nAnswer with a single integer written in digits: the product itself."
         )
         return Example(f"{a}*{b}=", a * b, str(a * b), statement)
 
@@ -97,7 +97,7 @@ def expression_example(text: str, value: int) -> Example:
     statement = (
         f"Evaluate the expression {text}, where * is multiplication. Parentheses come first, then "
         "multiplication, then addition and subtraction from left to right.\n"
-        "Answer with a single integer (it may be negative), for example -173."
+        "Answer with a single integer (it may be negative): the value of the expression."
     )
     return Example(f"{text}=", value, str(value), statement)
 

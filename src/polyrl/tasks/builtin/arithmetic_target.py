@@ -67,7 +67,7 @@ class Countdown(Task):
                     f"Using some of the numbers {', '.join(map(str, numbers))}, write an arithmetic expression whose "
                     f"value is {target}. You may use + - * / and parentheses; each listed number may be used at most "
                     "as often as it is listed, you need not use them all, and no other numbers may appear.\n"
-                    "Answer with the expression only, for example (7+3)*5-2."
+                    "Answer with the expression only, written with the listed numbers."
                 )
                 return Example(question, {"target": target, "numbers": numbers}, _strip_outer(expr), statement)
 
@@ -133,7 +133,7 @@ class Game24(Task):
                 statement = (
                     f"Using each of the numbers {', '.join(map(str, numbers))} exactly once, with + - * / and "
                     "parentheses, write an expression whose value is 24 (division is exact: fractions are allowed "
-                    "along the way).\nAnswer with the expression only, for example (1+2)*3-4."
+                    "along the way).\nAnswer with the expression only, written with those four numbers."
                 )
                 return Example(question, {"target": 24, "numbers": numbers}, _strip_outer(expr), statement)
 

@@ -135,13 +135,13 @@ class LetterNumbers(Task):
         if rng.random() < 0.5:
             statement = (
                 f"Replace every letter of the word {word} by its position in the alphabet (a=1, b=2, … z=26).\n"
-                "Answer with the alphabet positions separated by spaces; cab, for example, is 3 1 2."
+                "Answer with the alphabet positions separated by spaces, the first letter's position first."
             )
             return Example(f"a1z26 {word}", {"encode": True, "codes": codes}, " ".join(map(str, codes)), statement)
         statement = (
             f"Each number in {'-'.join(map(str, codes))} is the position of a letter in the alphabet (1=a, 2=b, … "
             "26=z). Write the word they spell.\n"
-            "Answer with the letters at those alphabet positions as one lowercase word; 3-1-2, for example, is cab."
+            "Answer with the letters at those alphabet positions as one lowercase word, the first number's letter first."
         )
         return Example(f"a1z26 {'-'.join(map(str, codes))}", {"encode": False, "codes": codes}, word, statement)
 

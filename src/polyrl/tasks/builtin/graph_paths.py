@@ -80,7 +80,7 @@ class GraphDistance(Task):
         statement = (
             f"An undirected graph has these edges (a-b joins nodes a and b): {edges_text(edges)}. How many edges "
             f"are on a shortest path from node {source} to node {target}?\n"
-            "Answer with a single integer, for example 4."
+            "Answer with a single integer: the number of edges on that path."
         )
         return Example(f"dist {source} {target}: {edges_text(edges)}", steps, str(steps), statement)
 

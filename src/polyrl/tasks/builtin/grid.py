@@ -135,7 +135,7 @@ class CountIslands(Task):
         statement = (
             "In this grid, # is land and . is water; each line is a row. An island is a group of land cells joined "
             "up, down, left or right (not diagonally). How many islands are there?\n"
-            f"{chr(10).join(rows)}\nAnswer with a single integer, for example 3."
+            f"{chr(10).join(rows)}\nAnswer with a single integer: the number of islands."
         )
         return Example(f"islands {'/'.join(rows)}", count, str(count), statement)
 

@@ -149,8 +149,7 @@ class NQueens(Task):
             f"Place {n} queens on a {n}x{n} chessboard, one in each row, so that no two share a column or a "
             f"diagonal. Rows and columns are numbered 1 to {n}."
             + (f" These queens are already placed and stay: {kept}." if kept else "")
-            + f"\nAnswer with the column of the queen in each row, top row first: {n} integers separated by spaces; "
-            + ("on a 5x5 board, for example, 1 3 5 2 4." if n == 4 else "on a 4x4 board, for example, 2 4 1 3.")
+            + f"\nAnswer with the column of the queen in each row, top row first: {n} integers separated by spaces."
         )
         solution = " ".join(str(c + 1) for c in cols)
         return Example(f"queens {n}, column per row: {spec}", {"given": given}, solution, statement)

@@ -148,7 +148,7 @@ class HeightOrdering(Task):
         which = f"{_ORDINAL_WORDS[rank]}{'tallest' if tallest else 'shortest'}"
         statement = (
             f"{n} people, {', '.join(sorted(order))}, all have different heights. We know: {'; '.join(said)}. "
-            f"Who is the {which}?\nAnswer with the letter of that person only, for example C."
+            f"Who is the {which}?\nAnswer with the letter of that person only."
         )
         return Example(question, person, person, statement)
 

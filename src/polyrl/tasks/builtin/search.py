@@ -36,7 +36,7 @@ class SubsetSum(Task):
         statement = (
             f"Choose some of the numbers {' '.join(map(str, numbers))} so that they add up to exactly {target}; "
             "each number may be used as many times as it is listed, no more.\n"
-            "Answer with the chosen numbers separated by spaces, for example 12 5 30."
+            "Answer with the chosen numbers separated by spaces, each written as it is listed."
         )
         return Example(question, {"numbers": numbers, "target": target}, " ".join(map(str, chosen)), statement)
 
@@ -86,7 +86,7 @@ class Knapsack(Task):
         statement = (
             f"A knapsack holds a total weight of at most {capacity}. The items are: {listing}. Choose items, each "
             f"at most once, with total weight at most {capacity} and the greatest possible total value.\n"
-            "Answer with the numbers of the chosen items separated by spaces, for example 1 4 5."
+            "Answer with the numbers of the chosen items separated by spaces, smallest first."
         )
         return Example(question, answer, " ".join(map(str, chosen)), statement)
 

@@ -186,7 +186,7 @@ class ListOps(Task):
         steps = "; then ".join(_list_op_words(op) for op in ops)
         statement = (
             f"Start from the list {' '.join(map(str, items))} and apply, in this order: {steps}.\n"
-            "Answer with the resulting list as integers separated by spaces, for example 4 1 9."
+            "Answer with the resulting list as integers separated by spaces, its first element first."
         )
         return Example(f"{','.join(ops)}: {' '.join(map(str, items))}", out, " ".join(map(str, out)), statement)
 

