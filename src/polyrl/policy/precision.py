@@ -11,6 +11,7 @@ the rounding of bf16 updates). The setting is stored on the model, so every forw
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
@@ -37,6 +38,60 @@ def forward_precision(model: torch.nn.Module):
         return contextlib.nullcontext()
     device = next(model.parameters()).device.type
     return torch.autocast(device_type=device, dtype=AUTOCAST_DTYPES[mode])
+
+
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+"""``/proc/cpuinfo`` flags of CPUs whose bf16 matmuls run in hardware (oneDNN uses AMX tiles or AVX512-BF16);
+elsewhere torch emulates bf16 on CPU, slower than fp32."""
+
+AUTO_BF16_MIN_WIDTH = 512
+"""``model.autocast: auto`` picks bf16 on such a CPU from this hidden size on. Measured (docs/benchmarks.md,
+"bf16 crossover"): an RL step of a 256-wide model is slower under bf16 autocast than in fp32 (its time is in
+small ops, casts and Python, not matmuls), the 576-wide SmolLM2-135M's is faster."""
+
+
+@functools.cache
+def bf16_cpu_flags() -> frozenset[str]:
+    """Which of :data:`BF16_CPU_FLAGS` this machine's CPU has (empty off Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return frozenset()
+    return frozenset(flag for flag in BF16_CPU_FLAGS if flag in flags)
+
+
+def resolve_autocast(mode: str, model: torch.nn.Module, device: str) -> str:
+    """``mode``, with ``auto`` made concrete: ``bf16`` on a CUDA device that supports it or a CPU with bf16
+    matmul units, for a float32 model at least :data:`AUTO_BF16_MIN_WIDTH` wide; ``none`` otherwise (the tiny
+    default stays in fp32, bit for bit)."""
+    if mode != "auto":
+        return mode
+    if next(model.parameters()).dtype != torch.float32:  # bf16/fp16 weights: nothing to autocast from
+        return "none"
+    width = getattr(getattr(model, "config", None), "hidden_size", 0) or 0
+    if width < AUTO_BF16_MIN_WIDTH:
+        return "none"
+    if device.startswith("cuda"):
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "none"
+    return "bf16" if device == "cpu" and bf16_cpu_flags() else "none"
+
+
+def logprob_mismatch(behaviour: torch.Tensor, training: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """How far the log-probs that sampled (``behaviour``: the generation engine, its precision and its
+    truncation) are from the trainer's own (``training``) on the tokens of ``mask``: ``mismatch_abs_mean`` and
+    ``mismatch_abs_max`` of ``training - behaviour``, and ``mismatch_ratio_mean``, the mean importance ratio
+    ``exp(training - behaviour)`` (1 when they agree; the quantity truncated importance sampling corrects,
+    Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training")."""
+    with torch.no_grad():
+        mask = mask.to(training.dtype)
+        diff = (training.detach() - behaviour.detach()) * mask
+        count = mask.sum().clamp(min=1)
+        return {
+            "mismatch_abs_mean": diff.abs().sum() / count,
+            "mismatch_abs_max": diff.abs().max() if diff.numel() else diff.new_zeros(()),
+            "mismatch_ratio_mean": (torch.exp(diff) * mask).sum() / count,
+        }
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
