@@ -43,12 +43,13 @@ from polyrl.train.trainer import Trainer
 
 
 def best_time(fn, repeats: int) -> float:
-    """The fastest of ``repeats`` calls of ``fn`` (seconds): the least disturbed by the machine's other jobs."""
+    """The fastest of ``repeats`` calls of ``fn``, in CPU seconds of this process: with one thread that is the
+    compute time, which other jobs on a shared machine disturb far less than the wall time."""
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(time.process_time() - t0)
     return min(times)
 
 

@@ -137,3 +137,59 @@ def test_auto_leaves_bf16_weights_and_explicit_modes_alone(monkeypatch):
     assert resolve_autocast("auto", wide.to(torch.bfloat16), "cpu") == "none"
     assert resolve_autocast("none", wide, "cpu") == "none"
     assert resolve_autocast("bf16", build_tiny_policy()[0], "cpu") == "bf16"
+
+
+def _bf16_update(policy, behaviour: bool):
+    """One update of the random tiny model under bf16 autocast on 16 completions it generated (rewards 0/1
+    alternating), with the generation's log-probs as behaviour log-probs or without."""
+    from polyrl.rollout import Trajectory
+    from polyrl.tasks import Problem, Verdict
+    from polyrl.train.config import RLConfig
+    from polyrl.train.learner import policy_update
+    from polyrl.train.update_batch import prepare_update
+
+    model, tok = copy.deepcopy(policy[0]), policy[1]
+    set_autocast(model, "bf16")
+    torch.manual_seed(0)
+    gens = TransformersBackend(model, tok).generate(_prompts(), max_new_tokens=8, temperature=0.8)
+    problem = Problem("a", "q", "q", None, None, 0, "train", 0.0, {})
+    trajs = [
+        Trajectory(
+            "a",
+            k // 4,
+            problem,
+            g.prompt_ids,
+            g.completion_ids,
+            "",
+            g.finished,
+            float(k % 2),
+            {},
+            Verdict(float(k % 2), k % 2 == 1, ""),
+            behaviour_logprobs=g.logprobs if behaviour else None,
+        )
+        for k, g in enumerate(gens)
+    ]
+    cfg = RLConfig(temperature=0.8)
+    batch = prepare_update(trajs, ["a"], tok.pad_token_id, cfg)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return policy_update(model, optimizer, batch, cfg, list(model.parameters()), tis_cap=2.0 if behaviour else None)
+
+
+def test_a_bf16_update_reports_the_behaviour_training_mismatch(policy):
+    stats = _bf16_update(policy, behaviour=True).objective
+    assert 0 < stats["mismatch_abs_mean"] <= stats["mismatch_abs_max"] < BF16_TOLERANCE["mismatch_abs_max"]
+    assert stats["mismatch_ratio_mean"] == pytest.approx(1.0, abs=BF16_TOLERANCE["mismatch_ratio_mean"])
+    assert stats["tis_weight_mean"] == pytest.approx(stats["mismatch_ratio_mean"], abs=0.05), "TIS corrects it"
+
+
+def test_without_behaviour_log_probs_the_update_reports_no_mismatch(policy):
+    assert not {"mismatch_abs_mean", "tis_weight_mean"} & set(_bf16_update(policy, behaviour=False).objective)
+
+
+def test_only_autocast_generation_hands_its_log_probs_to_the_update(policy):
+    """fp32 generation and training agree to ~1e-6: the default job's update stays as it was (no TIS)."""
+    model, tok = policy
+    assert TransformersBackend(model, tok).behaviour_logprobs is False
+    bf16 = copy.deepcopy(model)
+    set_autocast(bf16, "bf16")
+    assert TransformersBackend(bf16, tok).behaviour_logprobs is True

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import torch
 
-from polyrl.policy.precision import forward_precision
+from polyrl.policy.precision import autocast_mode, forward_precision
 
 
 @dataclass
@@ -145,6 +145,13 @@ class TransformersBackend:
     def sync_weights(self, model, version: int) -> None:
         self.model = model  # same process, same tensors
         self.version = version
+
+    @property
+    def behaviour_logprobs(self) -> bool:
+        """Whether rollouts should keep this backend's log-probs as the behaviour log-probs: under autocast,
+        whose rounding differs between the cached decode and the trainer's forward (the update then logs the
+        mismatch and corrects it with truncated importance sampling); in fp32 they agree to ~1e-6."""
+        return autocast_mode(self.model) != "none"
 
     @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False):

@@ -58,6 +58,7 @@ def rollout_problems(
                 r.terms,
                 r.verdict,
                 version,
+                behaviour_logprobs=gen.logprobs if getattr(backend, "behaviour_logprobs", False) else None,
             )
         )
     return out

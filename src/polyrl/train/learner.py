@@ -38,6 +38,7 @@ from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.algos.objectives import loss_mask
 from polyrl.distributed.fsdp import idle_pass
 from polyrl.optim import clip_and_step
+from polyrl.policy.precision import logprob_mismatch
 from polyrl.rollout import sequence_logprobs
 from polyrl.rollout.batch import pack_rows
 from polyrl.train.update_batch import UpdateBatch
@@ -224,6 +225,8 @@ class _Pass:
         old = self.old_all[rows, :width] if self.old_all is not None else None
         inputs = _inputs(batch, rows, logp, old, width, totals)
         loss, stats = self.objective(inputs, self.settings)
+        if inputs.behaviour_logprobs is not None:  # how far the sampler's log-probs are from the trainer's
+            stats = {**stats, **logprob_mismatch(inputs.behaviour_logprobs, inputs.old_logprobs, inputs.mask)}
         mask = loss_mask(inputs.mask, inputs.truncated, self.settings.mask_truncated)
         kl_tok = None
         if self.ref_all is not None:
@@ -308,7 +311,8 @@ def policy_update(
     all_tokens, all_seqs = _totals(batch, torch.arange(n_all), settings)
     act_tokens, act_seqs = _totals(batch, active, settings)
     share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
-    needs_old = cfg.epochs > 1 or cfg.minibatches > 1 or batch.behaviour_logprobs is not None
+    # one epoch of one minibatch: the frozen log-probs are the update's own forward, detached (TIS included)
+    needs_old = cfg.epochs > 1 or cfg.minibatches > 1
     with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
         old_all = _frozen_logprobs(model, batch, active, lengths, cfg, ranks) if needs_old and len(active) else None
         ref_all = (
