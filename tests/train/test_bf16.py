@@ -193,3 +193,12 @@ def test_only_autocast_generation_hands_its_log_probs_to_the_update(policy):
     bf16 = copy.deepcopy(model)
     set_autocast(bf16, "bf16")
     assert TransformersBackend(bf16, tok).behaviour_logprobs is True
+
+
+def test_large_models_step_with_fused_adamw_and_the_tiny_default_keeps_foreach():
+    from polyrl.optim import FUSED_ADAMW_MIN_PARAMS, make_optimizer
+
+    large = [torch.nn.Parameter(torch.zeros(FUSED_ADAMW_MIN_PARAMS))]
+    assert make_optimizer(large, 1e-3, 0, 10, False)[0].defaults["fused"] is True
+    tiny = list(build_tiny_policy()[0].parameters())
+    assert not make_optimizer(tiny, 1e-3, 0, 10, False)[0].defaults["fused"]

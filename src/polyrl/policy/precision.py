@@ -44,10 +44,12 @@ BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 """``/proc/cpuinfo`` flags of CPUs whose bf16 matmuls run in hardware (oneDNN uses AMX tiles or AVX512-BF16);
 elsewhere torch emulates bf16 on CPU, slower than fp32."""
 
-AUTO_BF16_MIN_WIDTH = 512
+AUTO_BF16_MIN_WIDTH = 256
 """``model.autocast: auto`` picks bf16 on such a CPU from this hidden size on. Measured (docs/benchmarks.md,
-"bf16 crossover"): an RL step of a 256-wide model is slower under bf16 autocast than in fp32 (its time is in
-small ops, casts and Python, not matmuls), the 576-wide SmolLM2-135M's is faster."""
+"bf16 crossover", ``benchmarks/bf16_crossover.py``): from 256 wide an RL step under bf16 autocast was faster
+than in fp32 at every batch size tried (1.3-1.4×; SmolLM2-135M, 576 wide, more); at the tiny default's 128 it
+depends on the batch (0.8× to 1.2×: its time is in small ops, casts and Python), so the default job stays in
+fp32, bit for bit."""
 
 
 @functools.cache
