@@ -13,7 +13,7 @@ is kept):
 - ``decode``: the rest of ``TransformersBackend.generate`` (sampling token by token with the KV cache);
 - ``old logp``: a no-grad ``sequence_logprobs`` of the sampled batch (old / reference log-probs);
 - ``fwd+bwd``: ``sequence_logprobs`` with gradients and the backward of their sum (the update's passes);
-- ``optimizer``: one AdamW step over every parameter.
+- ``optimizer``: one step of polyrl's AdamW (``polyrl.optim.make_optimizer``) over every parameter.
 
 FLOPs are counted from the model's shapes (useful work only: real tokens, not padding): 2 per weight of every
 ``nn.Linear`` in the trunk per token, 2 per ``lm_head`` weight per scored position, 4 × hidden × context per
@@ -35,6 +35,7 @@ from machine import cpu_model, markdown_table
 from torch import nn
 
 from polyrl.cli.train import default_config_path
+from polyrl.optim import make_optimizer
 from polyrl.policy.generation import distinct, prefill
 from polyrl.policy.precision import autocast_mode, bf16_cpu_flags, forward_precision, set_autocast
 from polyrl.rollout.batch import collate, sequence_logprobs
@@ -126,6 +127,11 @@ def phases(trainer: Trainer, flat: list[list[int]], args) -> dict[str, tuple[flo
 
     batch = collate([(g.prompt_ids, g.completion_ids) for g in gens], tok.pad_token_id)
     r_tokens = sum(new)
+    # what the update's shared-prompt forward computes: distinct prompts padded to the longest, responses too
+    computed = len(unique) * max(map(len, unique)) + len(gens) * steps
+    print(
+        f"  update forward: {p_tokens + r_tokens} real tokens of {computed} computed (padding {1 - (p_tokens + r_tokens) / computed:.0%})"
+    )
     pass_flops = shape.forward_flops(p_tokens + r_tokens, context, r_tokens)
 
     def old_logp():
@@ -140,7 +146,7 @@ def phases(trainer: Trainer, flat: list[list[int]], args) -> dict[str, tuple[flo
         (logp * batch.loss_mask).sum().backward()
 
     out["fwd+bwd"] = (best_time(fwd_bwd, args.repeats), 3 * pass_flops, None)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-12)
+    optimizer, _ = make_optimizer(list(model.parameters()), 1e-12, 0, 1, False)  # polyrl's AdamW (fused if large)
     optimizer.step()  # the moments exist from here on
     out["optimizer"] = (best_time(optimizer.step, args.repeats), 0.0, 28 * shape.params)
     return out
