@@ -40,7 +40,7 @@ from polyrl.distributed.fsdp import idle_pass
 from polyrl.optim import clip_and_step
 from polyrl.policy.precision import logprob_mismatch
 from polyrl.rollout import sequence_logprobs
-from polyrl.rollout.batch import pack_rows
+from polyrl.rollout.batch import length_ordered, pack_rows
 from polyrl.train.update_batch import UpdateBatch
 
 
@@ -82,11 +82,12 @@ def minibatches(rows: Tensor, count: int, generator: torch.Generator | None = No
 def micro_batches(rows: Tensor, lengths: Tensor, group_ids: Tensor, budget: int | None) -> Iterator[Tensor]:
     """Consecutive pieces of ``rows`` whose padded size (rows × longest sequence) stays within ``budget``
     tokens (a row longer than the budget goes alone); rows of one group are kept together where they fit,
-    so the shared-prompt forward still shares. ``budget=None``: the whole minibatch at once."""
+    so the shared-prompt forward still shares, and groups of similar length share a piece (less padding).
+    ``budget=None``: the whole minibatch at once."""
     if budget is None:
         yield rows
         return
-    yield from pack_rows(rows[torch.argsort(group_ids[rows], stable=True)], lengths, budget)
+    yield from pack_rows(length_ordered(rows, lengths, group_ids), lengths, budget)
 
 
 # ---------------------------------------------------------------------------------------------------------
