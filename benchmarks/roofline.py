@@ -38,7 +38,7 @@ from polyrl.cli.train import default_config_path
 from polyrl.optim import make_optimizer
 from polyrl.policy.generation import distinct, prefill
 from polyrl.policy.precision import autocast_mode, bf16_cpu_flags, forward_precision, set_autocast
-from polyrl.rollout.batch import collate, sequence_logprobs
+from polyrl.rollout.batch import collate, length_ordered, pack_rows, padding_share, sequence_logprobs
 from polyrl.train.config import load_config
 from polyrl.train.trainer import Trainer
 
@@ -129,9 +129,15 @@ def phases(trainer: Trainer, flat: list[list[int]], args) -> dict[str, tuple[flo
     r_tokens = sum(new)
     # what the update's shared-prompt forward computes: distinct prompts padded to the longest, responses too
     computed = len(unique) * max(map(len, unique)) + len(gens) * steps
+    padding = lambda n: 1 - (p_tokens + r_tokens) / n
     print(
-        f"  update forward: {p_tokens + r_tokens} real tokens of {computed} computed (padding {1 - (p_tokens + r_tokens) / computed:.0%})"
+        f"  update forward: {p_tokens + r_tokens} real tokens, {computed} computed ({padding(computed):.0%} padding)"
     )
+    lengths, rows, groups = batch.attention_mask.sum(1), torch.arange(len(gens)), torch.tensor(source)
+    budget = args.micro_batch_tokens
+    before = padding_share(pack_rows(rows[torch.argsort(groups, stable=True)], lengths, budget), lengths)
+    after = padding_share(pack_rows(length_ordered(rows, lengths, groups), lengths, budget), lengths)
+    print(f"  micro-batches of {budget} tokens: {before:.0%} padding in group order, {after:.0%} in length order")
     pass_flops = shape.forward_flops(p_tokens + r_tokens, context, r_tokens)
 
     def old_logp():
@@ -177,6 +183,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--micro-batch-tokens", type=int, default=256, help="Budget for the padding figures.")
     parser.add_argument("--markdown", action="store_true", help="Print Markdown tables for docs/benchmarks.md.")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
