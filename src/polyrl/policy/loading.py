@@ -41,7 +41,7 @@ class ModelConfig(BaseModel):
     )
     autocast: Literal["auto", "none", "bf16", "fp16"] = Field(
         "auto",
-        description="Run forward passes (generation included) under torch.autocast in this precision over the stored weights (float32 + bf16: mixed precision with float32 master weights; fp16 needs CUDA); auto: bf16 where it measured faster (a bf16-capable CPU or GPU and a model at least 256 wide), else none.",
+        description="Run forward passes (generation included) under torch.autocast in this precision over the stored weights (float32 + bf16: mixed precision with float32 master weights; fp16 needs CUDA); auto: bf16 where it measured faster (a bf16-capable CPU or GPU and a model at least 384 wide), else none.",
     )
     gradient_checkpointing: bool = Field(
         False,

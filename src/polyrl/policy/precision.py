@@ -44,12 +44,13 @@ BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 """``/proc/cpuinfo`` flags of CPUs whose bf16 matmuls run in hardware (oneDNN uses AMX tiles or AVX512-BF16);
 elsewhere torch emulates bf16 on CPU, slower than fp32."""
 
-AUTO_BF16_MIN_WIDTH = 256
+AUTO_BF16_MIN_WIDTH = 384
 """``model.autocast: auto`` picks bf16 on such a CPU from this hidden size on. Measured (docs/benchmarks.md,
-"bf16 crossover", ``benchmarks/bf16_crossover.py``): from 256 wide an RL step under bf16 autocast was faster
-than in fp32 at every batch size tried (1.3-1.4×; SmolLM2-135M, 576 wide, more); at the tiny default's 128 it
-depends on the batch (0.8× to 1.2×: its time is in small ops, casts and Python), so the default job stays in
-fp32, bit for bit."""
+"bf16 crossover", ``benchmarks/bf16_crossover.py``): from 384 wide an RL step under bf16 autocast was 1.2-2.0×
+faster than fp32 at every batch size tried (SmolLM2-135M, 576 wide: 1.6×); at 256 the evidence is mixed
+(1.16-1.37× faster there, 3% slower in the long-sequence update of docs/scaling.md's memory benchmark); at the
+tiny default's 128 it depends on the batch (0.95× to 1.19×: its time is in small ops, casts and Python), so
+the default job stays in fp32, bit for bit."""
 
 
 @functools.cache
