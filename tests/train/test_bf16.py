@@ -202,3 +202,24 @@ def test_large_models_step_with_fused_adamw_and_the_tiny_default_keeps_foreach()
     assert make_optimizer(large, 1e-3, 0, 10, False)[0].defaults["fused"] is True
     tiny = list(build_tiny_policy()[0].parameters())
     assert not make_optimizer(tiny, 1e-3, 0, 10, False)[0].defaults["fused"]
+
+
+@pytest.mark.parametrize("autocast", ["none", "bf16"])
+def test_single_turn_rollouts_carry_behaviour_log_probs_only_under_autocast(policy, autocast):
+    from polyrl.policy.prompts import PromptBuilder, PromptConfig
+    from polyrl.rewards import RewardConfig
+    from polyrl.rollout.single_turn import rollout_problems
+    from polyrl.tasks.registry import get_task
+
+    model, tok = copy.deepcopy(policy[0]), policy[1]
+    set_autocast(model, autocast)
+    task = get_task("addition")
+    problems = [task.generate(seed, "easy") for seed in range(2)]
+    prompts = PromptBuilder(tok, PromptConfig(field="question"))
+    backend = TransformersBackend(model, tok)
+    trajs = rollout_problems(problems, {task.name: task}, backend, prompts, 3, 6, RewardConfig(), top_p=0.9)
+    if autocast == "none":
+        assert all(t.behaviour_logprobs is None for t in trajs)
+    else:
+        assert all(len(t.behaviour_logprobs) == len(t.response_ids) for t in trajs)
+        assert all(lp <= 0 for t in trajs for lp in t.behaviour_logprobs)
