@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["RowStat", "ratio_stats", "sequence_fraction_stat", "token_mean_stat"]
+__all__ = ["RowStat", "logprob_mismatch", "ratio_stats", "sequence_fraction_stat", "token_mean_stat"]
 
 
 @dataclass(frozen=True)
@@ -78,3 +78,19 @@ def ratio_stats(
 def sequence_fraction_stat(dropped: Tensor, mask: Tensor) -> RowStat:
     """The fraction of the sequences with tokens in ``mask[N, T]`` for which ``dropped[N]`` holds."""
     return RowStat(_sequence_fraction, (dropped, mask.detach()))
+
+
+def logprob_mismatch(behaviour: Tensor, training: Tensor, mask: Tensor) -> dict[str, RowStat]:
+    """How far the log-probs that sampled (``behaviour``: the generation engine, its precision and its
+    truncation) are from the trainer's own (``training``) on the tokens of ``mask``: ``mismatch_abs_mean`` and
+    ``mismatch_abs_max`` of ``training - behaviour``, and ``mismatch_ratio_mean``, the mean importance ratio
+    ``exp(training - behaviour)`` (1 when they agree; the quantity truncated importance sampling corrects,
+    Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training")."""
+    with torch.no_grad():
+        diff = training.detach() - behaviour.detach()
+        valid = mask.bool()
+        return {
+            "mismatch_abs_mean": token_mean_stat(diff.abs(), mask),
+            "mismatch_abs_max": RowStat(_masked_max, (diff.abs(), valid)),
+            "mismatch_ratio_mean": token_mean_stat(torch.exp(diff), mask),
+        }

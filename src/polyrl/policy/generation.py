@@ -13,6 +13,8 @@ from typing import Protocol
 
 import torch
 
+from polyrl.policy.precision import autocast_mode, forward_precision
+
 
 @dataclass
 class Generation:
@@ -25,6 +27,10 @@ class Generation:
     """The completion decoded without special tokens."""
     finished: bool
     """True when the model emitted EOS; False when it hit ``max_new_tokens``."""
+    logprobs: list[float] | None = None
+    """Log-prob of each completion token under the distribution that sampled it (the softmax at the sampling
+    temperature, renormalized over the top-p nucleus), as the engine computed it (its precision); None from
+    engines that don't report them."""
 
 
 class GenerationBackend(Protocol):
@@ -140,25 +146,39 @@ class TransformersBackend:
         self.model = model  # same process, same tensors
         self.version = version
 
+    @property
+    def behaviour_logprobs(self) -> bool:
+        """Whether rollouts should keep this backend's log-probs as the behaviour log-probs: under autocast,
+        whose rounding differs between the cached decode and the trainer's forward (the update then logs the
+        mismatch and corrects it with truncated importance sampling); in fp32 they agree to ~1e-6."""
+        return autocast_mode(self.model) != "none"
+
     @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False):
         out: list[Generation] = []
         was_training = self.model.training
         self.model.eval()
         try:
-            for start in range(0, len(prompts), self.batch_size):
-                chunk = prompts[start : start + self.batch_size]
-                rows = None
-                if self.shared_prefill:
-                    rows = self._decode_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
-                if rows is None:
-                    rows = self._hf_generate_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
-                out += [self._generation(p, row) for p, row in zip(chunk, rows)]
+            # one autocast context for the whole call: its cast cache keeps the bf16 copy of each weight for
+            # every decode step instead of casting the weights again per token
+            with forward_precision(self.model):
+                for start in range(0, len(prompts), self.batch_size):
+                    chunk = prompts[start : start + self.batch_size]
+                    out += self._generate_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
         finally:
             self.model.train(was_training)
         return out
 
-    def _generation(self, prompt, row: list[int]) -> Generation:
+    def _generate_chunk(self, chunk, max_new_tokens, temperature, top_p, greedy) -> list[Generation]:
+        decoded = None
+        if self.shared_prefill:
+            decoded = self._decode_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
+        if decoded is None:
+            rows = self._hf_generate_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
+            return [self._generation(p, row, None) for p, row in zip(chunk, rows)]
+        return [self._generation(p, row, lp) for p, row, lp in zip(chunk, *decoded)]
+
+    def _generation(self, prompt, row: list[int], logprobs: list[float] | None) -> Generation:
         completion, finished = [], False
         for tok in row:
             completion.append(tok)
@@ -166,7 +186,7 @@ class TransformersBackend:
                 finished = True
                 break
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
-        return Generation(list(prompt), completion, text, finished)
+        return Generation(list(prompt), completion, text, finished, logprobs[: len(completion)] if logprobs else None)
 
     def _hf_generate_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy) -> list[list[int]]:
         input_ids, attention = left_pad(prompts, self.tokenizer.pad_token_id)
@@ -183,9 +203,9 @@ class TransformersBackend:
         )
         return seqs[:, input_ids.shape[1] :].tolist()
 
-    def _decode_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy) -> list[list[int]] | None:
-        """Prefill each distinct prompt once, then sample token by token; None if the model's cache can't
-        be indexed by row (the caller then uses ``model.generate``)."""
+    def _decode_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy):
+        """Prefill each distinct prompt once, then sample token by token: ``(tokens, log-probs)`` per prompt,
+        or None if the model's cache can't be indexed by row (the caller then uses ``model.generate``)."""
         pre = prefill(self.model, *distinct(prompts), self.tokenizer.pad_token_id, last_logits_only=True)
         if pre is None:
             return None
@@ -195,12 +215,14 @@ class TransformersBackend:
         attention, positions = pre.attention[pre.source], pre.positions[pre.source, -1:] + 1
         n = len(prompts)
         tokens = torch.full((n, max_new_tokens), self.tokenizer.pad_token_id, dtype=torch.long, device=device)
+        logprobs = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)
         rows = torch.arange(n, device=device)  # which completion each batch row is, in cache order
         running = torch.ones(n, dtype=torch.bool, device=device)
         eos = torch.tensor(self._eos, device=device)
         for step in range(max_new_tokens):
-            nxt = self._sample(logits, temperature, top_p, greedy)
+            nxt, nxt_logp = sample_tokens(logits, temperature, top_p, greedy)
             tokens[rows[running], step] = nxt[running]
+            logprobs[rows[running], step] = nxt_logp[running]
             running &= ~torch.isin(nxt, eos)
             alive = int(running.sum())
             if step == max_new_tokens - 1 or alive == 0:
@@ -225,16 +247,23 @@ class TransformersBackend:
             )
             positions = positions + 1
             logits = out.logits[:, -1]
-        return tokens.tolist()
+        return tokens.tolist(), logprobs.tolist()
 
-    @staticmethod
-    def _sample(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool) -> torch.Tensor:
-        if greedy:
-            return logits.argmax(-1)
-        probs = torch.softmax(logits.float() / temperature, -1)
-        if top_p < 1.0:  # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
-            sorted_probs, order = probs.sort(-1, descending=True)
-            before = sorted_probs.cumsum(-1) - sorted_probs
-            sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
-            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-        return torch.multinomial(probs, 1).squeeze(1)
+
+def sample_tokens(
+    logits: torch.Tensor, temperature: float, top_p: float, greedy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of ``logits [N, V]`` and its log-prob under the distribution it was drawn from: the
+    softmax at ``temperature``, truncated to the top-p nucleus and renormalized (greedy: the argmax, scored
+    under the untruncated softmax). Sampling is ``model.generate``'s (the same draws at the same seed)."""
+    probs = torch.softmax(logits.float() / (temperature if temperature > 0 else 1.0), -1)
+    if greedy:
+        nxt = logits.argmax(-1)
+        return nxt, probs.gather(1, nxt.unsqueeze(1)).squeeze(1).log()
+    if top_p < 1.0:  # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
+        sorted_probs, order = probs.sort(-1, descending=True)
+        before = sorted_probs.cumsum(-1) - sorted_probs
+        sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    nxt = torch.multinomial(probs, 1)
+    return nxt.squeeze(1), (probs.gather(1, nxt) / probs.sum(-1, keepdim=True)).log().squeeze(1)

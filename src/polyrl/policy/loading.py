@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.errors import UserError
-from polyrl.policy.precision import enable_gradient_checkpointing, set_autocast
+from polyrl.policy.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
 from polyrl.policy.presets import resolve_model_path
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
@@ -44,9 +44,9 @@ class ModelConfig(BaseModel):
         "float32",
         description="Weights dtype (also of the optimizer's states): float32, bfloat16 (pure bf16 with autocast none) or float16.",
     )
-    autocast: Literal["none", "bf16", "fp16"] = Field(
-        "none",
-        description="Run forward passes under torch.autocast in this precision over the stored weights (float32 + bf16: mixed precision with float32 master weights; fp16 needs CUDA).",
+    autocast: Literal["auto", "none", "bf16", "fp16"] = Field(
+        "auto",
+        description="Run forward passes (generation included) under torch.autocast in this precision over the stored weights (float32 + bf16: mixed precision with float32 master weights; fp16 needs CUDA); auto: bf16 where it measured faster (a bf16-capable CPU or GPU and a model at least 384 wide), else none.",
     )
     gradient_checkpointing: bool = Field(
         False,
@@ -138,7 +138,7 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = 
         enable_gradient_checkpointing(model)
     if config.lora.enabled:
         model = _add_lora(model, config.lora)
-    set_autocast(model, config.autocast)
+    set_autocast(model, resolve_autocast(config.autocast, model, device))
     return Policy(model.to(device), tokenizer)
 
 

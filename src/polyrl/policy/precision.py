@@ -11,6 +11,7 @@ the rounding of bf16 updates). The setting is stored on the model, so every forw
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
@@ -37,6 +38,46 @@ def forward_precision(model: torch.nn.Module):
         return contextlib.nullcontext()
     device = next(model.parameters()).device.type
     return torch.autocast(device_type=device, dtype=AUTOCAST_DTYPES[mode])
+
+
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+"""``/proc/cpuinfo`` flags of CPUs whose bf16 matmuls run in hardware (oneDNN uses AMX tiles or AVX512-BF16);
+elsewhere torch emulates bf16 on CPU, slower than fp32."""
+
+AUTO_BF16_MIN_WIDTH = 384
+"""``model.autocast: auto`` picks bf16 on such a CPU from this hidden size on. Measured (docs/benchmarks.md,
+"bf16 crossover", ``benchmarks/bf16_crossover.py``): from 384 wide an RL step under bf16 autocast was 1.2-2.0×
+faster than fp32 at every batch size tried (SmolLM2-135M, 576 wide: 1.6×); at 256 the evidence is mixed
+(1.16-1.37× faster there, 3% slower in the long-sequence update of docs/scaling.md's memory benchmark); at the
+tiny default's 128 it depends on the batch (0.95× to 1.19×: its time is in small ops, casts and Python), so
+the default job stays in fp32, bit for bit."""
+
+
+@functools.cache
+def bf16_cpu_flags() -> frozenset[str]:
+    """Which of :data:`BF16_CPU_FLAGS` this machine's CPU has (empty off Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return frozenset()
+    return frozenset(flag for flag in BF16_CPU_FLAGS if flag in flags)
+
+
+def resolve_autocast(mode: str, model: torch.nn.Module, device: str) -> str:
+    """``mode``, with ``auto`` made concrete: ``bf16`` on a CUDA device that supports it or a CPU with bf16
+    matmul units, for a float32 model at least :data:`AUTO_BF16_MIN_WIDTH` wide; ``none`` otherwise (the tiny
+    default stays in fp32, bit for bit)."""
+    if mode != "auto":
+        return mode
+    if next(model.parameters()).dtype != torch.float32:  # bf16/fp16 weights: nothing to autocast from
+        return "none"
+    width = getattr(getattr(model, "config", None), "hidden_size", 0) or 0
+    if width < AUTO_BF16_MIN_WIDTH:
+        return "none"
+    if device.startswith("cuda"):
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "none"
+    return "bf16" if device == "cpu" and bf16_cpu_flags() else "none"
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:

@@ -62,6 +62,25 @@ def pack_rows(order: torch.Tensor, lengths: torch.Tensor, budget: int) -> list[t
     return pieces
 
 
+def length_ordered(rows: torch.Tensor, lengths: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """``rows`` with each group's rows together (within a group in their given order) and the groups sorted by
+    their longest row (ties: by group id): packed in that order by :func:`pack_rows`, every micro-batch holds
+    rows of similar length, so little of it is padding (length-bucketed micro-batches), and a group's rows
+    still share their prompt's forward."""
+    if len(rows) == 0:
+        return rows
+    groups = group_ids[rows]
+    count = int(groups.max()) + 1
+    longest = torch.zeros(count, dtype=lengths.dtype).scatter_reduce(0, groups, lengths[rows], "amax")
+    return rows[torch.argsort(longest[groups] * count + groups, stable=True)]
+
+
+def padding_share(pieces: list[torch.Tensor], lengths: torch.Tensor) -> float:
+    """Share of the padded tokens (rows × longest row, summed over ``pieces``) that are padding."""
+    padded = sum(len(p) * int(lengths[p].max()) for p in pieces if len(p))
+    return 1 - sum(int(lengths[p].sum()) for p in pieces) / padded if padded else 0.0
+
+
 def collate(
     sequences: list[tuple[list[int], list[int]]], pad_id: int, policy_masks: list[list[int]] | None = None
 ) -> TokenBatch:

@@ -39,6 +39,7 @@ def rollout_problems(
                 {},
                 None,
                 version,
+                behaviour_logprobs=gen.logprobs if getattr(backend, "behaviour_logprobs", False) else None,
             )
         )
     return groups

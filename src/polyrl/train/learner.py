@@ -37,11 +37,12 @@ from polyrl.algos import (
     objective_totals,
 )
 from polyrl.algos.gradient_surgery import get_surgery
+from polyrl.algos.objective_stats import logprob_mismatch
 from polyrl.algos.objectives import loss_mask
 from polyrl.distributed.fsdp import idle_pass
 from polyrl.optim import clip_and_step
 from polyrl.rollout import sequence_logprobs
-from polyrl.rollout.batch import pack_rows
+from polyrl.rollout.batch import length_ordered, pack_rows
 from polyrl.train.settings import UpdateSettings
 from polyrl.train.update_batch import UpdateBatch
 
@@ -84,11 +85,12 @@ def minibatches(rows: Tensor, count: int, generator: torch.Generator | None = No
 def micro_batches(rows: Tensor, lengths: Tensor, group_ids: Tensor, budget: int | None) -> Iterator[Tensor]:
     """Consecutive pieces of ``rows`` whose padded size (rows × longest sequence) stays within ``budget``
     tokens (a row longer than the budget goes alone); rows of one group are kept together where they fit,
-    so the shared-prompt forward still shares. ``budget=None``: the whole minibatch at once."""
+    so the shared-prompt forward still shares, and groups of similar length share a piece (less padding).
+    ``budget=None``: the whole minibatch at once."""
     if budget is None:
         yield rows
         return
-    yield from pack_rows(rows[torch.argsort(group_ids[rows], stable=True)], lengths, budget)
+    yield from pack_rows(length_ordered(rows, lengths, group_ids), lengths, budget)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -203,6 +205,8 @@ class _Pass:
         old = self.old_all[rows, :width] if self.old_all is not None else None
         inputs = _inputs(batch, rows, logp, old, width, totals)
         loss, stats = self.objective(inputs, self.objective_settings)
+        if inputs.behaviour_logprobs is not None:  # how far the sampler's log-probs are from the trainer's
+            stats = {**stats, **logprob_mismatch(inputs.behaviour_logprobs, inputs.old_logprobs, inputs.mask)}
         mask = loss_mask(inputs.mask, inputs.truncated, self.objective_settings.mask_truncated)
         kl_tok = None
         if self.ref_all is not None:
@@ -267,7 +271,8 @@ def _prepare(model, batch: UpdateBatch, settings: UpdateSettings, reference, ran
     all_tokens, all_seqs = _totals(batch, torch.arange(n_all), objective_settings)
     act_tokens, act_seqs = _totals(batch, active, objective_settings)
     share = (all_tokens / act_tokens.clamp(min=1), all_seqs / act_seqs.clamp(min=1))
-    needs_old = settings.epochs > 1 or settings.minibatches > 1 or batch.behaviour_logprobs is not None
+    # one epoch of one minibatch: the frozen log-probs are the update's own forward, detached (TIS included)
+    needs_old = settings.epochs > 1 or settings.minibatches > 1
     with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
         old_all = (
             _frozen_logprobs(model, batch, active, lengths, settings, ranks) if needs_old and len(active) else None
