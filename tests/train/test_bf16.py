@@ -147,6 +147,7 @@ def _bf16_update(policy, behaviour: bool):
     from polyrl.tasks import Problem, Verdict
     from polyrl.train.config import RLConfig
     from polyrl.train.learner import policy_update
+    from polyrl.train.settings import UpdateSettings
     from polyrl.train.update_batch import prepare_update
 
     model, tok = copy.deepcopy(policy[0]), policy[1]
@@ -170,10 +171,10 @@ def _bf16_update(policy, behaviour: bool):
         )
         for k, g in enumerate(gens)
     ]
-    cfg = RLConfig(temperature=0.8)
-    batch = prepare_update(trajs, ["a"], tok.pad_token_id, cfg)
+    settings = UpdateSettings.from_config(RLConfig(temperature=0.8), tis_cap=2.0 if behaviour else None)
+    batch = prepare_update(trajs, ["a"], tok.pad_token_id, settings)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    return policy_update(model, optimizer, batch, cfg, list(model.parameters()), tis_cap=2.0 if behaviour else None)
+    return policy_update(model, optimizer, batch, settings, list(model.parameters()))
 
 
 def test_a_bf16_update_reports_the_behaviour_training_mismatch(policy):
@@ -208,7 +209,6 @@ def test_large_models_step_with_fused_adamw_and_the_tiny_default_keeps_foreach()
 @pytest.mark.parametrize("autocast", ["none", "bf16"])
 def test_single_turn_rollouts_carry_behaviour_log_probs_only_under_autocast(policy, autocast):
     from polyrl.policy.prompts import PromptBuilder, PromptConfig
-    from polyrl.rewards import RewardConfig
     from polyrl.rollout.single_turn import rollout_problems
     from polyrl.tasks.registry import get_task
 
@@ -218,7 +218,7 @@ def test_single_turn_rollouts_carry_behaviour_log_probs_only_under_autocast(poli
     problems = [task.generate(seed, "easy") for seed in range(2)]
     prompts = PromptBuilder(tok, PromptConfig(field="question"))
     backend = TransformersBackend(model, tok)
-    trajs = rollout_problems(problems, {task.name: task}, backend, prompts, 3, 6, RewardConfig(), top_p=0.9)
+    trajs = [t for group in rollout_problems(problems, backend, prompts, 3, 6, top_p=0.9) for t in group]
     if autocast == "none":
         assert all(t.behaviour_logprobs is None for t in trajs)
     else:
