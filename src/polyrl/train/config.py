@@ -27,6 +27,7 @@ from polyrl.rewards import RewardConfig
 from polyrl.run_dir import atomic_write_text
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
+from polyrl.trackers import LoggingConfig
 
 
 class _Strict(BaseModel):
@@ -374,7 +375,12 @@ class TrainConfig(_Strict):
     )
     checkpoint_every: int = Field(50, ge=1, description="Save a checkpoint every N RL steps (and at stage ends).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
-    tensorboard: bool = Field(True, description="Write TensorBoard event files.")
+    tensorboard: bool = Field(
+        True, description="Write TensorBoard event files (same as listing tensorboard in logging.trackers)."
+    )
+    logging: LoggingConfig = Field(
+        default_factory=LoggingConfig, description="Experiment trackers (TensorBoard, trackio, W&B, MLflow)."
+    )
     progress: bool = Field(True, description="Live progress display in the terminal.")
 
     @field_validator("tasks")
@@ -390,6 +396,18 @@ class TrainConfig(_Strict):
     def _prompt_style(self):
         """An unset ``prompt.style`` becomes the model's default, so the saved config shows the one used."""
         self.prompt = self.prompt.resolved(self.model.path)
+        return self
+
+    @model_validator(mode="after")
+    def _trackers(self):
+        """``tensorboard: true`` lists tensorboard in ``logging.trackers``, so the saved config shows every tracker."""
+        listed = "tensorboard" in self.logging.trackers
+        if self.tensorboard and not listed:
+            self.logging.trackers = ["tensorboard", *self.logging.trackers]
+        elif not self.tensorboard and listed:
+            raise ValueError("logging.trackers lists tensorboard but tensorboard is false: drop one of them")
+        if len(set(self.logging.trackers)) < len(self.logging.trackers):
+            raise ValueError(f"logging.trackers lists a tracker twice: {self.logging.trackers}")
         return self
 
     @model_validator(mode="after")

@@ -110,7 +110,7 @@ class FSDPTrainer(Trainer):
     def _open_run_dir(self, resume: bool) -> RunDir:
         if self.ranks.is_writer:
             return super()._open_run_dir(resume)
-        return SilentRunDir(self.config.run_dir, tensorboard=False)
+        return SilentRunDir(self.config.run_dir)
 
     # -- generation on the unsharded replica ----------------------------------------------------------
     def _make_backend(self):

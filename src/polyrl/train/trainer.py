@@ -32,6 +32,7 @@ from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
 from polyrl.run_dir import RunDir, atomic_write_text
 from polyrl.tasks.answers import AnswerFormat
 from polyrl.tasks.dataset import resolve_task_spec
+from polyrl.trackers import open_trackers
 from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
 from polyrl.train.config import TrainConfig, save_config
@@ -135,7 +136,8 @@ class Trainer:
     """``polyrl.distributed.fsdp.Ranks`` when training across processes (``FSDPTrainer``); None in one."""
 
     def _open_run_dir(self, resume: bool) -> RunDir:
-        run_dir = RunDir(self.config.run_dir, tensorboard=self.config.tensorboard)
+        cfg = self.config
+        run_dir = RunDir(cfg.run_dir, trackers=open_trackers(cfg.logging, cfg.run_dir, cfg.model_dump(mode="json")))
         run_dir.create(resume=resume)
         return run_dir
 
@@ -335,6 +337,7 @@ class Trainer:
                 self.run_rl(ckpt if not in_sft else None)
                 self._save_model("final_model")
                 results["after_rl"] = self.evaluate("after_rl")
+            self.run_dir.log_results(results)
         finally:
             self.progress.stop()
             self.run_dir.close()
