@@ -254,10 +254,15 @@ def resolve_task_spec(spec, env_config=None, answer_format=None) -> Task:
 
     if getattr(spec, "dataset", None) is not None:
         register_dataset_task(dataset_task_name(spec.name), spec.dataset)
-    return resolve_task(spec.name, env_config, answer_format)
+    task = resolve_task(spec.name, env_config, answer_format)
+    if getattr(spec, "harness", None) is not None:  # episodes played by the user's agent function
+        from polyrl.harness.task import HarnessTask
+
+        return HarnessTask(task, spec.harness)
+    return task
 
 
-TASK_ENTRY_FIELDS = {"name", "difficulty", "eval_difficulty"}
+TASK_ENTRY_FIELDS = {"name", "difficulty", "eval_difficulty", "harness"}
 """Keys of a training-mix entry that are not dataset fields (see ``TaskSpec``)."""
 
 

@@ -21,6 +21,7 @@ from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
+from polyrl.harness.task import HarnessSpec
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
@@ -59,6 +60,10 @@ class TaskSpec(_Strict):
     )
     dataset: DatasetSpec | None = Field(
         None, description="Rows of a file or hub dataset served as task `name` (see docs/datasets.md)."
+    )
+    harness: HarnessSpec | None = Field(
+        None,
+        description="Play each episode with your agent function through polyrl's OpenAI-compatible endpoint: 'module:function' or a mapping (see docs/environments.md).",
     )
 
     @model_validator(mode="before")
@@ -437,6 +442,8 @@ class TrainConfig(_Strict):
                         f"{inner!r} is in the mix too: keep one of them"
                     )
         self._check_selfplay()
+        if self.backend == "ray" and any(t.harness is not None for t in self.tasks):
+            raise ValueError("harness tasks are played through the trainer's own endpoint; use backend=local")
         if self.rl.offpolicy_kl_threshold is not None and self.backend != "ray":
             raise ValueError(
                 "rl.offpolicy_kl_threshold masks sequences by their behaviour log-probs, which only backend=ray "

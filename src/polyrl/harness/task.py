@@ -1,0 +1,171 @@
+"""The harness task kind: a task's problems, each episode driven by the user's own agent function through
+the local OpenAI-compatible endpoint (``tasks: [{name: addition, harness: "mymod:agent"}]``).
+
+The agent is ``def agent(client, problem)`` or ``async def agent(client, problem)``: ``client`` is an
+``openai.OpenAI`` (``openai.AsyncOpenAI`` for a coroutine function) pointed at the episode's base URL; an
+agent whose first parameter is named ``base_url`` gets the URL instead, for any framework that takes one.
+It returns the episode's reward: a number, a mapping (``reward``, optionally ``correct`` and further named
+numbers, each logged as a reward term), or None to have the task's verifier score the last completion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from polyrl.errors import UserError
+from polyrl.tasks.base import Difficulty, DifficultySpace, Problem, Task, Verdict
+
+
+class HarnessSpec(BaseModel):
+    """How a task's episodes are driven by the user's agent function (a string is ``fn`` alone)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fn: str = Field(description="The agent function, 'package.module:function' (sync or async).")
+    timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one episode; a late one ends as timeout.")
+    concurrency: int = Field(16, ge=1, description="Episodes whose agent runs at once.")
+    batch_wait_s: float = Field(
+        0.05, ge=0, description="Longest wait for other agents' requests before the waiting ones are generated."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value):
+        return {"fn": value} if isinstance(value, str) else value
+
+
+def load_agent(path: str) -> Callable[..., Any]:
+    """The function at ``"package.module:function"``; a problem is a one-line UserError naming ``path``."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"harness {path!r} must be written 'package.module:function'")
+    try:
+        fn: Any = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or the module's own error on import
+        raise UserError(f"harness {path!r}: cannot import {module_name!r} ({type(exc).__name__}: {exc})") from None
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise UserError(f"harness {path!r}: module {module_name!r} has no attribute {attr!r}")
+    if not callable(fn):
+        raise UserError(f"harness {path!r} is not a function")
+    params = [
+        p for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(params) < 2:
+        raise UserError(f"harness {path!r} must take (client_or_base_url, problem)")
+    return fn
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an agent's return value says about its episode."""
+
+    reward: float | None
+    """None: the task's verifier scores the last completion."""
+    correct: bool | None = None
+    terms: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+
+def outcome(value: Any) -> Outcome:
+    """Read an agent's return value (ValueError when it is none of the accepted shapes)."""
+    if value is None:
+        return Outcome(None)
+    if isinstance(value, bool) or not isinstance(value, (int, float, Mapping)):
+        raise ValueError(f"an agent returns a number, a mapping or None, not {type(value).__name__}")
+    if not isinstance(value, Mapping):
+        value = {"reward": value}
+    reward = value.get("reward")
+    terms = {str(k): float(v) for k, v in value.items() if k not in ("reward", "correct") and _number(v)}
+    if reward is not None and not (_number(reward) and math.isfinite(float(reward))):
+        raise ValueError(f"an agent's reward must be a finite number, not {reward!r}")
+    correct = value.get("correct")
+    return Outcome(None if reward is None else float(reward), None if correct is None else bool(correct), terms)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class HarnessTask(Task):
+    """``inner``'s problems (generator, difficulty, verifier), played by an agent function."""
+
+    is_harness = True
+
+    def __init__(self, inner: Task, spec: HarnessSpec, agent: Callable[..., Any] | None = None):
+        super().__init__(inner.answer_format)
+        self.inner, self.spec = inner, spec
+        self.agent = agent or load_agent(spec.fn)
+        self.name = inner.name
+        self.category = getattr(inner, "category", "agent")
+        self.description = f"{inner.name} played by {spec.fn}"
+        self.partial_credit = inner.partial_credit
+        self.pure = inner.pure
+        self.is_async = inspect.iscoroutinefunction(self.agent)
+        first = next(iter(inspect.signature(self.agent).parameters))
+        self.wants_url = first == "base_url"
+        if not self.wants_url and importlib.util.find_spec("openai") is None:
+            raise UserError(
+                f"harness {spec.fn!r} gets an openai client, which needs the openai package: pip install openai"
+            )
+
+    def difficulty_space(self) -> DifficultySpace:  # type: ignore[override]
+        return self.inner.difficulty_space()
+
+    def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
+        return self.inner.generate(seed, difficulty, split)
+
+    def make(self, rng, params):
+        return self.inner.make(rng, params)
+
+    def check(self, answer, problem):
+        return self.inner.check(answer, problem)
+
+    def verify(self, problem: Problem, response: str) -> Verdict:
+        return self.inner.verify(problem, response)
+
+    def reference_response(self, problem: Problem) -> str | None:
+        """None: an agent's episode has no single reference response to imitate."""
+        return None
+
+    def play(
+        self,
+        problems: list[Problem],
+        tasks: dict,
+        backend,
+        prompts,
+        group_size: int,
+        max_new_tokens: int,
+        reward,
+        max_episode_tokens: int,
+        **sampling,
+    ):
+        """The rollout of this task kind (:func:`polyrl.harness.rollout.rollout_harness`): how
+        :func:`~polyrl.rollout.multi_turn.rollout_mixed` plays a task that brings its own."""
+        from polyrl.harness.rollout import rollout_harness
+
+        return rollout_harness(
+            problems, tasks, backend, prompts, group_size, max_new_tokens, reward, max_episode_tokens, **sampling
+        )
+
+    def client(self, base_url: str):
+        """What the agent's first argument is: the URL, or an OpenAI client (async for a coroutine agent)."""
+        if self.wants_url:
+            return base_url
+        import openai
+
+        cls = openai.AsyncOpenAI if self.is_async else openai.OpenAI
+        return cls(base_url=base_url, api_key="polyrl", max_retries=0, timeout=self.spec.timeout_s)
+
+
+def is_harness(task: Task) -> bool:
+    return bool(getattr(task, "is_harness", False))

@@ -1,0 +1,121 @@
+"""Harness rollouts through the real ``openai`` client: a tool-using agent's episode is recorded token-exact
+(each assistant turn is the ids the policy sampled; the request's new messages are masked environment ids),
+and an agent that raises, hangs, edits its history or returns nothing is counted, never a crash."""
+
+import time
+
+import pytest
+
+from polyrl.harness.task import HarnessSpec, HarnessTask, outcome
+from polyrl.rewards import RewardConfig
+from polyrl.rollout.multi_turn import ChatCodec, rollout_mixed
+from polyrl.tasks import get_task
+
+CALL = '<tool_call>{"name":"calc","arguments":{"expr":"62+41"}}</tool_call>'
+
+
+def _task(agent, **spec) -> HarnessTask:
+    return HarnessTask(get_task("addition"), HarnessSpec(fn=f"calc_agent:{agent}", **spec))
+
+
+def _play(task, backend, prompts, group_size=2, problems=1, **kw):
+    probs = [task.generate(1 + i, "easy") for i in range(problems)]
+    return rollout_mixed(probs, {"addition": task}, backend, prompts, group_size, 64, RewardConfig(), 384, **kw)
+
+
+def _calculator_script(text: str) -> str:
+    return "<answer>103</answer>" if "<|tool|>103" in text else CALL
+
+
+def test_a_tool_using_episode_is_recorded_token_exact(recording, prompts):
+    backend = recording(_calculator_script)
+    trajs = _play(_task("agent"), backend, prompts)
+    assert len(trajs) == 2 and {t.group for t in trajs} == {0}
+    for t in trajs:
+        assert t.reward == 1.0 and t.verdict.correct and t.info["end_reason"] == "returned"
+        assert len(t.turn_spans) == 2 and t.info["segments"] == 1 and t.info["history_edits"] == 0
+        (a1, b1), (a2, b2) = t.turn_spans
+        # each turn is exactly what the backend sampled, and the second turn's prompt is the ledger so far
+        sampled = [
+            ids for p, ids in zip(backend.prompts, backend.completions) if p == t.prompt_ids + t.response_ids[:a2]
+        ]
+        assert t.response_ids[a2:b2] in sampled and t.response_ids[a1:b1] == backend.completions[0]
+        assert t.policy_mask == [1] * (b1 - a1) + [0] * (a2 - b1) + [1] * (b2 - a2)
+        # between the turns: the tool result as the chat template renders it after an assistant turn
+        codec = ChatCodec(prompts)
+        tool = {"role": "tool", "tool_call_id": "c00000000", "name": "calc", "content": "103"}
+        assert t.response_ids[b1:a2] == codec.between_turns([tool], finished=True)
+        assert t.reward_terms == {"env_return": 1.0, "harness/requests": 2.0}
+    assert backend.batches == [2, 2]  # both episodes' requests generated together, turn by turn
+
+
+def test_the_first_prompt_renders_the_request_with_its_tools(recording, prompts, tiny_tokenizer):
+    backend = recording(lambda text: "<answer>1</answer>")
+    (t,) = _play(_task("agent"), backend, prompts, group_size=1)
+    text = tiny_tokenizer.decode(t.prompt_ids)
+    assert text.startswith("<|system|>Tools: calc(expr).") and text.endswith(
+        "<|user|>62+41=\nGive your final answer inside <answer></answer> tags.<|assistant|>"
+    )
+    assert t.reward == 0.0 and not t.verdict.correct
+
+
+def test_an_async_agent_gets_an_async_client(recording, prompts):
+    trajs = _play(_task("async_agent"), recording(lambda text: "hi"), prompts, group_size=3)
+    assert [t.reward for t in trajs] == [1.0, 1.0, 1.0]
+
+
+def test_an_agent_taking_base_url_gets_the_url_and_none_means_the_verifier_scores(recording, prompts):
+    trajs = _play(_task("url_agent"), recording(lambda text: "<answer>103</answer>"), prompts)
+    assert all(t.verdict.correct and t.reward == 1.0 for t in trajs)
+
+
+def test_an_agent_that_raises_is_counted_not_fatal(recording, prompts):
+    with pytest.warns(UserWarning, match="the agent's own bug"):
+        trajs = _play(_task("raising_agent"), recording(lambda text: "x"), prompts)
+    assert [t.info["end_reason"] for t in trajs] == ["harness_error", "harness_error"]
+    assert all(t.reward == 0.0 and sum(t.policy_mask) > 0 for t in trajs)  # what it generated is still there
+
+
+def test_an_agent_that_never_returns_times_out(recording, prompts):
+    start = time.monotonic()
+    trajs = _play(_task("hanging_agent", timeout_s=0.5), recording(lambda text: "x"), prompts)
+    assert time.monotonic() - start < 10
+    assert [t.info["end_reason"] for t in trajs] == ["timeout", "timeout"]
+    assert all(sum(t.policy_mask) == 0 and t.reward == 0.0 for t in trajs)  # no request: one masked token
+
+
+def test_an_edited_history_opens_a_new_segment(recording, prompts):
+    trajs = _play(_task("editing_agent"), recording(lambda text: "ok"), prompts, group_size=1)
+    assert len(trajs) == 2 and all(t.info["history_edits"] == 1 and t.reward == 0.5 for t in trajs)
+    assert [len(t.turn_spans) for t in trajs] == [1, 1]
+
+
+def test_harness_and_plain_problems_share_a_step_in_problem_order(recording, prompts):
+    task = _task("async_agent")
+    plain = get_task("sort_digits")
+    probs = [plain.generate(0, "easy"), task.generate(1, "easy"), plain.generate(2, "easy")]
+    trajs = rollout_mixed(
+        probs, {"addition": task, "sort_digits": plain}, recording(lambda t: "x"), prompts, 2, 8, RewardConfig(), 384
+    )
+    assert [(t.group, t.task) for t in trajs] == [(0, "sort_digits")] * 2 + [(1, "addition")] * 2 + [
+        (2, "sort_digits")
+    ] * 2
+
+
+@pytest.mark.parametrize(
+    ("value", "reward", "correct", "terms"),
+    [
+        (1, 1.0, None, {}),
+        (None, None, None, {}),
+        ({"reward": 0.5, "correct": True, "f1": 0.25}, 0.5, True, {"f1": 0.25}),
+    ],
+)
+def test_an_agents_return_value_is_read(value, reward, correct, terms):
+    got = outcome(value)
+    assert (got.reward, got.correct, dict(got.terms)) == (reward, correct, terms)
+
+
+@pytest.mark.parametrize("value", ["1.0", True, {"reward": float("nan")}])
+def test_an_unreadable_return_value_is_an_error(value):
+    with pytest.raises(ValueError):
+        outcome(value)
