@@ -38,14 +38,15 @@ def agent(client, problem):
                 {"role": "tool", "tool_call_id": call.id, "name": "calc", "content": calc(str(args.get("expr", "")))}
             )
     answer = message.content or ""
-    return {"reward": float(f"<answer>{problem.answer}</answer>" in answer), "requests": (len(messages) + 1) // 2}
+    correct = f"<answer>{problem.answer}</answer>" in answer
+    return {"reward": float(correct), "requests": (len(messages) + 1) // 2, "answer_chars": len(answer)}
 
 
 def shaped_agent(client, problem):
     """The calculator agent with a graded reward (shorter final answers score higher), so that a random
     policy's groups carry signal."""
     result = agent(client, problem)
-    return {**result, "reward": result["reward"] + 1.0 / result["requests"]}
+    return {**result, "reward": result["reward"] + 1.0 / (1 + result["answer_chars"])}
 
 
 async def async_agent(client, problem):

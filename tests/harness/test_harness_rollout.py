@@ -45,7 +45,11 @@ def test_a_tool_using_episode_is_recorded_token_exact(recording, prompts):
         codec = ChatCodec(prompts)
         tool = {"role": "tool", "tool_call_id": "c00000000", "name": "calc", "content": "103"}
         assert t.response_ids[b1:a2] == codec.between_turns([tool], finished=True)
-        assert t.reward_terms == {"env_return": 1.0, "harness/requests": 2.0}
+        assert t.reward_terms == {
+            "env_return": 1.0,
+            "harness/requests": 2.0,
+            "harness/answer_chars": 20.0,
+        }  # len("<answer>103</answer>")
     assert backend.batches == [2, 2]  # both episodes' requests generated together, turn by turn
 
 
