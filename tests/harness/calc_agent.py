@@ -85,3 +85,11 @@ def editing_agent(client, problem):
     ]
     client.chat.completions.create(model="policy", messages=edited)
     return 0.5
+
+
+def logprob_agent(client, problem):
+    """Asks for the behaviour log-probs of its completion and reports their sum."""
+    reply = client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": problem.prompt}], logprobs=True
+    )
+    return {"reward": 0.0, "logprob_sum": sum(t.logprob for t in reply.choices[0].logprobs.content)}

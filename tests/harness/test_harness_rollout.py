@@ -123,3 +123,22 @@ def test_an_agents_return_value_is_read(value, reward, correct, terms):
 def test_an_unreadable_return_value_is_an_error(value):
     with pytest.raises(ValueError):
         outcome(value)
+
+
+def test_behaviour_logprobs_are_the_sampling_models_on_the_exact_ids(prompts):
+    import torch
+
+    from polyrl.policy import TransformersBackend
+    from polyrl.policy.loading import ModelConfig, load_policy
+
+    torch.manual_seed(0)
+    policy = load_policy(ModelConfig(path="tiny", tiny={"hidden_size": 32, "num_layers": 1, "num_heads": 2}))
+    backend = TransformersBackend(policy.model, prompts.tokenizer)
+    (t,) = _play(_task("logprob_agent"), backend, prompts, group_size=1)
+    ids = torch.tensor([t.prompt_ids + t.response_ids])
+    with torch.no_grad():
+        full = torch.log_softmax(policy.model(input_ids=ids).logits[0, :-1].float(), -1)
+    expected = full[torch.arange(ids.shape[1] - 1), ids[0, 1:]][len(t.prompt_ids) - 1 :]
+    assert t.behaviour_logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+    # the client got the same numbers in its reply
+    assert t.reward_terms["harness/logprob_sum"] == pytest.approx(sum(t.behaviour_logprobs), abs=1e-3)

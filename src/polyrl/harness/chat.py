@@ -26,6 +26,8 @@ class HarnessRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1)
     n: int = Field(1, ge=1, le=1)
     stream: bool = False
+    logprobs: bool = False
+    """Return each generated token's behaviour log-prob (``choices[0].logprobs.content``)."""
 
     @property
     def token_limit(self) -> int | None:
@@ -102,15 +104,24 @@ def assistant_message(text: str, tool_format: ToolFormat, response_template: dic
     return message
 
 
-def completion_body(message: dict, finished: bool, prompt_tokens: int, completion_tokens: int, model: str) -> dict:
-    """A ``chat.completion`` object with one choice."""
+def completion_body(
+    message: dict, finished: bool, prompt_tokens: int, completion_tokens: int, model: str, logprobs: list | None = None
+) -> dict:
+    """A ``chat.completion`` object with one choice (``logprobs``: its ``logprobs.content`` entries)."""
     reason = "length" if not finished else ("tool_calls" if message.get("tool_calls") else "stop")
     return {
         "id": f"chatcmpl-polyrl-{time.monotonic_ns()}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": reason, "logprobs": None}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": reason,
+                "logprobs": None if logprobs is None else {"content": logprobs},
+            }
+        ],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from polyrl.harness.chat import HarnessRequest, assistant_message, completion_body, stream_chunks
 from polyrl.harness.ledger import EpisodeLedger, Turn
+from polyrl.harness.logprobs import response_logprobs, token_logprobs_content
 from polyrl.policy.generation import GenerationBackend
 from polyrl.rollout.multi_turn import ChatCodec
 
@@ -41,6 +42,7 @@ class Waiting:
     episode: EpisodeState
     turn: Turn
     max_new_tokens: int
+    logprobs: bool = False
     since: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     body: dict | None = None
@@ -119,7 +121,7 @@ class HarnessEndpoint:
                 )
             state.requests += 1
             limit = min(self.max_new_tokens, room, request.token_limit or self.max_new_tokens)
-            waiting = Waiting(state, turn, limit)
+            waiting = Waiting(state, turn, limit, request.logprobs)
             self.waiting.append(waiting)
             self.cond.notify_all()
         waiting.done.wait()
@@ -153,6 +155,7 @@ class HarnessEndpoint:
             by_limit.setdefault(w.max_new_tokens, []).append(w)
         for limit, group in by_limit.items():
             gens = self.backend.generate([w.turn.prompt for w in group], max_new_tokens=limit, **self.sampling)
+            scored = self._logprobs([(w.turn.prompt, g.completion_ids) for w, g in zip(group, gens) if w.logprobs])
             with self.cond:
                 for w, gen in zip(group, gens):
                     if not w.episode.open:
@@ -166,10 +169,21 @@ class HarnessEndpoint:
                         len(w.turn.segment.turn_spans),
                     )
                     ledger.record(w.turn, gen.completion_ids, gen.text, gen.finished, reply)
+                    content = None
+                    if w.logprobs and scored is not None:
+                        content = token_logprobs_content(self.codec.tok, gen.completion_ids, scored.pop(0))
                     w.body = completion_body(
-                        reply, gen.finished, len(w.turn.prompt), len(gen.completion_ids), MODEL_NAME
+                        reply, gen.finished, len(w.turn.prompt), len(gen.completion_ids), MODEL_NAME, content
                     )
                     w.done.set()
+
+    def _logprobs(self, rows: list[tuple[list[int], list[int]]]) -> list[list[float]] | None:
+        """Behaviour log-probs of these completions (None for a backend without an in-process model)."""
+        model = getattr(self.backend, "model", None)
+        if not rows or model is None:
+            return None
+        temperature = 1.0 if self.sampling.get("greedy") else self.sampling.get("temperature", 1.0)
+        return response_logprobs(model, rows, self.codec.tok.pad_token_id or 0, temperature)
 
     def _refuse(self, w: Waiting, status: int, message: str) -> None:
         w.episode.ledger.release(w.turn)

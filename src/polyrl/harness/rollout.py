@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from polyrl.harness.endpoint import EpisodeState, HarnessEndpoint
 from polyrl.harness.ledger import Segment
+from polyrl.harness.logprobs import response_logprobs
 from polyrl.harness.task import HarnessTask, Outcome, outcome
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
@@ -83,7 +84,22 @@ def rollout_harness(
         endpoint.close()
         if loop is not None:
             loop.close()
-    return [t for run in runs for t in _trajectories(run, codec, reward, version)]
+    trajs = [t for run in runs for t in _trajectories(run, codec, reward, version)]
+    _record_behaviour(trajs, backend, codec, 1.0 if greedy else temperature)
+    return trajs
+
+
+def _record_behaviour(trajs: list[Trajectory], backend: GenerationBackend, codec: ChatCodec, temperature: float):
+    """``behaviour_logprobs`` of each trajectory's policy tokens (0 at environment tokens), under the weights
+    that sampled them: the backend's own model, which no update has touched during the rollout. A backend
+    without an in-process model (vLLM) leaves them None."""
+    model = getattr(backend, "model", None)
+    if model is None or not trajs:
+        return
+    pad = codec.tok.pad_token_id or 0
+    scored = response_logprobs(model, [(t.prompt_ids, t.response_ids) for t in trajs], pad, temperature)
+    for t, logps in zip(trajs, scored):
+        t.behaviour_logprobs = [lp if m else 0.0 for lp, m in zip(logps, t.policy_mask)]
 
 
 def _start(run: AgentRun, endpoint: HarnessEndpoint, slots: threading.BoundedSemaphore) -> Future:
