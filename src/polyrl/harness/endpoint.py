@@ -69,7 +69,7 @@ class HarnessEndpoint:
         self.episodes: dict[str, EpisodeState] = {}
         self.waiting: list[Waiting] = []
         self.cond = threading.Condition()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self._thread = threading.Thread(target=self.server.serve_forever, name="polyrl-harness", daemon=True)
         self._thread.start()
@@ -189,6 +189,10 @@ class HarnessEndpoint:
         w.episode.ledger.release(w.turn)
         w.error = (status, message)
         w.done.set()
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # every agent of a step may connect at once (socketserver's default is 5)
 
 
 def _error(message: str, code: str | None = None) -> dict:

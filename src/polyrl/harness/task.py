@@ -4,8 +4,8 @@ the local OpenAI-compatible endpoint (``tasks: [{name: addition, harness: "mymod
 The agent is ``def agent(client, problem)`` or ``async def agent(client, problem)``: ``client`` is an
 ``openai.OpenAI`` (``openai.AsyncOpenAI`` for a coroutine function) pointed at the episode's base URL; an
 agent whose first parameter is named ``base_url`` gets the URL instead, for any framework that takes one.
-It returns the episode's reward: a number, a mapping (``reward``, optionally ``correct`` and further named
-numbers, each logged as a reward term), or None to have the task's verifier score the last completion.
+It returns the episode's reward: a number, a mapping (``reward``, optionally ``correct: bool`` and further
+named numbers, each logged as a reward term), or None to have the task's verifier score the last completion.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ class HarnessSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    fn: str = Field(description="The agent function, 'package.module:function' (sync or async).")
+    fn: str | None = Field(
+        None, description="The agent function, 'package.module:function' (sync or async); vf/ tasks bring their own."
+    )
     timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one episode; a late one ends as timeout.")
     concurrency: int = Field(16, ge=1, description="Episodes whose agent runs at once.")
     batch_wait_s: float = Field(
@@ -85,10 +87,10 @@ def outcome(value: Any) -> Outcome:
     if not isinstance(value, Mapping):
         value = {"reward": value}
     reward = value.get("reward")
-    terms = {str(k): float(v) for k, v in value.items() if k not in ("reward", "correct") and _number(v)}
+    correct = value.get("correct") if isinstance(value.get("correct"), bool) else None  # a number is a term
+    terms = {str(k): float(v) for k, v in value.items() if k != "reward" and _number(v)}
     if reward is not None and not (_number(reward) and math.isfinite(float(reward))):
         raise ValueError(f"an agent's reward must be a finite number, not {reward!r}")
-    correct = value.get("correct")
     return Outcome(None if reward is None else float(reward), None if correct is None else bool(correct), terms)
 
 
@@ -104,6 +106,8 @@ class HarnessTask(Task):
     def __init__(self, inner: Task, spec: HarnessSpec, agent: Callable[..., Any] | None = None):
         super().__init__(inner.answer_format)
         self.inner, self.spec = inner, spec
+        if agent is None and spec.fn is None:
+            raise UserError(f"task {inner.name!r}: harness needs fn: 'package.module:function'")
         self.agent = agent or load_agent(spec.fn)
         self.name = inner.name
         self.category = getattr(inner, "category", "agent")

@@ -252,6 +252,10 @@ def resolve_task_spec(spec, env_config=None, answer_format=None) -> Task:
     entry's name first; then the name resolves as any task name does (``env/...`` wrappers included)."""
     from polyrl.envs.registry import resolve_task
 
+    if spec.name.startswith("vf/"):  # a verifiers taskset, played through the harness endpoint
+        from polyrl.harness.vf_tasks import VerifiersTask
+
+        return VerifiersTask(spec.name, getattr(spec, "harness", None))
     if getattr(spec, "dataset", None) is not None:
         register_dataset_task(dataset_task_name(spec.name), spec.dataset)
     task = resolve_task(spec.name, env_config, answer_format)
