@@ -5,7 +5,8 @@ import pytest
 
 from polyrl.policy.generation import Generation
 
-sys.path.insert(0, str(Path(__file__).parent))  # the agents' module, as a user's would be importable
+# the agents' modules, importable as a user's are: the examples' (calc_agent, vf_add_taskset) and the tests'
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[2] / "examples")]
 
 
 class RecordingBackend:

@@ -15,7 +15,8 @@ CALL = '<tool_call>{"name":"calc","arguments":{"expr":"62+41"}}</tool_call>'
 
 
 def _task(agent, **spec) -> HarnessTask:
-    return HarnessTask(get_task("addition"), HarnessSpec(fn=f"calc_agent:{agent}", **spec))
+    module = "calc_agent" if agent in ("agent", "shaped_agent") else "harness_test_agents"
+    return HarnessTask(get_task("addition"), HarnessSpec(fn=f"{module}:{agent}", **spec))
 
 
 def _play(task, backend, prompts, group_size=2, problems=1, **kw):
@@ -142,3 +143,25 @@ def test_behaviour_logprobs_are_the_sampling_models_on_the_exact_ids(prompts):
     assert t.behaviour_logprobs == pytest.approx(expected.tolist(), abs=1e-4)
     # the client got the same numbers in its reply
     assert t.reward_terms["harness/logprob_sum"] == pytest.approx(sum(t.behaviour_logprobs), abs=1e-3)
+
+
+def test_a_streaming_client_reads_the_same_completion(recording, prompts):
+    trajs = _play(_task("streaming_agent"), recording(lambda text: "hello"), prompts)
+    assert [t.reward_terms["harness/chars"] for t in trajs] == [5.0, 5.0]
+
+
+def test_an_episode_past_its_token_budget_ends_as_token_budget(recording, prompts):
+    task = _task("chatty_agent")
+    probs = [task.generate(1, "easy")]
+    (t,) = rollout_mixed(
+        probs, {"addition": task}, recording(lambda text: "words " * 5), prompts, 1, 64, RewardConfig(), 96
+    )
+    assert t.info["end_reason"] == "token_budget" and len(t.response_ids) <= 96
+    assert len(t.turn_spans) >= 2 and t.info["segments"] == 1  # each request extended the one before
+
+
+def test_more_episodes_than_concurrency_all_finish(recording, prompts):
+    backend = recording(lambda text: "x")
+    trajs = _play(_task("async_agent", concurrency=2), backend, prompts, group_size=3, problems=2)
+    assert len(trajs) == 6 and all(t.reward == 1.0 for t in trajs)
+    assert max(backend.batches) <= 2  # never more agents waiting than may run at once

@@ -14,7 +14,7 @@ from polyrl.harness.vf_tasks import VerifiersTask, scored_trace
 from polyrl.rewards import RewardConfig
 from polyrl.rollout.multi_turn import rollout_mixed
 
-NAME = "vf/add_taskset:AddTaskset"
+NAME = "vf/vf_add_taskset:AddTaskset"
 
 
 def test_problem_k_is_task_k_of_the_taskset():
@@ -50,7 +50,7 @@ def test_an_episode_is_rewarded_per_function(recording, prompts, tiny_tokenizer)
 
 def test_a_name_that_is_no_taskset_is_one_line():
     with pytest.raises(UserError, match="not a verifiers Taskset"):
-        VerifiersTask("vf/add_taskset:AddData")
+        VerifiersTask("vf/vf_add_taskset:AddData")
 
 
 def test_a_few_rl_steps_train_and_evaluate_on_a_taskset(tiny_train_config):
