@@ -43,7 +43,12 @@ def agent(client, problem):
             )
     answer = message.content or ""
     correct = f"<answer>{problem.answer}</answer>" in answer
-    return {"reward": float(correct), "requests": (len(messages) + 1) // 2, "answer_chars": len(answer)}
+    return {
+        "reward": float(correct),
+        "correct": correct,
+        "requests": (len(messages) + 1) // 2,
+        "answer_chars": len(answer),
+    }
 
 
 def shaped_agent(client, problem):

@@ -3,8 +3,9 @@
 ``POST http://127.0.0.1:<port>/<episode>/v1/chat/completions``: every episode has its own base URL, so
 its requests land on its own token ledger. Handler threads only place a request on the ledger and wait;
 the thread that runs the rollout generates, batching every request that is waiting into one ``generate``
-call as soon as each running agent has one waiting (or ``batch_wait_s`` after the first), so concurrent
-agents share the policy's batch as environment episodes do.
+call as soon as each running agent has one waiting, or when no new request has come for ``batch_wait_s``
+(at most 10 × ``batch_wait_s`` after the first), so concurrent agents share the policy's batch as
+environment episodes do.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from polyrl.policy.generation import GenerationBackend
 from polyrl.rollout.multi_turn import ChatCodec
 
 MODEL_NAME = "polyrl-policy"
+MAX_WAIT_FACTOR = 10
+"""The oldest waiting request waits at most this many ``batch_wait_s`` for others to join its batch."""
 
 
 @dataclass
@@ -131,14 +134,15 @@ class HarnessEndpoint:
 
     # -- generation side ----------------------------------------------------------------------------
     def serve_once(self, running: int, timeout: float) -> None:
-        """Generate for the waiting requests once all ``running`` agents have one waiting, or ``batch_wait_s``
-        after the oldest arrived; returns after ``timeout`` seconds when none is waiting."""
+        """Generate for the waiting requests once all ``running`` agents have one waiting, or no request has
+        arrived for ``batch_wait_s``; returns after ``timeout`` seconds when none is waiting."""
         with self.cond:
             end = time.monotonic() + timeout
             while True:
                 now = time.monotonic()
-                if self.waiting:
-                    flush_at = self.waiting[0].since + self.batch_wait_s
+                if self.waiting:  # requests still arriving (agents starting, tools returning) join the batch
+                    gap_end = self.waiting[-1].since + self.batch_wait_s
+                    flush_at = min(gap_end, self.waiting[0].since + MAX_WAIT_FACTOR * self.batch_wait_s)
                     if len(self.waiting) >= running or now >= flush_at:
                         batch, self.waiting = self.waiting, []
                         break

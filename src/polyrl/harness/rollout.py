@@ -75,13 +75,15 @@ def rollout_harness(
     ]
     concurrency = max(tasks[p.task].spec.concurrency for p in problems)
     slots = threading.BoundedSemaphore(concurrency)
+    http = _http_pool(concurrency)
     loop = _EventLoop(concurrency) if any(r.task.is_async for r in runs) else None
     try:
         for run in runs:
-            run.future = loop.submit(run, endpoint) if run.task.is_async else _start(run, endpoint, slots)
+            run.future = loop.submit(run, endpoint) if run.task.is_async else _start(run, endpoint, slots, http)
         _drive(runs, endpoint)
     finally:
         endpoint.close()
+        http.close()
         if loop is not None:
             loop.close()
     trajs = [t for run in runs for t in _trajectories(run, codec, reward, version)]
@@ -102,7 +104,16 @@ def _record_behaviour(trajs: list[Trajectory], backend: GenerationBackend, codec
         t.behaviour_logprobs = [lp if m else 0.0 for lp, m in zip(logps, t.policy_mask)]
 
 
-def _start(run: AgentRun, endpoint: HarnessEndpoint, slots: threading.BoundedSemaphore) -> Future:
+def _http_pool(concurrency: int, cls=None):
+    """One connection pool for every agent's client: unbounded connections (each agent holds one while it
+    waits), no timeout of its own (episodes have theirs)."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=concurrency)
+    return (cls or httpx.Client)(limits=limits, timeout=None)
+
+
+def _start(run: AgentRun, endpoint: HarnessEndpoint, slots: threading.BoundedSemaphore, http) -> Future:
     """Run a sync agent on a daemon thread of its own once one of the ``slots`` is free (a thread that never
     returns then never holds up the trainer's exit)."""
     future: Future = Future()
@@ -112,14 +123,10 @@ def _start(run: AgentRun, endpoint: HarnessEndpoint, slots: threading.BoundedSem
             if not future.set_running_or_notify_cancel():
                 return
             run.started = time.monotonic()
-            client = run.task.client(endpoint.base_url(run.name))
             try:
-                future.set_result(run.task.agent(client, run.problem))
+                future.set_result(run.task.agent(run.task.client(endpoint.base_url(run.name), http), run.problem))
             except BaseException as exc:
                 future.set_exception(exc)
-            finally:
-                if hasattr(client, "close"):
-                    client.close()
 
     threading.Thread(target=call, name=f"polyrl-agent-{run.name}", daemon=True).start()
     return future
@@ -133,21 +140,24 @@ class _EventLoop:
         self.limit = asyncio.Semaphore(concurrency)
         self.thread = threading.Thread(target=self.loop.run_forever, name="polyrl-agents", daemon=True)
         self.thread.start()
+        self.http = None
+        self.concurrency = concurrency
 
     def submit(self, run: AgentRun, endpoint: HarnessEndpoint) -> Future:
         async def call():
             async with self.limit:
                 run.started = time.monotonic()
-                client = run.task.client(endpoint.base_url(run.name))
-                try:
-                    return await run.task.agent(client, run.problem)
-                finally:
-                    if hasattr(client, "close"):
-                        await client.close()
+                if self.http is None:  # made on the loop that uses it
+                    import httpx
+
+                    self.http = _http_pool(self.concurrency, httpx.AsyncClient)
+                return await run.task.agent(run.task.client(endpoint.base_url(run.name), self.http), run.problem)
 
         return asyncio.run_coroutine_threadsafe(call(), self.loop)
 
     def close(self) -> None:
+        if self.http is not None:
+            asyncio.run_coroutine_threadsafe(self.http.aclose(), self.loop).result(timeout=5)
         for task in asyncio.all_tasks(self.loop):
             self.loop.call_soon_threadsafe(task.cancel)
         self.loop.call_soon_threadsafe(self.loop.stop)

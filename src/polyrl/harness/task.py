@@ -34,9 +34,11 @@ class HarnessSpec(BaseModel):
         None, description="The agent function, 'package.module:function' (sync or async); vf/ tasks bring their own."
     )
     timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one episode; a late one ends as timeout.")
-    concurrency: int = Field(16, ge=1, description="Episodes whose agent runs at once.")
+    concurrency: int = Field(
+        128, ge=1, description="Episodes whose agent runs at once (each on a thread, or a task of one event loop)."
+    )
     batch_wait_s: float = Field(
-        0.05, ge=0, description="Longest wait for other agents' requests before the waiting ones are generated."
+        0.2, ge=0, description="Generate the waiting requests once no other agent's request has come for this long."
     )
 
     @model_validator(mode="before")
@@ -161,14 +163,17 @@ class HarnessTask(Task):
             problems, tasks, backend, prompts, group_size, max_new_tokens, reward, max_episode_tokens, **sampling
         )
 
-    def client(self, base_url: str):
-        """What the agent's first argument is: the URL, or an OpenAI client (async for a coroutine agent)."""
+    def client(self, base_url: str, http_client=None):
+        """What the agent's first argument is: the URL, or an OpenAI client (async for a coroutine agent) on
+        ``http_client``, the rollout's shared connection pool (building one per episode costs ~50 ms)."""
         if self.wants_url:
             return base_url
         import openai
 
         cls = openai.AsyncOpenAI if self.is_async else openai.OpenAI
-        return cls(base_url=base_url, api_key="polyrl", max_retries=0, timeout=self.spec.timeout_s)
+        return cls(
+            base_url=base_url, api_key="polyrl", max_retries=0, timeout=self.spec.timeout_s, http_client=http_client
+        )
 
 
 def is_harness(task: Task) -> bool:
