@@ -73,3 +73,11 @@ def test_a_few_rl_steps_train_and_evaluate_on_a_taskset(tiny_train_config):
     for name in ("correct", "brevity", "reply_chars"):
         assert f"reward_terms/harness/{name}" in rl[0]
     assert set(results["after_rl"]) == {NAME, "mean"}
+
+
+def test_correct_means_the_heaviest_reward_functions_scored_one(recording, prompts):
+    task = VerifiersTask(NAME)
+    (t,) = rollout_mixed(
+        [task.generate(3, "easy")], {NAME: task}, recording(lambda text: "7"), prompts, 1, 16, RewardConfig(), 384
+    )
+    assert t.reward == pytest.approx(0.25) and not t.verdict.correct  # brevity alone: a reward, not a success

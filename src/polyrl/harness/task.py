@@ -82,8 +82,8 @@ class Outcome:
 
 def outcome(value: Any) -> Outcome:
     """Read an agent's return value (ValueError when it is none of the accepted shapes)."""
-    if value is None:
-        return Outcome(None)
+    if value is None or isinstance(value, Outcome):
+        return value or Outcome(None)
     if isinstance(value, bool) or not isinstance(value, (int, float, Mapping)):
         raise ValueError(f"an agent returns a number, a mapping or None, not {type(value).__name__}")
     if not isinstance(value, Mapping):

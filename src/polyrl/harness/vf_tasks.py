@@ -5,7 +5,8 @@ returning a Taskset. Each of its tasks is a problem; an episode is played throug
 (:mod:`polyrl.harness`) by :func:`play`: the task's system prompt and prompt go to the policy as one chat
 request, the reply becomes a verifiers ``Trace``, and the task's own ``@vf.reward`` functions score it. The
 episode's reward is the trace's weighted sum; each function's score (and each ``@vf.metric``) is logged as
-the reward term ``harness/<name>``. A taskset has no held-out split: problem ``k`` of either split is task
+the reward term ``harness/<name>``; an episode counts as correct (``accuracy``) when the reward functions of
+the largest weight all scored 1. A taskset has no held-out split: problem ``k`` of either split is task
 ``k mod len(taskset)``. Taskset toolsets (MCP servers) and verifiers' own harness programs are not run.
 """
 
@@ -15,7 +16,7 @@ import importlib
 from typing import Any
 
 from polyrl.errors import UserError
-from polyrl.harness.task import HarnessSpec, HarnessTask
+from polyrl.harness.task import HarnessSpec, HarnessTask, Outcome
 from polyrl.tasks.base import Difficulty, DifficultySpace, Problem, Task
 
 VF_PREFIX = "vf/"
@@ -101,16 +102,18 @@ class VerifiersTask(HarnessTask):
         self.problems = TasksetProblems(name, load_taskset(name[len(VF_PREFIX) :]))
         super().__init__(self.problems, spec or HarnessSpec(fn="polyrl.harness.vf_tasks:play"), agent=self.play_task)
 
-    async def play_task(self, client, problem: Problem) -> dict[str, float]:
+    async def play_task(self, client, problem: Problem) -> Outcome:
         """One chat request with the task's prompt, scored by the task's ``@vf.reward`` functions."""
         task = self.problems.tasks[problem.answer]
         messages = _prompt_messages(task.data)
         reply = await client.chat.completions.create(model="policy", messages=messages)
         trace = scored_trace(task, messages, reply.choices[0].message.content or "")
         await task.score(trace)
-        rewards = {k: r.score for k, r in trace.rewards.items() if r is not None}
+        scored = {k: r for k, r in trace.rewards.items() if r is not None}
         metrics = {k: float(v) for k, v in trace.metrics.items() if v is not None}
-        return {**metrics, **rewards, "reward": float(trace.reward)}
+        top = max((r.weight for r in scored.values()), default=0.0)
+        correct = bool(scored) and all(r.score >= 1.0 for r in scored.values() if r.weight == top)
+        return Outcome(float(trace.reward), correct, {**metrics, **{k: r.score for k, r in scored.items()}})
 
 
 def _prompt_messages(data) -> list[dict[str, Any]]:
