@@ -69,3 +69,11 @@ def chatty_agent(client, problem):
             return 0.0
         messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "more"}]
     return 1.0
+
+
+def short_agent(client, problem):
+    """Asks for as many tokens as its problem's seed (1, 2, 3, …)."""
+    reply = client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": problem.prompt}], max_tokens=problem.seed
+    )
+    return float(reply.choices[0].finish_reason == "length")

@@ -165,3 +165,11 @@ def test_more_episodes_than_concurrency_all_finish(recording, prompts):
     trajs = _play(_task("async_agent", concurrency=2), backend, prompts, group_size=3, problems=2)
     assert len(trajs) == 6 and all(t.reward == 1.0 for t in trajs)
     assert max(backend.batches) <= 2  # never more agents waiting than may run at once
+
+
+def test_requests_with_different_token_limits_share_one_batch(recording, prompts):
+    backend = recording(lambda text: "a long reply " * 4)
+    trajs = _play(_task("short_agent"), backend, prompts, group_size=1, problems=4)  # seeds 1..4
+    assert backend.batches == [4]
+    assert [len(t.response_ids) for t in trajs] == [1, 2, 3, 4]  # each cut at its own max_tokens
+    assert [t.reward for t in trajs] == [1.0] * 4 and not any(t.finished for t in trajs)

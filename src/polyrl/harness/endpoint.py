@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from polyrl.harness.chat import HarnessRequest, assistant_message, completion_body, stream_chunks
 from polyrl.harness.ledger import EpisodeLedger, Turn
 from polyrl.harness.logprobs import response_logprobs, token_logprobs_content
-from polyrl.policy.generation import GenerationBackend
+from polyrl.policy.generation import Generation, GenerationBackend
 from polyrl.rollout.multi_turn import ChatCodec
 
 MODEL_NAME = "polyrl-policy"
@@ -154,32 +154,32 @@ class HarnessEndpoint:
         self._generate(batch)
 
     def _generate(self, batch: list[Waiting]) -> None:
-        by_limit: dict[int, list[Waiting]] = {}
-        for w in batch:
-            by_limit.setdefault(w.max_new_tokens, []).append(w)
-        for limit, group in by_limit.items():
-            gens = self.backend.generate([w.turn.prompt for w in group], max_new_tokens=limit, **self.sampling)
-            scored = self._logprobs([(w.turn.prompt, g.completion_ids) for w, g in zip(group, gens) if w.logprobs])
-            with self.cond:
-                for w, gen in zip(group, gens):
-                    if not w.episode.open:
-                        self._refuse(w, 409, "episode ended")
-                        continue
-                    ledger = w.episode.ledger
-                    reply = assistant_message(
-                        self.codec.action_text(gen.completion_ids, gen.text),
-                        self.tool_format,
-                        self.response_template,
-                        len(w.turn.segment.turn_spans),
-                    )
-                    ledger.record(w.turn, gen.completion_ids, gen.text, gen.finished, reply)
-                    content = None
-                    if w.logprobs and scored is not None:
-                        content = token_logprobs_content(self.codec.tok, gen.completion_ids, scored.pop(0))
-                    w.body = completion_body(
-                        reply, gen.finished, len(w.turn.prompt), len(gen.completion_ids), MODEL_NAME, content
-                    )
-                    w.done.set()
+        """One ``generate`` call for the batch, at its largest token limit; a request with a smaller one keeps
+        the first tokens of its completion (the same distribution as sampling with its own limit)."""
+        gens = self.backend.generate(
+            [w.turn.prompt for w in batch], max_new_tokens=max(w.max_new_tokens for w in batch), **self.sampling
+        )
+        cut = [_truncated(g, w.max_new_tokens, self.codec.tok) for w, g in zip(batch, gens)]
+        scored = self._logprobs([(w.turn.prompt, g.completion_ids) for w, g in zip(batch, cut) if w.logprobs])
+        with self.cond:
+            for w, gen in zip(batch, cut):
+                if not w.episode.open:
+                    self._refuse(w, 409, "episode ended")
+                    continue
+                reply = assistant_message(
+                    self.codec.action_text(gen.completion_ids, gen.text),
+                    self.tool_format,
+                    self.response_template,
+                    len(w.turn.segment.turn_spans),
+                )
+                w.episode.ledger.record(w.turn, gen.completion_ids, gen.text, gen.finished, reply)
+                content = None
+                if w.logprobs and scored is not None:
+                    content = token_logprobs_content(self.codec.tok, gen.completion_ids, scored.pop(0))
+                w.body = completion_body(
+                    reply, gen.finished, len(w.turn.prompt), len(gen.completion_ids), MODEL_NAME, content
+                )
+                w.done.set()
 
     def _logprobs(self, rows: list[tuple[list[int], list[int]]]) -> list[list[float]] | None:
         """Behaviour log-probs of these completions (None for a backend without an in-process model)."""
@@ -193,6 +193,13 @@ class HarnessEndpoint:
         w.episode.ledger.release(w.turn)
         w.error = (status, message)
         w.done.set()
+
+
+def _truncated(gen: Generation, limit: int, tok) -> Generation:
+    if len(gen.completion_ids) <= limit:
+        return gen
+    ids = gen.completion_ids[:limit]
+    return Generation(gen.prompt_ids, ids, tok.decode(ids, skip_special_tokens=True), False)
 
 
 class _Server(ThreadingHTTPServer):
