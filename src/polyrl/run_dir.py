@@ -4,7 +4,7 @@ Layout::
 
     RUN_DIR/config.yaml        the resolved config
     RUN_DIR/metrics.jsonl      one JSON object per logged step
-    RUN_DIR/tb/                TensorBoard event files (and wandb/, mlruns/ with those trackers: trackers.py)
+    RUN_DIR/tb/                TensorBoard event files (wandb/, mlflow.db with those trackers: trackers.py)
     RUN_DIR/checkpoints/       step directories + LATEST (see checkpoint.py)
     RUN_DIR/sft_model/         Hugging Face checkpoint after the warm start
     RUN_DIR/final_model/       Hugging Face checkpoint after RL
