@@ -105,6 +105,7 @@ def test_harness_and_plain_problems_share_a_step_in_problem_order(recording, pro
     assert [(t.group, t.task) for t in trajs] == [(0, "sort_digits")] * 2 + [(1, "addition")] * 2 + [
         (2, "sort_digits")
     ] * 2
+    assert all(t.policy_mask is not None and len(t.policy_mask) == len(t.response_ids) for t in trajs)
 
 
 @pytest.mark.parametrize(

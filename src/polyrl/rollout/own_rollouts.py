@@ -23,5 +23,7 @@ def with_own_rollouts(own: list[int], problems: list[Problem], tasks: dict, play
     for idx, trajs in parts:
         for t in trajs:
             t.group = idx[t.group]
+            if t.policy_mask is None:  # explicit all-policy masks, so a mixed batch collates one mask per row
+                t.policy_mask = [1] * len(t.response_ids)
             out.setdefault(t.group, []).append(t)
     return [t for g in sorted(out) for t in out[g]]
