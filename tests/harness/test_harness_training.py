@@ -45,11 +45,6 @@ def test_a_harness_that_cannot_be_imported_is_one_line(tiny_train_config):
         )
 
 
-def test_a_harness_with_backend_ray_is_refused(tiny_train_config):
-    with pytest.raises(UserError, match="backend=local"):
-        tiny_train_config(**HARNESS_RUN, backend="ray")
-
-
 def test_harness_and_plain_tasks_train_together(tiny_train_config):
     from polyrl.train.trainer import Trainer
 

@@ -442,8 +442,6 @@ class TrainConfig(_Strict):
                         f"{inner!r} is in the mix too: keep one of them"
                     )
         self._check_selfplay()
-        if self.backend == "ray" and any(t.harness is not None for t in self.tasks):
-            raise ValueError("harness tasks are played through the trainer's own endpoint; use backend=local")
         if self.rl.offpolicy_kl_threshold is not None and self.backend != "ray":
             raise ValueError(
                 "rl.offpolicy_kl_threshold masks sequences by their behaviour log-probs, which only backend=ray "
