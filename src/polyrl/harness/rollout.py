@@ -193,7 +193,7 @@ def _settle(run: AgentRun, endpoint: HarnessEndpoint) -> None:
         warnings.warn(f"{run.problem.task}: the harness ended the episode with {exc!r}", stacklevel=2)
 
 
-def _verdict(run: AgentRun, codec: ChatCodec) -> tuple[float, Verdict, dict[str, float]]:
+def _verdict(run: AgentRun) -> tuple[float, Verdict, dict[str, float]]:
     """The episode's return, verdict and named reward terms."""
     result = run.result
     if result is None:  # raised or timed out: no reward
@@ -209,7 +209,7 @@ def _verdict(run: AgentRun, codec: ChatCodec) -> tuple[float, Verdict, dict[str,
 def _trajectories(run: AgentRun, codec: ChatCodec, reward: RewardConfig, version: int) -> list[Trajectory]:
     """One trajectory per ledger segment that holds a completion (an episode without any gets one
     all-masked token, so that it still counts in its group)."""
-    ret, verdict, terms = _verdict(run, codec)
+    ret, verdict, terms = _verdict(run)
     ledger = run.state.ledger
     segments = [s for s in ledger.segments if s.turn_spans]
     if not segments:
