@@ -4,7 +4,7 @@ Layout::
 
     RUN_DIR/config.yaml        the resolved config
     RUN_DIR/metrics.jsonl      one JSON object per logged step
-    RUN_DIR/tb/                TensorBoard event files
+    RUN_DIR/tb/                TensorBoard event files (wandb/, mlflow.db with those trackers: trackers.py)
     RUN_DIR/checkpoints/       step directories + LATEST (see checkpoint.py)
     RUN_DIR/sft_model/         Hugging Face checkpoint after the warm start
     RUN_DIR/final_model/       Hugging Face checkpoint after RL
@@ -20,9 +20,12 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polyrl.errors import UserError
+
+if TYPE_CHECKING:
+    from polyrl.trackers import Tracker
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -53,10 +56,10 @@ class RunDir:
     writes = True
     """False for a view that leaves every write to another process (:class:`SilentRunDir`)."""
 
-    def __init__(self, path: str | Path, tensorboard: bool = True):
+    def __init__(self, path: str | Path, trackers: list[Tracker] | None = None):
         self.path = Path(path)
-        self.tensorboard = tensorboard
-        self._tb = None
+        self.trackers = trackers or []
+        """Experiment trackers (TensorBoard, trackio, W&B, MLflow) that receive every record and the results."""
 
     # -- paths ----------------------------------------------------------------------------------------
     @property
@@ -97,15 +100,16 @@ class RunDir:
 
     # -- metrics --------------------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
-        """Append one metrics record (must contain ``stage`` and ``step``) to jsonl and TensorBoard."""
+        """Append one metrics record (must contain ``stage`` and ``step``) to jsonl and send it to the trackers."""
         with open(self.metrics_file, "a") as f:
             f.write(json.dumps(_clean(record)) + "\n")
-        tb = self._writer()
-        if tb is not None:
-            offset = 0 if record["stage"] == "sft" else 100_000
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
-                    tb.add_scalar(f"{record['stage']}/{key}", value, offset + record["step"])
+        for tracker in self.trackers:
+            tracker.log(record)
+
+    def log_results(self, results: dict[str, Any]) -> None:
+        """Send the run's final held-out results to the trackers (``metrics.jsonl`` holds them as eval records)."""
+        for tracker in self.trackers:
+            tracker.finish(results)
 
     def metrics_lines(self) -> int:
         """Complete records in ``metrics.jsonl`` (a checkpoint stores this, so that a resume keeps exactly them)."""
@@ -147,23 +151,13 @@ class RunDir:
                 pass
         return out
 
-    def _writer(self):
-        if not self.tensorboard:
-            return None
-        if self._tb is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tb = SummaryWriter(str(self.path / "tb"))
-        return self._tb
-
     def save_json(self, path: Path, data: Any) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(_clean(data), indent=2))
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        for tracker in self.trackers:
+            tracker.close()
 
 
 class SilentRunDir(RunDir):
@@ -177,6 +171,9 @@ class SilentRunDir(RunDir):
 
     def log(self, record: dict[str, Any]) -> None:
         """Rank 0 logs the step."""
+
+    def log_results(self, results: dict[str, Any]) -> None:
+        """Rank 0 sends the results."""
 
     def keep_metrics(self, lines: int) -> None:
         """Rank 0 owns ``metrics.jsonl``."""

@@ -172,11 +172,29 @@ def test_fsdp_with_ray_is_refused_before_launch(tmp_path, capsys):
     assert "backend=ray" in _one_line_error(capsys)
 
 
-def test_torchrun_without_a_config_is_refused(monkeypatch, capsys):
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    assert cli(["train", "rl.steps=1"]) == 2
-    assert "under torchrun pass --config" in _one_line_error(capsys)
+def test_torchrun_without_a_config_trains_the_embedded_default(tmp_path):
+    """``torchrun -m polyrl train`` with no ``--config`` loads the embedded default on every rank (as ``polyrl
+    train`` does) and both ranks write one run, in rank 0's default directory."""
+    small = ["sft.steps=1", "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.max_new_tokens=4"]
+    small += ["eval.problems_per_task=1", "tensorboard=false", "progress=false", "threads=1"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    proc = subprocess.run(
+        [*torchrun, "-m", "polyrl", "train", *small],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()  # one directory, not one per rank
+    from polyrl.cli.train import default_config_path
+
+    default_tasks = yaml.safe_load(default_config_path().read_text())["tasks"]
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert [t["name"] for t in saved["tasks"]] == [t["name"] for t in default_tasks]
+    assert (run / "final_model" / "config.json").is_file()
 
 
 def test_each_rank_takes_every_world_th_row():

@@ -61,8 +61,6 @@ def register(app: typer.Typer) -> None:
         overrides = list(overrides or [])
         if nproc is not None and nproc < 1:
             raise UserError(f"--nproc must be at least 1, got {nproc}")
-        if launched_by_torchrun() and config is None and resume is None:
-            raise UserError("under torchrun pass --config FILE (or --resume RUN_DIR): every rank must load one config")
         if ray is not None:  # same as backend=ray [ray.address=ADDRESS]; later key=value overrides still apply
             overrides = ["backend=ray"] + ([f"ray.address={ray}"] if ray != "local" else []) + overrides
         if resume is not None:

@@ -63,14 +63,14 @@ def score(
             config.overlong_cache,
             t.turn_rewards if t.is_episode else None,
         )
-        t.reward_terms = rule_terms(sample)
+        t.reward_terms = {**rule_terms(sample), **t.logged_terms}
     if batched is not None:
         batched.score(trajs)
     gated = config.gate == "verifier"
     for t in trajs:
         total = 0.0
         for name, value in t.reward_terms.items():
-            if name not in RULES and gated and not t.verdict.correct:
+            if name in t.logged_terms or (name not in RULES and gated and not t.verdict.correct):
                 continue
             total += weight_of(name, weights[t.task]) * value
         t.reward = total

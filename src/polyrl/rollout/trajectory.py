@@ -48,6 +48,9 @@ class Trajectory:
     turn_versions: list[int] | None = None
     """Multi-turn: version of the weights that generated each policy turn (they differ when generation was
     interrupted by a weight update: partial rollouts); ``policy_version`` is the oldest."""
+    logged_terms: dict[str, float] = field(default_factory=dict)
+    """Numbers the episode's own rollout reported (a harness agent's named values): logged with the reward
+    terms as ``reward_terms/<name>``, never added to the reward."""
 
     @property
     def truncated(self) -> bool:

@@ -249,7 +249,7 @@ def dataset_task_name(entry_name: str) -> str:
     return entry_name.partition(":")[2] if entry_name.startswith("env/") else entry_name
 
 
-TASK_ENTRY_FIELDS = {"name", "difficulty", "eval_difficulty"}
+TASK_ENTRY_FIELDS = {"name", "difficulty", "eval_difficulty", "harness"}
 """Keys of a training-mix entry that are not dataset fields (see ``TaskSpec``)."""
 
 

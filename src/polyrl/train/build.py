@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from polyrl.curriculum import make_difficulty_controller, make_sampler
-from polyrl.envs.registry import resolve_task_spec
 from polyrl.errors import UserError
+from polyrl.harness.resolve import resolve_task_spec
 from polyrl.policy import PromptBuilder, load_policy
 from polyrl.policy.backends import check_installed, make_backend
 from polyrl.policy.threads import available_cores, default_threads
@@ -27,6 +27,7 @@ from polyrl.rollout.collect import LocalSource, Sampling
 from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
 from polyrl.run_dir import RunDir
 from polyrl.tasks.answers import AnswerFormat
+from polyrl.trackers import open_trackers
 from polyrl.train.config import TrainConfig
 from polyrl.train.settings import UpdateSettings
 
@@ -181,7 +182,8 @@ def build_run(config: TrainConfig, resume: bool, placement, policy_version) -> R
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"device {config.device!r} requested but CUDA is not available")
     check_installed(config.generation)  # the config checked the device and the rollout placement
-    run_dir = placement.open_run_dir(config.run_dir, config.tensorboard, resume)
+    trackers = lambda: open_trackers(config.logging, config.run_dir, config.model_dump(mode="json"))
+    run_dir = placement.open_run_dir(config.run_dir, trackers, resume)
     parts = RunParts(config, tasks, specs, sampler, controller, scorer, run_dir, policy_version=policy_version)
     _load_policy(parts, placement)
     _rollouts(parts)

@@ -18,6 +18,7 @@ from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
+from polyrl.harness.task import HarnessSpec
 from polyrl.policy.backends import GenerationConfig, check_engine
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
@@ -26,6 +27,7 @@ from polyrl.run_dir import atomic_write_text
 from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
+from polyrl.trackers import LoggingConfig
 from polyrl.train.config_fields import Strict, registered
 from polyrl.train.rl_config import MOVED_OBJECTIVE_KEYS, RLConfig
 
@@ -58,6 +60,10 @@ class TaskSpec(Strict):
     )
     dataset: DatasetSpec | None = Field(
         None, description="Rows of a file or hub dataset served as task `name` (see docs/datasets.md)."
+    )
+    harness: HarnessSpec | None = Field(
+        None,
+        description="Play each episode with your agent function through polyrl's OpenAI-compatible endpoint: 'module:function' or a mapping (see docs/environments.md).",
     )
 
     @model_validator(mode="before")
@@ -227,7 +233,12 @@ class TrainConfig(Strict):
     )
     checkpoint_every: int = Field(50, ge=1, description="Save a checkpoint every N RL steps (and at stage ends).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
-    tensorboard: bool = Field(True, description="Write TensorBoard event files.")
+    tensorboard: bool = Field(
+        True, description="Write TensorBoard event files (same as listing tensorboard in logging.trackers)."
+    )
+    logging: LoggingConfig = Field(
+        default_factory=LoggingConfig, description="Experiment trackers (TensorBoard, trackio, W&B, MLflow)."
+    )
     progress: bool = Field(True, description="Live progress display in the terminal.")
 
     @field_validator("tasks")
@@ -243,6 +254,18 @@ class TrainConfig(Strict):
     def _prompt_style(self):
         """An unset ``prompt.style`` becomes the model's default, so the saved config shows the one used."""
         self.prompt = self.prompt.resolved(self.model.path)
+        return self
+
+    @model_validator(mode="after")
+    def _trackers(self):
+        """``tensorboard: true`` lists tensorboard in ``logging.trackers``, so the saved config shows every tracker."""
+        listed = "tensorboard" in self.logging.trackers
+        if self.tensorboard and not listed:
+            self.logging.trackers = ["tensorboard", *self.logging.trackers]
+        elif not self.tensorboard and listed:
+            raise ValueError("logging.trackers lists tensorboard but tensorboard is false: drop one of them")
+        if len(set(self.logging.trackers)) < len(self.logging.trackers):
+            raise ValueError(f"logging.trackers lists a tracker twice: {self.logging.trackers}")
         return self
 
     @model_validator(mode="after")

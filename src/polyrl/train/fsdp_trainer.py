@@ -112,10 +112,10 @@ class FSDPPlacement(LocalPlacement):
         self._model = None
         self._replica_current = False
 
-    def open_run_dir(self, path: str, tensorboard: bool, resume: bool) -> RunDir:
+    def open_run_dir(self, path: str, trackers: Callable[[], list], resume: bool) -> RunDir:
         if self.ranks.is_writer:
-            return super().open_run_dir(path, tensorboard, resume)
-        return SilentRunDir(path, tensorboard=False)
+            return super().open_run_dir(path, trackers, resume)
+        return SilentRunDir(path)
 
     # -- generation on the unsharded replica ----------------------------------------------------------
     def make_backend(self, policy, make: Callable[[Any], Any]):

@@ -28,8 +28,9 @@ class LocalPlacement:
     is_writer = True
     """This process writes the run directory (every rank but 0 of a sharded run writes nothing)."""
 
-    def open_run_dir(self, path: str, tensorboard: bool, resume: bool) -> RunDir:
-        run_dir = RunDir(path, tensorboard=tensorboard)
+    def open_run_dir(self, path: str, trackers: Callable[[], list], resume: bool) -> RunDir:
+        """The run directory, created (or checked, on resume), with the experiment trackers ``trackers()`` opens."""
+        run_dir = RunDir(path, trackers=trackers())
         run_dir.create(resume=resume)
         return run_dir
 

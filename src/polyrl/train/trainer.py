@@ -73,6 +73,7 @@ class Trainer:
                 self.rl.run(ckpt if not in_sft else None)
                 self.save_model("final_model")
                 results["after_rl"] = self.evaluate("after_rl")
+            run_dir.log_results(results)
         finally:
             self._close()
         if "after_rl" in results:

@@ -1,0 +1,144 @@
+"""The chat-completions wire format of the harness endpoint: the request (messages with tool calls and tool
+results, tool definitions), the response (an assistant message whose tool calls are parsed from the policy's
+text) and the normalized form in which two renderings of the same message compare equal."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from polyrl.envs.tool_formats import ToolFormat, call_id
+
+
+class HarnessRequest(BaseModel):
+    """The part of an OpenAI chat-completions request the harness reads. Sampling fields (temperature,
+    top_p, seed…) are accepted and ignored: in training the policy samples as the RL config says, since the
+    objective assumes it, and evaluation is greedy."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    n: int = Field(1, ge=1, le=1)
+    stream: bool = False
+    logprobs: bool = False
+    """Return each generated token's behaviour log-prob (``choices[0].logprobs.content``)."""
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+def text_of(content: Any) -> str:
+    """A message's content as text: a string, or the text parts of a list of content parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content)
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def normalized(message: dict[str, Any]) -> tuple:
+    """What identifies a message for the token ledger: role, text, and for an assistant turn its calls
+    (name and parsed arguments; ids and JSON spacing are the client's business)."""
+    role = message.get("role")
+    calls = tuple(
+        (
+            c.get("function", {}).get("name"),
+            json.dumps(_arguments(c.get("function", {}).get("arguments")), sort_keys=True),
+        )
+        for c in message.get("tool_calls") or ()
+    )
+    text = text_of(message.get("content"))
+    return (role, text.strip() if role == "assistant" else text, calls)
+
+
+def template_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as chat templates read it: text content, and ``tool_calls`` arguments as objects."""
+    out = {k: v for k, v in message.items() if v is not None}
+    out["content"] = text_of(message.get("content"))
+    if message.get("tool_calls"):
+        out["tool_calls"] = [
+            {
+                **c,
+                "function": {**c.get("function", {}), "arguments": _arguments(c.get("function", {}).get("arguments"))},
+            }
+            for c in message["tool_calls"]
+        ]
+    return out
+
+
+def assistant_message(text: str, tool_format: ToolFormat, response_template: dict | None, turn: int) -> dict:
+    """The policy's turn as an OpenAI assistant message: the calls ``tool_format`` parses out of ``text``
+    (well-formed ones; a malformed call stays in the content) and the text before the first call."""
+    calls = [c for c in tool_format.parse(text, response_template) if c.error is None] if text else []
+    content = text
+    if calls and tool_format.call_marker in text:
+        content = text[: text.index(tool_format.call_marker)].strip()
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call_id(c, turn, i),
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+            }
+            for i, c in enumerate(calls)
+        ]
+    return message
+
+
+def completion_body(
+    message: dict, finished: bool, prompt_tokens: int, completion_tokens: int, model: str, logprobs: list | None = None
+) -> dict:
+    """A ``chat.completion`` object with one choice (``logprobs``: its ``logprobs.content`` entries)."""
+    reason = "length" if not finished else ("tool_calls" if message.get("tool_calls") else "stop")
+    return {
+        "id": f"chatcmpl-polyrl-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": reason,
+                "logprobs": None if logprobs is None else {"content": logprobs},
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def stream_chunks(body: dict) -> list[dict]:
+    """The same completion as ``chat.completion.chunk`` objects (one delta, then the finish reason), for a
+    client that asked ``stream: true``."""
+    choice = body["choices"][0]
+    base = {k: body[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    delta = {"role": "assistant", "content": choice["message"]["content"]}
+    if "tool_calls" in choice["message"]:
+        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(choice["message"]["tool_calls"])]
+    return [
+        base | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+    ]

@@ -1,0 +1,135 @@
+"""The harness task kind: a task's problems, each episode driven by the user's own agent function through
+the local OpenAI-compatible endpoint (``tasks: [{name: addition, harness: "mymod:agent"}]``).
+
+The agent is ``def agent(client, problem)`` or ``async def agent(client, problem)``: ``client`` is an
+``openai.OpenAI`` (``openai.AsyncOpenAI`` for a coroutine function) pointed at the episode's base URL; an
+agent whose first parameter is named ``base_url`` gets the URL instead, for any framework that takes one.
+It returns the episode's reward: a number, a mapping (``reward``, optionally ``correct: bool`` and further
+named numbers, each logged as a reward term), or None to have the task's verifier score the last completion.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from polyrl.errors import UserError
+from polyrl.tasks.base import Difficulty, DifficultySpace, Problem, Task, Verdict
+
+
+class HarnessSpec(BaseModel):
+    """How a task's episodes are driven by the user's agent function (a string is ``fn`` alone)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fn: str | None = Field(
+        None, description="The agent function, 'package.module:function' (sync or async); vf/ tasks bring their own."
+    )
+    timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one episode; a late one ends as timeout.")
+    concurrency: int = Field(
+        128, ge=1, description="Episodes whose agent runs at once (each on a thread, or a task of one event loop)."
+    )
+    batch_wait_s: float = Field(
+        0.2, ge=0, description="Generate the waiting requests once no other agent's request has come for this long."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value):
+        return {"fn": value} if isinstance(value, str) else value
+
+
+def load_agent(path: str) -> Callable[..., Any]:
+    """The function at ``"package.module:function"``; a problem is a one-line UserError naming ``path``."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"harness {path!r} must be written 'package.module:function'")
+    try:
+        fn: Any = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or the module's own error on import
+        raise UserError(f"harness {path!r}: cannot import {module_name!r} ({type(exc).__name__}: {exc})") from None
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise UserError(f"harness {path!r}: module {module_name!r} has no attribute {attr!r}")
+    if not callable(fn):
+        raise UserError(f"harness {path!r} is not a function")
+    params = [
+        p for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(params) < 2:
+        raise UserError(f"harness {path!r} must take (client_or_base_url, problem)")
+    return fn
+
+
+class HarnessTask(Task):
+    """``inner``'s problems (generator, difficulty, verifier), played by an agent function."""
+
+    is_harness = True
+
+    def __init__(self, inner: Task, spec: HarnessSpec, agent: Callable[..., Any] | None = None):
+        super().__init__(inner.answer_format)
+        self.inner, self.spec = inner, spec
+        if agent is None and spec.fn is None:
+            raise UserError(f"task {inner.name!r}: harness needs fn: 'package.module:function'")
+        self.agent = agent or load_agent(spec.fn)
+        self.name = inner.name
+        self.category = getattr(inner, "category", "agent")
+        self.description = f"{inner.name} played by {spec.fn}"
+        self.partial_credit = inner.partial_credit
+        self.pure = inner.pure
+        self.is_async = inspect.iscoroutinefunction(self.agent)
+        first = next(iter(inspect.signature(self.agent).parameters))
+        self.wants_url = first == "base_url"
+        if not self.wants_url and importlib.util.find_spec("openai") is None:
+            raise UserError(
+                f"harness {spec.fn!r} gets an openai client, which needs the openai package: pip install openai"
+            )
+
+    def difficulty_space(self) -> DifficultySpace:  # type: ignore[override]
+        return self.inner.difficulty_space()
+
+    def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
+        return self.inner.generate(seed, difficulty, split)
+
+    def make(self, rng, params):
+        return self.inner.make(rng, params)
+
+    def check(self, answer, problem):
+        return self.inner.check(answer, problem)
+
+    def verify(self, problem: Problem, response: str) -> Verdict:
+        return self.inner.verify(problem, response)
+
+    def reference_response(self, problem: Problem) -> str | None:
+        """None: an agent's episode has no single reference response to imitate."""
+        return None
+
+    def play(self, problems: list[Problem], tasks: dict, backend, prompts, sampling, greedy: bool, version: int):
+        """This task kind's own rollout (:func:`polyrl.harness.rollout.rollout_harness`): one unscored group of
+        ``sampling.group_size`` agent episodes per problem, as :func:`polyrl.rollout.dispatch.rollout_groups`
+        asks of a task that brings its own."""
+        from polyrl.harness.rollout import rollout_harness
+
+        return rollout_harness(problems, tasks, backend, prompts, sampling, greedy, version)
+
+    def client(self, base_url: str, http_client=None):
+        """What the agent's first argument is: the URL, or an OpenAI client (async for a coroutine agent) on
+        ``http_client``, the rollout's shared connection pool (building one per episode costs ~50 ms)."""
+        if self.wants_url:
+            return base_url
+        import openai
+
+        cls = openai.AsyncOpenAI if self.is_async else openai.OpenAI
+        return cls(
+            base_url=base_url, api_key="polyrl", max_retries=0, timeout=self.spec.timeout_s, http_client=http_client
+        )
+
+
+def is_harness(task: Task) -> bool:
+    return bool(getattr(task, "is_harness", False))

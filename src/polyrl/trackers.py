@@ -1,0 +1,282 @@
+"""Experiment trackers: every metrics record of a run, its resolved config and its final results, sent to
+TensorBoard, trackio, Weights & Biases or MLflow (``logging.trackers``), besides ``RUN_DIR/metrics.jsonl``.
+
+Every tracker sees the same names: a record ``{"stage": "rl", "step": 3, "loss": 0.2}`` is the scalar
+``rl/loss`` at step 3 (``scalars``); the final held-out results are ``final/after_rl/mean/accuracy`` and the
+like (``final_scalars``). MLflow alone refuses some characters: there ``eval/pass@1/addition`` is
+``eval/pass_at_1/addition`` (``mlflow_name``). Each tracker opens on first use, so a run that stops before logging anything leaves
+no empty tracker run behind. All of them work offline: TensorBoard and trackio write local files, W&B runs in
+offline mode by default (``wandb sync RUN_DIR/wandb/offline-run-*`` uploads later), MLflow writes its local
+database ``RUN_DIR/mlflow.db`` (artifacts in ``RUN_DIR/mlartifacts``) unless ``logging.mlflow_tracking_uri``
+names another store. (MLflow's file store cannot hold both ``rl/reward`` and ``rl/reward/addition``.)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from polyrl.errors import UserError
+
+TrackerName = Literal["tensorboard", "trackio", "wandb", "mlflow"]
+# the imports each tracker needs (MLflow's local database: sqlalchemy, alembic), and the pip extra that installs them
+_PACKAGES = {"tensorboard": (("tensorboard",), "polyrl"), "trackio": (("trackio",), "polyrl[trackio]")}
+_PACKAGES |= {
+    "wandb": (("wandb",), "polyrl[wandb]"),
+    "mlflow": (("mlflow", "sqlalchemy", "alembic"), "polyrl[mlflow]"),
+}
+# TensorBoard shows one step axis per run: RL and eval steps start past any SFT step
+_TB_STAGE_OFFSET = 100_000
+
+
+class LoggingConfig(BaseModel):
+    """Where a run's metrics go besides ``metrics.jsonl``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trackers: list[TrackerName] = Field(
+        default_factory=list,
+        description="Experiment trackers that receive every metric, the config and the final results: tensorboard, trackio, wandb, mlflow (tensorboard is added while `tensorboard` is true).",
+    )
+    project: str = Field("polyrl", description="Project (trackio, W&B) or experiment (MLflow) the run is filed under.")
+    run_name: str | None = Field(
+        None, description="The run's name in the trackers (default: the run directory's name)."
+    )
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline", description="W&B: offline writes RUN_DIR/wandb (upload with `wandb sync`); online needs a login."
+    )
+    mlflow_tracking_uri: str | None = Field(
+        None, description="MLflow tracking URI (default: the local database RUN_DIR/mlflow.db)."
+    )
+
+
+def scalars(record: dict[str, Any]) -> dict[str, float]:
+    """The numeric values of one metrics record, named ``<stage>/<key>`` (``step`` and text left out)."""
+    stage = record["stage"]
+    return {
+        f"{stage}/{key}": float(value)
+        for key, value in record.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step"
+    }
+
+
+def final_scalars(results: dict[str, Any], prefix: str = "final") -> dict[str, float]:
+    """The numeric leaves of the held-out results (``{"after_rl": {"mean": {"accuracy": 0.5}}}``), named by
+    their path: ``final/after_rl/mean/accuracy``."""
+    out: dict[str, float] = {}
+    for key, value in results.items():
+        name = f"{prefix}/{key}"
+        if isinstance(value, dict):
+            out |= final_scalars(value, name)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
+
+
+def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """The config as ``section.key`` → text, for trackers whose parameters are flat strings (MLflow)."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out |= flat_config(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = json.dumps(value) if not isinstance(value, str) else value
+    return out
+
+
+def mlflow_name(name: str) -> str:
+    """``name`` in the characters MLflow accepts in a metric name (``@`` reads ``_at_``, others ``_``)."""
+    return re.sub(r"[^\w\-. :/]", "_", name.replace("@", "_at_"))
+
+
+class Tracker:
+    """One experiment tracker. ``log`` receives every record, ``finish`` the final results once, ``close``
+    ends its run; the first call opens it with the run's config."""
+
+    def __init__(self, run_dir: Path, settings: LoggingConfig, config: dict[str, Any]):
+        self.run_dir, self.settings, self.config = run_dir, settings, config
+        self.name = settings.run_name or run_dir.resolve().name
+        self.opened = False
+        self.last_step = 0
+
+    def log(self, record: dict[str, Any]) -> None:
+        self._ensure_open()
+        self.last_step = record["step"]
+        self._log(scalars(record), record["stage"], record["step"])
+
+    def finish(self, results: dict[str, Any]) -> None:
+        self._ensure_open()
+        self._finish(final_scalars(results))
+
+    def close(self) -> None:
+        if self.opened:
+            self._close()
+            self.opened = False
+
+    def _ensure_open(self) -> None:
+        if not self.opened:
+            self._open()
+            self.opened = True
+
+    # each tracker: open its run with the config, log one record's scalars, the final ones, close
+    def _open(self) -> None:
+        raise NotImplementedError
+
+    def _log(self, values: dict[str, float], stage: str, step: int) -> None:
+        raise NotImplementedError
+
+    def _finish(self, values: dict[str, float]) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+
+class TensorBoardTracker(Tracker):
+    """Event files in ``RUN_DIR/tb``; RL and eval steps are offset by 100,000 so that one axis holds both stages."""
+
+    def _open(self) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(self.run_dir / "tb"))
+        self.writer.add_text("config", "```\n" + json.dumps(self.config, indent=2) + "\n```")
+
+    def _log(self, values, stage, step) -> None:
+        for key, value in values.items():
+            self.writer.add_scalar(key, value, step + (0 if stage == "sft" else _TB_STAGE_OFFSET))
+
+    def _finish(self, values) -> None:
+        for key, value in values.items():
+            self.writer.add_scalar(key, value, 0)
+
+    def _close(self) -> None:
+        self.writer.close()
+
+
+class TrackioTracker(Tracker):
+    """A local trackio project (``$TRACKIO_DIR``, by default in the Hugging Face cache; ``trackio show``)."""
+
+    def _open(self) -> None:
+        import trackio
+
+        self.run = trackio.init(
+            project=self.settings.project,
+            name=self.name,
+            config=self.config,
+            embed=False,
+            auto_log_gpu=False,
+            auto_log_cpu=False,
+        )
+
+    def _log(self, values, stage, step) -> None:
+        self.run.log(values, step=step)
+
+    def _finish(self, values) -> None:
+        self.run.log(values, step=self.last_step)
+
+    def _close(self) -> None:
+        self.run.finish()
+
+
+class WandbTracker(Tracker):
+    """A W&B run in ``RUN_DIR/wandb``; each stage's metrics are plotted against that stage's own step
+    (``<stage>/step``), since W&B's own step must only grow. The final results are the run's summary."""
+
+    def _open(self) -> None:
+        import wandb
+
+        self.run = wandb.init(
+            project=self.settings.project,
+            name=self.name,
+            dir=str(self.run_dir),
+            mode=self.settings.wandb_mode,
+            config=self.config,
+            settings=wandb.Settings(silent=True, console="off"),
+            reinit="create_new",
+        )
+        self.stages: set[str] = set()
+
+    def _log(self, values, stage, step) -> None:
+        if stage not in self.stages:
+            self.run.define_metric(f"{stage}/step", hidden=True)
+            self.run.define_metric(f"{stage}/*", step_metric=f"{stage}/step")
+            self.stages.add(stage)
+        self.run.log({**values, f"{stage}/step": step})
+
+    def _finish(self, values) -> None:
+        self.run.summary.update(values)
+
+    def _close(self) -> None:
+        self.run.finish()
+
+
+class MlflowTracker(Tracker):
+    """An MLflow run: the config as parameters (``section.key``) and as ``config.json``, metrics per step."""
+
+    def _open(self) -> None:
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        uri, artifacts = self.settings.mlflow_tracking_uri, None
+        if uri is None:  # a store of the run's own: MLflow's local database and an artifact folder beside it
+            uri = f"sqlite:///{(self.run_dir / 'mlflow.db').resolve()}"
+            artifacts = (self.run_dir / "mlartifacts").resolve().as_uri()
+        self.client = MlflowClient(tracking_uri=uri)
+        experiment = self.client.get_experiment_by_name(self.settings.project)
+        if experiment is None:
+            exp_id = self.client.create_experiment(self.settings.project, artifact_location=artifacts)
+        else:
+            exp_id = experiment.experiment_id
+        self.run_id = self.client.create_run(exp_id, run_name=self.name).info.run_id
+        params = [Param(k, v[:6000]) for k, v in flat_config(self.config).items()]
+        for i in range(0, len(params), 100):  # MLflow takes at most 100 parameters per batch
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
+        self.client.log_dict(self.run_id, self.config, "config.json")
+
+    def _metrics(self, values: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(mlflow_name(k), v, now, step) for k, v in values.items()]
+        for i in range(0, len(metrics), 1000):
+            self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
+
+    def _log(self, values, stage, step) -> None:
+        self._metrics(values, step)
+
+    def _finish(self, values) -> None:
+        self._metrics(values, self.last_step)
+
+    def _close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+_TRACKERS: dict[str, type[Tracker]] = {
+    "tensorboard": TensorBoardTracker,
+    "trackio": TrackioTracker,
+    "wandb": WandbTracker,
+    "mlflow": MlflowTracker,
+}
+
+
+def open_trackers(settings: LoggingConfig, run_dir: str | Path, config: dict[str, Any]) -> list[Tracker]:
+    """The trackers ``settings`` lists, for the run in ``run_dir`` with resolved ``config`` (JSON-ready); a
+    tracker whose package is missing is a user error naming the extra to install."""
+    out = []
+    for name in settings.trackers:
+        modules, extra = _PACKAGES[name]
+        if name == "mlflow" and settings.mlflow_tracking_uri is not None:
+            modules = modules[:1]  # another store: MLflow's client alone
+        for module in modules:
+            if importlib.util.find_spec(module) is None:
+                raise UserError(
+                    f"logging.trackers lists {name}, which needs the {module} package: pip install '{extra}'"
+                )
+        out.append(_TRACKERS[name](Path(run_dir), settings, config))
+    return out
