@@ -7,6 +7,7 @@ own module (docs/architecture.md):
 - ``train/state.py``: what is trained, and the one state dict a checkpoint keeps;
 - ``train/sft_stage.py``: SFT and rejection-sampling fine-tuning;
 - ``train/rl_stage.py``: the RL steps (collect → advantages → update → metrics);
+- ``train/evaluation.py``: held-out evaluation of the policy;
 - ``train/placement.py``: one process, or (``train/fsdp_trainer.py``) the policy sharded across ranks.
 
 A run killed at any moment resumes from its last checkpoint with ``Trainer(config, resume=True)`` and, on
@@ -15,17 +16,17 @@ CPU with a fixed seed, ends with the same weights.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from polyrl.errors import UserError
-from polyrl.eval import evaluate_policy, format_comparison
+from polyrl.eval import format_comparison
 from polyrl.run_dir import atomic_write_text
 from polyrl.train.build import build_run
 from polyrl.train.checkpoint import latest_checkpoint
 from polyrl.train.config import TrainConfig, save_config
+from polyrl.train.evaluation import held_out
 from polyrl.train.placement import LocalPlacement
 from polyrl.train.progress import StageProgress
 from polyrl.train.rl_stage import RLStage
@@ -92,35 +93,12 @@ class Trainer:
     def evaluate(self, name: str, log: bool = True) -> dict[str, dict[str, float]]:
         """Held-out results ``name`` (computed, or read back: the after-SFT evaluation is done once per run);
         logged as an ``eval`` record unless ``log`` is False (the record is already in the metrics)."""
-        return self.placement.evaluate(lambda: self._evaluate(name, log))
+        run = lambda: held_out(self.parts, name, self.state.step, log, before=self._before_evaluation)
+        return self.placement.evaluate(run)
 
-    def _evaluate(self, name: str, log: bool) -> dict[str, dict[str, float]]:
-        parts = self.parts
-        path = parts.run_dir.eval_file(name)
-        if path.exists() and name == "after_sft":
-            results = json.loads(path.read_text())
-        else:
-            cfg = self.config.eval
-            self.progress.stop()
-            self.sync_backend()
-            results = evaluate_policy(
-                parts.backend,
-                parts.prompts,
-                parts.eval_tasks(),
-                cfg.problems_per_task,
-                cfg.max_new_tokens or self.config.rl.max_new_tokens,
-                cfg.pass_k,
-                cfg.temperature,
-                seed=self.config.seed,
-                max_episode_tokens=self.config.env.max_episode_tokens,
-                attempts=cfg.attempts,
-                env_concurrency=self.config.env.concurrency,
-            )
-            parts.run_dir.save_json(path, results)
-        if log:
-            record = {f"{m}/{t}": v for t, row in results.items() for m, v in row.items()}
-            parts.run_dir.log({"stage": "eval", "step": self.state.step, "name": name, **record})
-        return results
+    def _before_evaluation(self) -> None:
+        self.progress.stop()
+        self.sync_backend()
 
     # -- weights in and out ---------------------------------------------------------------------------
     def sync_backend(self) -> None:

@@ -1,0 +1,39 @@
+"""Held-out evaluation of the run's policy: ``eval`` records in the metrics, ``eval/<name>.json`` on disk."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from polyrl.eval import evaluate_policy
+
+
+def held_out(parts, name: str, step: int, log: bool, before: Callable[[], None]) -> dict[str, dict[str, float]]:
+    """Held-out results ``name`` of ``parts``' policy: computed (``before()`` first: the live display stops
+    and the backend gets the current weights), or read back (the after-SFT evaluation is done once per run);
+    logged as an ``eval`` record at ``step`` unless ``log`` is False (the record is already in the metrics)."""
+    config, run_dir = parts.config, parts.run_dir
+    path = run_dir.eval_file(name)
+    if path.exists() and name == "after_sft":
+        results = json.loads(path.read_text())
+    else:
+        cfg = config.eval
+        before()
+        results = evaluate_policy(
+            parts.backend,
+            parts.prompts,
+            parts.eval_tasks(),
+            cfg.problems_per_task,
+            cfg.max_new_tokens or config.rl.max_new_tokens,
+            cfg.pass_k,
+            cfg.temperature,
+            seed=config.seed,
+            max_episode_tokens=config.env.max_episode_tokens,
+            attempts=cfg.attempts,
+            env_concurrency=config.env.concurrency,
+        )
+        run_dir.save_json(path, results)
+    if log:
+        record = {f"{m}/{t}": v for t, row in results.items() for m, v in row.items()}
+        run_dir.log({"stage": "eval", "step": step, "name": name, **record})
+    return results
