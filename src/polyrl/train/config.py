@@ -24,7 +24,7 @@ from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
-from polyrl.run_dir import atomic_write_text
+from polyrl.run_dir import ResumeRecord, atomic_write_text
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
 
@@ -345,6 +345,9 @@ class TrainConfig(_Strict):
     threads: int | None = Field(
         None, ge=1, description="torch CPU threads (default: half the CPU cores, 1 to 4; see docs/training.md)."
     )
+    deterministic: bool = Field(
+        True, description="Same seed, same weights at any thread count (docs/training.md has its cost)."
+    )
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="How problems are shown.")
     tasks: list[TaskSpec] = Field(description="The training mix.", min_length=1)
@@ -376,6 +379,10 @@ class TrainConfig(_Strict):
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
     tensorboard: bool = Field(True, description="Write TensorBoard event files.")
     progress: bool = Field(True, description="Live progress display in the terminal.")
+    resumes: list[ResumeRecord] = Field(
+        default_factory=list,
+        description="Written by polyrl: the overrides each --resume gave, and the checkpoint they took effect at.",
+    )
 
     @field_validator("tasks")
     @classmethod

@@ -34,10 +34,11 @@ from polyrl.tasks.answers import AnswerFormat
 from polyrl.tasks.dataset import resolve_task_spec
 from polyrl.train import sft
 from polyrl.train.checkpoint import latest_checkpoint, load_model_weights, load_training_state, save_checkpoint
-from polyrl.train.config import TrainConfig, save_config
+from polyrl.train.config import TrainConfig
 from polyrl.train.learner import BaseModelReference, critic_update, policy_update
 from polyrl.train.metrics import advantage_mass, step_metrics
 from polyrl.train.progress import StageProgress
+from polyrl.train.resume import save_run_config
 from polyrl.train.update_batch import prepare_update
 
 
@@ -127,8 +128,8 @@ class Trainer:
         self.bad_steps = 0
         self.optimizer = self.scheduler = None
         self.progress = StageProgress(config.progress)
-        if not resume and self.run_dir.writes:
-            save_config(config, self.run_dir.config_file)
+        if self.run_dir.writes:
+            self.config = save_run_config(config, self.run_dir, resume)
 
     # -- helpers ------------------------------------------------------------------------------------
     ranks = None
