@@ -139,13 +139,23 @@ def serve(
     (default: :func:`~polyrl.policy.threads.default_threads`; torch's one per core collapses on a busy machine)."""
     from pathlib import Path
 
-    import torch
-    import uvicorn
-
     from polyrl.policy.loading import ModelConfig, load_policy
     from polyrl.policy.threads import available_cores, default_threads
 
     torch.set_num_threads(threads or default_threads(available_cores()))
     policy = load_policy(ModelConfig(path=checkpoint))
     name = model_name or Path(checkpoint).resolve().name
-    uvicorn.run(build_app(policy, name, limits), host=host, port=port, log_level="info")
+    limits = limits or ServeLimits()
+    uvicorn.Server(server_config(build_app(policy, name, limits), limits, host, port, "info")).run()
+
+
+def server_config(app, limits: ServeLimits, host: str, port: int, log_level: str = "warning"):
+    """uvicorn's config for ``app``: HTTP/1.1 with the connection cap and the header and idle timeouts."""
+    import uvicorn
+
+    from polyrl.serve.connections import guarded_protocol
+
+    protocol = guarded_protocol(limits.max_connections, limits.header_timeout_s, limits.idle_timeout_s)
+    return uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, http=protocol, timeout_keep_alive=limits.idle_timeout_s
+    )
