@@ -139,6 +139,8 @@ def serve(
     (default: :func:`~polyrl.policy.threads.default_threads`; torch's one per core collapses on a busy machine)."""
     from pathlib import Path
 
+    import uvicorn
+
     from polyrl.policy.loading import ModelConfig, load_policy
     from polyrl.policy.threads import available_cores, default_threads
 
