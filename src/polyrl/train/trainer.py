@@ -25,7 +25,7 @@ from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy, format_comparison
 from polyrl.optim import make_optimizer
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
-from polyrl.policy.threads import available_cores, default_threads
+from polyrl.policy.threads import configure_torch
 from polyrl.rewards import RewardScorer
 from polyrl.rollout.collect import LocalSource, Sampling, collect_groups
 from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
@@ -83,7 +83,7 @@ class Trainer:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        torch.set_num_threads(config.threads or default_threads(available_cores()))
+        configure_torch(config.threads, config.deterministic, config.device)
         torch.manual_seed(config.seed)
         self.policy = load_policy(config.model, seed=config.seed, device=config.device)
         self.prompts = PromptBuilder(self.policy.tokenizer, config.prompt)
