@@ -33,6 +33,8 @@ from polyrl.errors import UserError
 LOCK_FILE = ".lock"
 _SKELETON = {LOCK_FILE, ".write-test", "checkpoints", "eval"}
 """What :meth:`RunDir.create` makes before the config is saved: a run killed that early left only these."""
+_HELD: dict[str, list] = {}
+"""Lock files this process holds: real path → [open file, how many RunDir views hold it]."""
 
 
 class ResumeRecord(BaseModel):
@@ -138,32 +140,47 @@ class RunDir:
 
     def _acquire_lock(self) -> None:
         """Hold ``RUN_DIR/.lock`` exclusively until :meth:`release` (or this process ends, when the kernel
-        drops it: a killed trainer never leaves a stale lock). A second trainer is refused before it writes."""
+        drops it: a killed trainer never leaves a stale lock). A trainer of another process is refused before
+        it writes; in this process the lock is shared (counted), so an abandoned Trainer object does not lock
+        its directory against the next one."""
+        key = os.path.realpath(self.path / LOCK_FILE)
+        if key in _HELD:
+            _HELD[key][1] += 1
+            self._lock = key
+            return
         try:
-            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            file = open(key, "a+")  # noqa: SIM115 (held open until release)
         except OSError as exc:
             raise UserError(f"run directory {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            holder = os.read(fd, 64).decode(errors="replace").strip()
-            os.close(fd)
+            file.seek(0)
+            holder = file.read(64).strip()
+            file.close()
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise UserError(f"cannot lock run directory {str(self.path)!r}: {exc.strerror or exc}") from None
             raise UserError(
                 f"run directory {str(self.path)!r} is in use by another polyrl train"
-                + (f" (pid {holder})" if holder else "")
+                + (f" (pid {holder})" if holder.isdigit() else "")
                 + ": wait for it to end, or use another run_dir"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock = fd
+        file.truncate(0)
+        file.write(f"{os.getpid()}\n")
+        file.flush()
+        _HELD[key] = [file, 1]
+        self._lock = key
 
     def release(self) -> None:
-        """Give up the directory's lock (another trainer may then open it)."""
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        """Give up this view's hold on the directory's lock (another trainer may then open it)."""
+        if self._lock is None:
+            return
+        held = _HELD[self._lock]
+        held[1] -= 1
+        if held[1] == 0:
+            held[0].close()
+            del _HELD[self._lock]
+        self._lock = None
 
     def _foreign_entries(self) -> list[str]:
         """Entries of the directory a fresh run did not make (the skeleton of a run killed at start-up aside)."""

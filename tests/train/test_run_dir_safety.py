@@ -238,3 +238,13 @@ def test_resume_without_the_kl_reference_model_is_one_line(tiny_train_config, tm
     assert latest_checkpoint(Path(cfg.run_dir) / "checkpoints").stage == "rl"
     assert cli(["train", "--resume", cfg.run_dir]) == 2
     assert "sft_model holds no model weights (model.safetensors is missing)" in _one_line(capsys)
+
+
+def test_an_abandoned_trainer_does_not_lock_its_directory_against_this_process(tiny_train_config, tmp_path):
+    """The lock keeps other processes out; in one process a Trainer that was made and dropped without running
+    (a failed set-up in a notebook, say) leaves the directory usable by the next."""
+    cfg = tiny_train_config(run_dir=str(tmp_path / "run"), rl__enabled=False, tensorboard=False)
+    abandoned = Trainer(cfg)
+    Trainer(cfg, resume=True).run()
+    assert (Path(cfg.run_dir) / "sft_model" / "model.safetensors").is_file()
+    del abandoned
