@@ -111,6 +111,7 @@ class RunDir:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"run directory {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
+        lock_was_there = (self.path / LOCK_FILE).exists()
         self._acquire_lock()
         if not resume and self.config_file.exists():
             self.release()
@@ -123,6 +124,8 @@ class RunDir:
         foreign = [] if resume else self._foreign_entries()
         if foreign:
             self.release()
+            if not lock_was_there:  # leave the directory exactly as it was
+                (self.path / LOCK_FILE).unlink(missing_ok=True)
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
             raise UserError(
                 f"run directory {str(self.path)!r} is not empty and holds no polyrl run ({shown}): "
@@ -185,7 +188,7 @@ class RunDir:
     def _foreign_entries(self) -> list[str]:
         """Entries of the directory a fresh run did not make (the skeleton of a run killed at start-up aside)."""
         foreign = []
-        for entry in sorted(self.path.iterdir()):
+        for entry in sorted(self.path.iterdir(), key=lambda e: e.name):
             if entry.name not in _SKELETON or (entry.is_dir() and any(entry.iterdir())):
                 foreign.append(entry.name + ("/" if entry.is_dir() else ""))
         return foreign

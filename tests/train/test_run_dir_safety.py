@@ -102,7 +102,7 @@ def test_a_fresh_run_refuses_a_directory_that_is_not_a_polyrl_run(tiny_train_con
     assert "is not empty and holds no polyrl run (metrics.jsonl, sft_model/)" in line
     assert (mine / "sft_model" / "weights.bin").read_bytes() == b"precious"
     assert (mine / "metrics.jsonl").read_text() == '{"mine": 1}\n'
-    assert sorted(p.name for p in mine.iterdir()) == [".lock", "metrics.jsonl", "sft_model"]
+    assert sorted(p.name for p in mine.iterdir()) == ["metrics.jsonl", "sft_model"]
 
 
 def test_a_fresh_run_may_use_what_a_run_killed_at_start_up_left(tiny_train_config, tmp_path):
