@@ -10,11 +10,15 @@ Layout::
     RUN_DIR/final_model/       Hugging Face checkpoint after RL
     RUN_DIR/eval/*.json        held-out results
 
+    RUN_DIR/.lock              held (``flock``) by the one trainer that writes the directory
+
 Every file is written atomically (temp file + rename), so a killed run never leaves a half-written one.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import math
 import os
@@ -22,18 +26,39 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from polyrl.errors import UserError
 
 if TYPE_CHECKING:
     from polyrl.trackers import Tracker
 
+LOCK_FILE = ".lock"
+_SKELETON = {LOCK_FILE, ".write-test", "checkpoints", "eval"}
+"""What :meth:`RunDir.create` makes before the config is saved: a run killed that early left only these."""
+_HELD: dict[str, list] = {}
+"""Lock files this process holds: real path → [open file, how many RunDir views hold it]."""
+
+
+class ResumeRecord(BaseModel):
+    """Overrides given with ``polyrl train --resume``, recorded in ``config.yaml`` with where they took effect."""
+
+    model_config = ConfigDict(extra="forbid")
+    stage: str = Field(description="Stage of the checkpoint the resumed run started from (sft, rl; none: none).")
+    step: int = Field(description="Step of that checkpoint: the overrides apply from the step after it.")
+    overrides: dict[str, Any] = Field(description="Each changed setting (dotted key) with its new value.")
+
 
 def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -60,6 +85,7 @@ class RunDir:
         self.path = Path(path)
         self.trackers = trackers or []
         """Experiment trackers (TensorBoard, trackio, W&B, MLflow) that receive every record and the results."""
+        self._lock = None
 
     # -- paths ----------------------------------------------------------------------------------------
     @property
@@ -82,21 +108,93 @@ class RunDir:
 
     # -- setup ----------------------------------------------------------------------------------------
     def create(self, resume: bool) -> None:
-        """Make the directory (checking it is writable). A fresh run refuses a directory holding a run."""
+        """Make the directory (checking it is writable) and lock it for this process. A fresh run refuses a
+        directory holding a run, or anything else that is not an empty one; a resume needs a run's config."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"run directory {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
+        lock_was_there = (self.path / LOCK_FILE).exists()
+        self._acquire_lock()
         if not resume and self.config_file.exists():
+            self.release()
             raise UserError(
                 f"run directory {str(self.path)!r} already holds a run: use --resume {self.path} or another run_dir"
             )
         if resume and not self.config_file.exists():
+            self.release()
             raise UserError(f"{str(self.path)!r} is not a polyrl run directory (no config.yaml)")
+        foreign = [] if resume else self._foreign_entries()
+        if foreign:
+            self.release()
+            if not lock_was_there:  # leave the directory exactly as it was
+                (self.path / LOCK_FILE).unlink(missing_ok=True)
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise UserError(
+                f"run directory {str(self.path)!r} is not empty and holds no polyrl run ({shown}): "
+                "a fresh run writes only into an empty or new directory"
+            )
         try:
-            for d in (self.path, self.checkpoints, self.path / "eval"):
+            for d in (self.checkpoints, self.path / "eval"):
                 d.mkdir(parents=True, exist_ok=True)
             probe = self.path / ".write-test"
             probe.write_text("ok")
             probe.unlink()
         except OSError as exc:
+            self.release()
             raise UserError(f"run directory {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
+
+    def _acquire_lock(self) -> None:
+        """Hold ``RUN_DIR/.lock`` exclusively until :meth:`release` (or this process ends, when the kernel
+        drops it: a killed trainer never leaves a stale lock). A trainer of another process is refused before
+        it writes; in this process the lock is shared (counted), so an abandoned Trainer object does not lock
+        its directory against the next one."""
+        key = os.path.realpath(self.path / LOCK_FILE)
+        if key in _HELD:
+            _HELD[key][1] += 1
+            self._lock = key
+            return
+        try:
+            file = open(key, "a+")  # noqa: SIM115 (held open until release)
+        except OSError as exc:
+            raise UserError(f"run directory {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            file.seek(0)
+            holder = file.read(64).strip()
+            file.close()
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise UserError(f"cannot lock run directory {str(self.path)!r}: {exc.strerror or exc}") from None
+            raise UserError(
+                f"run directory {str(self.path)!r} is in use by another polyrl train"
+                + (f" (pid {holder})" if holder.isdigit() else "")
+                + ": wait for it to end, or use another run_dir"
+            ) from None
+        file.truncate(0)
+        file.write(f"{os.getpid()}\n")
+        file.flush()
+        _HELD[key] = [file, 1]
+        self._lock = key
+
+    def release(self) -> None:
+        """Give up this view's hold on the directory's lock (another trainer may then open it)."""
+        if self._lock is None:
+            return
+        held = _HELD[self._lock]
+        held[1] -= 1
+        if held[1] == 0:
+            held[0].close()
+            del _HELD[self._lock]
+        self._lock = None
+
+    def _foreign_entries(self) -> list[str]:
+        """Entries of the directory a fresh run did not make (the skeleton of a run killed at start-up aside)."""
+        foreign = []
+        for entry in sorted(self.path.iterdir(), key=lambda e: e.name):
+            if entry.name not in _SKELETON or (entry.is_dir() and any(entry.iterdir())):
+                foreign.append(entry.name + ("/" if entry.is_dir() else ""))
+        return foreign
 
     # -- metrics --------------------------------------------------------------------------------------
     def log(self, record: dict[str, Any]) -> None:
@@ -123,7 +221,7 @@ class RunDir:
         if not self.metrics_file.exists():
             return
         kept = self.metrics_file.read_bytes().split(b"\n")[:lines]
-        atomic_write_text(self.metrics_file, "".join(line.decode() + "\n" for line in kept))
+        atomic_write_bytes(self.metrics_file, b"".join(line + b"\n" for line in kept))  # bytes kept as they are
 
     def truncate_metrics(self, stage: str, step: int) -> None:
         """Drop records logged after a checkpoint that predates ``metrics_lines`` (older runs)."""
@@ -131,24 +229,24 @@ class RunDir:
             return
         order = {"sft": 0, "eval": 1, "rl": 2}
         keep = []
-        for line in self.metrics_file.read_text().splitlines():
+        for line in self.metrics_file.read_bytes().splitlines():
             try:
                 rec = json.loads(line)
             except ValueError:
-                continue  # a line cut by a kill
+                continue  # a line cut by a kill, or not UTF-8
             if (order.get(rec.get("stage"), 1), rec.get("step", 0)) <= (order[stage], step):
                 keep.append(line)
-        atomic_write_text(self.metrics_file, "".join(k + "\n" for k in keep))
+        atomic_write_bytes(self.metrics_file, b"".join(k + b"\n" for k in keep))
 
     def read_metrics(self) -> list[dict[str, Any]]:
         if not self.metrics_file.exists():
             return []
         out = []
-        for line in self.metrics_file.read_text().splitlines():
+        for line in self.metrics_file.read_bytes().splitlines():
             try:
                 out.append(json.loads(line))
             except ValueError:
-                pass
+                pass  # a line cut by a kill, or not UTF-8
         return out
 
     def save_json(self, path: Path, data: Any) -> None:
@@ -156,8 +254,10 @@ class RunDir:
         atomic_write_text(path, json.dumps(_clean(data), indent=2))
 
     def close(self) -> None:
+        """Close the trackers (flushing them) and give up the lock."""
         for tracker in self.trackers:
             tracker.close()
+        self.release()
 
 
 class SilentRunDir(RunDir):

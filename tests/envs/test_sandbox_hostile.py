@@ -240,4 +240,116 @@ for pid in ({os.getpid()}, {os.getppid()}):
 print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
 """
     r = attack(marker, src)
-    assert r.stdout.splitlines() == [f"{os.getpid()} not visible", f"{os.getppid()} not visible", "[1, 2]"]
+    assert r.stdout.splitlines() == [f"{os.getpid()} not visible", f"{os.getppid()} not visible", "[1]"]
+
+
+# -- issue #25: the snippet attached to the sandbox's first process (bwrap, without limits) with ptrace,
+# injected code that cleared its parent-death signal, mapped 600 MB and outlived the call under host init
+PTRACE_EVERYTHING = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+
+def errno_of(result):
+    return 0 if result == 0 else ctypes.get_errno()
+
+for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
+    for request, name in ((16, 'attach'), (0x4206, 'seize')):
+        print(pid, name, errno_of(libc.ptrace(request, pid, None, None)))
+print('traceme', errno_of(libc.ptrace(0, 0, None, None)))
+buf = ctypes.create_string_buffer(8)
+iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+process_vm_readv = 310 if os.uname().machine == 'x86_64' else 270
+print('vm_readv', errno_of(0 if libc.syscall(process_vm_readv, 1, iov, 1, iov, 1, 0) >= 0 else -1))
+"""
+
+
+def test_no_process_can_be_traced_from_inside_the_sandbox(marker):
+    r = attack(marker, PTRACE_EVERYTHING)
+    lines = r.stdout.splitlines()
+    assert r.status == "ok", r
+    assert lines[0].startswith("1 attach")  # the sandbox's first process is visible, and cannot be attached to
+    assert all(line.rsplit(" ", 1)[1] == "1" for line in lines), lines  # every request: EPERM
+
+
+def test_the_parent_death_signal_cannot_be_cleared(marker):
+    src = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.prctl(1, 0, 0, 0, 0), ctypes.get_errno())  # PR_SET_PDEATHSIG 0
+"""
+    assert attack(marker, src).stdout.split() == ["-1", "1"]
+
+
+def test_the_issues_attack_leaves_nothing_alive_and_stays_within_its_limits(marker):
+    src = """
+import ctypes, mmap, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+print('attach', libc.ptrace(16, 1, 0, 0), 'clear pdeathsig', libc.prctl(1, 0, 0, 0, 0), flush=True)
+try:
+    region = mmap.mmap(-1, 600 << 20)
+    print('mapped 600 MB', flush=True)
+except OSError as exc:
+    print('map refused', exc.errno, flush=True)
+time.sleep(60)
+"""
+    r = attack(marker, src, SandboxLimits(cpu_s=1, wall_s=2.0, memory_mb=256))
+    assert r.status == "timeout"
+    assert r.stdout.splitlines() == ["attach -1 clear pdeathsig -1", "map refused 12"]  # ENOMEM
+
+
+LIMITS_OF_ALL = """
+import os
+for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
+    for line in open(f'/proc/{pid}/limits'):
+        if line.startswith(('Max cpu time', 'Max address space', 'Max processes')):
+            print(pid, ' '.join(line.split()[:-1]))
+"""
+
+
+def test_every_process_inside_the_sandbox_has_the_limits_from_its_first_instruction(marker):
+    r = attack(marker, LIMITS_OF_ALL, SandboxLimits(cpu_s=1, wall_s=15.0, memory_mb=256, processes=16))
+    assert r.stdout.splitlines() == [
+        "1 Max cpu time 1 2",
+        "1 Max processes 16 16",
+        f"1 Max address space {256 << 20} {256 << 20}",
+    ]
+
+
+@pytest.mark.parametrize("prlimit", ["prlimit", "the interpreter"])
+def test_bwrap_itself_runs_under_the_cpu_and_memory_limits(marker, monkeypatch, prlimit):
+    """The limits are set before bwrap is executed (by util-linux's prlimit, else by the interpreter): bwrap,
+    outside the sandbox's pid namespace, has them too."""
+    import threading
+
+    from polyrl.envs import sandbox
+
+    if prlimit != "prlimit":
+        which = shutil.which
+        monkeypatch.setattr(sandbox.shutil, "which", lambda name: None if name == "prlimit" else which(name))
+
+    results = []
+    thread = threading.Thread(target=lambda: results.append(attack(marker, "import time\ntime.sleep(3)")))
+    thread.start()
+    seen = {}
+    while thread.is_alive() and not seen:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                if (
+                    Path(f"/proc/{pid}/comm").read_text().strip() == "bwrap"
+                    and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid()
+                ):
+                    seen[pid] = Path(f"/proc/{pid}/limits").read_text()
+            except (OSError, ValueError):
+                continue
+    thread.join()
+    assert results[0].status == "ok" and seen
+    for limits in seen.values():
+        rows = {
+            " ".join(line.split()[:-3]): line.split()[-3:-1]
+            for line in limits.splitlines()[1:]
+            if len(line.split()) > 3
+        }
+        assert rows["Max cpu time"] == [str(LIMITS.cpu_s), str(LIMITS.cpu_s + 1)]
+        assert rows["Max address space"] == [str(LIMITS.memory_mb << 20)] * 2

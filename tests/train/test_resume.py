@@ -29,12 +29,13 @@ class Crash(Exception):
     pass
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("crash_at", [("sft", 4), ("rl", 5)])
-def test_resumed_run_matches_uninterrupted(tiny_train_config, tmp_path, monkeypatch, crash_at):
-    full = tiny_train_config(run_dir=str(tmp_path / "full"))
+def test_resumed_run_matches_uninterrupted(tiny_train_config, tmp_path, monkeypatch, crash_at, threads):
+    full = tiny_train_config(run_dir=str(tmp_path / "full"), threads=threads)
     Trainer(full).run()
 
-    cfg = tiny_train_config(run_dir=str(tmp_path / "crashed"))
+    cfg = tiny_train_config(run_dir=str(tmp_path / "crashed"), threads=threads)
     stage, at = crash_at
     from polyrl.run_dir import RunDir
 

@@ -6,6 +6,7 @@ Errors a user can cause (:class:`~polyrl.errors.UserError`) print one line on st
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 
@@ -20,7 +21,7 @@ from polyrl.cli import serve as _serve
 from polyrl.cli import synth as _synth
 from polyrl.cli import tasks as _tasks
 from polyrl.cli import train as _train
-from polyrl.errors import UserError
+from polyrl.errors import UserError, one_line_warning
 
 app = typer.Typer(
     name="polyrl",
@@ -57,6 +58,7 @@ def run(argv: list[str] | None = None) -> int:
         sys.modules["datasets"].disable_progress_bars()
 
     usage_errors, aborts = _click_exceptions(click)
+    shown, warnings.showwarning = warnings.showwarning, one_line_warning
     try:
         result = app(args=argv, standalone_mode=False)
     except UserError as exc:
@@ -70,6 +72,8 @@ def run(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 0
+    finally:
+        warnings.showwarning = shown
     return result if isinstance(result, int) else 0
 
 

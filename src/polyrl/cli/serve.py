@@ -44,6 +44,9 @@ def register(app: typer.Typer) -> None:
         max_tokens: int = _limit("max_tokens"),
         max_waiting: int = _limit("max_waiting"),
         retry_after_s: int = _limit("retry_after_s"),
+        max_connections: int = _limit("max_connections"),
+        header_timeout_s: float = _limit("header_timeout_s"),
+        idle_timeout_s: float = _limit("idle_timeout_s"),
         threads: int | None = typer.Option(
             None, "--threads", help="torch CPU threads (default: half the CPU cores, 1 to 4)."
         ),
@@ -70,6 +73,9 @@ def register(app: typer.Typer) -> None:
             max_tokens=max_tokens,
             max_waiting=max_waiting,
             retry_after_s=retry_after_s,
+            max_connections=max_connections,
+            header_timeout_s=header_timeout_s,
+            idle_timeout_s=idle_timeout_s,
         )
         checkpoint = resolve_model_path(checkpoint)
         check_model_dir(checkpoint)

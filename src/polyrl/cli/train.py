@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import time
 from importlib.resources import files
 from pathlib import Path
@@ -95,5 +96,12 @@ def register(app: typer.Typer) -> None:
         except TrainingError as exc:
             console.print(f"[red]polyrl: training stopped:[/] {exc}")
             raise typer.Exit(1) from None
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            where = exc.filename or cfg.run_dir
+            raise UserError(
+                f"the disk is full (writing {where}): free space, then polyrl train --resume {cfg.run_dir}"
+            ) from None
         print_results(results, console)
         console.print(f"run directory: {cfg.run_dir}  (metrics.jsonl, tb/, sft_model/, final_model/, eval/)")

@@ -5,17 +5,21 @@ bubblewrap (``bwrap``, Debian package ``bubblewrap``), never from checks inside 
 
 * **Namespaces** — new user, pid, network, ipc, uts and cgroup namespaces (``--unshare-all
   --unshare-user``), no further user namespaces (``--disable-userns``), all capabilities dropped, a new
-  session (no terminal to inject keystrokes into), uid/gid 65534 inside. The pid namespace dies with its
-  first process, so nothing the snippet started outlives the call.
+  session (no terminal to inject keystrokes into), uid/gid 65534 inside. The snippet's interpreter is the
+  pid namespace's first process (``--as-pid-1``: no bwrap reaper inside to attach to), so when it ends,
+  or is killed at the wall clock, every process of the namespace ends with it.
 * **Filesystem** — a fresh root with read-only binds of ``/usr``, ``/lib*`` and the interpreter's prefix
   only (no ``/etc``, ``/root``, ``/home``, working directory or repository), the ``/proc`` of its own pid
   namespace, a minimal read-only ``/dev`` (null, zero, random, …), and a size-limited tmpfs ``/tmp`` — the
   only writable place and the working directory. It vanishes with the sandbox.
 * **Processes** — a seccomp filter (:mod:`polyrl.envs.seccomp`) refuses fork, vfork and non-thread
-  clone; ``RLIMIT_NPROC`` as well (which the kernel enforces for users other than root).
+  clone; ``RLIMIT_NPROC`` as well (which the kernel enforces for users other than root). It also refuses
+  ptrace and the other calls that reach into another process, and clearing the parent-death signal.
 * **Resources** — CPU seconds, address space, file size (which also caps stdout and stderr, memory files
-  in the parent), open files; a wall clock after which the whole process group is killed
-  (``--die-with-parent`` takes the sandbox with it).
+  in the parent), open files. CPU, address space, file size and core size are set before bwrap is
+  executed, so every process of the sandbox has them from its first instruction; the interpreter sets
+  them again with the process and file limits. A wall clock, after which bwrap's process group and the
+  namespace's first process (through a pidfd opened while it ran) are killed, and waited for.
 * **Environment** — cleared; only ``PYTHON*`` encoding variables, ``HOME=/tmp`` and ``TMPDIR=/tmp``.
 
 The interpreter is the trainer's own base interpreter (``sys._base_executable``) with ``-I -S``: the
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -49,6 +54,16 @@ _MIN_BWRAP = (0, 8, 0)
 _SANDBOX_UID = 65534  # "nobody" inside the user namespace
 _SYSTEM_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32")
 _PYTHON_ENV = {"PYTHONUTF8": "1", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
+# Runs outside, in place of bwrap: the limits every process of the sandbox inherits, then exec bwrap.
+_LIMITED_EXEC = r"""
+import os, resource, sys
+cpu_s, memory, file_size = map(int, sys.argv[1:4])
+for limit, value in ((resource.RLIMIT_CPU, (cpu_s, cpu_s + 1)), (resource.RLIMIT_AS, (memory, memory)),
+                     (resource.RLIMIT_FSIZE, (file_size, file_size)), (resource.RLIMIT_CORE, (0, 0))):
+    resource.setrlimit(limit, value)
+os.execv(sys.argv[4], sys.argv[4:])
+"""
 
 # Runs inside the sandbox before the snippet: set the rlimits, read the snippet from stdin, run it.
 _RUNNER = r"""
@@ -107,6 +122,7 @@ def bwrap_arguments() -> tuple[str, ...]:
     args = [
         "--unshare-all",
         "--unshare-user",
+        "--as-pid-1",
         "--disable-userns",
         "--die-with-parent",
         "--new-session",
@@ -211,16 +227,17 @@ def run_python(source: str, limits: SandboxLimits | None = None, mode: SandboxMo
         check_sandbox(mode)  # raises the one-line error
     if mode == "unsafe_local":
         _warn_unsafe()
-    fds = [_anonymous_file(f"polyrl-sandbox-{name}") for name in ("in", "out", "err", "bpf", "info")]
-    stdin, stdout, stderr, filter_fd, info_fd = fds
+    fds = [_anonymous_file(f"polyrl-sandbox-{name}") for name in ("in", "out", "err", "bpf")]
+    stdin, stdout, stderr, filter_fd = fds
     try:
         _fill(stdin, source.encode("utf-8", "surrogatepass"))
         streams = (stdin, stdout, stderr)
         if mode == "bwrap":
             _fill(filter_fd, seccomp.no_new_processes_filter())
-            command = [bwrap, "--info-fd", str(info_fd), *_bwrap_command(limits, filter_fd)]
-            returncode, timed_out = _run(command, limits.wall_s, streams, "/", {}, (filter_fd, info_fd))
-            _wait_for_namespace(info_fd)
+            info_r, info_w = os.pipe()
+            fds += [info_r, info_w]
+            command = [*_limited(limits), bwrap, "--info-fd", str(info_w), *_bwrap_command(limits, filter_fd)]
+            returncode, timed_out = _run(command, limits.wall_s, streams, "/", {}, (filter_fd, info_w), info_r)
             if returncode is not None and returncode > 128:
                 returncode = -(returncode - 128)  # bwrap reports a child killed by signal N as 128 + N
         else:
@@ -231,25 +248,70 @@ def run_python(source: str, limits: SandboxLimits | None = None, mode: SandboxMo
         err, _ = _read(stderr, limits.output_bytes)
     finally:
         for fd in fds:
-            os.close(fd)
+            _close(fd)
     status = _status(returncode, timed_out, err, out_size >= limits.output_bytes)
     return SandboxResult(out, err, status, returncode, mode == "bwrap")
 
 
-def _wait_for_namespace(info_fd: int, timeout_s: float = 2.0) -> None:
-    """Wait until the sandbox's pid 1 has exited, and with it every process of its pid namespace.
+def _limited(limits: SandboxLimits) -> list[str]:
+    """The command that sets the inherited limits and then executes the rest of the command line (bwrap):
+    util-linux's ``prlimit`` (about 2 ms), else the interpreter (about 30 ms)."""
+    memory = limits.memory_mb << 20
+    prlimit = shutil.which("prlimit")
+    if prlimit is not None:
+        spans = (f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}", f"--as={memory}", f"--fsize={limits.output_bytes}")
+        return [prlimit, *spans, "--core=0", "--"]
+    numbers = (limits.cpu_s, memory, limits.output_bytes)
+    return [interpreter(), "-I", "-S", "-c", _LIMITED_EXEC, *map(str, numbers)]
 
-    bwrap's own exit does not imply it: after a wall-clock kill, pid 1 inside dies by ``PR_SET_PDEATHSIG``,
-    asynchronously. The kernel kills and reaps a pid namespace's processes before its pid 1 exits.
-    """
-    os.lseek(info_fd, 0, os.SEEK_SET)
+
+def _close(fd: int) -> None:
     try:
-        child_pid = int(json.loads(os.read(info_fd, 4096))["child-pid"])
-        pidfd = os.pidfd_open(child_pid)
-    except (ValueError, KeyError, ProcessLookupError):
-        return  # bwrap failed before it started a child, or the child is gone already
+        os.close(fd)
+    except OSError:
+        pass  # closed already (the write end of the info pipe, once bwrap has it)
+
+
+def _namespace_pidfd(info_r: int, bwrap_pid: int, deadline: float) -> int | None:
+    """A pidfd of the sandbox's first process, from the ``{"child-pid": N}`` bwrap writes to its info pipe.
+
+    It is opened while bwrap (that process's parent, which alone can reap it) runs, and checked to be bwrap's
+    child, so it can only name that process; None when bwrap failed before it started one."""
+    data = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([info_r], [], [], max(deadline - time.monotonic(), 0))
+        chunk = os.read(info_r, 4096) if ready else b""
+        if not chunk:
+            return None
+        data += chunk
+        try:
+            child = int(json.loads(data)["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            continue  # not the whole object yet
+        try:
+            pidfd = os.pidfd_open(child)
+            with open(f"/proc/{child}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if parent == bwrap_pid:
+            return pidfd
+        os.close(pidfd)
+        return None
+    return None
+
+
+def _kill_namespace(pidfd: int | None, timeout_s: float = 2.0) -> None:
+    """SIGKILL the sandbox's first process and wait until it has exited, and with it every process of its pid
+    namespace (the kernel kills and reaps them before their pid 1 exits). bwrap's own exit does not imply it:
+    ``--die-with-parent`` is a signal delivered asynchronously."""
+    if pidfd is None:
+        return
     try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         select.select([pidfd], [], [], timeout_s)  # a pidfd is readable once its process has exited
+    except ProcessLookupError:
+        pass  # exited already
     finally:
         os.close(pidfd)
 
@@ -269,9 +331,17 @@ def _fill(fd: int, data: bytes) -> None:
 
 
 def _run(
-    command: list[str], wall_s: float, streams: tuple[int, int, int], cwd: str, env: dict, pass_fds: tuple[int, ...]
+    command: list[str],
+    wall_s: float,
+    streams: tuple[int, int, int],
+    cwd: str,
+    env: dict,
+    pass_fds: tuple[int, ...],
+    info_r: int | None = None,
 ) -> tuple[int | None, bool]:
-    """Run ``command`` in a new session; after ``wall_s`` (or at exit) SIGKILL its whole process group."""
+    """Run ``command`` in a new session; after ``wall_s`` (or at exit) SIGKILL its whole process group and,
+    given bwrap's info pipe ``info_r``, the sandbox's first process."""
+    deadline = time.monotonic() + wall_s
     proc = subprocess.Popen(
         command,
         cwd=cwd,
@@ -282,12 +352,23 @@ def _run(
         pass_fds=pass_fds,
         start_new_session=True,
     )
+    for fd in pass_fds[1:] if info_r is not None else ():
+        os.close(fd)  # the write end of the info pipe is bwrap's now: its exit ends the pipe
+    pidfd = None
     timed_out = False
     try:
-        proc.wait(timeout=wall_s)
+        if info_r is not None:
+            pidfd = _namespace_pidfd(info_r, proc.pid, deadline)
+        proc.wait(timeout=max(deadline - time.monotonic(), 0))
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
+        if pidfd is not None:  # the sandbox first, so that bwrap, its parent, reaps it and exits
+            _kill_namespace(pidfd)
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
         _kill_group(proc)
     return proc.returncode, timed_out
 

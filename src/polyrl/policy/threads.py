@@ -25,3 +25,23 @@ def default_threads(cores: int) -> int:
     run; the cap of 4 is a judgement (a ~1 M-parameter model has little work per operation to split), not measured.
     """
     return max(1, min(MAX_DEFAULT_THREADS, cores // 2))
+
+
+def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu") -> int:
+    """Set torch's CPU threads (``threads``, or :func:`default_threads`) and, with ``deterministic``, make every
+    run of the same config compute the same numbers (docs/training.md, "Determinism"). Returns the threads.
+
+    It switches on torch's deterministic algorithms (``torch.use_deterministic_algorithms``: on CPU the sorted
+    accumulation of indexing backward passes such as that of ``x[rows, cols]``; on CUDA also cuDNN's and
+    cuBLAS's deterministic kernels, cuBLAS with ``CUBLAS_WORKSPACE_CONFIG`` set before its first call unless the
+    user set it). An operation without a deterministic implementation warns rather than stopping the run."""
+    import torch
+
+    count = threads or default_threads(available_cores())
+    torch.set_num_threads(count)
+    if deterministic and device.startswith("cuda"):
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    return count

@@ -10,14 +10,16 @@ worker thread so the event loop keeps answering; the ``n`` completions of one re
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
+import torch
 from fastapi import FastAPI, Request  # at module level: FastAPI resolves the handlers' annotations here
+from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from polyrl.errors import UserError
 from polyrl.policy.generation import TransformersBackend
+from polyrl.serve.completion import add_logprobs, completion_events, completion_object, make_choice
 from polyrl.serve.errors import ServeError, install_handlers
 from polyrl.serve.limits import (
     Admission,
@@ -44,31 +46,6 @@ def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
             raise ServeError(400, f"the model's chat template refused the messages: {exc}", param="messages") from None
         return tokenizer(text, add_special_tokens=False).input_ids
     return tokenizer("\n".join(m["content"] for m in messages) + "\n").input_ids
-
-
-def completion_response(model_name: str, prompt_tokens: int, gens) -> dict[str, Any]:
-    """OpenAI's ``chat.completion`` object for the generations of one request."""
-    completion_tokens = sum(len(g.completion_ids) for g in gens)
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model_name,
-        "choices": [
-            {
-                "index": i,
-                "message": {"role": "assistant", "content": g.text},
-                "finish_reason": "stop" if g.finished else "length",
-                "logprobs": None,
-            }
-            for i, g in enumerate(gens)
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
 
 
 def build_app(policy, model_name: str, limits: ServeLimits | None = None):
@@ -102,6 +79,9 @@ def build_app(policy, model_name: str, limits: ServeLimits | None = None):
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: ChatRequest, http: Request):
+        refused = request.unsupported()
+        if refused is not None:
+            raise ServeError(400, refused[1], param=refused[0])
         if len(request.messages) > limits.max_messages:
             raise ServeError(
                 400, f"{len(request.messages)} messages; at most {limits.max_messages} fit", param="messages"
@@ -120,15 +100,29 @@ def build_app(policy, model_name: str, limits: ServeLimits | None = None):
         async with admission.turn():
             if await http.is_disconnected():  # gave up while waiting: generating for nobody would delay the rest
                 raise ServeError(499, "the client disconnected while its request waited")
-            gens = await run_in_threadpool(
-                backend.generate,
+            choices = await run_in_threadpool(complete, request, ids, max_tokens, how)
+        if request.stream:
+            include_usage = request.stream_options is not None and request.stream_options.include_usage
+            events = completion_events(model_name, len(ids), choices, include_usage)
+            return StreamingResponse(events, media_type="text/event-stream")
+        return completion_object(model_name, len(ids), choices)
+
+    def complete(request: ChatRequest, ids: list[int], max_tokens: int, how):
+        """The request's choices: generated (from its ``seed`` when it gives one), cut at ``stop``, with logprobs."""
+        with torch.random.fork_rng(devices=[]):  # a seed fixes this request's sampling only
+            if request.seed is not None:
+                torch.manual_seed(request.seed)
+            gens = backend.generate(
                 [ids] * request.n,
                 max_new_tokens=max_tokens,
                 temperature=how.temperature,
                 top_p=how.top_p,
                 greedy=how.greedy,
             )
-        return completion_response(model_name, len(ids), gens)
+        choices = [make_choice(tokenizer, g, request.stop) for g in gens]
+        if request.logprobs:
+            add_logprobs(policy.model, tokenizer, ids, choices, request.top_logprobs or 0)
+        return choices
 
     return app
 
@@ -145,7 +139,6 @@ def serve(
     (default: :func:`~polyrl.policy.threads.default_threads`; torch's one per core collapses on a busy machine)."""
     from pathlib import Path
 
-    import torch
     import uvicorn
 
     from polyrl.policy.loading import ModelConfig, load_policy
@@ -154,4 +147,17 @@ def serve(
     torch.set_num_threads(threads or default_threads(available_cores()))
     policy = load_policy(ModelConfig(path=checkpoint))
     name = model_name or Path(checkpoint).resolve().name
-    uvicorn.run(build_app(policy, name, limits), host=host, port=port, log_level="info")
+    limits = limits or ServeLimits()
+    uvicorn.Server(server_config(build_app(policy, name, limits), limits, host, port, "info")).run()
+
+
+def server_config(app, limits: ServeLimits, host: str, port: int, log_level: str = "warning"):
+    """uvicorn's config for ``app``: HTTP/1.1 with the connection cap and the header and idle timeouts."""
+    import uvicorn
+
+    from polyrl.serve.connections import guarded_protocol
+
+    protocol = guarded_protocol(limits.max_connections, limits.header_timeout_s, limits.idle_timeout_s)
+    return uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, http=protocol, timeout_keep_alive=limits.idle_timeout_s
+    )

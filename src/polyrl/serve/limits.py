@@ -31,6 +31,13 @@ class ServeLimits(BaseModel):
     max_tokens: int = Field(1024, ge=1, description="Cap on a request's max_tokens (larger requests are cut to it).")
     max_waiting: int = Field(16, ge=0, description="Requests that may wait behind the running one; more: 503.")
     retry_after_s: int = Field(1, ge=1, description="Retry-After (seconds) sent with a 503.")
+    max_connections: int = Field(64, ge=1, description="Open connections at once; one more is closed with a 503.")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a client has to send a request's headers; then 408 and closed."
+    )
+    idle_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a connection may send nothing mid-body or between requests; then closed."
+    )
 
 
 def chars_per_token(tokenizer) -> int:

@@ -32,10 +32,24 @@ class ChatMessage(BaseModel):
         return content
 
 
-class ChatRequest(BaseModel):
-    """The subset of OpenAI's chat-completions request the server honours; other fields are ignored."""
+REFUSED = ("tools", "tool_choice", "functions", "function_call", "response_format", "logit_bias", "audio")
+"""Request fields that change what a completion is and that the server does not implement: a 400, never ignored."""
+PENALTIES = ("presence_penalty", "frequency_penalty")
+"""Accepted at 0 (their default), refused otherwise."""
 
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = False
+
+
+class ChatRequest(BaseModel):
+    """The subset of OpenAI's chat-completions request the server honours. A field that would change the
+    completion and is not implemented (``REFUSED``, non-zero penalties) is a 400; the rest (``user``,
+    ``metadata``, …) does not change what is generated and is ignored."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
@@ -44,6 +58,35 @@ class ChatRequest(BaseModel):
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n: int = Field(1, ge=1, le=64)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    seed: int | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_sequences(cls, stop):
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if len(stops) > 4 or any(not s for s in stops):
+            raise ValueError("give at most 4 non-empty stop sequences")
+        return stops
+
+    def unsupported(self) -> tuple[str, str] | None:
+        """``(field, why)`` for the first field asked for that the server does not implement, else None."""
+        extra = self.model_extra or {}
+        for name in REFUSED:
+            if extra.get(name) not in (None, [], {}):
+                return name, f"{name} is not supported by polyrl serve"
+        for name in PENALTIES:
+            if extra.get(name) not in (None, 0, 0.0):
+                return name, f"{name} is not supported by polyrl serve (only 0)"
+        if self.top_logprobs is not None and not self.logprobs:
+            return "top_logprobs", "top_logprobs needs logprobs: true"
+        if self.stream_options is not None and not self.stream:
+            return "stream_options", "stream_options needs stream: true"
+        return None
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,15 @@ import hashlib
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from polyrl.errors import UserError
+from polyrl.tasks.dataset_files import check_local_file
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -50,6 +52,15 @@ class DatasetSpec(BaseModel):
     verifier_options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the verifier, e.g. {rel_tol: 0.01} for numeric."
     )
+    max_prompt_chars: int = Field(
+        1000, ge=1, description="Longest prompt (with its choices) a row may have; longer ones are long_rows."
+    )
+    max_answer_chars: int = Field(
+        500, ge=1, description="Longest processed answer a row may have; rows with a longer one are dropped."
+    )
+    long_rows: Literal["drop", "truncate"] = Field(
+        "drop", description="A row over max_prompt_chars: dropped, or its prompt cut to it (counted either way)."
+    )
 
     @field_validator("answer_regex")
     @classmethod
@@ -81,12 +92,15 @@ def _load_table(path: str, spec: DatasetSpec, split: str):
     datasets.disable_progress_bars()
     local = Path(path)
     suffix = local.suffix.lower()
+    verbosity = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its "Failed to read file" would be a 2nd line
     try:
         if suffix in LOCAL_FORMATS:
             if not local.is_file():
                 raise UserError(f"dataset file {path} does not exist")
             if local.stat().st_size == 0:
                 raise UserError(f"dataset file {path} is empty")
+            check_local_file(local)
             return datasets.load_dataset(LOCAL_FORMATS[suffix], data_files=str(local), split="train")
         if local.is_dir() and (local / "dataset_info.json").exists():
             return datasets.load_from_disk(str(local))
@@ -94,8 +108,12 @@ def _load_table(path: str, spec: DatasetSpec, split: str):
     except UserError:
         raise
     except Exception as exc:
+        while exc.__cause__ is not None:  # datasets wraps the reader's error in "An error occurred while …"
+            exc = exc.__cause__
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot load dataset {path}: {first[:300]}") from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
 
 
 def _text(value: Any) -> str:
@@ -166,7 +184,9 @@ def _options(raw: Any, where: str) -> list[str]:
 
 
 def load_rows(path: str, spec: DatasetSpec, split: str) -> list[Row]:
-    """Every row of ``path`` processed: question (with lettered choices), target answer, difficulty."""
+    """Every row of ``path`` processed: question (with lettered choices), target answer, difficulty. Rows over
+    the spec's length budget are dropped or cut (and counted on stderr), so the rows held in memory, and every
+    sequence trained on, are bounded by the config whatever the file holds."""
     table = _load_table(path, spec, split)
     if len(table) == 0:
         raise UserError(f"dataset {path} has no rows")
@@ -174,17 +194,51 @@ def load_rows(path: str, spec: DatasetSpec, split: str) -> list[Row]:
     missing = [c for c in wanted if c is not None and c not in table.column_names]
     if missing:
         raise UserError(f"dataset {path} has no column {missing[0]!r}; its columns: {', '.join(table.column_names)}")
-    rows = []
-    for i, record in enumerate(table):
+    rows, long = [], {"prompt": 0, "answer": 0}
+    for i, record in enumerate(_records(table, path)):
         where = f"{path} row {i}"
         options = _options(record[spec.choices], where) if spec.choices else None
+        question = _question(record[spec.prompt], options, where)
+        if len(question) > spec.max_prompt_chars:
+            long["prompt"] += 1
+            if spec.long_rows == "drop":
+                continue
+            question = question[: spec.max_prompt_chars]
         target = _target(record[spec.answer], spec, options, where)
+        if len(target) > spec.max_answer_chars:
+            long["answer"] += 1
+            continue
         _check_target(target, spec, where)
         difficulty = None
         if spec.difficulty_column is not None:
             difficulty = _difficulty_value(record[spec.difficulty_column], where)
-        rows.append(Row(i, _question(record[spec.prompt], options, where), target, difficulty))
+        rows.append(Row(i, question, target, difficulty))
+    if long["prompt"] or long["answer"]:
+        _report_long_rows(path, spec, len(table), long)
+    if not rows:
+        raise UserError(
+            f"dataset {path}: none of its {len(table)} rows is within max_prompt_chars={spec.max_prompt_chars} "
+            f"and max_answer_chars={spec.max_answer_chars}"
+        )
     return rows
+
+
+def _records(table, path: str):
+    """The table's rows as dicts; text that is not UTF-8 (decoded only now, as each row is read) is a UserError."""
+    try:
+        yield from table
+    except UnicodeDecodeError as exc:
+        raise UserError(f"dataset {path} holds text that is not UTF-8 (byte 0x{exc.object[exc.start]:02x})") from None
+
+
+def _report_long_rows(path: str, spec: DatasetSpec, total: int, long: dict[str, int]) -> None:
+    parts = []
+    if long["prompt"]:
+        cut = "dropped" if spec.long_rows == "drop" else "prompt truncated"
+        parts.append(f"{long['prompt']} with a prompt over max_prompt_chars={spec.max_prompt_chars} ({cut})")
+    if long["answer"]:
+        parts.append(f"{long['answer']} with an answer over max_answer_chars={spec.max_answer_chars} (dropped)")
+    print(f"polyrl: warning: dataset {path}: {total} rows, {'; '.join(parts)}", file=sys.stderr)
 
 
 def _check_target(target: str, spec: DatasetSpec, where: str) -> None:

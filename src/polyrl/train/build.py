@@ -21,7 +21,7 @@ from polyrl.errors import UserError
 from polyrl.harness.resolve import resolve_task_spec
 from polyrl.policy import PromptBuilder, load_policy
 from polyrl.policy.backends import check_installed, make_backend
-from polyrl.policy.threads import available_cores, default_threads
+from polyrl.policy.threads import configure_torch
 from polyrl.rewards import RewardScorer
 from polyrl.rollout.collect import LocalSource, Sampling
 from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
@@ -127,7 +127,7 @@ def _load_policy(parts: RunParts, placement) -> None:
 
     config = parts.config
     hf_logging.disable_progress_bar()
-    torch.set_num_threads(config.threads or default_threads(available_cores()))
+    configure_torch(config.threads, config.deterministic, config.device)
     torch.manual_seed(config.seed)
     parts.policy = load_policy(config.model, seed=config.seed, device=config.device)
     parts.prompts = PromptBuilder(parts.policy.tokenizer, config.prompt)

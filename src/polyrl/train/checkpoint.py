@@ -7,6 +7,7 @@ half-written one that would be loaded.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import random
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from polyrl.errors import UserError
 from polyrl.run_dir import atomic_write_text
 
 STATE_FILE = "trainer_state.json"
@@ -47,9 +49,32 @@ def save_checkpoint(
     keep: int,
     tensors: dict[str, Any] | None = None,
 ) -> Path:
-    """``extra`` goes to JSON; ``tensors`` (e.g. the critic's state) to ``optim.pt``."""
-    final = root / _name(stage, step)
+    """``extra`` goes to JSON; ``tensors`` (e.g. the critic's state) to ``optim.pt``. A disk that fills up (or
+    any other failed write) leaves the checkpoints there were, and stops the run with one line."""
     tmp = root / f".tmp-{_name(stage, step)}"
+    try:
+        return _write_checkpoint(root, tmp, stage, step, model, optimizer, scheduler, extra, keep, tensors)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            kept = latest_checkpoint(root)
+        except UserError:
+            kept = None
+        where = f"the last checkpoint, {kept.path.name}, is intact" if kept is not None else "no checkpoint was kept"
+        raise UserError(
+            f"could not write checkpoint {_name(stage, step)} in {root}: {_reason(exc)}; {where} "
+            f"(free space, then polyrl train --resume {root.parent})"
+        ) from None
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    return exc.strerror or str(exc)
+
+
+def _write_checkpoint(root: Path, tmp: Path, stage, step, model, optimizer, scheduler, extra, keep, tensors) -> Path:
+    final = root / _name(stage, step)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp / "model", safe_serialization=True)
@@ -116,7 +141,8 @@ def _intact(path: Path) -> tuple[dict[str, Any] | None, str]:
 
 def latest_checkpoint(root: Path) -> Checkpoint | None:
     """The newest intact checkpoint under ``root``. A damaged newer one (a file cut short, edited or gone) is
-    skipped with a one-line warning, so a run resumes from the one before it."""
+    skipped with a one-line warning, so a run resumes from the one before it; when every checkpoint is damaged
+    the run cannot go on from any of them, and a silent restart from step 0 would hide it: a user error."""
     if not root.exists():
         return None
     candidates = list(reversed(_complete(root)))
@@ -126,11 +152,18 @@ def latest_checkpoint(root: Path) -> Checkpoint | None:
         if named in candidates:  # LATEST first: it names the checkpoint written last
             candidates.remove(named)
             candidates.insert(0, named)
+    problems = []
     for path in candidates:
         state, problem = _intact(path)
         if state is not None:
+            for skipped in problems:
+                warnings.warn(f"checkpoint {skipped}; resuming from {path.name}", stacklevel=2)
             return Checkpoint(path, state["stage"], int(state["step"]), state)
-        warnings.warn(f"checkpoint {path.name} is not usable ({problem}); trying an older one", stacklevel=2)
+        problems.append(f"{path.name} is not usable ({problem})")
+    if problems:
+        raise UserError(
+            f"no usable checkpoint in {root}: {'; '.join(problems)}; restore one, or start a new run in another run_dir"
+        )
     return None
 
 
@@ -144,6 +177,8 @@ def load_model_weights(model, directory: Path) -> None:
         set_peft_model_state_dict(model, load_file(str(directory / "adapter_model.safetensors")))
         return
     index = directory / "model.safetensors.index.json"
+    if not index.exists() and not (directory / "model.safetensors").is_file():
+        raise UserError(f"{directory} holds no model weights (model.safetensors is missing): restore it")
     files = (
         sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
     )

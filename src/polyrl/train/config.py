@@ -23,7 +23,7 @@ from polyrl.policy.backends import GenerationConfig, check_engine
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.rewards import RewardConfig
-from polyrl.run_dir import atomic_write_text
+from polyrl.run_dir import ResumeRecord, atomic_write_text
 from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
@@ -204,6 +204,9 @@ class TrainConfig(Strict):
     threads: int | None = Field(
         None, ge=1, description="torch CPU threads (default: half the CPU cores, 1 to 4; see docs/training.md)."
     )
+    deterministic: bool = Field(
+        True, description="Same seed, same weights at any thread count (docs/training.md has its cost)."
+    )
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="How problems are shown.")
     tasks: list[TaskSpec] = Field(description="The training mix.", min_length=1)
@@ -240,6 +243,10 @@ class TrainConfig(Strict):
         default_factory=LoggingConfig, description="Experiment trackers (TensorBoard, trackio, W&B, MLflow)."
     )
     progress: bool = Field(True, description="Live progress display in the terminal.")
+    resumes: list[ResumeRecord] = Field(
+        default_factory=list,
+        description="Written by polyrl: the overrides each --resume gave, and the checkpoint they took effect at.",
+    )
 
     @field_validator("tasks")
     @classmethod

@@ -25,10 +25,11 @@ from polyrl.eval import format_comparison
 from polyrl.run_dir import atomic_write_text
 from polyrl.train.build import build_run
 from polyrl.train.checkpoint import latest_checkpoint
-from polyrl.train.config import TrainConfig, save_config
+from polyrl.train.config import TrainConfig
 from polyrl.train.evaluation import held_out
 from polyrl.train.placement import LocalPlacement
 from polyrl.train.progress import StageProgress
+from polyrl.train.resume import save_run_config
 from polyrl.train.rl_stage import RLStage
 from polyrl.train.sft_stage import SFTStage
 from polyrl.train.state import RunState, Training, TrainingError
@@ -49,8 +50,8 @@ class Trainer:
         self.progress = StageProgress(config.progress and self.placement.is_writer)
         self.sft = SFTStage(self.parts, self.state, self.placement, self.progress, self.sync_backend, self.save_model)
         self.rl = RLStage(self.parts, self.state, self.placement, self.progress, self.broadcast_weights, self.evaluate)
-        if not resume and self.parts.run_dir.writes:
-            save_config(config, self.parts.run_dir.config_file)
+        if self.parts.run_dir.writes:  # a resume's overrides are recorded with the step they took effect at
+            self.config = save_run_config(config, self.parts.run_dir, resume)
 
     # -- the pipeline ---------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:

@@ -1,0 +1,52 @@
+"""The run's ``config.yaml`` on a fresh start and on ``--resume``.
+
+A resumed run may be given overrides (``polyrl train --resume RUN rl.steps=40 rl.lr=1e-4``). They are applied,
+and recorded: ``config.yaml`` then holds the values the run goes on with, and its ``resumes`` list says what
+each resume changed and the checkpoint (stage, step) it took effect at, so the file never claims a run was made
+with settings it was not (docs/training.md, "Resuming with overrides").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from polyrl.run_dir import ResumeRecord, RunDir
+from polyrl.train.checkpoint import latest_checkpoint
+from polyrl.train.config import TrainConfig, load_config, save_config
+
+_NOT_SETTINGS = {"run_dir", "resumes"}
+"""Where a run is, and its resume history: not settings a resume can change."""
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def changed_settings(saved: TrainConfig, config: TrainConfig) -> dict[str, Any]:
+    """Dotted keys whose value in ``config`` differs from ``saved``, with their new values."""
+    before = _flat(saved.model_dump(mode="json", exclude=_NOT_SETTINGS))
+    after = _flat(config.model_dump(mode="json", exclude=_NOT_SETTINGS))
+    return {k: v for k, v in after.items() if before.get(k, object()) != v}
+
+
+def save_run_config(config: TrainConfig, run_dir: RunDir, resume: bool) -> TrainConfig:
+    """Save ``config`` as the run's config (a fresh run), or record how it differs from the saved one (a
+    resume). Returns the config as saved."""
+    if not resume:
+        save_config(config, run_dir.config_file)
+        return config
+    saved = load_config(run_dir.config_file, saved=True)
+    changed = changed_settings(saved, config)
+    if not changed:
+        return config
+    ckpt = latest_checkpoint(run_dir.checkpoints)
+    record = ResumeRecord(stage=ckpt.stage if ckpt else "none", step=ckpt.step if ckpt else 0, overrides=changed)
+    recorded = config.model_copy(update={"resumes": [*saved.resumes, record]})
+    save_config(recorded, run_dir.config_file)
+    return recorded
