@@ -39,7 +39,7 @@ def test_held_out_evaluation_steps_environments_with_env_concurrency(tiny_train_
         seen.update(kwargs)
         return {"mean": {"accuracy": 0.0}}
 
-    monkeypatch.setattr("polyrl.train.trainer.evaluate_policy", fake_evaluate)
+    monkeypatch.setattr("polyrl.train.evaluation.evaluate_policy", fake_evaluate)
     trainer = Trainer(tiny_train_config(**SETTINGS))
     trainer.evaluate("probe", log=False)
     assert seen["env_concurrency"] == 3 and seen["max_episode_tokens"] == 96
@@ -49,7 +49,7 @@ def test_rejection_sampling_samples_like_rl_with_its_own_group_size(tiny_train_c
     seen = []
     monkeypatch.setattr("polyrl.train.sft.rejection_samples", lambda *args: (seen.append(args[-1]), ([], 0.0))[1])
     trainer = Trainer(tiny_train_config(**SETTINGS))
-    trainer._rejection_round(0)
+    trainer.sft.rejection_round(0)
     assert seen == [Sampling(3, 7, 0.8, 0.9, 96, 3)]
 
 

@@ -14,6 +14,7 @@ from polyrl.rollout.batch import length_ordered, pack_rows, padding_share
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
 from polyrl.train.learner import micro_batches, policy_update
+from polyrl.train.settings import UpdateSettings
 from polyrl.train.update_batch import prepare_update
 
 
@@ -59,7 +60,9 @@ def test_the_length_bucketed_update_has_the_padded_batch_gradient(share_prompts)
     policy = load_policy(ModelConfig(path="tiny", tiny=tiny), seed=0)
     grads = {}
     for budget in (None, 48):
-        cfg = RLConfig(micro_batch_tokens=budget, max_new_tokens=12, share_prompts=share_prompts)
+        cfg = UpdateSettings.from_config(
+            RLConfig(micro_batch_tokens=budget, max_new_tokens=12, share_prompts=share_prompts)
+        )
         batch = prepare_update(_trajs(), ["a"], policy.tokenizer.pad_token_id, cfg)
         if budget:
             lengths = batch.tokens.attention_mask.sum(1)
