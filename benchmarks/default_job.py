@@ -70,10 +70,10 @@ def table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def section(run_dir: Path, overrides: list[str], wall: float | None, peak_gb: float | None) -> str:
+def section(run_dir: Path, overrides: list[str], measured_at: str, wall: float | None, peak_gb: float | None) -> str:
     command = " ".join(["polyrl train --run-dir", str(run_dir), *overrides])
     when = datetime.now(UTC).strftime("%Y-%m-%d")
-    measured = f"Measured {when} at commit {commit()} on {cpu_model()}"
+    measured = f"Measured {when} at commit {measured_at} on {cpu_model()}"
     if wall is not None:
         measured += f": {wall / 60:.1f} min wall, peak RSS {peak_gb:.2f} GB"
     return f"```\n{command}\n```\n\n{measured}.\n\n{table(run_dir)}\n"
@@ -84,14 +84,16 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, default=Path("runs/readme"), help="Where the job writes its run.")
     parser.add_argument("--out", type=Path, help="Also write the section to this file.")
     parser.add_argument("--table-only", action="store_true", help="Format the run in --run-dir; do not train.")
+    parser.add_argument("--commit", help="With --table-only: the commit the run was made at (default: HEAD).")
     parser.add_argument("overrides", nargs="*", help="Config overrides for the run (key=value).")
     args = parser.parse_args()
     wall = peak = None
+    measured_at = args.commit or commit()  # before training: commits made meanwhile are not what ran
     if not args.table_only:
         if args.run_dir.exists():
             sys.exit(f"{args.run_dir} exists: give another --run-dir (or --table-only to format it)")
         wall, peak = train(args.run_dir, args.overrides)
-    text = section(args.run_dir, args.overrides, wall, peak)
+    text = section(args.run_dir, args.overrides, measured_at, wall, peak)
     print(text)
     if args.out is not None:
         args.out.write_text(text)

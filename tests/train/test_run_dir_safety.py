@@ -248,3 +248,15 @@ def test_an_abandoned_trainer_does_not_lock_its_directory_against_this_process(t
     Trainer(cfg, resume=True).run()
     assert (Path(cfg.run_dir) / "sft_model" / "model.safetensors").is_file()
     del abandoned
+
+
+def test_a_resume_with_overrides_reports_a_damaged_checkpoint_once(tiny_train_config, tmp_path, capsys):
+    cfg = tiny_train_config(run_dir=str(tmp_path / "run"), tensorboard=False)
+    Trainer(cfg).run()
+    newest = Path(cfg.run_dir) / "checkpoints" / "rl-000006" / "model" / "model.safetensors"
+    newest.write_bytes(newest.read_bytes()[:100])
+    assert cli(["train", "--resume", cfg.run_dir, "rl.steps=7"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("polyrl: warning: checkpoint rl-000006 is not usable") == 1, err
+    saved = yaml.safe_load((Path(cfg.run_dir) / "config.yaml").read_text())
+    assert saved["resumes"] == [{"stage": "rl", "step": 3, "overrides": {"rl.steps": 7}}]

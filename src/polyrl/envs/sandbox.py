@@ -235,7 +235,7 @@ def run_python(source: str, limits: SandboxLimits | None = None, mode: SandboxMo
         if mode == "bwrap":
             _fill(filter_fd, seccomp.no_new_processes_filter())
             info_r, info_w = os.pipe()
-            fds += [info_r, info_w]
+            fds.append(info_r)  # info_w is closed by _run, as soon as bwrap has it
             command = [*_limited(limits), bwrap, "--info-fd", str(info_w), *_bwrap_command(limits, filter_fd)]
             returncode, timed_out = _run(command, limits.wall_s, streams, "/", {}, (filter_fd, info_w), info_r)
             if returncode is not None and returncode > 128:
@@ -248,7 +248,7 @@ def run_python(source: str, limits: SandboxLimits | None = None, mode: SandboxMo
         err, _ = _read(stderr, limits.output_bytes)
     finally:
         for fd in fds:
-            _close(fd)
+            os.close(fd)
     status = _status(returncode, timed_out, err, out_size >= limits.output_bytes)
     return SandboxResult(out, err, status, returncode, mode == "bwrap")
 
@@ -263,13 +263,6 @@ def _limited(limits: SandboxLimits) -> list[str]:
         return [prlimit, *spans, "--core=0", "--"]
     numbers = (limits.cpu_s, memory, limits.output_bytes)
     return [interpreter(), "-I", "-S", "-c", _LIMITED_EXEC, *map(str, numbers)]
-
-
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass  # closed already (the write end of the info pipe, once bwrap has it)
 
 
 def _namespace_pidfd(info_r: int, bwrap_pid: int, deadline: float) -> int | None:
@@ -342,18 +335,20 @@ def _run(
     """Run ``command`` in a new session; after ``wall_s`` (or at exit) SIGKILL its whole process group and,
     given bwrap's info pipe ``info_r``, the sandbox's first process."""
     deadline = time.monotonic() + wall_s
-    proc = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        stdin=streams[0],
-        stdout=streams[1],
-        stderr=streams[2],
-        pass_fds=pass_fds,
-        start_new_session=True,
-    )
-    for fd in pass_fds[1:] if info_r is not None else ():
-        os.close(fd)  # the write end of the info pipe is bwrap's now: its exit ends the pipe
+    try:
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=streams[0],
+            stdout=streams[1],
+            stderr=streams[2],
+            pass_fds=pass_fds,
+            start_new_session=True,
+        )
+    finally:
+        for fd in pass_fds[1:] if info_r is not None else ():
+            os.close(fd)  # the write end of the info pipe is bwrap's now: its exit ends the pipe
     pidfd = None
     timed_out = False
     try:

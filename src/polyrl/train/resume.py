@@ -8,6 +8,7 @@ with settings it was not (docs/training.md, "Resuming with overrides").
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from polyrl.run_dir import ResumeRecord, RunDir
@@ -45,7 +46,9 @@ def save_run_config(config: TrainConfig, run_dir: RunDir, resume: bool) -> Train
     changed = changed_settings(saved, config)
     if not changed:
         return config
-    ckpt = latest_checkpoint(run_dir.checkpoints)
+    with warnings.catch_warnings():  # a damaged newest checkpoint is reported once, when the run resumes
+        warnings.simplefilter("ignore")
+        ckpt = latest_checkpoint(run_dir.checkpoints)
     record = ResumeRecord(stage=ckpt.stage if ckpt else "none", step=ckpt.step if ckpt else 0, overrides=changed)
     recorded = config.model_copy(update={"resumes": [*saved.resumes, record]})
     save_config(recorded, run_dir.config_file)
