@@ -161,10 +161,12 @@ def test_prepare_rejects_what_is_neither_a_preset_nor_a_gguf_file(capsys):
     assert "unknown model 'smollm3': give a preset (smollm2-135m-instruct) or a .gguf file" in one_line_error(capsys)
 
 
-def test_a_preset_is_shown_natural_prompts():
+def test_a_preset_and_a_gguf_file_are_shown_natural_prompts(tmp_path):
     from polyrl.policy.prompts import default_style
 
+    (tmp_path / "config.yaml").write_text("prompt: {style: terse}\n")  # a run directory's config beside the file
     assert default_style(SMOLLM2) == "natural"
+    assert default_style(str(tmp_path / "model.gguf")) == "natural"
 
 
 def test_a_gguf_model_path_trains_and_saves_a_plain_model(tiny_gguf, cache, tiny_train_config):
