@@ -130,6 +130,7 @@ def test_a_damaged_file_is_one_line_naming_the_fix_and_caches_nothing(tiny_gguf,
 
 
 def test_a_damaged_preset_file_says_to_reinstall_the_package(tmp_path, cache, monkeypatch):
+    pytest.importorskip("gguf", reason="the file is checked only once the gguf package is there")
     broken = tmp_path / "SmolLM2.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 10)
     monkeypatch.setattr(Preset, "file", lambda self: broken)
@@ -161,10 +162,12 @@ def test_prepare_rejects_what_is_neither_a_preset_nor_a_gguf_file(capsys):
     assert "unknown model 'smollm3': give a preset (smollm2-135m-instruct) or a .gguf file" in one_line_error(capsys)
 
 
-def test_a_preset_is_shown_natural_prompts():
+def test_a_preset_and_a_gguf_file_are_shown_natural_prompts(tmp_path):
     from polyrl.policy.prompts import default_style
 
+    (tmp_path / "config.yaml").write_text("prompt: {style: terse}\n")  # a run directory's config beside the file
     assert default_style(SMOLLM2) == "natural"
+    assert default_style(str(tmp_path / "model.gguf")) == "natural"
 
 
 def test_a_gguf_model_path_trains_and_saves_a_plain_model(tiny_gguf, cache, tiny_train_config):

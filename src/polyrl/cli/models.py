@@ -17,10 +17,15 @@ def list_cmd() -> None:
     from polyrl.policy.presets import CACHE_ENV, cache_dir, preset_statuses
 
     for row in preset_statuses():
-        installed = "installed" if row.file else f"not installed ({row.preset.install})"
-        cached = f"cached at {row.cached}" if row.cached else "not cached (converted on first use)"
-        print(f"{row.preset.name}: {row.preset.description}")
-        print(f"  {installed}; {cached if row.file else 'not cached'}")
+        if row.file is None:
+            state = f"not installed ({row.preset.install}); not cached"
+        else:
+            state = (
+                f"installed; cached at {row.cached}"
+                if row.cached
+                else "installed; not cached (converted on first use)"
+            )
+        print(f"{row.preset.name}: {row.preset.description}\n  {state}")
     print(f"cache: {cache_dir()} (set {CACHE_ENV} to move it); a local .gguf file works as a model path too")
 
 

@@ -9,7 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from polyrl.policy.loading import TINY
-from polyrl.policy.presets import PRESETS
+from polyrl.policy.presets import PRESETS, is_gguf_path
 from polyrl.tasks import Problem
 
 PromptStyle = Literal["natural", "terse"]
@@ -21,7 +21,7 @@ def default_style(model_path: str) -> PromptStyle:
     Hugging Face model (an instruction-tuned LLM reads a statement of the rules and the answer shape)."""
     if model_path == TINY:
         return "terse"
-    if model_path in PRESETS:
+    if model_path in PRESETS or is_gguf_path(model_path):  # a real LM, never a polyrl run's saved model
         return "natural"
     return run_prompt_style(model_path) or "natural"
 
