@@ -4,19 +4,9 @@ from pathlib import Path
 import pytest
 
 from polyrl.policy.generation import Generation
-from polyrl.rewards import RewardConfig, score
-from polyrl.rollout import Sampling, rollout
 
 # the agents' modules, importable as a user's are: the examples' (calc_agent, vf_add_taskset) and the tests'
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[2] / "examples")]
-
-
-def scored_rollout(problems, tasks, backend, prompts, group_size, max_new_tokens, max_episode_tokens, reward=None):
-    """The trainer's collect → score path on ``problems``: the groups' trajectories, scored, in problem order."""
-    sampling = Sampling(group_size, max_new_tokens, max_episode_tokens=max_episode_tokens)
-    trajs = rollout(problems, tasks, backend, prompts, sampling)
-    score(trajs, tasks, reward or RewardConfig(), max_new_tokens)
-    return trajs
 
 
 class RecordingBackend:

@@ -5,7 +5,7 @@ and an agent that raises, hangs, edits its history or returns nothing is counted
 import time
 
 import pytest
-from conftest import scored_rollout
+from harness_rollouts import scored_rollout
 
 from polyrl.harness.outcome import outcome
 from polyrl.harness.task import HarnessSpec, HarnessTask

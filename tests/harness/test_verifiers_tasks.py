@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("verifiers.v1", reason="verifiers is not installed (pip install 'polyrl[verifiers]')")
 
-from conftest import scored_rollout
+from harness_rollouts import scored_rollout
 
 from polyrl.errors import UserError
 from polyrl.harness.vf_tasks import VerifiersTask, scored_trace
