@@ -179,3 +179,16 @@ def load_plugins(group: str, kind: str, adopt: Callable[[str, Any], Any] | None 
             continue
         loaded.append(obj)
     return loaded
+
+
+def registered(lookup):
+    """A field validator: the value must be a name ``lookup`` knows (its one-line error otherwise)."""
+
+    def check(cls, name):
+        try:
+            lookup(name)
+        except UserError as exc:
+            raise ValueError(str(exc)) from None
+        return name
+
+    return classmethod(check)

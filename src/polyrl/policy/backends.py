@@ -21,8 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from polyrl.errors import UserError
-from polyrl.registry import Registry
+from polyrl.registry import Registry, registered
 
 __all__ = [
     "BACKENDS",
@@ -63,14 +62,7 @@ class GenerationConfig(BaseModel):
         description="A plugin engine's own settings, validated against the settings class it was registered with.",
     )
 
-    @field_validator("engine")
-    @classmethod
-    def _registered(cls, name):
-        try:
-            get_backend(name)
-        except UserError as exc:
-            raise ValueError(str(exc)) from None
-        return name
+    _engine = field_validator("engine")(registered(lambda name: get_backend(name)))
 
 
 @dataclass(frozen=True)

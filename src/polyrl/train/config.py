@@ -22,13 +22,14 @@ from polyrl.harness.task import HarnessSpec
 from polyrl.policy.backends import GenerationConfig, check_engine
 from polyrl.policy.loading import ModelConfig
 from polyrl.policy.prompts import PromptConfig
+from polyrl.registry import registered
 from polyrl.rewards import RewardConfig
 from polyrl.run_dir import ResumeRecord, atomic_write_text
 from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
 from polyrl.trackers import LoggingConfig
-from polyrl.train.config_fields import Strict, registered
+from polyrl.train.config_fields import Strict
 from polyrl.train.rl_config import MOVED_OBJECTIVE_KEYS, RLConfig
 
 __all__ = [

@@ -15,7 +15,8 @@ from polyrl.algos import (
 )
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
-from polyrl.train.config_fields import Strict, registered
+from polyrl.registry import registered
+from polyrl.train.config_fields import Strict
 
 MOVED_OBJECTIVE_KEYS = {
     "gspo_clip_ratio_low": ("gspo", "clip_ratio_low"),
