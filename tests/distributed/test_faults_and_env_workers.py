@@ -117,6 +117,20 @@ def test_groups_older_than_max_staleness_are_rerun_at_the_current_version(local_
         pool.shutdown()
 
 
+def _wait_until_alive(worker, timeout: float = 120.0) -> None:
+    """Block until a killed actor answers again (its restart can take tens of seconds on a loaded machine)."""
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            ray.get(worker.counts.remote(), timeout=10)
+            return
+        except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            time.sleep(0.2)
+    raise AssertionError(f"the environment actor did not come back within {timeout} s")
+
+
 def _steps_run(worker) -> int:
     """Steps an environment actor has run; 0 while it is still restarting after a kill."""
     try:
@@ -161,6 +175,7 @@ def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_go
         assert all(t.reward == 0 for t in trajs if t.info.get("end_reason") == "env_error")
         assert pool.stats.failed_groups == 0
         # the restarted environment actor serves new episodes
+        _wait_until_alive(pool.env_workers[0])
         later = [t for g in pool.groups(2, make, SAMPLING) for t in g]
         assert len(later) == 4 and all(t.info.get("end_reason") != "env_error" for t in later)
     finally:
