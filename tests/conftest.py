@@ -42,3 +42,19 @@ def tiny_train_config(tmp_path):
         return load_config(None, base=data)
 
     return make
+
+
+@pytest.fixture
+def fake_openai():
+    """``fake_openai(script)`` starts a fake OpenAI-compatible server (tests/fake_openai.py), shut down after the test."""
+    from fake_openai import FakeOpenAI
+
+    started = []
+
+    def start(script) -> FakeOpenAI:
+        started.append(FakeOpenAI(script))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.close()

@@ -1,12 +1,11 @@
-"""Fixtures for evaluation tests: a tiny checkpoint on disk, `polyrl serve` on loopback, a scripted fake endpoint."""
+"""Fixtures for evaluation tests: a tiny checkpoint on disk and `polyrl serve` on loopback (the scripted fake
+endpoint is the shared tests/fake_openai.py)."""
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -54,67 +53,3 @@ def served(tiny_checkpoint):
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
-
-
-class FakeEndpoint:
-    """A chat-completions endpoint that fails the first ``failures`` requests with ``status``, then answers ``content``."""
-
-    def __init__(self, failures: int = 0, status: int = 500, content: str | None = "<answer>0</answer>"):
-        self.failures, self.status, self.content = failures, status, content
-        self.requests = 0
-        self.lock = threading.Lock()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with fake.lock:
-                    fake.requests += 1
-                    fail = fake.requests <= fake.failures
-                if fail:
-                    self._send(fake.status, {"error": {"message": "try again", "type": "server_error"}})
-                    return
-                message = {"role": "assistant", "content": fake.content}
-                self._send(
-                    200,
-                    {
-                        "id": "x",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body["model"],
-                        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
-                    },
-                )
-
-            def _send(self, status, payload):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def fake_endpoint():
-    made = []
-
-    def make(**kwargs) -> FakeEndpoint:
-        made.append(FakeEndpoint(**kwargs))
-        return made[-1]
-
-    yield make
-    for f in made:
-        f.close()

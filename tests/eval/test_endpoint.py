@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from fake_openai import fails_first
 
 from polyrl.cli import run
 from polyrl.errors import UserError
@@ -51,19 +52,19 @@ def test_eval_against_polyrl_serve_on_loopback(served, tmp_path, capsys):
     assert all(1 <= r["tokens"] <= 6 for r in records)  # usage.completion_tokens from the server
 
 
-def test_server_errors_and_rate_limits_are_retried(fake_endpoint, tmp_path):
-    fake = fake_endpoint(failures=3, status=500)
+def test_server_errors_and_rate_limits_are_retried(fake_openai, tmp_path):
+    fake = fake_openai(fails_first(3, status=500))
     results = _run(EndpointSource(fake.url, "m", concurrency=1, backoff=0.01), tmp_path / "ev")
-    assert fake.requests == 3 + 3  # three failures, then the three problems
+    assert fake.calls == 3 + 3  # three failures, then the three problems
     assert results["problems_done"] == 3
 
-    limited = fake_endpoint(failures=2, status=429)
+    limited = fake_openai(fails_first(2, status=429))
     _run(EndpointSource(limited.url, "m", concurrency=2, backoff=0.01), tmp_path / "ev429")
-    assert limited.requests == 2 + 3
+    assert limited.calls == 2 + 3
 
 
-def test_endpoint_that_keeps_failing_gives_a_clear_error_and_keeps_nothing_half_written(fake_endpoint, tmp_path):
-    fake = fake_endpoint(failures=100, status=503)
+def test_endpoint_that_keeps_failing_gives_a_clear_error_and_keeps_nothing_half_written(fake_openai, tmp_path):
+    fake = fake_openai(fails_first(100, status=503))
     with pytest.raises(EndpointError, match=r"failed 3 times: InternalServerError \(HTTP 503\).*rerun with --resume"):
         _run(EndpointSource(fake.url, "m", concurrency=1, retries=2, backoff=0.01), tmp_path / "ev")
     assert not (tmp_path / "ev" / "results.json").exists()
@@ -75,15 +76,15 @@ def test_unreachable_endpoint_is_retried_then_reported(tmp_path, unused_port):
         _run(source, tmp_path / "ev")
 
 
-def test_client_errors_are_not_retried(fake_endpoint, tmp_path):
-    fake = fake_endpoint(failures=100, status=401)
+def test_client_errors_are_not_retried(fake_openai, tmp_path):
+    fake = fake_openai(fails_first(100, status=401))
     with pytest.raises(EndpointError, match=r"refused the request: AuthenticationError \(HTTP 401\)"):
         _run(EndpointSource(fake.url, "m", concurrency=1, backoff=0.01), tmp_path / "ev")
-    assert fake.requests == 1
+    assert fake.calls == 1
 
 
-def test_partial_results_survive_a_failure_and_resume_completes_them(fake_endpoint, tmp_path):
-    fake = fake_endpoint()
+def test_partial_results_survive_a_failure_and_resume_completes_them(fake_openai, tmp_path):
+    fake = fake_openai(fails_first(0))
     source = EndpointSource(fake.url, "m", concurrency=1, retries=0, backoff=0.01)
     # the connection drops from the third request on: two samples saved, then an error
     original = source.request
@@ -100,12 +101,12 @@ def test_partial_results_survive_a_failure_and_resume_completes_them(fake_endpoi
         _run(source, tmp_path / "ev")
     source.request = original
     results = _run(source, tmp_path / "ev", resume=True)
-    assert results["problems_done"] == 3 and fake.requests == 3
+    assert results["problems_done"] == 3 and fake.calls == 3
 
 
 @pytest.mark.parametrize("content", [None, "", "\x00\x01 ~~~ <answer>", "<answer>" * 1000])
-def test_empty_or_garbage_answers_score_zero_with_a_reason(fake_endpoint, tmp_path, content):
-    fake = fake_endpoint(content=content)
+def test_empty_or_garbage_answers_score_zero_with_a_reason(fake_openai, tmp_path, content):
+    fake = fake_openai(fails_first(0, content=content))
     results = _run(EndpointSource(fake.url, "m", backoff=0.01), tmp_path / "ev")
     assert results["overall"]["accuracy"] == 0.0
     records = [json.loads(line) for line in (tmp_path / "ev" / "samples.jsonl").read_text().splitlines()]

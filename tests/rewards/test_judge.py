@@ -1,7 +1,8 @@
-"""LLM-as-judge: verdict parsing, the fake OpenAI-compatible server of conftest.py (answers well, garbage, or
+"""LLM-as-judge: verdict parsing, the shared fake OpenAI-compatible server (fake_openai.py) (answers well, garbage, or
 too slowly), and position-swapped pairwise judging."""
 
 import re
+import time
 
 import pytest
 
@@ -16,6 +17,16 @@ def pairwise_sections(prompt: str) -> tuple[str, str]:
     found = _SECTIONS.search(prompt)
     assert found, "not a pairwise judge prompt"
     return found.group(1), found.group(2)
+
+
+def _judge_reply(prompt: str) -> str:
+    """Answers well, with garbage (GARBAGE in the prompt) or too slowly (SLOW)."""
+    if "SLOW" in prompt:
+        time.sleep(2.0)
+        return "Score: 9"
+    if "GARBAGE" in prompt:
+        return "the vibes are immaculate"
+    return "Looks right. Score: 10"
 
 
 def _cfg(rubric, **kw):
@@ -35,8 +46,8 @@ def test_pairwise_verdict(rubric):
     assert parse_verdict(cfg, "A is better")[1] == "unparseable_verdict"
 
 
-def test_endpoint_judge_scores_caches_and_counts_failures(rubric, judge_server):
-    server = judge_server()
+def test_endpoint_judge_scores_caches_and_counts_failures(rubric, fake_openai):
+    server = fake_openai(_judge_reply)
     source = JudgeSource(_cfg(rubric, base_url=server.url, timeout_s=0.5, retries=1, max_concurrency=4))
     prompts = ["1+1=", "1+1=", "2+2=", "3+3="]
     responses = ["<answer>2</answer>", "<answer>2</answer>", "GARBAGE", "SLOW"]
@@ -108,15 +119,15 @@ def test_swapping_cancels_a_judge_that_always_prefers_the_first_answer(rubric):
     assert (unswapped.calls, unswapped.position_checked, unswapped.position_inconsistent) == (3, 0, 0)
 
 
-def test_swapped_fair_judge_at_an_endpoint_pays_wins_losses_and_ties(rubric, judge_server):
-    server = judge_server(_fair_judge)
+def test_swapped_fair_judge_at_an_endpoint_pays_wins_losses_and_ties(rubric, fake_openai):
+    server = fake_openai(_fair_judge)
     source = JudgeSource(_cfg(rubric, mode="pairwise", base_url=server.url, max_concurrency=3))
     # right and tagged (beats the bare reference), wrong (loses), right but bare (ties with the reference)
     got = source.score(PROBLEMS, ["<answer>2</answer>", "<answer>5</answer>", "6"], REFERENCES)
     assert got == [(1.0, None), (0.0, None), (0.5, None)]
     assert server.calls == 6 and source.position_inconsistent == 0 and source.position_checked == 3
     # in the swapped order the response is B, and [[B]] is its win
-    assert sorted(pairwise_sections(p) for p in server.requests if p.count("<answer>2</answer>")) == [
+    assert sorted(pairwise_sections(p) for p in server.prompts if p.count("<answer>2</answer>")) == [
         ("2", "<answer>2</answer>"),
         ("<answer>2</answer>", "2"),
     ]
@@ -154,12 +165,12 @@ def test_a_repeated_pair_is_judged_once_per_order(rubric):
     assert uncached.calls == 4
 
 
-def test_scorer_marks_position_inconsistent_samples_without_failing_them(rubric, judge_server):
+def test_scorer_marks_position_inconsistent_samples_without_failing_them(rubric, fake_openai):
     from polyrl.rewards import RewardConfig, RewardScorer, score
     from polyrl.rollout import Trajectory
     from polyrl.tasks import get_task
 
-    server = judge_server(lambda p: "[[A]]")
+    server = fake_openai(lambda p: "[[A]]")
     task = get_task("addition")
     trajs = []
     for seed in range(3):

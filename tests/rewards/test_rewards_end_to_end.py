@@ -55,8 +55,8 @@ def _judge_answer(prompt: str) -> str:
 
 
 @pytest.mark.parametrize("mode", ["pointwise", "pairwise"])
-def test_training_run_with_a_judge_term_at_an_endpoint(mode, tiny_train_config, judge_server):
-    server = judge_server(_judge_answer)
+def test_training_run_with_a_judge_term_at_an_endpoint(mode, tiny_train_config, fake_openai):
+    server = fake_openai(_judge_answer)
     cfg = tiny_train_config(
         threads=1,
         sft__steps=2,
@@ -78,7 +78,7 @@ def test_training_run_with_a_judge_term_at_an_endpoint(mode, tiny_train_config, 
     )
     Trainer(cfg).run()  # garbage verdicts are counted zero rewards, not a crash
     assert (Path(cfg.run_dir) / "final_model").is_dir()
-    assert server.calls > 0 and all("Rubric: correct and concise" in p for p in server.requests)
+    assert server.calls > 0 and all("Rubric: correct and concise" in p for p in server.prompts)
     samples = cfg.rl.steps * cfg.rl.prompts_per_step * cfg.rl.group_size
     assert server.calls <= samples * (2 if mode == "pairwise" else 1)  # one call per sample, two when swapped
     records = [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from fake_openai import HANG
 
 from polyrl.cli import run as cli
 from polyrl.synth.documents import chunk_document, read_documents
@@ -52,9 +53,9 @@ def synth(endpoint, docs, out, *extra):
     return cli([*argv, "--retries", "0", "--timeout", "1", *extra])
 
 
-def test_end_to_end_keeps_grounded_pairs_with_provenance(scripted_endpoint, docs, tmp_path):
+def test_end_to_end_keeps_grounded_pairs_with_provenance(fake_openai, docs, tmp_path):
     out = tmp_path / "qa.jsonl"
-    assert synth(scripted_endpoint(writer), docs, out) == 0
+    assert synth(fake_openai(writer), docs, out) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["question"], r["answer"]) for r in rows] == [
         ("What is the capital of Zorbia?", "Quellton"),
@@ -68,9 +69,9 @@ def test_end_to_end_keeps_grounded_pairs_with_provenance(scripted_endpoint, docs
     assert rows[2]["source_doc"] == "sub/b.md"
 
 
-def test_the_report_counts_every_skipped_file_and_rejected_pair(scripted_endpoint, docs, tmp_path):
+def test_the_report_counts_every_skipped_file_and_rejected_pair(fake_openai, docs, tmp_path):
     out = tmp_path / "qa.jsonl"
-    assert synth(scripted_endpoint(writer), docs, out) == 0
+    assert synth(fake_openai(writer), docs, out) == 0
     report = json.loads((tmp_path / "qa.jsonl.report.json").read_text())
     assert report["documents"] == 2
     assert report["skipped_files"] == {"empty": 1, "binary": 1, "not_utf8": 1}
@@ -85,62 +86,62 @@ def test_the_report_counts_every_skipped_file_and_rejected_pair(scripted_endpoin
     assert report["kept_pairs"] == 4
 
 
-def test_the_dataset_file_loads_as_question_and_answer_columns(scripted_endpoint, docs, tmp_path):
+def test_the_dataset_file_loads_as_question_and_answer_columns(fake_openai, docs, tmp_path):
     import datasets
 
     out = tmp_path / "qa.jsonl"
-    assert synth(scripted_endpoint(writer), docs, out) == 0
+    assert synth(fake_openai(writer), docs, out) == 0
     table = datasets.load_dataset("json", data_files=str(out), split="train")
     assert {"question", "answer", "source_doc"} <= set(table.column_names)
     assert table[1]["answer"] == "412"
 
 
-def test_the_dataset_task_loader_reads_the_file(scripted_endpoint, docs, tmp_path):
+def test_the_dataset_task_loader_reads_the_file(fake_openai, docs, tmp_path):
     from polyrl.tasks.dataset_rows import DatasetSpec, load_rows
 
     out = tmp_path / "qa.jsonl"
-    assert synth(scripted_endpoint(writer), docs, out) == 0
+    assert synth(fake_openai(writer), docs, out) == 0
     rows = load_rows(str(out), DatasetSpec(path=str(out), verifier="normalized"), "train")
     assert [r.target for r in rows] == ["Quellton", "412", "Charles Brannock", "1925"]
 
 
-def test_solve_check_drops_pairs_the_second_call_gets_wrong(scripted_endpoint, docs, tmp_path):
+def test_solve_check_drops_pairs_the_second_call_gets_wrong(fake_openai, docs, tmp_path):
     out = tmp_path / "qa.jsonl"
-    assert synth(scripted_endpoint(writer), docs, out, "--solve-check") == 0
+    assert synth(fake_openai(writer), docs, out, "--solve-check") == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["answer"] for r in rows] == ["Quellton"]
     assert rows[0]["solve_checked"] is True
     assert json.loads((tmp_path / "qa.jsonl.report.json").read_text())["rejected_pairs"]["unsolved"] == 3
 
 
-def test_questions_from_an_eval_set_are_rejected_as_leaks(scripted_endpoint, docs, tmp_path):
+def test_questions_from_an_eval_set_are_rejected_as_leaks(fake_openai, docs, tmp_path):
     evals = tmp_path / "eval.jsonl"
     evals.write_text(json.dumps({"question": "In which year was the foot-measuring device invented? Answer briefly."}))
     out = tmp_path / "qa.jsonl"
-    assert synth(scripted_endpoint(writer), docs, out, "--leak-check", str(evals)) == 0
+    assert synth(fake_openai(writer), docs, out, "--leak-check", str(evals)) == 0
     answers = [json.loads(line)["answer"] for line in out.read_text().splitlines()]
     assert "1925" not in answers and len(answers) == 3
 
 
-def test_an_endpoint_that_times_out_is_counted_and_nothing_is_written(scripted_endpoint, docs, tmp_path, capsys):
+def test_an_endpoint_that_times_out_is_counted_and_nothing_is_written(fake_openai, docs, tmp_path, capsys):
     out = tmp_path / "qa.jsonl"
-    assert synth(scripted_endpoint(lambda prompt: scripted_endpoint.hang), docs, out, "--timeout", "0.3") == 2
+    assert synth(fake_openai(lambda prompt: HANG), docs, out, "--timeout", "0.3") == 2
     err = capsys.readouterr().err
     assert "no question-answer pair survived" in err and '"endpoint_error": 2' in err
     assert not out.exists()
 
 
-def test_an_endpoint_returning_junk_is_counted_not_a_crash(scripted_endpoint, docs, tmp_path, capsys):
+def test_an_endpoint_returning_junk_is_counted_not_a_crash(fake_openai, docs, tmp_path, capsys):
     def junk(prompt):
         return (200, b"<html>not json</html>") if "Zorbia" in prompt else "Sure! Here are some questions."
 
-    assert synth(scripted_endpoint(junk), docs, tmp_path / "qa.jsonl") == 2
+    assert synth(fake_openai(junk), docs, tmp_path / "qa.jsonl") == 2
     err = capsys.readouterr().err
     assert '"endpoint_error": 1' in err and '"no_json": 1' in err
 
 
-def test_a_document_folder_that_does_not_exist_is_a_user_error(scripted_endpoint, tmp_path, capsys):
-    assert synth(scripted_endpoint(writer), tmp_path / "nope", tmp_path / "qa.jsonl") == 2
+def test_a_document_folder_that_does_not_exist_is_a_user_error(fake_openai, tmp_path, capsys):
+    assert synth(fake_openai(writer), tmp_path / "nope", tmp_path / "qa.jsonl") == 2
     assert "not a directory" in capsys.readouterr().err
 
 
@@ -176,23 +177,21 @@ def test_hidden_files_are_not_read(tmp_path):
     assert list(docs) == ["doc.txt"] and not skipped
 
 
-def test_a_folder_of_binary_files_is_reported_not_an_empty_dataset(scripted_endpoint, tmp_path, capsys):
+def test_a_folder_of_binary_files_is_reported_not_an_empty_dataset(fake_openai, tmp_path, capsys):
     folder = tmp_path / "bin"
     folder.mkdir()
     (folder / "a.png").write_bytes(b"\x89PNG\x00\x00")
-    assert synth(scripted_endpoint(writer), folder, tmp_path / "qa.jsonl") == 2
+    assert synth(fake_openai(writer), folder, tmp_path / "qa.jsonl") == 2
     err = capsys.readouterr().err
     assert '"skipped_files": {"binary": 1}' in err and '"documents": 0' in err
 
 
-def test_a_missing_leak_check_file_is_a_user_error(scripted_endpoint, docs, tmp_path, capsys):
-    assert (
-        synth(scripted_endpoint(writer), docs, tmp_path / "qa.jsonl", "--leak-check", str(tmp_path / "no.jsonl")) == 2
-    )
+def test_a_missing_leak_check_file_is_a_user_error(fake_openai, docs, tmp_path, capsys):
+    assert synth(fake_openai(writer), docs, tmp_path / "qa.jsonl", "--leak-check", str(tmp_path / "no.jsonl")) == 2
     assert "no such file" in capsys.readouterr().err
 
 
-def test_problems_of_the_written_dataset_are_tagged_dataset(scripted_endpoint, docs, tmp_path, monkeypatch):
+def test_problems_of_the_written_dataset_are_tagged_dataset(fake_openai, docs, tmp_path, monkeypatch):
     from polyrl.tasks import dataset as dataset_module
     from polyrl.tasks import get_task
     from polyrl.tasks.dataset import register_dataset_task
@@ -200,7 +199,7 @@ def test_problems_of_the_written_dataset_are_tagged_dataset(scripted_endpoint, d
 
     monkeypatch.setattr(dataset_module, "_CLASSES", {})  # the registration is forgotten after the test
     out = tmp_path / "qa.jsonl"
-    assert synth(scripted_endpoint(writer), docs, out) == 0
+    assert synth(fake_openai(writer), docs, out) == 0
     register_dataset_task("synth_qa_demo", {"path": str(out), "verifier": "normalized", "eval_fraction": 0.5})
     try:
         problem = get_task("synth_qa_demo").generate(0, split="train")

@@ -12,7 +12,7 @@ from polyrl.errors import UserError
 from polyrl.experiments.curriculum import plan_experiment
 from polyrl.experiments.report import split_names, write_report
 
-CLAIM = Path(__file__).resolve().parents[1] / "configs" / "claims" / "multi_attempt.yaml"
+CLAIM = Path(__file__).resolve().parents[2] / "configs" / "claims" / "multi_attempt.yaml"
 
 
 def test_the_claim_config_plans_two_arms_on_the_same_budget_scored_over_two_attempts(tmp_path):
