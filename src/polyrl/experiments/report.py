@@ -174,149 +174,21 @@ def rl_budget(runs: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def _series(rl: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
-    pts = [(r["step"], r[key]) for r in rl if r.get(key) is not None]
-    return (np.array([p[0] for p in pts]), np.array([p[1] for p in pts])) if pts else (np.array([]), np.array([]))
-
-
-def _smooth(y: np.ndarray, k: int = 5) -> np.ndarray:
-    return np.convolve(y, np.ones(k) / k, mode="valid") if len(y) >= k else y
-
-
 def plot(plan, summary: dict[str, Any]) -> list[str]:
-    import matplotlib
+    """Draw the comparison's figures into ``plan.out`` (``report/comparison.py``); return their file names."""
+    from polyrl.report import comparison
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks, names = summary["tasks"], list(summary["strategies"])
-    runs = {n: [load_run(plan.run_dir(n, s)) for s in plan.seeds] for n in names}
-    files = []
-
-    shown_splits = split_names(plan)
-    fig, axes = plt.subplots(1, len(shown_splits), figsize=(5.5 * len(shown_splits), 3.8), sharey=True, squeeze=False)
-    axes = axes[0]
-    x = np.arange(len(tasks) + 1)
-    width = 0.8 / len(names)
-    with_ci = len(summary["seeds"]) >= 2
-    for ax, split in zip(axes, shown_splits):
-        for i, n in enumerate(names):
-            row = summary["strategies"][n]
-            ms = [row[split][t][0] for t in [*tasks, "mean"]]
-            err = (
-                [row["ci"][split][t]["high"] - row[split][t][0] for t in [*tasks, "mean"]]
-                if with_ci
-                else [row[split][t][1] for t in [*tasks, "mean"]]
-            )
-            ax.bar(x + i * width, ms, width, yerr=err, capsize=2, label=n)
-        ax.set_xticks(x + width * (len(names) - 1) / 2, [*tasks, "mean"], rotation=30, ha="right")
-        spread = "mean and 95% CI over seeds" if with_ci else "one seed"
-        ax.set_title(f"held-out accuracy, {split} split ({spread})", fontsize=9)
-    axes[0].set_ylabel("greedy accuracy")
-    axes[0].legend(fontsize=8)
-    files.append(_save(fig, plan.out / "heldout.png"))
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for n in names:
-        curves = [_series(r["rl"], "accuracy") for r in runs[n]]
-        steps = curves[0][0]
-        if len(steps):  # a run whose every group was dropped (no signal) logs no rollout accuracy
-            ys = np.array([c[1] for c in curves if len(c[1]) == len(steps)])
-            axes[0].plot(steps[len(steps) - len(_smooth(ys.mean(0))) :], _smooth(ys.mean(0)), label=n)
-        last = runs[n][0]["rl"][-1]["step"] if runs[n][0]["rl"] else 0
-        evals = [
-            [(0, r["evals"]["after_sft"]["mean"]["accuracy"])]
-            + sorted(
-                (int(k.rsplit("_", 1)[1]), v["mean"]["accuracy"])
-                for k, v in r["evals"].items()
-                if k.startswith("rl_step_")
-            )
-            + [(int(last), r["evals"]["after_rl"]["mean"]["accuracy"])]
-            for r in runs[n]
-        ]
-        axes[1].plot([p[0] for p in evals[0]], np.mean([[p[1] for p in e] for e in evals], 0), marker="o", label=n)
-    axes[0].set_title("training accuracy (rollouts, moving average)")
-    axes[1].set_title("held-out accuracy during RL (easy split, mean of tasks)")
-    for ax in axes:
-        ax.set_xlabel("RL step")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    files.append(_save(fig, plan.out / "learning_curves.png"))
-
-    for prefix, title, fname in (
-        ("sampler_weight", "sampler weight", "sampler_weights.png"),
-        ("difficulty", "difficulty knob", "difficulty.png"),
-    ):
-        shown = [n for n in names if any(f"{prefix}/{t}" in runs[n][0]["rl"][0] for t in tasks)] if names else []
-        if not shown:
-            continue
-        fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.4), sharey=True, squeeze=False)
-        for ax, n in zip(axes[0], shown):
-            for t in tasks:
-                curves = [_series(r["rl"], f"{prefix}/{t}") for r in runs[n]]
-                if len(curves[0][0]):
-                    ax.plot(curves[0][0], np.mean([c[1] for c in curves], 0), label=t)
-            ax.set_title(f"{n}: {title} (mean over seeds)", fontsize=9)
-            ax.set_xlabel("RL step")
-        axes[0][0].legend(fontsize=7)
-        files.append(_save(fig, plan.out / fname))
-    files += _plot_differences(plan, summary, plt)
-    files += _plot_gradient_share(plan, summary, plt)
-    return files
-
-
-def _plot_differences(plan, summary: dict[str, Any], plt) -> list[str]:
-    """Each arm's difference to the baseline per task with its 95% CI, paired by seed: one panel per split,
-    with the mean-of-tasks comparison's MDE as a shaded band around zero."""
-    tasks = [*summary["tasks"], "mean"]
-    arms = [n for n, r in summary["strategies"].items() if "vs_baseline" in r]
-    if not arms or len(summary["seeds"]) < 2:
-        return []
-    shown = split_names(plan)
-    width_in = max(5.0, 1.2 * len(tasks))
-    fig, axes = plt.subplots(1, len(shown), figsize=(width_in * len(shown), 3.6), sharey=True, squeeze=False)
-    x = np.arange(len(tasks))
-    width = 0.8 / len(arms)
-    for ax, split in zip(axes[0], shown):
-        for i, n in enumerate(arms):
-            d = [summary["strategies"][n]["vs_baseline"][split][t] for t in tasks]
-            mean = np.array([100 * v["mean"] for v in d])
-            err = np.array([[100 * (v["mean"] - v["low"]) for v in d], [100 * (v["high"] - v["mean"]) for v in d]])
-            ax.errorbar(x + i * width, mean, yerr=err, fmt="o", capsize=3, label=n)
-        mde = max(100 * summary["strategies"][n]["vs_baseline"][split]["mean"]["mde"] for n in arms)
-        ax.axhspan(-mde, mde, color="grey", alpha=0.12, lw=0, label="± MDE of the mean (largest arm)")
-        ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xticks(x + width * (len(arms) - 1) / 2, tasks, rotation=30, ha="right")
-        ax.set_title(f"{split} split: difference to {summary['baseline']}, paired by seed (95% CI)", fontsize=9)
-    axes[0][0].set_ylabel("points vs " + str(summary["baseline"]))
-    axes[0][0].legend(fontsize=8)
-    return [_save(fig, plan.out / "differences.png")]
-
-
-def _plot_gradient_share(plan, summary: dict[str, Any], plt) -> list[str]:
-    """Each task's share of sum |advantage| × tokens over training, per arm (mean over seeds)."""
-    rows = {n: r["gradient_share"] for n, r in summary["strategies"].items() if "gradient_share" in r}
-    if not rows:
-        return []
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    bottom = np.zeros(len(rows))
-    for t in summary["tasks"]:
-        share = np.array([rows[n][t][0] for n in rows])
-        ax.bar(list(rows), share, bottom=bottom, label=t)
-        bottom += share
-    ax.set_ylabel("share of sum |advantage| × tokens")
-    ax.set_title("gradient share per task over RL (mean over seeds)", fontsize=9)
-    ax.legend(fontsize=7)
-    return [_save(fig, plan.out / "gradient_share.png")]
-
-
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path.name
+    tasks, shown_splits = summary["tasks"], split_names(plan)
+    runs = {n: [load_run(plan.run_dir(n, s)) for s in plan.seeds] for n in summary["strategies"]}
+    figures = [
+        ("heldout.png", comparison.heldout(summary, shown_splits)),
+        ("learning_curves.png", comparison.learning_curves(runs)),
+        ("sampler_weights.png", comparison.per_task_metric(runs, tasks, "sampler_weight", "sampler weight")),
+        ("difficulty.png", comparison.per_task_metric(runs, tasks, "difficulty", "difficulty knob")),
+        ("differences.png", comparison.differences(summary, shown_splits)),
+        ("gradient_share.png", comparison.gradient_share(summary)),
+    ]
+    return [comparison.save(fig, plan.out / name) for name, fig in figures if fig is not None]
 
 
 def verdict(summary: dict[str, Any], baseline: str = "uniform", split: str = "hard") -> str:
@@ -458,23 +330,13 @@ def gradient_share_section(summary: dict[str, Any], tasks: list[str]) -> list[st
     return lines
 
 
-def write_report(
-    plan,
-    command: str | None = None,
-    title: str = "Curriculum comparison",
-    baseline: str = "uniform",
-    verdict_split: str = "hard",
-    extra=None,
-) -> dict[str, Any]:
-    """Write ``report.md`` (tables, statistics, verdict, plots) and ``results.json``; returns the summary.
-    ``extra(summary)``, when given, returns ``(lines, verdict)``: a section placed before the generic tables
-    (it may add its own keys to the summary, which go into results.json) and, unless None, the verdict that
-    replaces the generic one."""
-    summary = summarize(plan, baseline)
-    figures = plot(plan, summary)
-    extra_lines, extra_verdict = extra(summary) if extra is not None else ([], None)
-    tasks, rows = summary["tasks"], summary["strategies"]
-    head = "| strategy | " + " | ".join([*tasks, "**mean**"]) + " |\n|---|" + "---:|" * (len(tasks) + 1)
+def _table_head(first: str, columns: list[str]) -> list[str]:
+    return [f"| {first} | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+
+
+def intro_section(plan, title: str, command: str | None, extra_lines: list[str]) -> list[str]:
+    """The title, the command that wrote the report, the setup (seeds, warm start, splits), the caller's extra
+    section and, with ``eval.attempts > 1``, what the multi-attempt splits mean."""
     lines = [f"# {title}", ""]
     if command:
         lines += ["```", command, "```", ""]
@@ -496,54 +358,104 @@ def write_report(
             "<task>'s problems.",
             "",
         ]
-    lines += ["## After SFT (where RL starts)", "", head.replace("strategy", "split")]
+    return lines
+
+
+def heldout_section(plan, summary: dict[str, Any]) -> list[str]:
+    """The after-SFT table (one row per split), then one table per split with a row per arm."""
+    tasks, columns = summary["tasks"], [*summary["tasks"], "mean"]
+    lines = ["## After SFT (where RL starts)", "", *_table_head("split", [*tasks, "**mean**"])]
     for split, row in summary["after_sft"].items():
-        lines.append(f"| {split} | " + " | ".join(_fmt(row[t]) for t in [*tasks, "mean"]) + " |")
+        lines.append(f"| {split} | " + " | ".join(_fmt(row[t]) for t in columns) + " |")
     lines.append("")
     for key in split_names(plan):
-        lines += [f"## Held-out, {key} split", "", head]
-        for name, row in rows.items():
-            lines.append(f"| {name} | " + " | ".join(_fmt(row[key][t]) for t in [*tasks, "mean"]) + " |")
+        lines += [f"## Held-out, {key} split", "", *_table_head("strategy", [*tasks, "**mean**"])]
+        for name, row in summary["strategies"].items():
+            lines.append(f"| {name} | " + " | ".join(_fmt(row[key][t]) for t in columns) + " |")
         lines.append("")
-    lines += [
+    return lines
+
+
+def forgetting_section(summary: dict[str, Any]) -> list[str]:
+    """Each arm's drop per task from its best eval during training to the final one."""
+    tasks = summary["tasks"]
+    lines = [
         "## Forgetting",
         "",
         "Drop (points, easy split) from each task's best eval during training to the final one.",
         "",
-        "| strategy | " + " | ".join(tasks) + " |",
-        "|---|" + "---:|" * len(tasks),
+        *_table_head("strategy", tasks),
     ]
-    for name, row in rows.items():
+    for name, row in summary["strategies"].items():
         lines.append(f"| {name} | " + " | ".join(_fmt(row["forgetting"][t]) for t in tasks) + " |")
+    return lines
+
+
+def diagnostics_section(summary: dict[str, Any]) -> list[str]:
+    """The RL diagnostics any arm logged, averaged over the last steps; nothing when none was logged."""
+    rows = summary["strategies"]
     keys = [
         k for k in (*DIAGNOSTICS, "warmup_explained_variance") if any(k in r["diagnostics"] for r in rows.values())
     ]
-    if keys:
-        lines += [
-            "",
-            "## Training diagnostics",
-            "",
-            f"RL metrics averaged over each run's last {LAST_STEPS} steps (mean ± std over seeds); "
-            "`accuracy`: the rollouts' verified accuracy, whatever the reward; "
-            "`warmup_explained_variance`: the critic's at the end of its warm-up.",
-            "",
-            "| strategy | " + " | ".join(keys) + " |",
-            "|---|" + "---:|" * len(keys),
-        ]
-        for name, row in rows.items():
-            d = row["diagnostics"]
-            lines.append(
-                f"| {name} | " + " | ".join(f"{d[k][0]:.3f} ± {d[k][1]:.3f}" if k in d else "—" for k in keys) + " |"
-            )
-    lines += statistics_section(summary, tasks)
-    lines += gradient_share_section(summary, tasks)
-    lines += budget_section(summary)
-    lines += ["", "## Verdict", "", extra_verdict or verdict(summary, baseline, verdict_split)]
+    if not keys:
+        return []
+    lines = [
+        "",
+        "## Training diagnostics",
+        "",
+        f"RL metrics averaged over each run's last {LAST_STEPS} steps (mean ± std over seeds); "
+        "`accuracy`: the rollouts' verified accuracy, whatever the reward; "
+        "`warmup_explained_variance`: the critic's at the end of its warm-up.",
+        "",
+        *_table_head("strategy", keys),
+    ]
+    for name, row in rows.items():
+        d = row["diagnostics"]
+        lines.append(
+            f"| {name} | " + " | ".join(f"{d[k][0]:.3f} ± {d[k][1]:.3f}" if k in d else "—" for k in keys) + " |"
+        )
+    return lines
+
+
+def verdict_section(
+    plan, summary: dict[str, Any], baseline: str, verdict_split: str, extra_verdict: str | None
+) -> list[str]:
+    """The caller's verdict, or the generic one on ``verdict_split`` followed by the other of easy/hard."""
+    lines = ["", "## Verdict", "", extra_verdict or verdict(summary, baseline, verdict_split)]
     if extra_verdict is None:  # the other of easy/hard, by the same rule
         for split in [s for s in ("easy", "hard") if s != verdict_split and s in split_names(plan)]:
             lines += ["", verdict(summary, baseline, split)]
-    lines.append("")
-    lines += [f"![{f}]({f})" for f in figures]
+    return lines
+
+
+def write_report(
+    plan,
+    command: str | None = None,
+    title: str = "Curriculum comparison",
+    baseline: str = "uniform",
+    verdict_split: str = "hard",
+    extra=None,
+) -> dict[str, Any]:
+    """Write ``report.md`` (tables, statistics, verdict, plots) and ``results.json``; returns the summary.
+    ``extra(summary)``, when given, returns ``(lines, verdict)``: a section placed before the generic tables
+    (it may add its own keys to the summary, which go into results.json) and, unless None, the verdict that
+    replaces the generic one."""
+    summary = summarize(plan, baseline)
+    figures = plot(plan, summary)
+    extra_lines, extra_verdict = extra(summary) if extra is not None else ([], None)
+    tasks = summary["tasks"]
+    lines = [
+        *intro_section(plan, title, command, extra_lines),
+        *heldout_section(plan, summary),
+        *forgetting_section(summary),
+        *diagnostics_section(summary),
+        *statistics_section(summary, tasks),
+        *gradient_share_section(summary, tasks),
+        *budget_section(summary),
+        *verdict_section(plan, summary, baseline, verdict_split, extra_verdict),
+        "",
+        *[f"![{f}]({f})" for f in figures],
+    ]
     atomic_write_text(plan.out / "report.md", "\n".join(lines) + "\n")
     atomic_write_text(plan.out / "results.json", json.dumps(summary, indent=2))
     return summary

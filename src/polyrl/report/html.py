@@ -179,111 +179,134 @@ def _figure_html(key: str, data: bytes, caption: str, titles: list[str]) -> str:
     )
 
 
-def _sections(
-    run: dict[str, Any], tasks: list[str]
-) -> list[tuple[str, str, list[tuple[str, Any, str, list[str]]], str]]:
-    """(title, HTML before the figures, [(png key, figure or None, caption, panel titles)], note after them) for each
-    plotted section, in order."""
-    rl, config = run["rl"], run["config"]
-    rl_done = max((r["step"] for r in rl), default=0)
+Section = tuple[str, str, list[tuple[str, Any, str, list[str]]], str]
+"""(title, HTML before the figures, [(png key, figure or None, caption, panel titles)], note after them)."""
+
+
+def _titles(ps: list[panels.Panel]) -> list[str]:
+    return [p.title for p in ps]
+
+
+def _heldout_section(run: dict[str, Any], rl_done: int) -> Section:
+    """The held-out table, the after-SFT / after-RL bars and the periodic evaluations during RL."""
+    return (
+        "Held-out results",
+        heldout_table(run["evals"]) + "<div style='height:14px'></div>",
+        [
+            (
+                "heldout",
+                plots.heldout_bars(run["evals"]),
+                "Greedy accuracy on the eval split, after the SFT warm start and after RL.",
+                [],
+            ),
+            (
+                "heldout_steps",
+                plots.heldout_over_time(run["evals"], rl_done),
+                "Periodic held-out evaluations during RL.",
+                [],
+            ),
+        ],
+        "",
+    )
+
+
+def _training_section(rl: list[dict[str, Any]], tasks: list[str], config: dict[str, Any]) -> Section:
+    """Per-task training curves and the reward terms, with a note naming the panels left out."""
     per_task, per_task_off = panels.select(panels.PER_TASK, rl, tasks, config)
     terms, terms_off = panels.select(panels.term_panels(rl, tasks), rl, tasks, config)
+    return (
+        "Training curves",
+        "",
+        [
+            (
+                "training",
+                plots.per_task_curves(rl, tasks, per_task),
+                "Per task, on the RL training batches: smoothed lines, raw values faint; black: all tasks.",
+                _titles(per_task),
+            ),
+            (
+                "reward_terms",
+                plots.overlay_curves(rl, terms),
+                "All tasks: the mean weighted value of each reward term"
+                + ("; how many completions each term failed to score." if len(terms) > 1 else "."),
+                _titles(terms),
+            ),
+        ],
+        _omitted_note(per_task_off + terms_off),
+    )
+
+
+def _diagnostics_section(rl: list[dict[str, Any]], tasks: list[str], config: dict[str, Any]) -> Section:
+    """What the policy-gradient objective computed at each step."""
     diagnostics, diagnostics_off = panels.select(panels.DIAGNOSTICS, rl, tasks, config)
-    titles = lambda ps: [p.title for p in ps]
+    return (
+        "Objective diagnostics",
+        "",
+        [
+            (
+                "diagnostics",
+                plots.overlay_curves(rl, diagnostics),
+                "What the policy-gradient objective computed "
+                "at each RL step (all tasks): smoothed lines, raw values faint.",
+                _titles(diagnostics),
+            ),
+        ],
+        _omitted_note(diagnostics_off),
+    )
+
+
+def _curriculum_section(rl: list[dict[str, Any]], tasks: list[str]) -> Section:
+    """Sampler weights, difficulty knobs and where the problems came from."""
+    return (
+        "Curriculum",
+        "",
+        [
+            (
+                "curriculum",
+                plots.curriculum(rl, tasks),
+                "How often the sampler drew each task, and each task's difficulty knob.",
+                [],
+            ),
+            (
+                "sources",
+                plots.problem_sources(rl),
+                "Where each step's problems came from (share of its completions: generated, dataset, "
+                "synthesized near failures, replayed failures, proposed by the policy in self-play) and the "
+                "sampler's record of failed problems.",
+                [],
+            ),
+        ],
+        "",
+    )
+
+
+def _selfplay_sections(rl: list[dict[str, Any]], tasks: list[str], config: dict[str, Any]) -> list[Section]:
+    """The self-play section, or none when the run logged no self-play metrics."""
     selfplay, selfplay_off = panels.select(panels.selfplay_panels(rl), rl, tasks, config)
-    game = [
-        (
-            "Self-play",
-            "",
-            [
-                (
-                    "selfplay",
-                    plots.overlay_curves(rl, selfplay),
-                    "The proposer's valid share and learnability reward, the solver's success rate on the proposed "
-                    "problems (p; a valid proposal's reward is a function of p), the proposals' difficulty and why "
-                    "invalid ones were rejected — over every proposal of the step.",
-                    titles(selfplay),
-                ),
-            ],
-            _omitted_note(selfplay_off) + proposals_section(rl),
-        )
-    ]
+    if not selfplay:
+        return []
+    figure = (
+        "selfplay",
+        plots.overlay_curves(rl, selfplay),
+        "The proposer's valid share and learnability reward, the solver's success rate on the proposed "
+        "problems (p; a valid proposal's reward is a function of p), the proposals' difficulty and why "
+        "invalid ones were rejected — over every proposal of the step.",
+        _titles(selfplay),
+    )
+    return [("Self-play", "", [figure], _omitted_note(selfplay_off) + proposals_section(rl))]
+
+
+def _sections(run: dict[str, Any], tasks: list[str]) -> list[Section]:
+    """Each plotted section of the report, in order."""
+    rl, config = run["rl"], run["config"]
+    rl_done = max((r["step"] for r in rl), default=0)
     return [
-        (
-            "Held-out results",
-            heldout_table(run["evals"]) + "<div style='height:14px'></div>",
-            [
-                (
-                    "heldout",
-                    plots.heldout_bars(run["evals"]),
-                    "Greedy accuracy on the eval split, after the SFT warm start and after RL.",
-                    [],
-                ),
-                (
-                    "heldout_steps",
-                    plots.heldout_over_time(run["evals"], rl_done),
-                    "Periodic held-out evaluations during RL.",
-                    [],
-                ),
-            ],
-            "",
-        ),
-        (
-            "Training curves",
-            "",
-            [
-                (
-                    "training",
-                    plots.per_task_curves(rl, tasks, per_task),
-                    "Per task, on the RL training batches: smoothed lines, raw values faint; black: all tasks.",
-                    titles(per_task),
-                ),
-                (
-                    "reward_terms",
-                    plots.overlay_curves(rl, terms),
-                    "All tasks: the mean weighted value of each reward term"
-                    + ("; how many completions each term failed to score." if len(terms) > 1 else "."),
-                    titles(terms),
-                ),
-            ],
-            _omitted_note(per_task_off + terms_off),
-        ),
-        (
-            "Objective diagnostics",
-            "",
-            [
-                (
-                    "diagnostics",
-                    plots.overlay_curves(rl, diagnostics),
-                    "What the policy-gradient objective computed "
-                    "at each RL step (all tasks): smoothed lines, raw values faint.",
-                    titles(diagnostics),
-                ),
-            ],
-            _omitted_note(diagnostics_off),
-        ),
-        (
-            "Curriculum",
-            "",
-            [
-                (
-                    "curriculum",
-                    plots.curriculum(rl, tasks),
-                    "How often the sampler drew each task, and each task's difficulty knob.",
-                    [],
-                ),
-                (
-                    "sources",
-                    plots.problem_sources(rl),
-                    "Where each step's problems came from (share of its completions: generated, dataset, "
-                    "synthesized near failures, replayed failures, proposed by the policy in self-play) and the "
-                    "sampler's record of failed problems.",
-                    [],
-                ),
-            ],
-            "",
-        ),
-    ] + (game if selfplay else [])
+        _heldout_section(run, rl_done),
+        _training_section(rl, tasks, config),
+        _diagnostics_section(rl, tasks, config),
+        _curriculum_section(rl, tasks),
+        *_selfplay_sections(rl, tasks, config),
+    ]
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Path, list[Path]]:
