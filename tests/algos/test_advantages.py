@@ -222,3 +222,16 @@ def test_gae_rows_are_independent():
 def test_gae_rejects_gamma_outside_unit_interval():
     with pytest.raises(UserError, match="gamma"):
         gae(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), gamma=1.5, lam=0.9)
+
+
+def test_gae_is_a_registered_critic_estimator_that_asks_the_critic():
+    from polyrl.algos import CRITIC_ADVANTAGE_ESTIMATORS, uses_critic
+
+    assert uses_critic("gae") and not uses_critic("grpo") and not uses_critic("rloo")
+
+    class Critic:
+        def advantages(self, tokens, rewards):
+            return rewards[:, None] * 2, rewards[:, None], {"value_mean": 0.5}
+
+    adv, returns, stats = CRITIC_ADVANTAGE_ESTIMATORS.lookup("gae")(Critic(), None, torch.tensor([1.0, -1.0]))
+    assert adv.tolist() == [[2.0], [-2.0]] and returns.tolist() == [[1.0], [-1.0]] and stats == {"value_mean": 0.5}

@@ -8,6 +8,7 @@ aggregations, the KL penalty and reward shaping (DAPO overlong penalty).
 
 from polyrl.algos.advantages import (
     ADVANTAGE_ESTIMATORS,
+    CRITIC_ADVANTAGE_ESTIMATORS,
     TOKEN_ADVANTAGE_ESTIMATORS,
     EpisodeCredit,
     dr_grpo,
@@ -20,6 +21,7 @@ from polyrl.algos.advantages import (
     rloo,
     task_normalize,
     turn_advantages,
+    uses_critic,
     zero_variance_group_fraction,
     zero_variance_groups,
 )
@@ -51,6 +53,7 @@ from polyrl.algos.objectives import (
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGGREGATIONS",
+    "CRITIC_ADVANTAGE_ESTIMATORS",
     "KL_ESTIMATORS",
     "OBJECTIVES",
     "TOKEN_ADVANTAGE_ESTIMATORS",
@@ -82,6 +85,7 @@ __all__ = [
     "task_normalize",
     "token_logprobs",
     "turn_advantages",
+    "uses_critic",
     "zero_variance_group_fraction",
     "zero_variance_groups",
 ]

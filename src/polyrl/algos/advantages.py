@@ -321,3 +321,28 @@ def turn_advantages(samples: Sequence[EpisodeCredit], width: int, eps: float = 1
             to_go = scale * sum(rewards[k:])
             out[i, s.offset + a : s.offset + b] = (to_go - mean) / std
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Estimators that ask a learned value function (``rl.advantage: gae``)
+
+
+class CriticAdvantageEstimator(Protocol):
+    def __call__(self, critic, tokens, rewards: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]: ...
+
+
+CRITIC_ADVANTAGE_ESTIMATORS = Registry("critic advantage estimator", builtins=("polyrl.algos.advantages",))
+"""``rl.advantage`` values that need a critic (the run builds one): ``(critic, tokens, rewards) ->
+(advantages [N, T], returns [N, T] — the critic's targets, statistics)``."""
+
+
+def uses_critic(name: str) -> bool:
+    """Whether the advantage estimator ``name`` asks a critic (so the run trains one)."""
+    return name in CRITIC_ADVANTAGE_ESTIMATORS.names()
+
+
+@CRITIC_ADVANTAGE_ESTIMATORS.register("gae")
+def gae_from_critic(critic, tokens, rewards: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
+    """:func:`gae` over the critic's values of ``tokens`` (PPO with a value model; Schulman et al. 2016,
+    eq. 16), the outcome reward on each sequence's last policy token."""
+    return critic.advantages(tokens, rewards)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from polyrl.algos import uses_critic
 from polyrl.distributed.fsdp import (
     Ranks,
     RankScorer,
@@ -64,7 +65,7 @@ def check_fsdp_config(config: TrainConfig) -> None:
             "weights after every update, which the sharded learner does not send; use one process with Ray, "
             "or several processes with backend=local"
         )
-    if config.rl.advantage == "gae":
+    if uses_critic(config.rl.advantage):
         raise UserError(
             "multi-process (FSDP) training does not shard a critic yet: rl.advantage=gae needs one process"
         )

@@ -12,6 +12,7 @@ from polyrl.algos import (
     get_aggregation,
     get_objective,
     objective_settings_class,
+    uses_critic,
 )
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
@@ -110,7 +111,9 @@ class RLConfig(Strict):
     )
     max_bad_steps: int = Field(5, ge=1, description="Consecutive NaN/inf steps that stop the run.")
 
-    _advantage = field_validator("advantage")(registered(lambda name: name == "gae" or get_advantage_estimator(name)))
+    _advantage = field_validator("advantage")(
+        registered(lambda name: uses_critic(name) or get_advantage_estimator(name))
+    )
     _aggregation = field_validator("loss_aggregation")(registered(get_aggregation))
     _objective = field_validator("objective")(registered(get_objective))
     _surgery = field_validator("gradient_surgery")(registered(get_surgery))
@@ -150,7 +153,7 @@ class RLConfig(Strict):
 
     @model_validator(mode="after")
     def _compatible(self):
-        if self.advantage == "gae" and self.task_normalize:
+        if uses_critic(self.advantage) and self.task_normalize:
             raise ValueError(
                 "rl.task_normalize applies to group advantages, not rl.advantage=gae (the critic's advantages are "
                 "normalized by rl.critic.normalize_advantages)"

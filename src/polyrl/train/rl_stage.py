@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.algos import uses_critic
 from polyrl.rewards import scoring
 from polyrl.rollout.collect import Collected, collect_groups
 from polyrl.train.checkpoint import Checkpoint
@@ -42,7 +43,7 @@ class RLStage:
         self.training.make_optimizer(cfg.lr, cfg.warmup_steps, cfg.steps, cosine=False, weight_decay=cfg.weight_decay)
         if cfg.kl_coef > 0:
             self.reference = self.reference_model()
-        if cfg.advantage == "gae":
+        if uses_critic(cfg.advantage):
             from polyrl.critic import Critic
 
             self.training.critic = Critic(cfg.critic, self.training.model)

@@ -13,10 +13,12 @@ import torch
 from torch import Tensor
 
 from polyrl.algos import (
+    CRITIC_ADVANTAGE_ESTIMATORS,
     TOKEN_ADVANTAGE_ESTIMATORS,
     EpisodeCredit,
     get_advantage_estimator,
     task_normalize,
+    uses_critic,
     zero_variance_groups,
 )
 from polyrl.rollout import TokenBatch, Trajectory, collate
@@ -96,8 +98,8 @@ def compute_advantages(
     rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     group_ids = torch.tensor([t.group for t in trajs])
     zero_var = zero_variance_groups(rewards, group_ids)
-    if cfg.advantage == "gae":
-        advantages, returns, stats = critic.advantages(tokens, rewards)
+    if uses_critic(cfg.advantage):  # a registered critic estimator (gae)
+        advantages, returns, stats = CRITIC_ADVANTAGE_ESTIMATORS.lookup(cfg.advantage)(critic, tokens, rewards)
         return advantages, returns, stats, zero_var
     if cfg.advantage_level != "episode":  # a token-level estimator: turn-level credit
         estimator = TOKEN_ADVANTAGE_ESTIMATORS.lookup(cfg.advantage_level)
