@@ -1,29 +1,5 @@
 import pytest
-
-from polyrl.policy.generation import Generation
-
-
-class ScriptedBackend:
-    """A generation backend that answers each episode from a script: ``script(prompt_text) -> reply``."""
-
-    def __init__(self, tokenizer, script):
-        self.tok = tokenizer
-        self.script = script
-        self.calls = []
-
-    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False):
-        self.calls.append(len(prompts))
-        out = []
-        for p in prompts:
-            text = self.script(self.tok.decode(p))
-            ids = self.tok(text, add_special_tokens=False).input_ids + [self.tok.eos_token_id]
-            finished = len(ids) <= max_new_tokens
-            ids = ids[:max_new_tokens]
-            out.append(Generation(list(p), ids, self.tok.decode(ids, skip_special_tokens=True), finished))
-        return out
-
-    def sync_weights(self, model, version):
-        pass
+from scripted_backend import ScriptedBackend
 
 
 @pytest.fixture(scope="session")
