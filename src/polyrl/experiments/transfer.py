@@ -21,7 +21,6 @@ score of a run is the mean of its greedy accuracy over the held-out category's t
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -316,38 +315,9 @@ def transfer_section(plan: ExperimentPlan, design: TransferDesign, summary: dict
 
 def plot_transfer(plan: ExperimentPlan, t: dict[str, Any]) -> str:
     """``transfer.png``: the held-out category's accuracy per arm and the paired differences, with 95% CIs."""
-    import matplotlib
+    from polyrl.report import comparison
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    def err(rows: list[dict[str, float]]) -> np.ndarray:
-        return np.array(
-            [
-                [100 * (r["mean"] - r["low"]) if math.isfinite(r["low"]) else 0.0 for r in rows],
-                [100 * (r["high"] - r["mean"]) if math.isfinite(r["high"]) else 0.0 for r in rows],
-            ]
-        )
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    arms = list(t["heldout"])
-    rows = [t["heldout"][a] for a in arms]
-    axes[0].bar(arms, [100 * r["mean"] for r in rows], yerr=err(rows), capsize=3, color="tab:blue")
-    axes[0].set_ylabel("greedy accuracy, %")
-    axes[0].set_title(f"held-out category {t['holdout']} (mean, 95% CI)", fontsize=9)
-    axes[0].tick_params(axis="x", rotation=30)
-    labels = list(t["differences"])
-    rows = [t["differences"][k] for k in labels]
-    y = np.arange(len(labels))[::-1]
-    axes[1].errorbar([100 * r["mean"] for r in rows], y, xerr=err(rows), fmt="o", capsize=3)
-    axes[1].axvline(0, color="grey", lw=0.8)
-    axes[1].set_yticks(y, labels, fontsize=8)
-    axes[1].set_xlabel("points")
-    axes[1].set_title("paired differences on the held-out category (95% CI)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(plan.out / "transfer.png", dpi=110)
-    plt.close(fig)
-    return "transfer.png"
+    return comparison.save(comparison.transfer(t), plan.out / "transfer.png")
 
 
 def run_transfer(

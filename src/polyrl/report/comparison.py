@@ -7,6 +7,7 @@ colours, series reader and smoothing (``report/plots.py``, ``report/series.py``)
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,36 @@ def gradient_share(summary: dict[str, Any]) -> Figure | None:
         ax.set_ylabel("share of sum |advantage| × tokens")
         ax.set_title("gradient share per task over RL (mean over seeds)", fontsize=9)
         ax.legend(fontsize=7)
+    return fig
+
+
+def transfer(t: dict[str, Any]) -> Figure:
+    """Leave-one-category-out (``experiments/transfer.py``'s summary ``t``): the held-out category's accuracy per
+    arm, and the paired differences on it, each with its 95% CI."""
+
+    def err(rows: list[dict[str, float]]) -> np.ndarray:
+        return np.array(
+            [
+                [100 * (r["mean"] - r["low"]) if math.isfinite(r["low"]) else 0.0 for r in rows],
+                [100 * (r["high"] - r["mean"]) if math.isfinite(r["high"]) else 0.0 for r in rows],
+            ]
+        )
+
+    fig, axes = _panels(2, 5.5, 4.0, sharey=False)
+    arms = list(t["heldout"])
+    rows = [t["heldout"][a] for a in arms]
+    axes[0].bar(arms, [100 * r["mean"] for r in rows], yerr=err(rows), capsize=3, color="tab:blue")
+    axes[0].set_ylabel("greedy accuracy, %")
+    axes[0].set_title(f"held-out category {t['holdout']} (mean, 95% CI)", fontsize=9)
+    axes[0].tick_params(axis="x", rotation=30)
+    labels = list(t["differences"])
+    rows = [t["differences"][k] for k in labels]
+    y = np.arange(len(labels))[::-1]
+    axes[1].errorbar([100 * r["mean"] for r in rows], y, xerr=err(rows), fmt="o", capsize=3)
+    axes[1].axvline(0, color="grey", lw=0.8)
+    axes[1].set_yticks(y, labels, fontsize=8)
+    axes[1].set_xlabel("points")
+    axes[1].set_title("paired differences on the held-out category (95% CI)", fontsize=9)
     return fig
 
 
