@@ -153,6 +153,7 @@ def test_environment_actor_killed_mid_episode_ends_those_episodes_and_the_run_go
         env_worker_concurrency=4,  # counts() answers while steps sleep, so the kill lands mid-step
         rollout_concurrency=4,
         max_restarts=4,
+        max_reruns=4,  # with the backoff (1, 2, 4, 8 s) a re-run outlasts the environment actor's restart
     )
     try:
         make = _problems(task)
@@ -228,5 +229,26 @@ def test_interruptible_groups_queued_before_an_update_start_with_the_newest_weig
         versions = [t.policy_version for g in groups for t in g]
         assert len(groups) == 4 and set(versions) <= {1, 2} and 2 in versions  # nothing older than the bound
         assert pool.stats.stale_reruns < 4  # the queued groups were not all thrown away and re-run
+    finally:
+        pool.shutdown()
+
+
+def test_a_failed_group_is_rerun_after_its_backoff_not_at_once(local_ray):
+    """An actor Ray is restarting answers 'unavailable' for a while: re-runs wait 1, 2, 4… × rerun_backoff_s."""
+    import sys
+    import time
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    name = "env/retry:addition"
+    task = _BrokenTask(resolve_task(name))
+    pool = _pool({name: task}, num_rollout_workers=1, max_reruns=2, rerun_backoff_s=0.5)
+    try:
+        start = time.monotonic()
+        with pytest.warns(UserWarning, match="sandbox image not found"):
+            groups = pool.groups(1, _problems(task), SAMPLING)
+        waited = time.monotonic() - start
+        assert groups == [] and pool.stats.failed_groups == 1 and pool.stats.reruns == 2
+        assert waited >= 0.5 + 1.0  # the two backoffs, before the group is given up
+        assert not pool.delayed and not pool.inflight
     finally:
         pool.shutdown()

@@ -52,3 +52,9 @@ class RayConfig(BaseModel):
     max_reruns: int = Field(
         2, ge=0, description="Times a group whose worker died is re-run before it is counted as failed."
     )
+    rerun_backoff_s: float = Field(
+        1.0,
+        ge=0,
+        description="A failed group's k-th re-run waits rerun_backoff_s * 2**(k-1) seconds first (an actor Ray is "
+        "restarting answers 'unavailable' until it is back; immediate re-runs would all meet it).",
+    )

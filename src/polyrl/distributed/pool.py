@@ -8,12 +8,14 @@ version's weights go to every worker at once and running episodes generate their
 (partial rollouts, AReaL: Fu et al. 2025, §4). A group whose oldest token is more than ``max_staleness``
 versions behind the trainer when it is consumed is re-run at the current version (``stale_reruns``).
 A group whose actor died, or whose rollout raised (a broken environment or task), is re-run up to
-``max_reruns`` times, then counted in ``failed_groups``.
+``max_reruns`` times, each re-run after an exponential backoff (``rerun_backoff_s``: an actor Ray is
+restarting answers "unavailable" until it is back), then counted in ``failed_groups``.
 """
 
 from __future__ import annotations
 
 import socket
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -137,6 +139,7 @@ class RolloutPool:
         self.version = -1
         self.weights = None
         self.inflight: dict = {}  # ObjectRef -> Request
+        self.delayed: list[tuple[float, Request]] = []  # (due time, re-run waiting out its backoff)
         self.stats = PoolStats()
         self._next_worker = 0
         self.sampling: Sampling | None = None
@@ -167,7 +170,7 @@ class RolloutPool:
         self.inflight[ref] = req
 
     def _fill(self, target: int, make_problems: Callable[[int], list[Problem]]) -> None:
-        missing = target - len(self.inflight)
+        missing = target - len(self.inflight) - len(self.delayed)  # re-runs waiting out their backoff count
         if missing > 0:
             for problem in make_problems(missing):
                 self.stats.submitted += 1
@@ -187,8 +190,14 @@ class RolloutPool:
         ahead = n * (1 + self.cfg.max_staleness) if self.cfg.asynchronous else n
         self._fill(ahead, make_problems)
         out: list[list] = []
-        while len(out) < n and self.inflight:
-            ready, _ = self.ray.wait(list(self.inflight), num_returns=1)
+        while len(out) < n and (self.inflight or self.delayed):
+            self._submit_due()
+            wait = max(0.0, min(due for due, _ in self.delayed) - time.monotonic()) if self.delayed else None
+            ready, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=wait) if self.inflight else ([], [])
+            if not ready:
+                if not self.inflight and wait:
+                    time.sleep(wait)
+                continue
             req = self.inflight.pop(ready[0])
             try:
                 trajs = self.ray.get(ready[0])
@@ -207,7 +216,10 @@ class RolloutPool:
                     )
                 if req.attempt < self.cfg.max_reruns:
                     self.stats.reruns += 1
-                    self._submit(Request(req.problem, self.version, req.attempt + 1, failed_on=req.worker))
+                    due = time.monotonic() + self.cfg.rerun_backoff_s * 2**req.attempt
+                    self.delayed.append(
+                        (due, Request(req.problem, self.version, req.attempt + 1, failed_on=req.worker))
+                    )
                 else:
                     self.stats.failed_groups += 1
                 continue
@@ -224,9 +236,18 @@ class RolloutPool:
             self._fill(ahead, make_problems)  # keep the workers busy while the trainer updates
         return out
 
+    def _submit_due(self) -> None:
+        """Submit the re-runs whose backoff is over."""
+        now = time.monotonic()
+        due = [req for when, req in self.delayed if when <= now]
+        self.delayed = [(when, req) for when, req in self.delayed if when > now]
+        for req in due:
+            self._submit(req)
+
     def shutdown(self) -> None:
-        self.stats.abandoned += len(self.inflight)
+        self.stats.abandoned += len(self.inflight) + len(self.delayed)
         self.inflight.clear()
+        self.delayed.clear()
         for actor in self.workers + self.env_workers:
             self.ray.kill(actor)
         if self.owns_ray:
