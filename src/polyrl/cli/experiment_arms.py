@@ -24,12 +24,19 @@ def _compare(
     budget: bool = False,
     hard_difficulty: float | None = 0.5,
     verdict_split: str = "easy",
+    jobs: int = 1,
+    prune_checkpoints: bool = False,
 ) -> None:
+    import dataclasses
+
     from polyrl.experiments.curriculum import plan_experiment, run_experiment
     from polyrl.experiments.report import split_names
 
     names = [s.strip() for s in arms.split(",") if s.strip()] if arms else None
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
     plan = plan_experiment(config, seeds, names, out, hard_difficulty=hard_difficulty, share_sft=share_sft)
+    plan = dataclasses.replace(plan, prune_checkpoints=prune_checkpoints)
     if not any(s.name == baseline for s in plan.strategies):
         raise UserError(
             f"--baseline {baseline!r} is not one of the arms: {', '.join(s.name for s in plan.strategies)}"
@@ -38,7 +45,7 @@ def _compare(
         raise UserError(
             f"--verdict-split {verdict_split!r} is not a split of this comparison: {', '.join(split_names(plan))}"
         )
-    _print_budget(plan, probe=budget)
+    _print_budget(plan, probe=budget, jobs=jobs)
     if budget:
         return
     command = invoked_command()
@@ -49,6 +56,7 @@ def _compare(
         title=title,
         baseline=baseline,
         verdict_split=verdict_split,
+        jobs=jobs,
     )
     for name, row in summary["strategies"].items():
         for split in split_names(plan):
@@ -98,11 +106,11 @@ def surgery(
     )
 
 
-def _print_budget(plan, probe: bool) -> None:
+def _print_budget(plan, probe: bool, jobs: int = 1) -> None:
     """The runs left and their estimated wall time; without ``probe`` only from what is already recorded."""
     from polyrl.experiments.budget import estimate_budget, format_budget
 
-    print(format_budget(estimate_budget(plan, probe=probe)), flush=True)
+    print(format_budget(estimate_budget(plan, probe=probe), jobs=jobs), flush=True)
 
 
 def arms(
@@ -119,6 +127,14 @@ def arms(
     verdict_split: str = typer.Option(
         "easy", "--verdict-split", help="The held-out split the verdict is on (easy; attempt2 with eval.attempts: 2)."
     ),
+    jobs: int = typer.Option(
+        1, "--jobs", help="Seeds trained in parallel worker processes (each at the config's threads)."
+    ),
+    prune_checkpoints: bool = typer.Option(
+        False,
+        "--prune-checkpoints",
+        help="Delete each finished arm run's checkpoints (optimizer states; ~1.6 GB each on a 135M model).",
+    ),
 ) -> None:
     """Compare the arms defined under the config's strategies: with a baseline over seeds (paired by seed)."""
     from pathlib import Path
@@ -134,4 +150,6 @@ def arms(
         budget,
         hard_difficulty=None,
         verdict_split=verdict_split,
+        jobs=jobs,
+        prune_checkpoints=prune_checkpoints,
     )
