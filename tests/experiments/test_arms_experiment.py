@@ -78,3 +78,53 @@ def test_a_dumped_config_of_built_in_tasks_loads_again():
     )
     assert dumped["tasks"][0]["dataset"] is None
     assert load_config(None, base=dumped).tasks[0].dataset is None
+
+
+def test_base_names_a_training_config_that_the_experiment_file_overrides(tmp_path, capsys):
+    from polyrl.experiments.curriculum import plan_experiment, read_experiment_config
+
+    (tmp_path / "job.yaml").write_text(ARMS.split("strategies:")[0])
+    sub = tmp_path / "claims"
+    sub.mkdir()
+    (sub / "exp.yaml").write_text("base: ../job.yaml\nrl: {lr: 0.001}\nstrategies:\n  a: {}\n  b: {rl: {steps: 5}}\n")
+    raw, strategies = read_experiment_config(sub / "exp.yaml")
+    assert raw["rl"] == {"steps": 3, "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 16, "lr": 0.001}
+    assert raw["sft"] == {"steps": 20, "batch_size": 16} and set(strategies) == {"a", "b"}
+    plan = plan_experiment(sub / "exp.yaml", 1, None, tmp_path / "o", hard_difficulty=None)
+    assert plan.config(plan.strategies[1], 0).rl.steps == 5 and plan.config(plan.strategies[0], 0).rl.lr == 0.001
+
+    (sub / "bad.yaml").write_text("base: ../missing.yaml\n")
+    (sub / "nested.yaml").write_text("base: exp.yaml\n")
+    (sub / "typed.yaml").write_text("base: [job.yaml]\n")
+    for name, message in [
+        ("bad.yaml", "cannot read base config"),
+        ("nested.yaml", "is a training config: no strategies: or base: in it"),
+        ("typed.yaml", "base must be the path of a training config"),
+    ]:
+        args = ["experiment", "arms", "--config", str(sub / name), "--baseline", "a", "--out", str(tmp_path / "o")]
+        assert cli(args) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_arms_in_parallel_processes_prune_finished_checkpoints_and_budget_per_arm_steps(tmp_path, capsys):
+    config = tmp_path / "arms.yaml"
+    config.write_text(
+        ARMS.replace('"on": {rl: {task_normalize: true}}', '"on": {rl: {task_normalize: true, steps: 1}}')
+    )
+    out = tmp_path / "out"
+    args = ["experiment", "arms", "--config", str(config), "--baseline", "off", "--seeds", "2", "--out", str(out)]
+    assert cli([*args, "--jobs", "2", "--prune-checkpoints"]) == 0
+    printed = capsys.readouterr().out
+    # the arms' own rl.steps: 2 seeds x (3 + 1) steps
+    assert "4 RL run(s) of 8 steps in all" in printed and "training seeds 0, 1 in 2 worker processes" in printed
+    for arm, steps in (("off", 3), ("on", 1)):
+        for seed in (0, 1):
+            run = out / "runs" / arm / f"seed{seed}"
+            assert not (run / "checkpoints").exists()  # pruned: the optimizer states of a finished run
+            assert (run / "eval" / "after_rl.json").exists() and (run / "final_model" / "config.json").exists()
+            rl = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+            assert max(r["step"] for r in rl if r.get("stage") == "rl") == steps
+    assert (out / "runs" / "sft" / "seed1" / "checkpoints").exists()  # warm starts keep theirs
+    assert cli([*args, "--jobs", "0"]) == 2
+    assert "--jobs must be at least 1, got 0" in capsys.readouterr().err

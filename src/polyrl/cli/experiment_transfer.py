@@ -1,4 +1,5 @@
-"""``polyrl experiment transfer``: leave-one-category-out multi-task transfer (``experiments/transfer.py``)."""
+"""``polyrl experiment transfer`` (leave-one-category-out, ``experiments/transfer.py``) and ``polyrl experiment
+specialists`` (joint vs single-task specialists, ``experiments/specialists.py``): multi-task transfer."""
 
 from __future__ import annotations
 
@@ -40,4 +41,57 @@ def transfer(
     for label, d in t["differences"].items():
         if label.startswith(ALL_OTHERS) and not label.endswith(WARM_START):
             print(f"{label:32s} {100 * d['mean']:+5.1f} points [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]")
+    print(f"report: {plan.out / 'report.md'}")
+
+
+def specialists(
+    config: str = typer.Option(
+        ..., "--config", "-c", help="Training config: its tasks are scored in every arm; rl.steps is the joint budget."
+    ),
+    train: str = typer.Option(
+        ..., "--train", help="Comma-separated tasks RL trains (joint and one specialist each); the rest transfer."
+    ),
+    holdout_category: str | None = typer.Option(
+        None,
+        "--holdout-category",
+        help="Also leave-one-category-out: RL on the other trained tasks vs this one alone.",
+    ),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1); one SFT warm start per seed."),
+    out: str = typer.Option("runs/specialists", "--out", help="Output directory (runs, report.md, results.json)."),
+    jobs: int = typer.Option(
+        1, "--jobs", help="Seeds trained in parallel worker processes (each at the config's threads)."
+    ),
+    prune_checkpoints: bool = typer.Option(
+        False, "--prune-checkpoints", help="Delete each finished arm run's checkpoints (its final model stays)."
+    ),
+    budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
+) -> None:
+    """Joint multi-task RL vs single-task specialists on the same RL budget, scored in-domain and on transfer tasks."""
+    import dataclasses
+
+    from polyrl.errors import UserError
+    from polyrl.experiments.budget import estimate_budget, format_budget
+    from polyrl.experiments.specialists import JOINT, SPECIALISTS, plan_specialists, run_specialists
+
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    tasks = [t.strip() for t in train.split(",") if t.strip()]
+    plan, design = plan_specialists(config, tasks, seeds, out, holdout_category)
+    plan = dataclasses.replace(plan, prune_checkpoints=prune_checkpoints)
+    for arm, (on, steps) in design.arms.items():
+        print(f"arm {arm:28s} {steps:4d} RL steps on {', '.join(on)}")
+    print(f"transfer tasks (no arm trains them): {', '.join(design.transfer) or 'none'}")
+    print(format_budget(estimate_budget(plan, probe=budget), jobs=jobs), flush=True)
+    if budget:
+        return
+    summary = run_specialists(plan, design, log=lambda m: print(m, flush=True), command=invoked_command(), jobs=jobs)
+    s = summary["specialists"]
+    for arm, m in s["means"].items():
+        cells = "   ".join(f"{g} {100 * ci['mean']:5.1f} ± {100 * ci['sd']:4.1f}" for g, ci in m.items())
+        print(f"{arm:14s} {cells}")
+    for group, d in s["differences"][f"{JOINT} − {SPECIALISTS}"].items():
+        if group in ("trained", "transfer"):
+            print(
+                f"joint − specialists, {group}: {100 * d['mean']:+5.1f} points [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+            )
     print(f"report: {plan.out / 'report.md'}")

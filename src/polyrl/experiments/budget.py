@@ -36,10 +36,17 @@ class Budget:
     """Where the seconds per step come from."""
     seeds_left: int = 1
     """Seeds with a run still to train (what ``--jobs`` can spread over processes)."""
+    rl_total_steps: int | None = None
+    """RL steps of the runs left, over all arms, when arms set their own ``rl.steps`` (``rl_steps`` is then
+    the first arm's); None: ``rl_runs × rl_steps``."""
+
+    @property
+    def rl_steps_left(self) -> int:
+        return self.rl_total_steps if self.rl_total_steps is not None else self.rl_runs * self.rl_steps
 
     @property
     def seconds(self) -> float:
-        return self.sft_runs * self.sft_steps * self.s_per_sft_step + self.rl_runs * self.rl_steps * self.s_per_rl_step
+        return self.sft_runs * self.sft_steps * self.s_per_sft_step + self.rl_steps_left * self.s_per_rl_step
 
 
 def _recorded(runs: list[Path], stage: str, steps: int) -> tuple[float | None, str]:
@@ -94,10 +101,15 @@ def estimate_budget(plan, probe: bool = True) -> Budget:
     sft_dirs = list(dict.fromkeys(plan.sft_dir(s) for s in plan.seeds))
     arm_dirs = {a.name: [plan.run_dir(a.name, s) for s in plan.seeds] for a in plan.strategies}
     rl_dirs = [d for dirs in arm_dirs.values() for d in dirs]
-    sft_steps, rl_steps = plan.config(None, 0).sft.steps, plan.config(plan.strategies[0], 0).rl.steps
+    sft_steps = plan.config(None, 0).sft.steps
+    arm_steps = {a.name: plan.config(a, 0).rl.steps for a in plan.strategies}
+    rl_steps = arm_steps[plan.strategies[0].name]
     sft_s, src_sft = _recorded(sft_dirs, "sft", sft_steps)
-    pooled, src_rl = _recorded(rl_dirs, "rl", rl_steps)
-    per_arm = {name: _recorded(dirs, "rl", rl_steps)[0] for name, dirs in arm_dirs.items()}
+    recorded = {name: _recorded(dirs, "rl", arm_steps[name]) for name, dirs in arm_dirs.items()}
+    per_arm = {name: r[0] for name, r in recorded.items()}
+    known = [v for v in per_arm.values() if v is not None]
+    pooled = statistics.mean(known) if known else None
+    src_rl = next((r[1] for r in recorded.values() if r[1]), "")
     source = "; ".join(dict.fromkeys(s for s in (src_sft, src_rl) if s))
     unknown = [a for a in plan.strategies if per_arm[a.name] is None]
     if (sft_s is None or unknown) and probe:
@@ -110,10 +122,11 @@ def estimate_budget(plan, probe: bool = True) -> Budget:
     finished = {d: run_finished(plan, d) for d in rl_dirs}
     left = {name: sum(not finished[d] for d in dirs) for name, dirs in arm_dirs.items()}
     rl_runs = sum(left.values())
+    total_steps = sum(left[n] * arm_steps[n] for n in left)
     if any(v is None for v in per_arm.values()):
         rl_s = None
-    elif rl_runs:
-        rl_s = sum(left[n] * per_arm[n] for n in left) / rl_runs
+    elif total_steps:
+        rl_s = sum(left[n] * arm_steps[n] * per_arm[n] for n in left) / total_steps
     else:
         rl_s = sum(per_arm.values()) / len(per_arm)
     return Budget(
@@ -126,20 +139,26 @@ def estimate_budget(plan, probe: bool = True) -> Budget:
         s_per_rl_step=rl_s if rl_s is not None else float("nan"),
         source=source or "nothing recorded",
         seeds_left=sum(any(not finished[plan.run_dir(a.name, s)] for a in plan.strategies) for s in plan.seeds),
+        rl_total_steps=total_steps if len(set(arm_steps.values())) > 1 else None,
     )
 
 
 def format_budget(b: Budget, jobs: int = 1) -> str:
     """One line; with ``jobs > 1`` (seeds in parallel processes) also the wall time if that many cores are free:
     the serial time divided by the parallel seeds, rounded up to whole seeds per process."""
+    rl = (
+        f"{b.rl_runs} RL run(s) × {b.rl_steps} steps"
+        if b.rl_total_steps is None
+        else f"{b.rl_runs} RL run(s) of {b.rl_total_steps} steps in all"
+    )
     if b.s_per_sft_step != b.s_per_sft_step or b.s_per_rl_step != b.s_per_rl_step:
         return (
-            f"budget: {b.sft_runs} SFT run(s) × {b.sft_steps} steps + {b.rl_runs} RL run(s) × {b.rl_steps} steps "
+            f"budget: {b.sft_runs} SFT run(s) × {b.sft_steps} steps + {rl} "
             f"({b.finished} finished run(s) skipped); no timing recorded yet (--budget times a few steps)"
         )
     line = (
         f"budget: {b.sft_runs} SFT run(s) × {b.sft_steps} steps at {b.s_per_sft_step:.2f} s/step + "
-        f"{b.rl_runs} RL run(s) × {b.rl_steps} steps at {b.s_per_rl_step:.2f} s/step "
+        f"{rl} at {b.s_per_rl_step:.2f} s/step "
         f"({b.finished} finished run(s) skipped) ≈ {b.seconds / 60:.0f} min on this machine [{b.source}]"
     )
     if jobs > 1 and b.seeds_left > 1:

@@ -174,6 +174,54 @@ def transfer(t: dict[str, Any]) -> Figure:
     return fig
 
 
+def _binned(points: list[tuple[float, float]], bins: int = 8) -> tuple[list[float], list[float]]:
+    """Mean of the y values in ``bins`` equal-width bins of x (empty bins left out): a curve over pooled seeds
+    whose runs log a task at different steps."""
+    if not points:
+        return [], []
+    xs, ys = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+    edges = np.linspace(xs.min(), xs.max() + 1e-9, bins + 1)
+    idx = np.clip(np.digitize(xs, edges) - 1, 0, bins - 1)
+    keep = [b for b in range(bins) if (idx == b).any()]
+    return [float(xs[idx == b].mean()) for b in keep], [float(ys[idx == b].mean()) for b in keep]
+
+
+def specialists(s: dict[str, Any], curves: dict[str, dict[str, tuple[list[list[dict]], float, str]]]) -> Figure:
+    """Joint vs specialists (``experiments/specialists.py``'s summary ``s``): per task, held-out accuracy of the warm
+    start, the joint run and the specialists with 95% CIs; and per trained task its rollout accuracy against the
+    completions spent on it, the joint run (solid) vs the task's specialist (dashed). ``curves`` maps a trained task to
+    {arm: (each seed's RL records, completions on the task per step, the metric)}."""
+    arms = list(s["per_seed"])
+    tasks = [*s["design"]["trained"], *s["design"]["transfer"]]
+    x, width = np.arange(len(tasks)), 0.8 / len(arms)
+    colors = plots.task_colors(list(curves))
+    with plt.rc_context(plots.STYLE):
+        fig, axes = _panels(2, 6.0, 4.0, sharey=False)
+        for i, arm in enumerate(arms):
+            cis = [s["per_task"][arm][t] for t in tasks]
+            mean = [100 * c["mean"] for c in cis]
+            err = [100 * (c["high"] - c["mean"]) if c["n"] >= 2 and math.isfinite(c["high"]) else 0.0 for c in cis]
+            axes[0].bar(x + i * width, mean, width, yerr=err, capsize=2, label=arm)
+        trained = len(s["design"]["trained"])
+        if s["design"]["transfer"]:
+            axes[0].axvline(trained - 0.5 + width * (len(arms) - 1) / 2, color="grey", lw=0.8, ls=":")
+        axes[0].set_xticks(x + width * (len(arms) - 1) / 2, tasks, rotation=30, ha="right")
+        axes[0].set_ylim(0, 100)  # an interval over few seeds can reach past the possible range
+        axes[0].set_ylabel("greedy held-out accuracy, %")
+        axes[0].set_title("trained tasks | transfer tasks (mean, 95% CI over seeds)", fontsize=9)
+        axes[0].legend(fontsize=8)
+        for task, by_arm in curves.items():
+            for style, (arm, (runs, per_step, key)) in zip(("-", "--"), by_arm.items()):
+                pts = [(step * per_step, y) for rl in runs for step, y in zip(*series.series(rl, key))]
+                bx, by = _binned(pts)
+                axes[1].plot(bx, by, ls=style, color=colors[task], label=f"{task}: {arm}")
+        axes[1].set_xlabel("completions on the task (joint: expected share)")
+        axes[1].set_ylabel("rollout accuracy")
+        axes[1].set_title("learning curves: joint (solid) vs specialist (dashed), seeds pooled", fontsize=9)
+        axes[1].legend(fontsize=6, ncol=2)
+    return fig
+
+
 def save(fig: Figure, path: Path) -> str:
     """Write ``fig`` as a PNG at ``path``, close it, and return the file's name."""
     fig.tight_layout()

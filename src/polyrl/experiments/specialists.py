@@ -1,0 +1,376 @@
+"""Joint multi-task RL against single-task specialists at an equal RL budget (the mission's central claim:
+one policy trained on many tasks beats training task by task), and optionally leave-one-category-out on the
+same warm starts. Reuses the arms runner (``experiments/curriculum.py``): one SFT warm start per seed on every
+task of the config (so every task's answer format is learned before RL), then per arm an RL run from it:
+
+- ``joint``            ``rl.steps`` steps, uniform over the trained tasks (``--train``);
+- ``only_<task>``      ``rl.steps / K`` steps on that task alone, one arm per trained task: the K specialists
+                       together spend the joint run's budget (steps × prompts × group size);
+- ``loco_others``      with a held-out category: ``rl.steps / 2`` steps on the trained tasks of every other category;
+- ``loco_<category>``  ``rl.steps / 2`` steps on the held-out category's trained tasks alone (in-category reference);
+- ``warm start``       no RL: the SFT run's own evaluation.
+
+The config's tasks outside ``--train`` are trained by no arm and scored in every run: the transfer tasks. The
+specialists' score on a trained task is that task's own specialist's; on a transfer task it is the mean of the
+K specialists' scores (what training task by task leaves there). Every comparison is paired by seed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from polyrl.errors import UserError
+from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_experiment_config
+from polyrl.experiments.stats import mean_ci, paired_difference
+from polyrl.run_dir import atomic_write_text
+
+JOINT = "joint"
+ONLY_PREFIX = "only_"
+LOCO_OTHERS = "loco_others"
+LOCO_PREFIX = "loco_"
+WARM_START = "warm start"
+SPECIALISTS = "specialists"
+"""The composite row: each trained task scored by its own specialist, each transfer task by their mean."""
+
+
+def arm_name(task: str) -> str:
+    """``only_<task>`` with ``/`` (a composed or plugin task's namespace) as ``_``: one directory per arm."""
+    return ONLY_PREFIX + task.replace("/", "_")
+
+
+@dataclass
+class SpecialistsDesign:
+    trained: list[str]
+    """The tasks RL trains on (the joint run's mix; one specialist each)."""
+    transfer: list[str]
+    """The config's other tasks: trained by no arm, scored in every run."""
+    steps: int
+    """The joint run's RL steps (the budget every group of arms shares)."""
+    categories: dict[str, str]
+    """Trained task -> its category."""
+    holdout: str | None = None
+    """Leave-one-category-out's held-out category (None: no such arms)."""
+
+    @property
+    def arms(self) -> dict[str, tuple[list[str], int]]:
+        """Arm -> (tasks RL samples, RL steps)."""
+        k = len(self.trained)
+        out = {JOINT: (list(self.trained), self.steps)}
+        out.update({arm_name(t): ([t], self.steps // k) for t in self.trained})
+        if self.holdout is not None:
+            out[LOCO_OTHERS] = (self.loco_others, self.steps // 2)
+            out[LOCO_PREFIX + self.holdout] = (self.held, self.steps // 2)
+        return out
+
+    @property
+    def held(self) -> list[str]:
+        """The held-out category's trained tasks."""
+        return [t for t in self.trained if self.categories[t] == self.holdout]
+
+    @property
+    def loco_others(self) -> list[str]:
+        return [t for t in self.trained if self.categories[t] != self.holdout]
+
+    def specialist(self, task: str) -> str:
+        return arm_name(task)
+
+
+def design_specialists(
+    tasks: list[str], train: list[str], steps: int, categories: dict[str, str], holdout: str | None = None
+) -> SpecialistsDesign:
+    """Check ``train`` (a subset of the config's ``tasks``, two or more), the budget and the held-out category;
+    ``categories`` maps each task to its category. Bad input is a :class:`UserError`."""
+    if len(set(tasks)) != len(tasks):
+        raise UserError("a task is listed twice in the config")
+    if len(set(train)) != len(train):
+        raise UserError("--train names a task twice")
+    unknown = [t for t in train if t not in tasks]
+    if unknown:
+        raise UserError(
+            f"--train: {', '.join(map(repr, unknown))} is not a task of the config ({', '.join(tasks)}); "
+            "every arm is scored on the config's tasks"
+        )
+    if len(train) < 2:
+        raise UserError("--train needs two or more tasks: joint training on one task is its specialist")
+    if steps % len(train):
+        raise UserError(
+            f"rl.steps {steps} does not split evenly over {len(train)} specialists; use a multiple of {len(train)}"
+        )
+    if holdout is not None:
+        trained_cats = {categories[t] for t in train}
+        if holdout not in trained_cats:
+            raise UserError(
+                f"--holdout-category {holdout!r} is not the category of a trained task; their categories: "
+                + ", ".join(sorted(trained_cats))
+            )
+        if trained_cats == {holdout}:
+            raise UserError(
+                f"every trained task is of category {holdout!r}: holding it out leaves nothing to train on"
+            )
+        if steps % 2:
+            raise UserError(f"rl.steps {steps} is odd: leave-one-category-out's two arms get half of it each")
+    transfer = [t for t in tasks if t not in train]
+    return SpecialistsDesign(list(train), transfer, steps, {t: categories[t] for t in train}, holdout)
+
+
+def plan_specialists(
+    config_path: str | Path, train: list[str], seeds: int, out: str | Path, holdout: str | None = None
+) -> tuple[ExperimentPlan, SpecialistsDesign]:
+    """Check the config (no strategies: or sampler: — the arms set them), build the design and the runner's plan."""
+    from polyrl.tasks import get_task
+    from polyrl.train.config import load_config
+
+    raw, defined = read_experiment_config(config_path)
+    if defined:
+        raise UserError("a specialists config defines no strategies: (the arms come from --train); remove the section")
+    if raw.get("sampler") not in (None, {}, {"name": "uniform"}):
+        raise UserError("specialists sets each arm's sampler (the tasks it trains); remove sampler: from the config")
+    base = load_config(None, base=raw)
+    names = [t.name for t in base.tasks]
+    categories = {t: get_task(t).category for t in dict.fromkeys(names)}
+    design = design_specialists(names, train, base.rl.steps, categories, holdout)
+    strategies = {
+        arm: {"sampler": {"name": "weighted", "options": {"weights": dict.fromkeys(ts, 1.0)}}, "rl": {"steps": steps}}
+        for arm, (ts, steps) in design.arms.items()
+    }
+    plan = plan_experiment(config_path, seeds, list(strategies), out, hard_difficulty=None, strategies=strategies)
+    if plan.hard:
+        raise UserError("specialists evaluates each task at its training difficulty; remove eval_difficulty")
+    _check_out(plan.out, design)
+    return plan, design
+
+
+DESIGN_FILE = "specialists.json"
+
+
+def _design_record(design: SpecialistsDesign) -> dict[str, Any]:
+    return {"trained": design.trained, "transfer": design.transfer, "steps": design.steps, "holdout": design.holdout}
+
+
+def _check_out(out: Path, design: SpecialistsDesign) -> None:
+    """An output directory holds the runs of one design: finished runs of another would be skipped as if they
+    were this one's (the arms' names do not say their budgets)."""
+    path = out / DESIGN_FILE
+    if not path.exists():
+        return
+    try:
+        held = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise UserError(f"{path} is not readable JSON; remove it or use another --out") from None
+    if held != _design_record(design):
+        raise UserError(
+            f"{out} holds runs of another design (trained {held.get('trained')}, steps {held.get('steps')}, "
+            f"held-out category {held.get('holdout')}); use another --out"
+        )
+
+
+def _mean(per_task: dict[str, list[float]], tasks: list[str]) -> list[float]:
+    """Per seed: the mean accuracy over ``tasks`` (each task has the same number of held-out problems)."""
+    return [float(np.mean([per_task[t][k] for t in tasks])) for k in range(len(per_task[tasks[0]]))]
+
+
+def specialists_summary(summary: dict[str, Any], design: SpecialistsDesign) -> dict[str, Any]:
+    """From the runner's summary: per task the per-seed accuracy of the warm start, the joint run and the
+    specialists (composite); the means over trained and over transfer tasks with 95% CIs; the paired differences
+    joint − specialists, joint − warm start and specialists − warm start (each with its CI and MDE), per task and
+    on the means; and, with a held-out category, leave-one-category-out's differences on it."""
+    rows = summary["strategies"]
+    per_task = {WARM_START: summary["after_sft_per_seed"]["easy"], JOINT: rows[JOINT]["per_seed"]["easy"]}
+    only = {t: rows[design.specialist(t)]["per_seed"]["easy"] for t in design.trained}
+    composite = {t: only[t][t] for t in design.trained}
+    for t in design.transfer:
+        composite[t] = _mean({s: only[s][t] for s in design.trained}, design.trained)
+    per_task[SPECIALISTS] = composite
+    groups = {"trained": design.trained, "transfer": design.transfer}
+    means = {
+        arm: {g: _mean(acc, ts) for g, ts in groups.items() if ts} for arm, acc in per_task.items()
+    }  # arm -> group -> per-seed
+    pairs = [(JOINT, SPECIALISTS), (JOINT, WARM_START), (SPECIALISTS, WARM_START)]
+    differences = {
+        f"{a} − {b}": {
+            **{g: paired_difference(means[a][g], means[b][g]).as_dict() for g in means[a]},
+            **{
+                t: paired_difference(per_task[a][t], per_task[b][t]).as_dict()
+                for t in [*design.trained, *design.transfer]
+            },
+        }
+        for a, b in pairs
+    }
+    out: dict[str, Any] = {
+        "design": _design_record(design),
+        "arms": {arm: {"tasks": ts, "steps": s} for arm, (ts, s) in design.arms.items()},
+        "per_seed": per_task,
+        "per_task": {arm: {t: mean_ci(v).as_dict() for t, v in acc.items()} for arm, acc in per_task.items()},
+        "means": {arm: {g: mean_ci(v).as_dict() for g, v in m.items()} for arm, m in means.items()},
+        "means_per_seed": means,
+        "differences": differences,
+    }
+    if design.holdout is not None:
+        loco = {
+            WARM_START: _mean(per_task[WARM_START], design.held),
+            LOCO_OTHERS: _mean(rows[LOCO_OTHERS]["per_seed"]["easy"], design.held),
+            LOCO_PREFIX + design.holdout: _mean(rows[LOCO_PREFIX + design.holdout]["per_seed"]["easy"], design.held),
+        }
+        alone = LOCO_PREFIX + design.holdout
+        out["loco"] = {
+            "holdout": design.holdout,
+            "tasks": design.held,
+            "heldout": {arm: mean_ci(v).as_dict() for arm, v in loco.items()},
+            "differences": {
+                f"{a} − {b}": paired_difference(loco[a], loco[b]).as_dict()
+                for a, b in [(LOCO_OTHERS, WARM_START), (alone, WARM_START), (LOCO_OTHERS, alone)]
+            },
+        }
+    return out
+
+
+def _pct(x: float, signed: bool = False) -> str:
+    return "—" if x != x else (f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}")
+
+
+def _ci(d: dict[str, float], signed: bool = False) -> str:
+    if d["n"] < 2:
+        return _pct(d["mean"], signed)
+    return f"{_pct(d['mean'], signed)} [{_pct(d['low'], signed)}, {_pct(d['high'], signed)}]"
+
+
+def _reading(d: dict[str, float], a: str, b: str, where: str) -> str:
+    """One verdict line for the paired difference ``d`` of ``a`` over ``b``."""
+    if d["n"] < 2:
+        return f"- {where}: `{a}` − `{b}` = {_pct(d['mean'], True)} points (one seed: no interval)."
+    if d["low"] > 0:
+        word = f"`{a}` beats `{b}`"
+    elif d["high"] < 0:
+        word = f"`{a}` is beaten by `{b}`"
+    else:
+        word = f"`{a}` and `{b}` are not distinguishable at this power"
+    return (
+        f"- {where}: {word}: {_pct(d['mean'], True)} points (95% CI {_pct(d['low'], True)} to "
+        f"{_pct(d['high'], True)}, paired over {d['n']} seeds; smallest effect detectable with 80% power: "
+        f"{_pct(d['mde'])} points)."
+    )
+
+
+def specialists_verdict(s: dict[str, Any]) -> str:
+    d = s["differences"]
+    lines = [_reading(d[f"{JOINT} − {SPECIALISTS}"]["trained"], JOINT, SPECIALISTS, "in-domain (trained tasks)")]
+    if "transfer" in d[f"{JOINT} − {SPECIALISTS}"]:
+        lines.append(_reading(d[f"{JOINT} − {SPECIALISTS}"]["transfer"], JOINT, SPECIALISTS, "transfer tasks"))
+    lines.append(_reading(d[f"{JOINT} − {WARM_START}"]["trained"], JOINT, WARM_START, "in-domain"))
+    lines.append(_reading(d[f"{SPECIALISTS} − {WARM_START}"]["trained"], SPECIALISTS, WARM_START, "in-domain"))
+    if "loco" in s:
+        h, ld = s["loco"]["holdout"], s["loco"]["differences"]
+        for label, diff in ld.items():
+            a, _, b = label.partition(" − ")
+            lines.append(_reading(diff, a, b, f"held-out category `{h}`"))
+    return "\n".join(lines)
+
+
+def specialists_section(plan: ExperimentPlan, design: SpecialistsDesign, summary: dict[str, Any]):
+    """The report's joint-vs-specialists section (tables, figure) and its verdict; adds ``summary["specialists"]``."""
+    s = specialists_summary(summary, design)
+    summary["specialists"] = s
+    budget = plan.base["rl"]["prompts_per_step"] * plan.base["rl"]["group_size"]
+    lines = [
+        "## Joint multi-task RL vs single-task specialists",
+        "",
+        f"Trained tasks: {', '.join(f'`{t}` ({design.categories[t]})' for t in design.trained)}. Transfer tasks "
+        f"(trained by no arm): {', '.join(f'`{t}`' for t in design.transfer) or 'none'}. Every arm starts RL from "
+        f"its seed's SFT warm start (SFT on all tasks); {budget} completions per RL step. Accuracy: greedy, in %; "
+        f"{len(plan.seeds)} seed(s); 95% Student-t intervals.",
+        "",
+        "| arm | RL trains on | RL steps |",
+        "|---|---|---:|",
+        *(f"| {arm} | {', '.join(ts)} | {steps} |" for arm, (ts, steps) in design.arms.items()),
+        "",
+        "| arm | trained tasks [95% CI] | transfer tasks [95% CI] |",
+        "|---|---:|---:|",
+    ]
+    for arm, m in s["means"].items():
+        lines.append(f"| {arm} | {_ci(m['trained'])} | {_ci(m['transfer']) if 'transfer' in m else '—'} |")
+    tasks = [*design.trained, *design.transfer]
+    lines += [
+        "",
+        "Per task, mean over seeds:",
+        "",
+        "| arm | " + " | ".join(tasks) + " |",
+        "|---|" + "---:|" * len(tasks),
+    ]
+    for arm, acc in s["per_seed"].items():
+        lines.append(f"| {arm} | " + " | ".join(_pct(float(np.mean(acc[t]))) for t in tasks) + " |")
+    lines += [
+        "",
+        "Paired differences (points [95% CI]; MDE: the smallest difference this design detects with 80% power):",
+        "",
+        "| comparison | trained tasks | MDE | transfer tasks | MDE |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, d in s["differences"].items():
+        tr = d.get("transfer")
+        cells = f"{_ci(tr, True)} | {_pct(tr['mde'])}" if tr else "— | —"
+        lines.append(f"| {label} | {_ci(d['trained'], True)} | {_pct(d['trained']['mde'])} | {cells} |")
+    if "loco" in s:
+        lo = s["loco"]
+        lines += [
+            "",
+            f"### Leave-one-category-out: held-out `{lo['holdout']}` ({', '.join(lo['tasks'])})",
+            "",
+            "| arm | held-out accuracy [95% CI] |",
+            "|---|---:|",
+            *(f"| {arm} | {_ci(ci)} |" for arm, ci in lo["heldout"].items()),
+            "",
+            "| comparison | difference [95% CI] | MDE |",
+            "|---|---:|---:|",
+            *(f"| {label} | {_ci(d, True)} | {_pct(d['mde'])} |" for label, d in lo["differences"].items()),
+        ]
+    lines += ["", f"![specialists.png]({plot_specialists(plan, design, s)})", ""]
+    return lines, specialists_verdict(s)
+
+
+def plot_specialists(plan: ExperimentPlan, design: SpecialistsDesign, s: dict[str, Any]) -> str:
+    """``specialists.png``: per-task held-out bars with 95% CIs per arm, and each trained task's rollout accuracy
+    against the completions spent on it, joint vs its specialist."""
+    from polyrl.experiments.report import load_run
+    from polyrl.report import comparison
+
+    per_step = plan.base["rl"]["prompts_per_step"] * plan.base["rl"]["group_size"]
+    curves = {}
+    for t in design.trained:
+        joint = [load_run(plan.run_dir(JOINT, k))["rl"] for k in plan.seeds]
+        own = [load_run(plan.run_dir(design.specialist(t), k))["rl"] for k in plan.seeds]
+        curves[t] = {
+            JOINT: (joint, per_step / len(design.trained), f"accuracy/{t}"),
+            design.specialist(t): (own, per_step, "accuracy"),
+        }
+    fig = comparison.specialists(s, curves)
+    return comparison.save(fig, plan.out / "specialists.png")
+
+
+def record_design(out: Path, design: SpecialistsDesign) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / DESIGN_FILE, json.dumps(_design_record(design)))
+
+
+def run_specialists(
+    plan: ExperimentPlan, design: SpecialistsDesign, log=print, command: str | None = None, jobs: int = 1
+) -> dict[str, Any]:
+    """Train every (arm, seed) not yet finished, then write report.md (this section first, then the runner's
+    per-task tables, statistics and plots) and results.json."""
+    from polyrl.experiments.curriculum import run_experiment
+
+    record_design(plan.out, design)
+    return run_experiment(
+        plan,
+        log=log,
+        command=command,
+        title="Joint multi-task RL vs single-task specialists",
+        baseline=JOINT,
+        verdict_split="easy",
+        jobs=jobs,
+        extra=lambda summary: specialists_section(plan, design, summary),
+    )

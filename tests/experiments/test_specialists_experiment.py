@@ -1,0 +1,174 @@
+"""``polyrl experiment specialists``: the arms and budgets it builds, its input checks, the composite
+specialists' statistics (hand-computed), and the whole command at CI size."""
+
+import json
+
+import pytest
+import yaml
+
+from polyrl.cli import run as cli
+from polyrl.errors import UserError
+from polyrl.experiments.specialists import SpecialistsDesign, design_specialists, specialists_summary
+
+CATS = {
+    "sort_digits": "sequential",
+    "reverse_letters": "sequential",
+    "boolean_evaluation": "logic",
+    "addition": "arithmetic",
+}
+TASKS = list(CATS)
+
+SMOKE = """
+model: {path: tiny}
+prompt: {field: question}
+threads: 1
+tensorboard: false
+tasks:
+  - {name: sort_digits, difficulty: 0.0}
+  - {name: reverse_letters, difficulty: 0.0}
+  - {name: boolean_evaluation, difficulty: 0.0}
+  - {name: addition, difficulty: 0.0}
+sft: {steps: 10, batch_size: 16}
+rl: {steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, dynamic_sampling: false}
+eval: {problems_per_task: 4, pass_k: 1}
+"""
+
+
+def test_the_specialists_share_the_joint_budget_and_leave_one_out_halves_it():
+    d = design_specialists(TASKS, ["sort_digits", "reverse_letters", "boolean_evaluation"], 6, CATS, "logic")
+    assert d.transfer == ["addition"]
+    assert d.arms == {
+        "joint": (["sort_digits", "reverse_letters", "boolean_evaluation"], 6),
+        "only_sort_digits": (["sort_digits"], 2),
+        "only_reverse_letters": (["reverse_letters"], 2),
+        "only_boolean_evaluation": (["boolean_evaluation"], 2),
+        "loco_others": (["sort_digits", "reverse_letters"], 3),
+        "loco_logic": (["boolean_evaluation"], 3),
+    }
+    plain = design_specialists(
+        ["compose/up", "sort_digits"],
+        ["compose/up", "sort_digits"],
+        4,
+        {"compose/up": "compose", "sort_digits": "sequential"},
+    )
+    assert list(plain.arms) == ["joint", "only_compose_up", "only_sort_digits"] and plain.transfer == []
+
+
+@pytest.mark.parametrize(
+    "train, steps, holdout, message",
+    [
+        (["sort_digits"], 4, None, "--train needs two or more tasks"),
+        (["sort_digits", "sudoku"], 4, None, "--train: 'sudoku' is not a task of the config"),
+        (["sort_digits", "sort_digits"], 4, None, "--train names a task twice"),
+        (
+            ["sort_digits", "reverse_letters", "addition"],
+            4,
+            None,
+            "rl.steps 4 does not split evenly over 3 specialists",
+        ),
+        (["sort_digits", "addition"], 4, "logic", "--holdout-category 'logic' is not the category of a trained task"),
+        (["sort_digits", "reverse_letters"], 4, "sequential", "every trained task is of category 'sequential'"),
+        (["sort_digits", "addition"], 6, "arithmetic", None),
+        (["sort_digits", "boolean_evaluation"], 2, "logic", None),
+    ],
+)
+def test_bad_designs_are_one_line_errors(train, steps, holdout, message):
+    if message is None:
+        design_specialists(TASKS, train, steps, CATS, holdout)
+        return
+    with pytest.raises(UserError) as err:
+        design_specialists(TASKS, train, steps, CATS, holdout)
+    assert message in str(err.value)
+
+
+def test_odd_budget_for_leave_one_out_is_refused():
+    with pytest.raises(UserError, match=r"rl\.steps 3 is odd"):
+        design_specialists(TASKS, ["sort_digits", "boolean_evaluation", "addition"], 3, CATS, "logic")
+
+
+def test_composite_specialists_and_paired_differences_by_hand():
+    d = SpecialistsDesign(["a", "b"], ["c"], 4, {"a": "x", "b": "y"}, holdout="y")
+    per = lambda a, b, c: {"a": a, "b": b, "c": c, "mean": [0.0, 0.0]}
+    summary = {
+        "after_sft_per_seed": {"easy": per([0.2, 0.2], [0.4, 0.4], [0.1, 0.1])},
+        "strategies": {
+            "joint": {"per_seed": {"easy": per([0.5, 0.3], [0.6, 0.6], [0.3, 0.1])}},
+            "only_a": {"per_seed": {"easy": per([0.4, 0.4], [0.4, 0.2], [0.1, 0.3])}},
+            "only_b": {"per_seed": {"easy": per([0.2, 0.0], [0.5, 0.7], [0.3, 0.1])}},
+            "loco_others": {"per_seed": {"easy": per([0.6, 0.6], [0.5, 0.3], [0.1, 0.1])}},
+            "loco_y": {"per_seed": {"easy": per([0.2, 0.2], [0.7, 0.7], [0.1, 0.1])}},
+        },
+    }
+    s = specialists_summary(summary, d)
+    # specialists: a by only_a, b by only_b; the transfer task c by the mean of both
+    assert s["per_seed"]["specialists"]["a"] == [0.4, 0.4] and s["per_seed"]["specialists"]["b"] == [0.5, 0.7]
+    assert s["per_seed"]["specialists"]["c"] == pytest.approx([0.2, 0.2])
+    assert s["means_per_seed"]["joint"]["trained"] == pytest.approx([0.55, 0.45])
+    assert s["means_per_seed"]["specialists"]["trained"] == pytest.approx([0.45, 0.55])
+    diff = s["differences"]["joint − specialists"]
+    assert diff["trained"]["mean"] == pytest.approx(0.0) and diff["trained"]["n"] == 2
+    assert diff["transfer"]["mean"] == pytest.approx(0.0)  # joint c (0.3, 0.1) − specialists (0.2, 0.2)
+    assert diff["a"]["mean"] == pytest.approx(0.0) and diff["b"]["mean"] == pytest.approx(0.0)
+    assert s["differences"]["joint − warm start"]["trained"]["mean"] == pytest.approx(0.2)
+    loco = s["loco"]
+    assert loco["tasks"] == ["b"] and loco["heldout"]["loco_others"]["mean"] == pytest.approx(0.4)
+    assert loco["differences"]["loco_others − loco_y"]["mean"] == pytest.approx(-0.3)
+    assert loco["differences"]["loco_y − warm start"]["mean"] == pytest.approx(0.3)
+
+
+def test_ci_sized_specialists_train_only_their_tasks_report_and_resume(tmp_path, capsys):
+    config = tmp_path / "s.yaml"
+    config.write_text(SMOKE)
+    out = tmp_path / "out"
+    args = ["experiment", "specialists", "--config", str(config), "--train", "sort_digits,boolean_evaluation"]
+    args += ["--holdout-category", "logic", "--seeds", "2", "--out", str(out), "--prune-checkpoints"]
+    assert cli(args) == 0
+    printed = capsys.readouterr().out
+    assert "arm only_sort_digits" in printed and "2 RL steps on sort_digits" in printed
+    assert "transfer tasks (no arm trains them): reverse_letters, addition" in printed
+    assert "10 RL run(s) of 24 steps in all" in printed  # 2 seeds x (4 + 2 + 2 + 2 + 2)
+    for arm, tasks, steps in [
+        ("joint", {"sort_digits", "boolean_evaluation"}, 4),
+        ("only_boolean_evaluation", {"boolean_evaluation"}, 2),
+        ("loco_others", {"sort_digits"}, 2),
+    ]:
+        run = out / "runs" / arm / "seed1"
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        assert set(cfg["sampler"]["options"]["weights"]) == tasks and cfg["rl"]["steps"] == steps
+        rl = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        sampled = {k.split("/", 1)[1] for r in rl if r.get("stage") == "rl" for k in r if k.startswith("accuracy/")}
+        assert sampled and sampled <= tasks
+        assert not (run / "checkpoints").exists()
+    results = json.loads((out / "results.json").read_text())
+    s = results["specialists"]
+    assert list(s["means"]) == ["warm start", "joint", "specialists"]
+    assert s["differences"]["joint − specialists"]["trained"]["n"] == 2 and s["loco"]["holdout"] == "logic"
+    report = (out / "report.md").read_text()
+    for text in (
+        "## Joint multi-task RL vs single-task specialists",
+        "### Leave-one-category-out",
+        "MDE",
+        "## Verdict",
+    ):
+        assert text in report
+    assert "in-domain (trained tasks):" in report.split("## Verdict")[1]
+    assert (out / "specialists.png").stat().st_size > 0
+
+    assert cli(args) == 0  # a rerun trains nothing
+    printed = capsys.readouterr().out
+    assert "RL with" not in printed and "10 finished run(s) skipped" in printed
+    other = [a if a != "logic" else "sequential" for a in args]  # another design into the same directory
+    assert cli(other) == 2
+    assert "holds runs of another design" in capsys.readouterr().err
+
+
+def test_a_config_with_strategies_or_a_sampler_is_refused(tmp_path, capsys):
+    for extra, message in [
+        ("strategies:\n  a: {}\n", "a specialists config defines no strategies:"),
+        ("sampler: {name: weighted, options: {weights: {addition: 1}}}\n", "remove sampler: from the config"),
+    ]:
+        config = tmp_path / "s.yaml"
+        config.write_text(SMOKE + extra)
+        args = ["experiment", "specialists", "--config", str(config), "--train", "sort_digits,addition"]
+        assert cli([*args, "--out", str(tmp_path / "o")]) == 2
+        assert message in capsys.readouterr().err
