@@ -35,7 +35,8 @@ class StageProgress:
             self._task = self._progress.add_task(stage, total=total, completed=done, info="")
 
     def update(self, step: int, info: dict[str, float]) -> None:
-        text = "  ".join(f"{k} {v:.3g}" for k, v in info.items())
+        # a value a step could not measure (entropy when no group had a reward spread: nothing was trained) is NaN
+        text = "  ".join(f"{k} {v:.3g}" if v == v else f"{k} —" for k, v in info.items())
         if self._progress is not None:
             self._progress.update(self._task, completed=step, info=text)
         elif self.enabled and (step % max(1, self._total // 10) == 0 or step == self._total):
