@@ -224,3 +224,31 @@ def test_single_turn_rollouts_carry_behaviour_log_probs_only_under_autocast(poli
     else:
         assert all(len(t.behaviour_logprobs) == len(t.response_ids) for t in trajs)
         assert all(lp <= 0 for t in trajs for lp in t.behaviour_logprobs)
+
+
+def test_ray_workers_behaviour_log_probs_under_top_p_are_the_samplers(policy):
+    # a Ray worker re-scores its rollouts with a forward pass: with rl.top_p < 1 that must be the nucleus
+    # distribution the tokens were drawn from (renormalized), as the sampler reported, not the plain softmax
+    from types import SimpleNamespace
+
+    from polyrl.distributed.workers import behaviour_logprobs
+
+    model, tok = policy
+    torch.manual_seed(0)
+    gens = TransformersBackend(model, tok).generate(_prompts(), max_new_tokens=10, temperature=0.8, top_p=0.6)
+    trajs = [
+        SimpleNamespace(
+            prompt_ids=g.prompt_ids,
+            response_ids=g.completion_ids,
+            policy_version=0,
+            turn_versions=None,
+            turn_spans=None,
+        )
+        for g in gens
+    ]
+    behaviour_logprobs({0: model}, trajs, 0, 0.8, 0.6)
+    for t, g in zip(trajs, gens):
+        assert t.behaviour_logprobs == pytest.approx(g.logprobs, abs=1e-4)
+    plain = _training_logprobs(model, gens)  # the untruncated softmax: lower wherever the nucleus cut mass off
+    gaps = [b - p for t, pl in zip(trajs, plain) for b, p in zip(t.behaviour_logprobs, pl.tolist())]
+    assert min(gaps) > -1e-4 and max(gaps) > 0.05

@@ -101,10 +101,12 @@ class RemoteEnvTask:
         return getattr(self.task, name)
 
 
-def _response_logprobs(model, trajs, pad_id: int, temperature: float) -> list[list[float]]:
+def _response_logprobs(model, trajs, pad_id: int, temperature: float, top_p: float = 1.0) -> list[list[float]]:
     from polyrl.rollout import collate, sequence_logprobs
 
     batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], pad_id)
+    if top_p < 1.0:
+        return _nucleus_response_logprobs(model, trajs, batch, temperature, top_p)
     with torch.no_grad():
         logp, _ = sequence_logprobs(model, batch, temperature)
     return [
@@ -113,10 +115,30 @@ def _response_logprobs(model, trajs, pad_id: int, temperature: float) -> list[li
     ]
 
 
-def behaviour_logprobs(models: dict, trajs, pad_id: int, temperature: float) -> None:
-    """Store in ``t.behaviour_logprobs`` the log-prob of each response token under the weights that sampled
-    it: ``models[v]`` for the tokens of a turn generated at version ``v`` (``t.turn_versions``; partial
-    rollouts span versions), ``models[t.policy_version]`` elsewhere (environment tokens, single turns)."""
+def _nucleus_response_logprobs(model, trajs, batch, temperature: float, top_p: float) -> list[list[float]]:
+    """With ``rl.top_p < 1`` the tokens were drawn from the top-p nucleus, renormalized: score each response
+    token under that distribution (full logits of one row at a time), not under the plain softmax."""
+    from polyrl.policy.generation import nucleus_logprobs
+    from polyrl.policy.precision import forward_precision
+
+    device = next(model.parameters()).device
+    out = []
+    with torch.no_grad(), forward_precision(model):
+        for i, t in enumerate(trajs):
+            n = len(t.prompt_ids) + len(t.response_ids)
+            ids = batch.input_ids[i : i + 1, :n].to(device)
+            logits = model(input_ids=ids, attention_mask=batch.attention_mask[i : i + 1, :n].to(device)).logits[0]
+            start = len(t.prompt_ids) - 1
+            targets = ids[0, start + 1 : n]
+            out.append(nucleus_logprobs(logits[start : n - 1], targets, temperature, top_p).tolist())
+    return out
+
+
+def behaviour_logprobs(models: dict, trajs, pad_id: int, temperature: float, top_p: float = 1.0) -> None:
+    """Store in ``t.behaviour_logprobs`` the log-prob of each response token under the weights and the
+    distribution that sampled it: ``models[v]`` for the tokens of a turn generated at version ``v``
+    (``t.turn_versions``; partial rollouts span versions), ``models[t.policy_version]`` elsewhere (environment
+    tokens, single turns); with ``top_p < 1`` the top-p nucleus renormalized, as the sampler drew from it."""
     if not trajs:
         return
     needed: dict[int, list[int]] = {}
@@ -125,7 +147,7 @@ def behaviour_logprobs(models: dict, trajs, pad_id: int, temperature: float) -> 
             needed.setdefault(v, []).append(i)
     per_version: dict[int, dict[int, list[float]]] = {}
     for v, rows in needed.items():
-        logps = _response_logprobs(models[v], [trajs[i] for i in rows], pad_id, temperature)
+        logps = _response_logprobs(models[v], [trajs[i] for i in rows], pad_id, temperature, top_p)
         per_version[v] = dict(zip(rows, logps))
     for i, t in enumerate(trajs):
         out = list(per_version[t.policy_version][i])
@@ -217,7 +239,7 @@ class RolloutWorker:
             version=version,
             latest=latest if interruptible else None,
         )
-        behaviour_logprobs(models, trajs, self.policy.tokenizer.pad_token_id, sampling.temperature)
+        behaviour_logprobs(models, trajs, self.policy.tokenizer.pad_token_id, sampling.temperature, sampling.top_p)
         return trajs
 
     def ping(self) -> bool:

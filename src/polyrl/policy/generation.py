@@ -250,6 +250,24 @@ class TransformersBackend:
         return tokens.tolist(), logprobs.tolist()
 
 
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``probs [N, V]`` with every token outside the top-p nucleus set to 0 (not renormalized): the smallest set
+    of most likely tokens whose mass reaches ``top_p``, as ``model.generate``'s top-p filter keeps."""
+    sorted_probs, order = probs.sort(-1, descending=True)
+    before = sorted_probs.cumsum(-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
+    return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+
+
+def nucleus_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Log-prob of each ``targets [N]`` under the distribution :func:`sample_tokens` draws from for ``logits
+    [N, V]``: the softmax at ``temperature``, cut to the top-p nucleus and renormalized (-inf outside it)."""
+    probs = torch.softmax(logits.float() / (temperature if temperature > 0 else 1.0), -1)
+    if top_p < 1.0:
+        probs = nucleus(probs, top_p)
+    return (probs.gather(1, targets.unsqueeze(1)).squeeze(1) / probs.sum(-1)).log()
+
+
 def sample_tokens(
     logits: torch.Tensor, temperature: float, top_p: float, greedy: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -260,10 +278,7 @@ def sample_tokens(
     if greedy:
         nxt = logits.argmax(-1)
         return nxt, probs.gather(1, nxt.unsqueeze(1)).squeeze(1).log()
-    if top_p < 1.0:  # nucleus: keep the smallest set of most likely tokens whose mass reaches top_p
-        sorted_probs, order = probs.sort(-1, descending=True)
-        before = sorted_probs.cumsum(-1) - sorted_probs
-        sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    if top_p < 1.0:
+        probs = nucleus(probs, top_p)
     nxt = torch.multinomial(probs, 1)
     return nxt.squeeze(1), (probs.gather(1, nxt) / probs.sum(-1, keepdim=True)).log().squeeze(1)
