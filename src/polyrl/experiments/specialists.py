@@ -26,7 +26,9 @@ import numpy as np
 
 from polyrl.errors import UserError
 from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_experiment_config
+from polyrl.experiments.stats import ci_text as _ci
 from polyrl.experiments.stats import mean_ci, paired_difference
+from polyrl.experiments.stats import pct as _pct
 from polyrl.run_dir import atomic_write_text
 
 JOINT = "joint"
@@ -227,16 +229,6 @@ def specialists_summary(summary: dict[str, Any], design: SpecialistsDesign) -> d
             },
         }
     return out
-
-
-def _pct(x: float, signed: bool = False) -> str:
-    return "—" if x != x else (f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}")
-
-
-def _ci(d: dict[str, float], signed: bool = False) -> str:
-    if d["n"] < 2:
-        return _pct(d["mean"], signed)
-    return f"{_pct(d['mean'], signed)} [{_pct(d['low'], signed)}, {_pct(d['high'], signed)}]"
 
 
 def _reading(d: dict[str, float], a: str, b: str, where: str) -> str:

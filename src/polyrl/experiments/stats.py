@@ -86,3 +86,15 @@ def paired_difference(arm: list[float], baseline: list[float]) -> PairedDifferen
     diff = mean_ci([a - b for a, b in zip(arm, baseline)])
     n = len(arm)
     return PairedDifference(diff, (t_quantile(0.975, n - 1) + t_quantile(0.80, n - 1)) * diff.se)
+
+
+def pct(x: float, signed: bool = False) -> str:
+    """A share as points with one decimal (``+`` shown with ``signed``); a dash for NaN."""
+    return "—" if x != x else (f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}")
+
+
+def ci_text(d: dict[str, float], signed: bool = False) -> str:
+    """``mean [low, high]`` in points from an interval's ``as_dict()``; the mean alone with one seed."""
+    if d["n"] < 2:
+        return pct(d["mean"], signed)
+    return f"{pct(d['mean'], signed)} [{pct(d['low'], signed)}, {pct(d['high'], signed)}]"

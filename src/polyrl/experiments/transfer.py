@@ -29,7 +29,9 @@ import numpy as np
 
 from polyrl.errors import UserError
 from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_experiment_config
+from polyrl.experiments.stats import ci_text as _ci
 from polyrl.experiments.stats import mean_ci, paired_difference
+from polyrl.experiments.stats import pct as _pct
 from polyrl.run_dir import atomic_write_text
 
 ALL_OTHERS = "all_others"
@@ -220,16 +222,6 @@ def transfer_summary(summary: dict[str, Any], design: TransferDesign) -> dict[st
         "differences": {label: paired_difference(a, b).as_dict() for label, a, b in diffs},
         "trained": trained,
     }
-
-
-def _pct(x: float, signed: bool = False) -> str:
-    return "—" if x != x else (f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}")
-
-
-def _ci(d: dict[str, float], signed: bool = False) -> str:
-    if d["n"] < 2:
-        return _pct(d["mean"], signed)
-    return f"{_pct(d['mean'], signed)} [{_pct(d['low'], signed)}, {_pct(d['high'], signed)}]"
 
 
 def _compare(d: dict[str, float]) -> str:
