@@ -128,3 +128,27 @@ def test_arms_in_parallel_processes_prune_finished_checkpoints_and_budget_per_ar
     assert (out / "runs" / "sft" / "seed1" / "checkpoints").exists()  # warm starts keep theirs
     assert cli([*args, "--jobs", "0"]) == 2
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_a_finished_run_is_freed_before_the_next_is_built(tmp_path, monkeypatch):
+    # on a real model every run holds GBs: the runner must not keep the last run alive while training the next
+    import weakref
+
+    from polyrl.experiments import curriculum
+
+    config = tmp_path / "arms.yaml"
+    config.write_text(ARMS.replace("steps: 20", "steps: 2").replace("steps: 3", "steps: 1"))
+    plan = curriculum.plan_experiment(config, 1, None, tmp_path / "out", hard_difficulty=None)
+    alive, built = [], curriculum.train_from_warm_start
+
+    def tracked(cfg, sft):
+        alive.append(sum(r() is not None for r in refs))  # runs still in memory when this one starts
+        trainer = built(cfg, sft)
+        refs.append(weakref.ref(trainer))
+        return trainer
+
+    refs: list = []
+    monkeypatch.setattr(curriculum, "train_from_warm_start", tracked)
+    curriculum.train_all(plan, log=lambda m: None)
+    curriculum.free_memory()
+    assert alive == [0, 0] and [r() for r in refs] == [None, None]

@@ -251,6 +251,21 @@ def record_wall_time(run: Path, seconds: float) -> None:
     (run / WALL_TIME_FILE).write_text(json.dumps({"wall_s": round(seconds, 1)}))
 
 
+def free_memory() -> None:
+    """Collect what a finished run left (call after dropping the last name of its Trainer, before the next run
+    of the same process is built; a real model's run holds several GB — measured on SmolLM2: 10 GB resident
+    for a runner process that kept one finished run while training the next) and hand freed heap pages back
+    to the OS (glibc's malloc_trim; a no-op elsewhere)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("hard_sft.json", "hard.json"), log=print):
     """Train every (strategy, seed) not yet finished from its seed's SFT warm start. ``evaluate(trainer)`` of each
     finished run, when given, is written to ``eval/<files[0]>`` of the SFT run and ``eval/<files[1]>`` of each RL
@@ -270,6 +285,8 @@ def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("ha
             if evaluate is not None:
                 (sft / "eval" / sft_file).write_text(json.dumps(evaluate(trainer), indent=2))
             record_wall_time(sft, time.perf_counter() - t0)
+            del trainer
+            free_memory()
         for strategy in plan.strategies:
             run = plan.run_dir(strategy.name, seed)
             if (run / "eval" / run_file).exists():
@@ -280,6 +297,8 @@ def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("ha
             if evaluate is not None:
                 (run / "eval" / run_file).write_text(json.dumps(evaluate(trainer), indent=2))
             record_wall_time(run, time.perf_counter() - t0)
+            del trainer
+            free_memory()
             if plan.prune_checkpoints:
                 shutil.rmtree(run / "checkpoints", ignore_errors=True)
 
