@@ -59,13 +59,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+", help="Presets or checkpoint directories.")
     ap.add_argument("--task", default="env/calculator:multiplication")
-    ap.add_argument("--difficulty", default="easy")
+    ap.add_argument(
+        "--difficulty", default="easy", help="A preset, a knob, or JSON parameters, e.g. '{\"digits_a\": 3}'."
+    )
     ap.add_argument("--n", type=int, default=40, help="Held-out problems (eval split seeds 0..n-1).")
     ap.add_argument("--max-turns", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    rows = [measure(m, args.task, args.difficulty, args.n, args.max_turns, args.max_new_tokens) for m in args.models]
+    difficulty = args.difficulty
+    if difficulty.startswith("{"):
+        difficulty = json.loads(difficulty)
+    else:
+        try:
+            difficulty = float(difficulty)
+        except ValueError:
+            pass
+    rows = [measure(m, args.task, difficulty, args.n, args.max_turns, args.max_new_tokens) for m in args.models]
     for r in rows:
         print(json.dumps(r))
     print(f"\n{args.task} ({args.difficulty}), {args.n} held-out problems, greedy, ≤{args.max_turns} turns\n")
