@@ -4,6 +4,10 @@ model's chat template, and the reply it gives most often (a copied example shows
 
     python scripts/prompt_table.py --model smollm2-135m-instruct --n 10 [--difficulty easy] [--tasks a,b]
                                    [--max-new-tokens 64] [--out evals/prompt_table]
+                                   [--sft-steps 40 --sft-batch 16 --sft-lr 2e-5]
+
+With ``--sft-steps N`` the model is first fine-tuned for N steps on the same tasks' reference solutions (the
+Trainer's SFT stage, natural prompts, uniform over the tasks, bf16 autocast), and the table is of that model.
 
 It runs ``polyrl eval`` (the library: the same prompts, generation and verifiers) and prints a Markdown table;
 the samples stay in ``--out`` (samples.jsonl: every prompt's response).
@@ -38,6 +42,35 @@ def table(samples: list[dict], order: list[str], n: int) -> str:
     return "\n".join(rows)
 
 
+def short_sft(args, names: list[str], run_dir: Path) -> str:
+    """Fine-tune ``args.model`` on the tasks' reference solutions; returns the SFT model's directory."""
+    from polyrl.train.config import load_config
+    from polyrl.train.trainer import Trainer
+
+    difficulty = args.difficulty
+    try:
+        difficulty = float(difficulty)
+    except ValueError:
+        pass
+    cfg = load_config(
+        None,
+        base={
+            "model": {"path": args.model, "autocast": "bf16"},
+            "prompt": {"field": "prompt", "style": "natural"},
+            "tasks": [{"name": n, "difficulty": difficulty} for n in names],
+            "sft": {"steps": args.sft_steps, "batch_size": args.sft_batch, "lr": args.sft_lr, "warmup_steps": 3},
+            "rl": {"enabled": False},
+            "eval": {"problems_per_task": 1},
+            "threads": 1,
+            "progress": False,
+            "tensorboard": False,
+            "run_dir": str(run_dir),
+        },
+    )
+    Trainer(cfg).run()
+    return str(run_dir / "sft_model")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct", help="Preset, .gguf file or HF directory.")
@@ -46,6 +79,9 @@ def main() -> None:
     parser.add_argument("--tasks", default="", help="Comma-separated tasks (default: every built-in task).")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="Longest answer in tokens.")
     parser.add_argument("--out", default="evals/prompt_table", help="Output directory (samples, results).")
+    parser.add_argument("--sft-steps", type=int, default=0, help="First a short SFT on the tasks (0: zero-shot).")
+    parser.add_argument("--sft-batch", type=int, default=16)
+    parser.add_argument("--sft-lr", type=float, default=2e-5)
     args = parser.parse_args()
     import torch
     from transformers.utils import logging as hf_logging
@@ -60,13 +96,17 @@ def main() -> None:
     hf_logging.disable_progress_bar()
     names = [t.strip() for t in args.tasks.split(",") if t.strip()] or [t.name for t in list_tasks()]
     suite = suite_from_options(",".join(names), args.difficulty, args.n, 1, max_new_tokens=args.max_new_tokens)
-    policy = load_policy(ModelConfig(path=args.model), seed=suite.seed)
+    model, shown = args.model, "zero-shot"
+    if args.sft_steps:
+        model = short_sft(args, names, Path(args.out) / "sft_run")
+        shown = f"after {args.sft_steps} SFT steps of {args.sft_batch} rows (lr {args.sft_lr:g})"
+    policy = load_policy(ModelConfig(path=model), seed=suite.seed)
     source = LocalModelSource(policy, "prompt", suite.system, seed=suite.seed, style="natural")
     out = Path(args.out)
     run_suite(suite, source, out, "prompt", args.model, log=print, style="natural")
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     print(
-        f"\n{args.model}, zero-shot, greedy, natural prompts through the chat template, {args.difficulty}, "
+        f"\n{args.model}, {shown}, greedy, natural prompts through the chat template, {args.difficulty}, "
         f"{args.n} eval problems per task, ≤{args.max_new_tokens} new tokens:\n"
     )
     print(table(samples, names, args.n))
