@@ -155,8 +155,9 @@ def test_a_damaged_checkpoint_warning_is_one_line_without_a_source_line(tiny_tra
     ]
 
 
+@pytest.mark.parametrize("torch_error", [False, True], ids=["oserror", "torch-zip-writer"])
 def test_a_full_disk_during_a_checkpoint_is_one_line_and_loses_nothing(
-    tiny_train_config, tmp_path, capsys, monkeypatch
+    tiny_train_config, tmp_path, capsys, monkeypatch, torch_error
 ):
     full = tiny_train_config(run_dir=str(tmp_path / "full"), tensorboard=False)
     Trainer(full).run()
@@ -167,16 +168,21 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_loses_nothing(
 
     def disk_fills_at_rl_6(obj, path, *args, **kwargs):
         if "rl-000006" in str(path):
+            if torch_error:  # what torch's zip writer raises when the disk fills (seen on SmolLM2 checkpoints)
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 881093056 vs 881093008")
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         real_save(obj, path, *args, **kwargs)
 
     monkeypatch.setattr(checkpoint.torch, "save", disk_fills_at_rl_6)
+    if torch_error:  # the disk is (almost) full when the write fails
+        monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1, 1, 0))
     assert _train(_config_file(cfg, tmp_path), cfg.run_dir) == 2
     line = _one_line(capsys)
     assert "could not write checkpoint rl-000006" in line and "the disk is full" in line
     assert "the last checkpoint, rl-000003, is intact" in line
     assert not list((Path(cfg.run_dir) / "checkpoints").glob(".tmp-*"))
     monkeypatch.setattr(checkpoint.torch, "save", real_save)  # space freed
+    monkeypatch.undo()
     assert cli(["train", "--resume", cfg.run_dir]) == 0
     assert _same(_weights(full.run_dir), _weights(cfg.run_dir))
 

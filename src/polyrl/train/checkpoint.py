@@ -53,7 +53,12 @@ def save_checkpoint(
     any other failed write) leaves the checkpoints there were, and stops the run with one line."""
     tmp = root / f".tmp-{_name(stage, step)}"
     try:
-        return _write_checkpoint(root, tmp, stage, step, model, optimizer, scheduler, extra, keep, tensors)
+        try:
+            return _write_checkpoint(root, tmp, stage, step, model, optimizer, scheduler, extra, keep, tensors)
+        except RuntimeError as exc:  # torch's zip writer reports a failed write (a full disk) as a RuntimeError
+            if not _is_write_failure(exc):
+                raise
+            raise _as_os_error(root) from exc
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         try:
@@ -65,6 +70,24 @@ def save_checkpoint(
             f"could not write checkpoint {_name(stage, step)} in {root}: {_reason(exc)}; {where} "
             f"(free space, then polyrl train --resume {root.parent})"
         ) from None
+
+
+_WRITE_FAILURES = ("unexpected pos", "iostream error", "PytorchStreamWriter failed", "file write failed")
+"""How torch.save's zip writer words a write that did not go through (seen on a full disk: "[enforce fail at
+inline_container.cc:672] . unexpected pos 881093056 vs 881093008", "basic_ios::clear: iostream error")."""
+
+
+def _is_write_failure(exc: RuntimeError) -> bool:
+    return any(s in str(exc) for s in _WRITE_FAILURES)
+
+
+def _as_os_error(root: Path) -> OSError:
+    """The OSError a failed torch write stands for: ENOSPC when the disk has (almost) no room left, else EIO."""
+    try:
+        full = shutil.disk_usage(root).free < 64 * 2**20
+    except OSError:
+        full = False
+    return OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full else "write failed")
 
 
 def _reason(exc: OSError) -> str:
