@@ -172,3 +172,28 @@ def test_a_config_with_strategies_or_a_sampler_is_refused(tmp_path, capsys):
         args = ["experiment", "specialists", "--config", str(config), "--train", "sort_digits,addition"]
         assert cli([*args, "--out", str(tmp_path / "o")]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_the_committed_real_model_designs_plan_as_documented():
+    from pathlib import Path
+
+    from polyrl.experiments.curriculum import plan_experiment
+    from polyrl.experiments.specialists import plan_specialists
+
+    configs = Path(__file__).parents[2] / "configs" / "claims"
+    train = ["sort_digits", "letter_count", "boolean_evaluation", "compose/up"]
+    plan, design = plan_specialists(configs / "smollm2_specialists.yaml", train, 3, "/nonexistent/out", "logic")
+    assert design.transfer == ["addition", "gcd_lcm", "compose/rev", "caesar"]
+    assert {a: s for a, (_, s) in design.arms.items()} == {
+        "joint": 40,
+        "only_sort_digits": 10,
+        "only_letter_count": 10,
+        "only_boolean_evaluation": 10,
+        "only_compose_up": 10,
+        "loco_others": 20,
+        "loco_logic": 20,
+    }
+    assert plan.config(None, 0).sft.steps == 30 and plan.config(None, 0).model.path == "smollm2-135m-instruct"
+    gain = plan_experiment(configs / "smollm2_rl_gain.yaml", 5, None, "/nonexistent/out2", hard_difficulty=None)
+    cfg = gain.config(gain.strategies[0], 4)  # the job's own recipe, from base: ../smollm2.yaml
+    assert (cfg.sft.steps, cfg.rl.steps, cfg.seed, len(cfg.tasks)) == (15, 90, 4, 4)
