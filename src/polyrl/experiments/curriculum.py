@@ -206,6 +206,17 @@ def _check_comparable(plan: ExperimentPlan, strategy: Strategy, cfg: TrainConfig
         )
 
 
+def read_design_file(path: Path) -> dict[str, Any] | None:
+    """An output directory's design record (``transfer.json``, ``specialists.json``): what the runs there were
+    trained with, so that another design into the same directory is refused; None when there is none yet."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise UserError(f"{path} is not readable JSON; remove it or use another --out") from None
+
+
 def run_finished(plan: ExperimentPlan, run: Path) -> bool:
     """Whether a run directory holds a finished run (its last eval written); finished runs are skipped."""
     return (run / "eval" / ("hard.json" if plan.hard else "after_rl.json")).exists()

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.errors import UserError
-from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_experiment_config
+from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_design_file, read_experiment_config
 from polyrl.experiments.stats import ci_text as _ci
 from polyrl.experiments.stats import mean_ci, paired_difference
 from polyrl.experiments.stats import pct as _pct
@@ -157,13 +157,9 @@ def _design_record(design: SpecialistsDesign) -> dict[str, Any]:
 def _check_out(out: Path, design: SpecialistsDesign) -> None:
     """An output directory holds the runs of one design: finished runs of another would be skipped as if they
     were this one's (the arms' names do not say their budgets)."""
-    path = out / DESIGN_FILE
-    if not path.exists():
+    held = read_design_file(out / DESIGN_FILE)
+    if held is None:
         return
-    try:
-        held = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        raise UserError(f"{path} is not readable JSON; remove it or use another --out") from None
     if held != _design_record(design):
         raise UserError(
             f"{out} holds runs of another design (trained {held.get('trained')}, steps {held.get('steps')}, "

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.errors import UserError
-from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_experiment_config
+from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_design_file, read_experiment_config
 from polyrl.experiments.stats import ci_text as _ci
 from polyrl.experiments.stats import mean_ci, paired_difference
 from polyrl.experiments.stats import pct as _pct
@@ -161,13 +161,9 @@ DESIGN_FILE = "transfer.json"
 def _check_out(out: Path, design: TransferDesign) -> None:
     """A directory holds the runs of one held-out category and task list: finished runs of another design
     would be skipped as if they were this one's."""
-    path = out / DESIGN_FILE
-    if not path.exists():
+    held = read_design_file(out / DESIGN_FILE)
+    if held is None:
         return
-    try:
-        held = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        raise UserError(f"{path} is not readable JSON; remove it or use another --out") from None
     if held.get("holdout") != design.holdout or held.get("categories") != design.categories:
         raise UserError(
             f"{out} holds runs with held-out category {held.get('holdout')!r} (and its task list); "
