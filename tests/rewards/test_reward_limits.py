@@ -180,7 +180,13 @@ def test_a_real_ctrl_c_during_a_reward_call_still_stops_the_run():
         os.kill(os.getpid(), signal.SIGINT)  # what the terminal sends
         time.sleep(1)
 
-    with pytest.raises(KeyboardInterrupt):
-        call_limited(pressed, 5)
-    assert call_limited(lambda: (_ for _ in ()).throw(KeyboardInterrupt), 5)[1] == "error: KeyboardInterrupt: "
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python installs its Ctrl-C handler only when SIGINT is not ignored at start-up, and a shell ignores it in
+    # the background jobs it starts (`pytest &`): give this test the handler an interactive run has
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            call_limited(pressed, 5)
+        assert call_limited(lambda: (_ for _ in ()).throw(KeyboardInterrupt), 5)[1] == "error: KeyboardInterrupt: "
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
