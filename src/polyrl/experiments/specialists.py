@@ -78,9 +78,6 @@ class SpecialistsDesign:
     def loco_others(self) -> list[str]:
         return [t for t in self.trained if self.categories[t] != self.holdout]
 
-    def specialist(self, task: str) -> str:
-        return arm_name(task)
-
 
 def design_specialists(
     tasks: list[str], train: list[str], steps: int, categories: dict[str, str], holdout: str | None = None
@@ -179,7 +176,7 @@ def specialists_summary(summary: dict[str, Any], design: SpecialistsDesign) -> d
     on the means; and, with a held-out category, leave-one-category-out's differences on it."""
     rows = summary["strategies"]
     per_task = {WARM_START: summary["after_sft_per_seed"]["easy"], JOINT: rows[JOINT]["per_seed"]["easy"]}
-    only = {t: rows[design.specialist(t)]["per_seed"]["easy"] for t in design.trained}
+    only = {t: rows[arm_name(t)]["per_seed"]["easy"] for t in design.trained}
     composite = {t: only[t][t] for t in design.trained}
     for t in design.transfer:
         composite[t] = _mean({s: only[s][t] for s in design.trained}, design.trained)
@@ -327,13 +324,13 @@ def plot_specialists(plan: ExperimentPlan, design: SpecialistsDesign, s: dict[st
     from polyrl.report import comparison
 
     per_step = plan.base["rl"]["prompts_per_step"] * plan.base["rl"]["group_size"]
+    joint = [load_run(plan.run_dir(JOINT, k))["rl"] for k in plan.seeds]  # read once, drawn per task
     curves = {}
     for t in design.trained:
-        joint = [load_run(plan.run_dir(JOINT, k))["rl"] for k in plan.seeds]
-        own = [load_run(plan.run_dir(design.specialist(t), k))["rl"] for k in plan.seeds]
+        own = [load_run(plan.run_dir(arm_name(t), k))["rl"] for k in plan.seeds]
         curves[t] = {
             JOINT: (joint, per_step / len(design.trained), f"accuracy/{t}"),
-            design.specialist(t): (own, per_step, "accuracy"),
+            arm_name(t): (own, per_step, "accuracy"),
         }
     fig = comparison.specialists(s, curves)
     return comparison.save(fig, plan.out / "specialists.png")
