@@ -58,3 +58,28 @@ def fake_openai():
     yield start
     for server in started:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """The embedded tiny model's tokenizer (with its chat template)."""
+    from polyrl.policy.tiny import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture
+def prompts(tiny_tokenizer):
+    """Prompts as the tiny model's runs build them: the bare question through its chat template."""
+    from polyrl.policy.prompts import PromptBuilder, PromptConfig
+
+    return PromptBuilder(tiny_tokenizer, PromptConfig(field="question"))
+
+
+@pytest.fixture
+def scripted(tiny_tokenizer):
+    """``scripted(script)``: a generation backend whose reply to each prompt text is ``script(text)``, recording
+    what it was asked (tests/scripted_backend.py)."""
+    from scripted_backend import ScriptedBackend
+
+    return lambda script: ScriptedBackend(tiny_tokenizer, script)

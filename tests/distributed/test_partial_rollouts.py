@@ -9,8 +9,6 @@ from polyrl.envs import get_env_task
 from polyrl.policy import load_policy
 from polyrl.policy.generation import Generation
 from polyrl.policy.loading import ModelConfig
-from polyrl.policy.prompts import PromptBuilder, PromptConfig
-from polyrl.policy.tiny import build_tiny_tokenizer
 from polyrl.rollout import Sampling, collate, rollout, sequence_logprobs
 from polyrl.rollout.episodes import rollout_episodes
 from polyrl.tasks import get_task
@@ -33,18 +31,8 @@ class Scripted:
         return out
 
 
-@pytest.fixture(scope="module")
-def tiny_tokenizer():
-    return build_tiny_tokenizer()
-
-
 @pytest.fixture
-def prompts(tiny_tokenizer):
-    return PromptBuilder(tiny_tokenizer, PromptConfig(field="question"))
-
-
-@pytest.fixture
-def scripted(tiny_tokenizer):
+def scripted(tiny_tokenizer):  # this file's backend always reports a finished reply (the shared one records more)
     return lambda script: Scripted(tiny_tokenizer, script)
 
 

@@ -29,8 +29,8 @@ def _calculator_script(text: str) -> str:
     return "<answer>103</answer>" if "<|tool|>103" in text else CALL
 
 
-def test_a_tool_using_episode_is_recorded_token_exact(recording, prompts):
-    backend = recording(_calculator_script)
+def test_a_tool_using_episode_is_recorded_token_exact(scripted, prompts):
+    backend = scripted(_calculator_script)
     trajs = _play(_task("agent"), backend, prompts)
     assert len(trajs) == 2 and {t.group for t in trajs} == {0}
     for t in trajs:
@@ -55,8 +55,8 @@ def test_a_tool_using_episode_is_recorded_token_exact(recording, prompts):
     assert backend.batches == [2, 2]  # both episodes' requests generated together, turn by turn
 
 
-def test_the_first_prompt_renders_the_request_with_its_tools(recording, prompts, tiny_tokenizer):
-    backend = recording(lambda text: "<answer>1</answer>")
+def test_the_first_prompt_renders_the_request_with_its_tools(scripted, prompts, tiny_tokenizer):
+    backend = scripted(lambda text: "<answer>1</answer>")
     (t,) = _play(_task("agent"), backend, prompts, group_size=1)
     text = tiny_tokenizer.decode(t.prompt_ids)
     assert text.startswith("<|system|>Tools: calc(expr).") and text.endswith(
@@ -65,43 +65,43 @@ def test_the_first_prompt_renders_the_request_with_its_tools(recording, prompts,
     assert t.reward == 0.0 and not t.verdict.correct
 
 
-def test_an_async_agent_gets_an_async_client(recording, prompts):
-    trajs = _play(_task("async_agent"), recording(lambda text: "hi"), prompts, group_size=3)
+def test_an_async_agent_gets_an_async_client(scripted, prompts):
+    trajs = _play(_task("async_agent"), scripted(lambda text: "hi"), prompts, group_size=3)
     assert [t.reward for t in trajs] == [1.0, 1.0, 1.0]
 
 
-def test_an_agent_taking_base_url_gets_the_url_and_none_means_the_verifier_scores(recording, prompts):
-    trajs = _play(_task("url_agent"), recording(lambda text: "<answer>103</answer>"), prompts)
+def test_an_agent_taking_base_url_gets_the_url_and_none_means_the_verifier_scores(scripted, prompts):
+    trajs = _play(_task("url_agent"), scripted(lambda text: "<answer>103</answer>"), prompts)
     assert all(t.verdict.correct and t.reward == 1.0 for t in trajs)
 
 
-def test_an_agent_that_raises_is_counted_not_fatal(recording, prompts):
+def test_an_agent_that_raises_is_counted_not_fatal(scripted, prompts):
     with pytest.warns(UserWarning, match="the agent's own bug"):
-        trajs = _play(_task("raising_agent"), recording(lambda text: "x"), prompts)
+        trajs = _play(_task("raising_agent"), scripted(lambda text: "x"), prompts)
     assert [t.info["end_reason"] for t in trajs] == ["harness_error", "harness_error"]
     assert all(t.reward == 0.0 and sum(t.policy_mask) > 0 for t in trajs)  # what it generated is still there
 
 
-def test_an_agent_that_never_returns_times_out(recording, prompts):
+def test_an_agent_that_never_returns_times_out(scripted, prompts):
     start = time.monotonic()
-    trajs = _play(_task("hanging_agent", timeout_s=0.5), recording(lambda text: "x"), prompts)
+    trajs = _play(_task("hanging_agent", timeout_s=0.5), scripted(lambda text: "x"), prompts)
     assert time.monotonic() - start < 10
     assert [t.info["end_reason"] for t in trajs] == ["timeout", "timeout"]
     assert all(sum(t.policy_mask) == 0 and t.reward == 0.0 for t in trajs)  # no request: one masked token
 
 
-def test_an_edited_history_opens_a_new_segment(recording, prompts):
-    trajs = _play(_task("editing_agent"), recording(lambda text: "ok"), prompts, group_size=1)
+def test_an_edited_history_opens_a_new_segment(scripted, prompts):
+    trajs = _play(_task("editing_agent"), scripted(lambda text: "ok"), prompts, group_size=1)
     assert len(trajs) == 2 and all(t.info["history_edits"] == 1 and t.reward == 0.5 for t in trajs)
     assert [len(t.turn_spans) for t in trajs] == [1, 1]
 
 
-def test_harness_and_plain_problems_share_a_step_in_problem_order(recording, prompts):
+def test_harness_and_plain_problems_share_a_step_in_problem_order(scripted, prompts):
     task = _task("async_agent")
     plain = get_task("sort_digits")
     probs = [plain.generate(0, "easy"), task.generate(1, "easy"), plain.generate(2, "easy")]
     trajs = scored_rollout(
-        probs, {"addition": task, "sort_digits": plain}, recording(lambda t: "x"), prompts, 2, 8, 384
+        probs, {"addition": task, "sort_digits": plain}, scripted(lambda t: "x"), prompts, 2, 8, 384
     )
     assert [(t.group, t.task) for t in trajs] == [(0, "sort_digits")] * 2 + [(1, "addition")] * 2 + [
         (2, "sort_digits")
@@ -147,28 +147,28 @@ def test_behaviour_logprobs_are_the_sampling_models_on_the_exact_ids(prompts):
     assert t.reward_terms["harness/logprob_sum"] == pytest.approx(sum(t.behaviour_logprobs), abs=1e-3)
 
 
-def test_a_streaming_client_reads_the_same_completion(recording, prompts):
-    trajs = _play(_task("streaming_agent"), recording(lambda text: "hello"), prompts)
+def test_a_streaming_client_reads_the_same_completion(scripted, prompts):
+    trajs = _play(_task("streaming_agent"), scripted(lambda text: "hello"), prompts)
     assert [t.reward_terms["harness/chars"] for t in trajs] == [5.0, 5.0]
 
 
-def test_an_episode_past_its_token_budget_ends_as_token_budget(recording, prompts):
+def test_an_episode_past_its_token_budget_ends_as_token_budget(scripted, prompts):
     task = _task("chatty_agent")
     probs = [task.generate(1, "easy")]
-    (t,) = scored_rollout(probs, {"addition": task}, recording(lambda text: "words " * 5), prompts, 1, 64, 96)
+    (t,) = scored_rollout(probs, {"addition": task}, scripted(lambda text: "words " * 5), prompts, 1, 64, 96)
     assert t.info["end_reason"] == "token_budget" and len(t.response_ids) <= 96
     assert len(t.turn_spans) >= 2 and t.info["segments"] == 1  # each request extended the one before
 
 
-def test_more_episodes_than_concurrency_all_finish(recording, prompts):
-    backend = recording(lambda text: "x")
+def test_more_episodes_than_concurrency_all_finish(scripted, prompts):
+    backend = scripted(lambda text: "x")
     trajs = _play(_task("async_agent", concurrency=2), backend, prompts, group_size=3, problems=2)
     assert len(trajs) == 6 and all(t.reward == 1.0 for t in trajs)
     assert max(backend.batches) <= 2  # never more agents waiting than may run at once
 
 
-def test_requests_with_different_token_limits_share_one_batch(recording, prompts):
-    backend = recording(lambda text: "a long reply " * 4)
+def test_requests_with_different_token_limits_share_one_batch(scripted, prompts):
+    backend = scripted(lambda text: "a long reply " * 4)
     trajs = _play(_task("short_agent"), backend, prompts, group_size=1, problems=4)  # seeds 1..4
     assert backend.batches == [4]
     assert [len(t.response_ids) for t in trajs] == [1, 2, 3, 4]  # each cut at its own max_tokens

@@ -34,9 +34,9 @@ def test_the_tasks_reward_functions_score_a_trace():
     assert trace.reward == pytest.approx(1.0 + 0.5 * 0.5) and trace.metrics == {"reply_chars": 1.0}
 
 
-def test_an_episode_is_rewarded_per_function(recording, prompts, tiny_tokenizer):
+def test_an_episode_is_rewarded_per_function(scripted, prompts, tiny_tokenizer):
     task = VerifiersTask(NAME)
-    backend = recording(lambda text: "6")
+    backend = scripted(lambda text: "6")
     (t,) = scored_rollout([task.generate(3, "easy")], {NAME: task}, backend, prompts, 1, 16, 384)
     assert t.reward == pytest.approx(1.25) and t.verdict.correct
     assert t.reward_terms == {
@@ -75,7 +75,7 @@ def test_a_few_rl_steps_train_and_evaluate_on_a_taskset(tiny_train_config):
     assert set(results["after_rl"]) == {NAME, "mean"}
 
 
-def test_correct_means_the_heaviest_reward_functions_scored_one(recording, prompts):
+def test_correct_means_the_heaviest_reward_functions_scored_one(scripted, prompts):
     task = VerifiersTask(NAME)
-    (t,) = scored_rollout([task.generate(3, "easy")], {NAME: task}, recording(lambda text: "7"), prompts, 1, 16, 384)
+    (t,) = scored_rollout([task.generate(3, "easy")], {NAME: task}, scripted(lambda text: "7"), prompts, 1, 16, 384)
     assert t.reward == pytest.approx(0.25) and not t.verdict.correct  # brevity alone: a reward, not a success
