@@ -13,7 +13,8 @@ from typing import Protocol
 
 import torch
 
-from polyrl.policy.precision import autocast_mode, forward_precision
+from polyrl.policy.decoder import Decoder, PackedDecode, PackedLinears, call
+from polyrl.policy.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
 
 
 @dataclass
@@ -206,13 +207,11 @@ class TransformersBackend:
     def _decode_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy):
         """Prefill each distinct prompt once, then sample token by token: ``(tokens, log-probs)`` per prompt,
         or None if the model's cache can't be indexed by row (the caller then uses ``model.generate``)."""
-        pre = prefill(self.model, *distinct(prompts), self.tokenizer.pad_token_id, last_logits_only=True)
-        if pre is None:
+        state = self._decode_state(prompts, max_new_tokens)
+        if state is None:
             return None
-        device = pre.source.device
-        cache, args = pre.cache, forward_args(self.model)
-        logits = pre.logits[pre.source, -1]
-        attention, positions = pre.attention[pre.source], pre.positions[pre.source, -1:] + 1
+        logits = state.first_logits
+        device = logits.device
         n = len(prompts)
         tokens = torch.full((n, max_new_tokens), self.tokenizer.pad_token_id, dtype=torch.long, device=device)
         logprobs = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)
@@ -229,25 +228,55 @@ class TransformersBackend:
                 break
             if alive <= 0.75 * len(rows):  # drop finished rows from the batch and the cache (a copy, so not each step)
                 keep = torch.nonzero(running).flatten()
-                rows, nxt, attention, positions, running = (
-                    rows[keep],
-                    nxt[keep],
-                    attention[keep],
-                    positions[keep],
-                    running[keep],
-                )
-                cache.batch_select_indices(keep)
-            attention = torch.cat([attention, attention.new_ones(len(rows), 1)], 1)
-            out = self.model(
-                input_ids=nxt.unsqueeze(1),
-                attention_mask=attention,
-                position_ids=positions,
-                use_cache=True,
-                **{args["cache"]: cache},
-            )
-            positions = positions + 1
-            logits = out.logits[:, -1]
+                rows, nxt, running = rows[keep], nxt[keep], running[keep]
+                state.select(keep)
+            logits = state.step(nxt)
         return tokens.tolist(), logprobs.tolist()
+
+    def _decode_state(self, prompts, max_new_tokens):
+        """The sampling state of one chunk: polyrl's packed forward (``policy/decoder.py``) for the decoders it
+        supports, transformers' forward with its KV cache otherwise; None when neither can share a prefill."""
+        unique, source = distinct(prompts)
+        dec = Decoder.of(self.model)
+        if dec is not None and dec.fits(max(map(len, unique)) + max_new_tokens):
+            mode = autocast_mode(self.model)
+            dtype = AUTOCAST_DTYPES.get(mode) or next(self.model.parameters()).dtype
+            linear = call
+            if dtype == torch.bfloat16 and PackedLinears.available(dec):
+                linear = PackedLinears(dec, len(prompts))
+            return PackedDecode(dec, unique, source, max_new_tokens, linear, dtype)
+        return _CachedDecode.of(self.model, unique, source, self.tokenizer.pad_token_id)
+
+
+class _CachedDecode:
+    """Sampling state on transformers' forward: the distinct prompts prefilled left-padded, their KV cache
+    indexed out to one row per completion, one forward per token."""
+
+    def __init__(self, model, pre: Prefill):
+        self.model, self.cache, self.args = model, pre.cache, forward_args(model)
+        self.first_logits = pre.logits[pre.source, -1]
+        self.attention, self.positions = pre.attention[pre.source], pre.positions[pre.source, -1:] + 1
+
+    @classmethod
+    def of(cls, model, unique, source, pad_id) -> _CachedDecode | None:
+        pre = prefill(model, unique, source, pad_id, last_logits_only=True)
+        return cls(model, pre) if pre is not None else None
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.attention = torch.cat([self.attention, self.attention.new_ones(len(tokens), 1)], 1)
+        out = self.model(
+            input_ids=tokens.unsqueeze(1),
+            attention_mask=self.attention,
+            position_ids=self.positions,
+            use_cache=True,
+            **{self.args["cache"]: self.cache},
+        )
+        self.positions = self.positions + 1
+        return out.logits[:, -1]
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.attention, self.positions = self.attention[rows], self.positions[rows]
+        self.cache.batch_select_indices(rows)
 
 
 def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
