@@ -27,6 +27,7 @@ __all__ = [
     "AGGREGATIONS",
     "KL_ESTIMATORS",
     "aggregate",
+    "chosen_logprobs",
     "entropy_from_logits",
     "get_aggregation",
     "kl_penalty",
@@ -89,6 +90,55 @@ def entropy_from_logits(logits: Tensor, temperature: float = 1.0, chunk_rows: in
         finite = torch.where(probs > 0, chunk, torch.zeros_like(chunk))
         pieces.append(torch.logsumexp(chunk, dim=-1) - (probs * finite).sum(-1))
     return torch.cat(pieces).reshape(logits.shape[:-1])
+
+
+class _ChosenLogprob(torch.autograd.Function):
+    """``log softmax(z)[target]`` and the entropy of ``softmax(z)`` per row of ``z = logits / temperature`` (in
+    float32), from one exponential of the logits kept for the backward: the backward of the log-prob is
+    ``g · (onehot(target) - softmax(z)) / temperature``; the entropy is a value only (no gradient)."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor, temperature: float, entropy: bool):
+        z = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        if temperature != 1.0:
+            z = z / temperature
+        top = z.amax(-1, keepdim=True).clamp(min=torch.finfo(z.dtype).min)  # a row of -inf stays finite here
+        weights = (z - top).exp_()  # softmax numerators
+        total = weights.sum(-1, keepdim=True)
+        lse = top + total.log()
+        logp = (z.gather(-1, targets.unsqueeze(-1)) - lse).squeeze(-1)
+        ent = None
+        if entropy:
+            # sum_v p_v z_v as a row-wise dot product (no [M, V] temporary); a -inf logit has p = 0 and adds 0
+            finite = z if bool(torch.isfinite(z).all()) else torch.where(weights > 0, z, torch.zeros_like(z))
+            dot = torch.bmm(weights.unsqueeze(1), finite.unsqueeze(2)).view(-1, 1)
+            ent = (lse - dot / total).squeeze(-1)
+        ctx.save_for_backward(weights, total, targets)
+        ctx.temperature, ctx.dtype = temperature, logits.dtype
+        ctx.mark_non_differentiable(*([ent] if ent is not None else []))
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx, grad_logp: Tensor, _grad_ent):
+        weights, total, targets = ctx.saved_tensors
+        g = grad_logp.unsqueeze(-1)
+        grad = weights * (-g / total)
+        grad.scatter_add_(-1, targets.unsqueeze(-1), g)
+        if ctx.temperature != 1.0:
+            grad = grad / ctx.temperature
+        return grad.to(ctx.dtype), None, None, None
+
+
+def chosen_logprobs(
+    logits: Tensor, targets: Tensor, temperature: float = 1.0, entropy: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """``(token_logprobs(logits, targets), entropy_from_logits(logits) or None)`` for ``logits [M, V]`` and
+    ``targets [M]`` in one pass over the logits (the same numbers, up to float rounding); the entropy carries
+    no gradient. Used on the update's hidden-state chunks, where each ``[M, V]`` pass costs as much as a
+    large matmul."""
+    if temperature <= 0:
+        raise UserError(f"temperature must be > 0, got {temperature}")
+    return _ChosenLogprob.apply(logits, targets, temperature, entropy)
 
 
 # ---------------------------------------------------------------------------------------------------------

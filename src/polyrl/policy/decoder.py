@@ -153,14 +153,16 @@ def attention(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float) ->
     """Eager attention of ``q [S, Lq, H, D]`` over ``k, v [S, Lk, KV, D]`` (grouped-query: each KV head serves
     ``H / KV`` query heads) where ``allowed [S, Lq, Lk]``; ``[S, Lq, H, D]``. transformers' eager formula: the
     scores and the softmax in float32 when the inputs are, the softmax cast back to the values' dtype."""
-    heads, kv_heads = q.shape[2], k.shape[2]
-    if kv_heads != heads:
-        k = k.repeat_interleave(heads // kv_heads, dim=2)
-        v = v.repeat_interleave(heads // kv_heads, dim=2)
-    scores = torch.matmul(q.transpose(1, 2), k.permute(0, 2, 3, 1)) * scale  # [S, H, Lq, Lk]
-    scores = scores.masked_fill(~allowed.unsqueeze(1), torch.finfo(scores.dtype).min)
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(probs, v.transpose(1, 2)).transpose(1, 2)
+    s, lq, heads, d = q.shape
+    kv_heads = k.shape[2]
+    group = heads // kv_heads
+    # query head h reads KV head h // group: the group's queries are one matrix against their KV head's keys
+    qg = q.view(s, lq, kv_heads, group, d).permute(0, 2, 3, 1, 4).reshape(s, kv_heads, group * lq, d)
+    scores = torch.matmul(qg, k.permute(0, 2, 3, 1)) * scale  # [S, KV, group * Lq, Lk]
+    scores = scores.view(s, kv_heads, group, lq, -1).masked_fill(~allowed[:, None, None], torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(s, kv_heads, group * lq, -1)
+    out = torch.matmul(probs, v.transpose(1, 2))  # [S, KV, group * Lq, D]
+    return out.view(s, kv_heads, group, lq, d).permute(0, 3, 1, 2, 4).reshape(s, lq, heads, d)
 
 
 def packed_hidden(
@@ -176,16 +178,23 @@ def packed_hidden(
     values ``[T, KV, D]`` (after the rotary embedding) are appended to it, for a KV cache."""
     x = dec.trunk.embed_tokens(ids)
     cos, sin = dec.rotary(positions, x)
-    layer_fn = _layer
+    # the blocks' real queries, concatenated, are a permutation of the tokens: its inverse puts them back
+    order = torch.argsort(torch.cat([b.queries[b.query_valid] for b in blocks]))
     for layer in dec.layers:
         if dec.checkpointing():
-            x = checkpoint(layer_fn, dec, layer, x, cos, sin, blocks, linear, None, use_reentrant=False)
+            x = checkpoint(_layer, dec, layer, x, cos, sin, blocks, order, linear, None, use_reentrant=False)
         else:
-            x = layer_fn(dec, layer, x, cos, sin, blocks, linear, keep_kv)
+            x = _layer(dec, layer, x, cos, sin, blocks, order, linear, keep_kv)
     return dec.trunk.norm(x)
 
 
-def _layer(dec: Decoder, layer, x: Tensor, cos: Tensor, sin: Tensor, blocks, linear: Linear, keep_kv) -> Tensor:
+def _gather(x: Tensor, index: Tensor) -> Tensor:
+    """``x[index]`` as an ``index_select`` (its backward is an ``index_add``, faster on CPU than the
+    accumulating ``index_put`` of advanced indexing)."""
+    return x.index_select(0, index.reshape(-1)).view(*index.shape, *x.shape[1:])
+
+
+def _layer(dec: Decoder, layer, x, cos, sin, blocks, order: Tensor, linear: Linear, keep_kv) -> Tensor:
     attn, mlp = layer.self_attn, layer.mlp
     h = layer.input_layernorm(x)
     n = x.shape[0]
@@ -194,12 +203,13 @@ def _layer(dec: Decoder, layer, x: Tensor, cos: Tensor, sin: Tensor, blocks, lin
     v = linear(attn.v_proj, h).view(n, dec.kv_heads, dec.head_dim)
     if keep_kv is not None:
         keep_kv.append((k, v))
-    out = None
-    for block in blocks:
-        o = attention(q[block.queries], k[block.keys], v[block.keys], block.allowed, attn.scaling)
-        if out is None:
-            out = o.new_zeros(n, dec.heads, dec.head_dim)
-        out = out.index_put((block.queries[block.query_valid],), o[block.query_valid])
+    outs = [
+        attention(_gather(q, b.queries), _gather(k, b.keys), _gather(v, b.keys), b.allowed, attn.scaling)[
+            b.query_valid
+        ]
+        for b in blocks
+    ]
+    out = _gather(torch.cat(outs) if len(outs) > 1 else outs[0], order)
     x = x + linear(attn.o_proj, out.reshape(n, -1))
     h = layer.post_attention_layernorm(x)
     return x + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, h)) * linear(mlp.up_proj, h))

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 import torch
 
 from polyrl.algos import entropy_from_logits, token_logprobs
+from polyrl.policy.decoder import Decoder
 from polyrl.policy.generation import distinct, forward_args, prefill
 from polyrl.policy.precision import forward_precision
+from polyrl.rollout.packed import packed_logprobs
 from polyrl.rollout.token_scores import scores_from_hidden, split_lm
 
 
@@ -123,6 +125,9 @@ def sequence_logprobs(
     under the model's autocast setting (:func:`polyrl.policy.precision.forward_precision`).
     """
     with forward_precision(model):
+        dec = Decoder.of(model)
+        if dec is not None and dec.fits(batch.input_ids.shape[1]) and len(batch):
+            return packed_logprobs(dec, batch, temperature, entropy, entropy_grad, share_prompts)
         if share_prompts and batch.prompt_lengths is not None and not _checkpointing(model):
             shared = _shared_prompt_logprobs(model, batch, temperature, entropy, entropy_grad)
             if shared is not None:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from polyrl.algos import entropy_from_logits, token_logprobs
+from polyrl.algos import chosen_logprobs, entropy_from_logits, token_logprobs
 
 LOGIT_CHUNK_BYTES = 256 * 2**20
 """Float32 logits held at once per chunk (256 MiB: ~440 positions of a 152k vocabulary; a small vocabulary
@@ -70,13 +70,10 @@ def chunk_positions(vocab_size: int, chunk_bytes: int | None = None) -> int:
 
 def _chunk_scores(hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float, entropy: str):
     logits = head(hidden)
+    if entropy != "grad":  # one pass over the logits for both (the entropy is a value only)
+        return chosen_logprobs(logits, targets, temperature, entropy == "value")
     logp = token_logprobs(logits, targets, temperature, chunk_rows=len(targets))
-    if entropy == "none":
-        return logp, None
-    # an entropy that is only reported builds no graph (it would keep a softmax per chunk for the backward);
-    # its softmax and products (three more copies of the logits) go a quarter of the chunk at a time
-    with torch.set_grad_enabled(torch.is_grad_enabled() and entropy == "grad"):
-        return logp, entropy_from_logits(logits, temperature, chunk_rows=max(1, len(targets) // 4))
+    return logp, entropy_from_logits(logits, temperature, chunk_rows=max(1, len(targets) // 4))
 
 
 def scores_from_hidden(
