@@ -25,6 +25,19 @@ from polyrl.train.trainer import Trainer
 SHOWN = ("updates", "tokens", "mismatch_abs_mean", "mismatch_abs_max", "mismatch_ratio_mean", "tis_weight_mean")
 
 
+def start_rl(trainer: Trainer, rl):
+    """The optimizer made and the weights broadcast as the RL stage starts; the function of one RL step. Works
+    with the composed Trainer (``trainer.rl``) and with the Trainer of earlier versions (``trainer.rl_step``),
+    so the same script measures both trees of an A/B."""
+    if hasattr(trainer, "rl_step"):  # before the Trainer was composed of stages
+        trainer._make_optimizer(rl.lr, rl.warmup_steps, rl.steps, cosine=False, weight_decay=rl.weight_decay)
+        trainer._broadcast_weights()
+        return lambda step: trainer.rl_step(step, trainer._seed_step("rl", step))
+    trainer.rl.training.make_optimizer(rl.lr, rl.warmup_steps, rl.steps, cosine=False, weight_decay=rl.weight_decay)
+    trainer.broadcast_weights()
+    return lambda step: trainer.rl.step(step, trainer.parts.seed_step("rl", step))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny")
@@ -53,13 +66,11 @@ def main() -> None:
         ]
         cfg = load_config(default_config_path(), overrides)
         trainer = Trainer(cfg)
-        rl = cfg.rl
-        trainer._make_optimizer(rl.lr, rl.warmup_steps, rl.steps, cosine=False, weight_decay=rl.weight_decay)
-        trainer._broadcast_weights()
+        rl_step = start_rl(trainer, cfg.rl)
         seconds = []
         for step in range(args.steps):
             start = time.process_time()
-            metrics = trainer.rl_step(step, trainer._seed_step("rl", step))
+            metrics = rl_step(step)
             seconds.append(time.process_time() - start)
             shown = {k: round(metrics[k], 4) for k in SHOWN if metrics.get(k) is not None}
             print(json.dumps({"step": step + 1, "cpu_s": round(seconds[-1], 2), **shown}), flush=True)

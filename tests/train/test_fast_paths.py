@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 from collections import Counter
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from polyrl.policy import TransformersBackend
+from polyrl.policy.decoder import set_forward
 from polyrl.policy.tiny import build_tiny_policy
 from polyrl.rollout import collate, sequence_logprobs
 
@@ -155,7 +157,10 @@ def test_shared_prompt_forward_on_a_shuffled_minibatch(tiny):
 
 
 def test_distinct_prompts_take_the_plain_path(tiny, monkeypatch):
-    model, _ = tiny
+    """On transformers' forward (the packed forward shares prompts by its layout): a batch whose prompts are all
+    different is tried for sharing, declined, and scored by one padded forward."""
+    model = copy.deepcopy(tiny[0])
+    set_forward(model, "transformers")
     import polyrl.rollout.batch as batch_module
 
     calls = []

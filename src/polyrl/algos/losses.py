@@ -109,10 +109,13 @@ class _ChosenLogprob(torch.autograd.Function):
         logp = (z.gather(-1, targets.unsqueeze(-1)) - lse).squeeze(-1)
         ent = None
         if entropy:
-            # sum_v p_v z_v as a row-wise dot product (no [M, V] temporary); a -inf logit has p = 0 and adds 0
-            finite = z if bool(torch.isfinite(z).all()) else torch.where(weights > 0, z, torch.zeros_like(z))
-            dot = torch.bmm(weights.unsqueeze(1), finite.unsqueeze(2)).view(-1, 1)
-            ent = (lse - dot / total).squeeze(-1)
+            # sum_v p_v z_v as a row-wise dot product (no [M, V] temporary)
+            dot = torch.bmm(weights.unsqueeze(1), z.unsqueeze(2)).view(-1)
+            broken = torch.isnan(dot)  # a -inf logit (a masked-out token): p = 0, and it adds 0, not 0 * -inf
+            if bool(broken.any()):
+                rows = z[broken]
+                dot[broken] = (weights[broken] * torch.where(rows > -torch.inf, rows, 0.0)).sum(-1)
+            ent = lse.squeeze(-1) - dot / total.squeeze(-1)
         ctx.save_for_backward(weights, total, targets)
         ctx.temperature, ctx.dtype = temperature, logits.dtype
         ctx.mark_non_differentiable(*([ent] if ent is not None else []))

@@ -21,7 +21,6 @@ Llama checkpoints use.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,8 +33,6 @@ mlp (gate/up/down_proj)`` with residuals around both, and no other transformatio
 
 _ATTRIBUTE = "polyrl_forward"
 
-Linear = Callable[[nn.Module, Tensor], Tensor]
-"""How a linear layer is applied: ``linear(module, x)``; by default the module itself."""
 
 
 def set_forward(model: nn.Module, mode: str) -> None:
@@ -44,8 +41,21 @@ def set_forward(model: nn.Module, mode: str) -> None:
     setattr(model, _ATTRIBUTE, mode)
 
 
-def call(module: nn.Module, x: Tensor) -> Tensor:
-    return module(x)
+class Linears:
+    """How the decoder's linear layers are applied: here each module itself (so LoRA layers, autocast and
+    gradients work as in transformers); :class:`PackedLinears` swaps in prepacked weights for generation."""
+
+    def __call__(self, module: nn.Module, x: Tensor) -> Tensor:
+        return module(x)
+
+    def qkv(self, attn: nn.Module, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)
+
+    def gate_up(self, mlp: nn.Module, h: Tensor) -> tuple[Tensor, Tensor]:
+        return mlp.gate_proj(h), mlp.up_proj(h)
+
+
+MODULES = Linears()
 
 
 @dataclass(frozen=True)
@@ -170,7 +180,7 @@ def packed_hidden(
     ids: Tensor,
     positions: Tensor,
     blocks: list[AttentionBlock],
-    linear: Linear = call,
+    linears: Linears = MODULES,
     keep_kv: list | None = None,
 ) -> Tensor:
     """Final hidden states ``[T, hidden]`` (after the last norm) of the packed tokens ``ids [T]`` at
@@ -182,9 +192,9 @@ def packed_hidden(
     order = torch.argsort(torch.cat([b.queries[b.query_valid] for b in blocks]))
     for layer in dec.layers:
         if dec.checkpointing():
-            x = checkpoint(_layer, dec, layer, x, cos, sin, blocks, order, linear, None, use_reentrant=False)
+            x = checkpoint(_layer, dec, layer, x, cos, sin, blocks, order, linears, None, use_reentrant=False)
         else:
-            x = _layer(dec, layer, x, cos, sin, blocks, order, linear, keep_kv)
+            x = _layer(dec, layer, x, cos, sin, blocks, order, linears, keep_kv)
     return dec.trunk.norm(x)
 
 
@@ -194,44 +204,58 @@ def _gather(x: Tensor, index: Tensor) -> Tensor:
     return x.index_select(0, index.reshape(-1)).view(*index.shape, *x.shape[1:])
 
 
-def _layer(dec: Decoder, layer, x, cos, sin, blocks, order: Tensor, linear: Linear, keep_kv) -> Tensor:
-    attn, mlp = layer.self_attn, layer.mlp
-    h = layer.input_layernorm(x)
+def _qkv(dec: Decoder, layer, x: Tensor, cos: Tensor, sin: Tensor, linears: Linears):
+    """The layer's queries ``[T, H, D]``, keys and values ``[T, KV, D]`` of ``x [T, hidden]`` (rotary applied)."""
+    q, k, v = linears.qkv(layer.self_attn, layer.input_layernorm(x))
     n = x.shape[0]
-    q = rotate(linear(attn.q_proj, h).view(n, dec.heads, dec.head_dim), cos, sin)
-    k = rotate(linear(attn.k_proj, h).view(n, dec.kv_heads, dec.head_dim), cos, sin)
-    v = linear(attn.v_proj, h).view(n, dec.kv_heads, dec.head_dim)
+    q = rotate(q.view(n, dec.heads, dec.head_dim), cos, sin)
+    k = rotate(k.view(n, dec.kv_heads, dec.head_dim), cos, sin)
+    return q, k, v.view(n, dec.kv_heads, dec.head_dim)
+
+
+def _finish(layer, x: Tensor, attended: Tensor, linears: Linears) -> Tensor:
+    """The rest of a decoder layer after attention: output projection and residual, then the MLP and residual."""
+    x = x + linears(layer.self_attn.o_proj, attended)
+    mlp = layer.mlp
+    gate, up = linears.gate_up(mlp, layer.post_attention_layernorm(x))
+    return x + linears(mlp.down_proj, mlp.act_fn(gate) * up)
+
+
+def _layer(dec: Decoder, layer, x, cos, sin, blocks, order: Tensor, linears: Linears, keep_kv) -> Tensor:
+    q, k, v = _qkv(dec, layer, x, cos, sin, linears)
     if keep_kv is not None:
         keep_kv.append((k, v))
+    scale = layer.self_attn.scaling
     outs = [
-        attention(_gather(q, b.queries), _gather(k, b.keys), _gather(v, b.keys), b.allowed, attn.scaling)[
-            b.query_valid
-        ]
+        attention(_gather(q, b.queries), _gather(k, b.keys), _gather(v, b.keys), b.allowed, scale)[b.query_valid]
         for b in blocks
     ]
     out = _gather(torch.cat(outs) if len(outs) > 1 else outs[0], order)
-    x = x + linear(attn.o_proj, out.reshape(n, -1))
-    h = layer.post_attention_layernorm(x)
-    return x + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, h)) * linear(mlp.up_proj, h))
+    return _finish(layer, x, out.reshape(x.shape[0], -1), linears)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Generation: prepacked bf16 weights and a static KV cache
 
 
-class PackedLinears:
-    """Each plain ``nn.Linear`` of the decoder as a bf16 weight reordered once into oneDNN's blocked layout (what
-    ``torch.compile``'s CPU freezing does): a bf16 matmul with few rows — a decode step's — then skips the
-    per-call reorder of the weight. Built per ``generate`` call (the weights change after every update); layers
-    that are not plain ``nn.Linear`` (LoRA) are called as they are. Only on a CPU whose oneDNN runs bf16."""
+class PackedLinears(Linears):
+    """The decoder's plain ``nn.Linear`` layers as bf16 weights reordered once into oneDNN's blocked layout
+    (what ``torch.compile``'s CPU freezing does), with each layer's q/k/v and gate/up projections fused into one
+    matmul: a bf16 matmul with few rows — a decode step's — then skips the per-call reorder of its weight and
+    two of every seven calls. Built per ``generate`` call (the weights change after every update); layers that
+    are not plain ``nn.Linear`` (LoRA) are called as they are. Only on a CPU whose oneDNN runs bf16."""
 
     def __init__(self, dec: Decoder, rows: int):
+        self.rows = rows
         self.weights: dict[nn.Module, tuple[Tensor, Tensor | None]] = {}
-        reorder = torch.ops.mkldnn._reorder_linear_weight
-        for module in _linear_modules(dec):
-            if type(module) is nn.Linear:
-                bias = module.bias.detach().to(torch.bfloat16) if module.bias is not None else None
-                self.weights[module] = (reorder(module.weight.detach().to(torch.bfloat16), rows), bias)
+        self.fused: dict[nn.Module, tuple[tuple[Tensor, Tensor | None], list[int]]] = {}
+        for layer in dec.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            self._fuse(attn, (attn.q_proj, attn.k_proj, attn.v_proj))
+            self._fuse(mlp, (mlp.gate_proj, mlp.up_proj))
+            self._pack(attn.o_proj)
+            self._pack(mlp.down_proj)
+        self._pack(dec.head)
 
     @staticmethod
     def available(dec: Decoder) -> bool:
@@ -244,36 +268,60 @@ class PackedLinears:
             and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
         )
 
-    def __call__(self, module: nn.Module, x: Tensor) -> Tensor:
-        packed = self.weights.get(module)
-        if packed is None:
-            return module(x)
+    def _packed(self, modules) -> tuple[Tensor, Tensor | None]:
+        weight = torch.cat([m.weight.detach() for m in modules]).to(torch.bfloat16)
+        biases = [m.bias for m in modules]
+        bias = None
+        if any(b is not None for b in biases):
+            parts = [b.detach() if b is not None else m.weight.new_zeros(m.out_features) for b, m in zip(biases, modules)]
+            bias = torch.cat(parts).to(torch.bfloat16)
+        return torch.ops.mkldnn._reorder_linear_weight(weight, self.rows), bias
+
+    def _pack(self, module) -> None:
+        if type(module) is nn.Linear:
+            self.weights[module] = self._packed([module])
+
+    def _fuse(self, owner, modules) -> None:
+        if all(type(m) is nn.Linear for m in modules):
+            self.fused[owner] = (self._packed(modules), [m.out_features for m in modules])
+
+    @staticmethod
+    def _apply(packed: tuple[Tensor, Tensor | None], x: Tensor) -> Tensor:
         weight, bias = packed
         return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), weight, bias, "none", [], "")
 
+    def __call__(self, module: nn.Module, x: Tensor) -> Tensor:
+        packed = self.weights.get(module)
+        return module(x) if packed is None else self._apply(packed, x)
 
-def _linear_modules(dec: Decoder):
-    for layer in dec.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        yield from (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-    yield dec.head
+    def qkv(self, attn, h):
+        if attn not in self.fused:
+            return super().qkv(attn, h)
+        packed, sizes = self.fused[attn]
+        return self._apply(packed, h).split(sizes, dim=-1)
+
+    def gate_up(self, mlp, h):
+        if mlp not in self.fused:
+            return super().gate_up(mlp, h)
+        packed, sizes = self.fused[mlp]
+        return self._apply(packed, h).split(sizes, dim=-1)
 
 
 class StaticCache:
     """Keys and values of ``rows`` sequences in preallocated ``[layers, rows, KV, width, D]`` buffers: prompts
     right-aligned at ``[prompt_width - len, prompt_width)``, decode step ``t`` written at column
-    ``prompt_width + t`` for every row (no concatenation per step)."""
+    ``prompt_width + t`` for every row (no concatenation per step). Attention reads each row's whole width
+    (contiguous, so the matmuls copy nothing) and ``allowed`` masks what is padding or not yet written."""
 
     def __init__(self, dec: Decoder, prompt_kv: list, prompt_index: Tensor, prompt_valid: Tensor, new_tokens: int, dtype):
-        layers, rows, width = len(dec.layers), prompt_index.shape[0], prompt_index.shape[1] + new_tokens
-        shape = (layers, rows, dec.kv_heads, width, dec.head_dim)
-        self.keys = prompt_valid.new_zeros(shape, dtype=dtype, device=prompt_index.device)
+        layers, rows, p = len(dec.layers), prompt_index.shape[0], prompt_index.shape[1]
+        shape = (layers, rows, dec.kv_heads, p + new_tokens, dec.head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=prompt_index.device)
         self.values = torch.zeros_like(self.keys)
-        p = prompt_index.shape[1]
         for i, (k, v) in enumerate(prompt_kv):  # [T, KV, D] packed -> [rows, KV, P, D]
-            self.keys[i, :, :, :p] = k[prompt_index].transpose(1, 2).to(dtype)
-            self.values[i, :, :, :p] = v[prompt_index].transpose(1, 2).to(dtype)
-        self.allowed = torch.zeros(rows, width, dtype=torch.bool, device=prompt_index.device)
+            self.keys[i, :, :, :p] = _gather(k, prompt_index).transpose(1, 2)
+            self.values[i, :, :, :p] = _gather(v, prompt_index).transpose(1, 2)
+        self.allowed = torch.zeros(rows, p + new_tokens, dtype=torch.bool, device=prompt_index.device)
         self.allowed[:, :p] = prompt_valid
         self.filled = p
 
@@ -283,7 +331,7 @@ class StaticCache:
         self.allowed = self.allowed[rows]
 
 
-def decode_step(dec: Decoder, cache: StaticCache, ids: Tensor, positions: Tensor, linear: Linear) -> Tensor:
+def decode_step(dec: Decoder, cache: StaticCache, ids: Tensor, positions: Tensor, linears: Linears) -> Tensor:
     """One token per row (``ids, positions [N]``) through the decoder against ``cache`` (written at its next
     column); the last hidden states ``[N, hidden]``."""
     col = cache.filled
@@ -291,23 +339,17 @@ def decode_step(dec: Decoder, cache: StaticCache, ids: Tensor, positions: Tensor
     x = dec.trunk.embed_tokens(ids)
     cos, sin = dec.rotary(positions, x)
     n, group = ids.shape[0], dec.heads // dec.kv_heads
-    allowed = cache.allowed[:, : col + 1].view(n, 1, 1, col + 1)
+    hidden = torch.finfo(torch.float32).min
+    blocked = ~cache.allowed.view(n, 1, 1, -1)
     for i, layer in enumerate(dec.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        h = layer.input_layernorm(x)
-        q = rotate(linear(attn.q_proj, h).view(n, dec.heads, dec.head_dim), cos, sin)
-        k = rotate(linear(attn.k_proj, h).view(n, dec.kv_heads, dec.head_dim), cos, sin)
-        cache.keys[i, :, :, col] = k.to(cache.keys.dtype)
-        cache.values[i, :, :, col] = linear(attn.v_proj, h).view(n, dec.kv_heads, dec.head_dim).to(cache.values.dtype)
-        keys, values = cache.keys[i, :, :, : col + 1], cache.values[i, :, :, : col + 1]
+        q, k, v = _qkv(dec, layer, x, cos, sin, linears)
+        keys, values = cache.keys[i], cache.values[i]  # [N, KV, width, D]
+        keys[:, :, col] = k
+        values[:, :, col] = v
         qg = q.view(n, dec.kv_heads, group, dec.head_dim).to(keys.dtype)
-        scores = torch.matmul(qg, keys.transpose(-1, -2)) * attn.scaling  # [N, KV, group, cols]
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-        out = torch.matmul(probs, values).reshape(n, -1)
-        x = x + linear(attn.o_proj, out)
-        h = layer.post_attention_layernorm(x)
-        x = x + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, h)) * linear(mlp.up_proj, h))
+        scores = torch.matmul(qg, keys.transpose(-1, -2)) * layer.self_attn.scaling  # [N, KV, group, width]
+        probs = torch.softmax(scores.float().masked_fill_(blocked, hidden), dim=-1).to(values.dtype)
+        x = _finish(layer, x, torch.matmul(probs, values).reshape(n, -1), linears)
     cache.filled = col + 1
     return dec.trunk.norm(x)
 
@@ -318,18 +360,18 @@ class PackedDecode:
     :func:`decode_step` per token. ``first_logits``, ``step(tokens)`` and ``select(rows)`` are what
     ``TransformersBackend``'s sampling loop calls."""
 
-    def __init__(self, dec: Decoder, unique: list, source: list[int], new_tokens: int, linear: Linear, dtype):
+    def __init__(self, dec: Decoder, unique: list, source: list[int], new_tokens: int, linears: Linears, dtype):
         device = dec.head.weight.device
-        self.dec, self.linear = dec, linear
+        self.dec, self.linears = dec, linears
         lengths = torch.tensor([len(u) for u in unique], device=device)
         starts = torch.cumsum(lengths, 0) - lengths
         ids = torch.tensor([t for u in unique for t in u], device=device)
         positions = torch.cat([torch.arange(int(n), device=device) for n in lengths])
         kv: list = []
         block = causal_block(starts.tolist(), lengths.tolist(), device)
-        hidden = packed_hidden(dec, ids, positions, [block], linear, keep_kv=kv)
+        hidden = packed_hidden(dec, ids, positions, [block], linears, keep_kv=kv)
         src = torch.tensor(source, device=device)
-        self.first_logits = linear(dec.head, hidden[(starts + lengths - 1)[src]])
+        self.first_logits = linears(dec.head, hidden[(starts + lengths - 1)[src]])
         width = int(lengths.max())
         cols = torch.arange(width, device=device)
         pad = (width - lengths[src]).unsqueeze(1)  # each row's prompt right-aligned
@@ -340,9 +382,9 @@ class PackedDecode:
 
     def step(self, tokens: Tensor) -> Tensor:
         """Logits ``[N, V]`` of the next token after ``tokens [N]``."""
-        hidden = decode_step(self.dec, self.cache, tokens, self.positions, self.linear)
+        hidden = decode_step(self.dec, self.cache, tokens, self.positions, self.linears)
         self.positions = self.positions + 1
-        return self.linear(self.dec.head, hidden)
+        return self.linears(self.dec.head, hidden)
 
     def select(self, rows: Tensor) -> None:
         self.cache.select(rows)

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import torch
 
-from polyrl.policy.decoder import Decoder, PackedDecode, PackedLinears, call
+from polyrl.policy.decoder import MODULES, Decoder, PackedDecode, PackedLinears
 from polyrl.policy.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
 
 
@@ -241,10 +241,10 @@ class TransformersBackend:
         if dec is not None and dec.fits(max(map(len, unique)) + max_new_tokens):
             mode = autocast_mode(self.model)
             dtype = AUTOCAST_DTYPES.get(mode) or next(self.model.parameters()).dtype
-            linear = call
+            linears = MODULES
             if dtype == torch.bfloat16 and PackedLinears.available(dec):
-                linear = PackedLinears(dec, len(prompts))
-            return PackedDecode(dec, unique, source, max_new_tokens, linear, dtype)
+                linears = PackedLinears(dec, len(prompts))
+            return PackedDecode(dec, unique, source, max_new_tokens, linears, dtype)
         return _CachedDecode.of(self.model, unique, source, self.tokenizer.pad_token_id)
 
 
@@ -302,12 +302,20 @@ def sample_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row of ``logits [N, V]`` and its log-prob under the distribution it was drawn from: the
     softmax at ``temperature``, truncated to the top-p nucleus and renormalized (greedy: the argmax, scored
-    under the untruncated softmax). Sampling is ``model.generate``'s (the same draws at the same seed)."""
+    under the untruncated softmax).
+
+    A draw is by inversion of the cumulative distribution (one uniform number per row, the first token whose
+    cumulative probability exceeds it): the distribution of ``torch.multinomial``, which ``model.generate``
+    uses, for a fifteenth of its cost on a 49k-token vocabulary (it draws an exponential per token;
+    docs/benchmarks.md), so not the same tokens at the same seed. A token of probability 0 is never drawn."""
     probs = torch.softmax(logits.float() / (temperature if temperature > 0 else 1.0), -1)
     if greedy:
         nxt = logits.argmax(-1)
         return nxt, probs.gather(1, nxt.unsqueeze(1)).squeeze(1).log()
     if top_p < 1.0:
         probs = nucleus(probs, top_p)
-    nxt = torch.multinomial(probs, 1)
-    return nxt.squeeze(1), (probs.gather(1, nxt) / probs.sum(-1, keepdim=True)).log().squeeze(1)
+    cumulative = probs.cumsum(-1)
+    total = cumulative[:, -1:]
+    draw = torch.rand(total.shape, dtype=total.dtype, device=total.device) * total
+    nxt = torch.searchsorted(cumulative, draw, right=True).clamp_(max=probs.shape[-1] - 1)
+    return nxt.squeeze(1), (probs.gather(1, nxt) / total).log().squeeze(1)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.errors import UserError
+from polyrl.policy.decoder import set_forward
 from polyrl.policy.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
 from polyrl.policy.presets import resolve_model_path
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
@@ -47,6 +48,10 @@ class ModelConfig(BaseModel):
     autocast: Literal["auto", "none", "bf16", "fp16"] = Field(
         "auto",
         description="Run forward passes (generation included) under torch.autocast in this precision over the stored weights (float32 + bf16: mixed precision with float32 master weights; fp16 needs CUDA); auto: bf16 where it measured faster (a bf16-capable CPU or GPU and a model at least 384 wide), else none.",
+    )
+    forward: Literal["auto", "transformers"] = Field(
+        "auto",
+        description="auto: polyrl's packed forward for Llama-family decoders (llama, qwen2, mistral): no padding through any linear layer, a group's shared prompt computed once, a static KV cache and prepacked bf16 weights in generation (docs/scaling.md); the model's own forward for other architectures. transformers: the model's own forward everywhere.",
     )
     gradient_checkpointing: bool = Field(
         False,
@@ -139,6 +144,7 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = 
     if config.lora.enabled:
         model = _add_lora(model, config.lora)
     set_autocast(model, resolve_autocast(config.autocast, model, device))
+    set_forward(model, config.forward)
     return Policy(model.to(device), tokenizer)
 
 

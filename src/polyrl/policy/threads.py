@@ -1,8 +1,12 @@
-"""How many CPU threads torch uses when nobody says (``threads: null`` in training, no ``--threads`` in serving)."""
+"""How torch uses the CPU: how many threads when nobody says (``threads: null`` in training, no ``--threads`` in
+serving), determinism, and whether freed memory stays in the process (``keep_freed_memory``)."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
+import sys
 
 MAX_DEFAULT_THREADS = 4
 
@@ -27,7 +31,30 @@ def default_threads(cores: int) -> int:
     return max(1, min(MAX_DEFAULT_THREADS, cores // 2))
 
 
-def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu") -> int:
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt parameters, glibc's malloc.h
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Make glibc's allocator keep memory that torch frees in the process, for the next tensor, instead of
+    returning it to the kernel; True where that was done (Linux with glibc), False elsewhere.
+
+    By default glibc serves every allocation over 32 MiB (often less) with its own ``mmap`` and returns it on
+    ``free``, so each large tensor of a step — the ``[rows, vocabulary]`` logits, an embedding's gradient, a
+    layer's activations — starts as fresh pages that the kernel zero-fills one 4 KiB fault at a time (an
+    ``[49152, 576]`` float32 ``zeros`` took 41 ms, 4 ms in kept memory; docs/benchmarks.md). Here
+    large blocks come from the heap too and freed memory is not trimmed, so the process keeps its peak (which
+    a training process reaches every step anyway); ``malloc_trim`` still returns it on demand."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+    except (OSError, AttributeError):  # musl and other C libraries have no mallopt
+        return False
+
+
+def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu", keep_memory: bool = False) -> int:
     """Set torch's CPU threads (``threads``, or :func:`default_threads`) and, with ``deterministic``, make every
     run of the same config compute the same numbers (docs/training.md, "Determinism"). Returns the threads.
 

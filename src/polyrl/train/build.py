@@ -127,7 +127,7 @@ def _load_policy(parts: RunParts, placement) -> None:
 
     config = parts.config
     hf_logging.disable_progress_bar()
-    configure_torch(config.threads, config.deterministic, config.device)
+    configure_torch(config.threads, config.deterministic, config.device, config.keep_freed_memory)
     torch.manual_seed(config.seed)
     parts.policy = load_policy(config.model, seed=config.seed, device=config.device)
     parts.prompts = PromptBuilder(parts.policy.tokenizer, config.prompt)

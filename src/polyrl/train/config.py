@@ -208,6 +208,10 @@ class TrainConfig(Strict):
     deterministic: bool = Field(
         True, description="Same seed, same weights at any thread count (docs/training.md has its cost)."
     )
+    keep_freed_memory: bool = Field(
+        True,
+        description="On Linux (glibc): keep memory torch frees in the process for the next tensor instead of returning it to the kernel, so large tensors are not page-faulted in again every step (the process keeps its peak; docs/benchmarks.md).",
+    )
     model: ModelConfig = Field(default_factory=ModelConfig, description="The policy.")
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="How problems are shown.")
     tasks: list[TaskSpec] = Field(description="The training mix.", min_length=1)
