@@ -9,7 +9,8 @@ of one RL step on the same problems (the default job's tasks, polyrl's own funct
 ``--group-size`` completions of ≤ ``--max-new-tokens`` tokens), each timed ``--repeats`` times (the fastest
 is kept):
 
-- ``prefill``: the distinct prompts through the model once (``polyrl.policy.generation.prefill``);
+- ``prefill``: the distinct prompts through the model once (``TransformersBackend.decode_state``: polyrl's packed
+  forward into a static KV cache, or transformers' forward with its cache);
 - ``decode``: the rest of ``TransformersBackend.generate`` (sampling token by token with the KV cache);
 - ``old logp``: a no-grad ``sequence_logprobs`` of the sampled batch (old / reference log-probs);
 - ``fwd+bwd``: ``sequence_logprobs`` with gradients and the backward of their sum (the update's passes);
@@ -36,7 +37,8 @@ from torch import nn
 
 from polyrl.cli.train import default_config_path
 from polyrl.optim import make_optimizer
-from polyrl.policy.generation import distinct, prefill
+from polyrl.policy.decoder import Decoder, set_forward
+from polyrl.policy.generation import distinct
 from polyrl.policy.precision import autocast_mode, bf16_cpu_flags, forward_precision, set_autocast
 from polyrl.rollout.batch import collate, length_ordered, pack_rows, padding_share, sequence_logprobs
 from polyrl.train.config import load_config
@@ -103,8 +105,8 @@ def phases(trainer: Trainer, flat: list[list[int]], args) -> dict[str, tuple[flo
     shape, backend = Shape(model), trainer.backend
     out = {}
     unique, source = distinct(flat)
-    with torch.no_grad(), forward_precision(model):
-        pre = best_time(lambda: prefill(model, unique, source, tok.pad_token_id, last_logits_only=True), args.repeats)
+    with torch.no_grad(), forward_precision(model):  # the generation's prefill: packed or transformers' forward
+        pre = best_time(lambda: backend.decode_state(flat, args.max_new_tokens), args.repeats)
     p_tokens = sum(len(u) for u in unique)
     out["prefill"] = (pre, shape.forward_flops(p_tokens, sum(len(u) ** 2 // 2 for u in unique), len(unique)), None)
 
@@ -127,8 +129,10 @@ def phases(trainer: Trainer, flat: list[list[int]], args) -> dict[str, tuple[flo
 
     batch = collate([(g.prompt_ids, g.completion_ids) for g in gens], tok.pad_token_id)
     r_tokens = sum(new)
-    # what the update's shared-prompt forward computes: distinct prompts padded to the longest, responses too
-    computed = len(unique) * max(map(len, unique)) + len(gens) * steps
+    # what the update's forward computes: packed, the real tokens; on transformers' shared-prompt forward,
+    # distinct prompts padded to the longest, responses too
+    packed = Decoder.of(model) is not None
+    computed = p_tokens + r_tokens if packed else len(unique) * max(map(len, unique)) + len(gens) * steps
     padding = lambda n: 1 - (p_tokens + r_tokens) / n
     print(
         f"  update forward: {p_tokens + r_tokens} real tokens, {computed} computed ({padding(computed):.0%} padding)"
@@ -178,6 +182,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny", help="Comma-separated model paths ('tiny' or HF directories).")
     parser.add_argument("--autocast", default="none,bf16", help="Comma-separated autocast modes to compare.")
+    parser.add_argument(
+        "--forward", default="auto", help="Comma-separated model.forward settings to compare (auto,transformers)."
+    )
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -200,8 +207,9 @@ def main() -> None:
         for path in args.model.split(","):
             trainer = load_trainer(path, args, f"{tmp}/{len(os.listdir(tmp))}")
             flat = rl_batch(trainer, args.prompts, args.group_size)
-            for mode in args.autocast.split(","):
+            for mode, forward in [(m, f) for f in args.forward.split(",") for m in args.autocast.split(",")]:
                 set_autocast(trainer.policy.model, mode)
+                set_forward(trainer.policy.model, forward)
                 result = phases(trainer, flat, args)
                 total = sum(t for t, _, _ in result.values())
                 rows = []
@@ -220,7 +228,10 @@ def main() -> None:
                     )
                 rows.append(["step", f"{total * 1e3:,.1f}", "100%", "", "", "", ""])
                 shape = Shape(trainer.policy.model)
-                print(f"\n{path}: {shape.params / 1e6:.1f} M parameters, autocast {mode}, {len(flat)} completions")
+                print(
+                    f"\n{path}: {shape.params / 1e6:.1f} M parameters, autocast {mode}, forward {forward}, "
+                    f"{len(flat)} completions"
+                )
                 print(markdown_table(header, rows) if args.markdown else "\n".join("  ".join(r) for r in rows))
             trainer.run_dir.close()
 

@@ -101,6 +101,23 @@ def test_packed_update_forward_gives_transformers_logprobs_entropies_and_gradien
     _assert_same(_scores(model, batch, "auto"), _scores(model, batch, "transformers"))
 
 
+def test_large_attention_blocks_take_the_fused_kernel_with_the_same_numbers(monkeypatch):
+    """Above EAGER_ATTENTION_MAX_SCORES attention runs in torch's memory-efficient kernel (no score matrix kept)."""
+    import polyrl.policy.decoder as decoder
+
+    model = _model("llama")
+    batch = _batch(masks=True)
+    reference = _scores(model, batch, "transformers")
+    monkeypatch.setattr(decoder, "EAGER_ATTENTION_MAX_SCORES", 0)
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(
+        torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    _assert_same(_scores(model, batch, "auto"), reference)
+    assert calls
+
+
 def test_without_prompt_sharing_or_prompt_lengths_the_numbers_are_the_same():
     model = _model("llama")
     batch = _batch()
@@ -243,4 +260,6 @@ def test_prepacked_bf16_weights_compute_the_bf16_matmul():
         want = torch.nn.functional.linear(x.bfloat16(), module.weight.bfloat16(), module.bias.bfloat16())
         torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
     head = packed(dec.head, x)
-    torch.testing.assert_close(head.float(), (x.bfloat16() @ dec.head.weight.bfloat16().T).float(), atol=5e-2, rtol=2e-2)
+    torch.testing.assert_close(
+        head.float(), (x.bfloat16() @ dec.head.weight.bfloat16().T).float(), atol=5e-2, rtol=2e-2
+    )

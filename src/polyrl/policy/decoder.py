@@ -34,7 +34,6 @@ mlp (gate/up/down_proj)`` with residuals around both, and no other transformatio
 _ATTRIBUTE = "polyrl_forward"
 
 
-
 def set_forward(model: nn.Module, mode: str) -> None:
     """Which forward polyrl takes of ``model``: ``auto`` (this one where the architecture is supported) or
     ``transformers`` (always the model's own)."""
@@ -159,17 +158,37 @@ def causal_block(starts: list[int], lengths: list[int], device=None) -> Attentio
     return AttentionBlock(index, index, allowed, valid)
 
 
+EAGER_ATTENTION_MAX_SCORES = 2**24
+"""Largest attention block (rows × heads × queries × keys) computed with the eager formula, whose score matrix
+(kept for the backward) costs 4 bytes an entry: 64 MiB. Above it :func:`attention` calls torch's
+``scaled_dot_product_attention`` (a memory-efficient kernel that keeps no scores, slower for short sequences on
+CPU: its backward took 15% of a SmolLM2 update's forward+backward at ≈ 150 tokens, the eager formula's 5%)."""
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float) -> Tensor:
-    """Eager attention of ``q [S, Lq, H, D]`` over ``k, v [S, Lk, KV, D]`` (grouped-query: each KV head serves
-    ``H / KV`` query heads) where ``allowed [S, Lq, Lk]``; ``[S, Lq, H, D]``. transformers' eager formula: the
-    scores and the softmax in float32 when the inputs are, the softmax cast back to the values' dtype."""
+    """Attention of ``q [S, Lq, H, D]`` over ``k, v [S, Lk, KV, D]`` (grouped-query: each KV head serves ``H / KV``
+    query heads) where ``allowed [S, Lq, Lk]`` (every query must see at least one key); ``[S, Lq, H, D]``.
+    transformers' eager formula — the scores and the softmax in float32 when the inputs are, the softmax cast
+    back to the values' dtype — up to :data:`EAGER_ATTENTION_MAX_SCORES`, torch's fused kernel above."""
     s, lq, heads, d = q.shape
     kv_heads = k.shape[2]
+    if s * heads * lq * k.shape[1] > EAGER_ATTENTION_MAX_SCORES:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=allowed.unsqueeze(1),
+            scale=scale,
+            enable_gqa=heads != kv_heads,
+        )
+        return out.transpose(1, 2)
     group = heads // kv_heads
     # query head h reads KV head h // group: the group's queries are one matrix against their KV head's keys
     qg = q.view(s, lq, kv_heads, group, d).permute(0, 2, 3, 1, 4).reshape(s, kv_heads, group * lq, d)
     scores = torch.matmul(qg, k.permute(0, 2, 3, 1)) * scale  # [S, KV, group * Lq, Lk]
-    scores = scores.view(s, kv_heads, group, lq, -1).masked_fill(~allowed[:, None, None], torch.finfo(scores.dtype).min)
+    scores = scores.view(s, kv_heads, group, lq, -1).masked_fill(
+        ~allowed[:, None, None], torch.finfo(scores.dtype).min
+    )
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype).view(s, kv_heads, group * lq, -1)
     out = torch.matmul(probs, v.transpose(1, 2))  # [S, KV, group * Lq, D]
     return out.view(s, kv_heads, group, lq, d).permute(0, 3, 1, 2, 4).reshape(s, lq, heads, d)
@@ -273,7 +292,9 @@ class PackedLinears(Linears):
         biases = [m.bias for m in modules]
         bias = None
         if any(b is not None for b in biases):
-            parts = [b.detach() if b is not None else m.weight.new_zeros(m.out_features) for b, m in zip(biases, modules)]
+            parts = [
+                b.detach() if b is not None else m.weight.new_zeros(m.out_features) for b, m in zip(biases, modules)
+            ]
             bias = torch.cat(parts).to(torch.bfloat16)
         return torch.ops.mkldnn._reorder_linear_weight(weight, self.rows), bias
 
@@ -313,7 +334,9 @@ class StaticCache:
     ``prompt_width + t`` for every row (no concatenation per step). Attention reads each row's whole width
     (contiguous, so the matmuls copy nothing) and ``allowed`` masks what is padding or not yet written."""
 
-    def __init__(self, dec: Decoder, prompt_kv: list, prompt_index: Tensor, prompt_valid: Tensor, new_tokens: int, dtype):
+    def __init__(
+        self, dec: Decoder, prompt_kv: list, prompt_index: Tensor, prompt_valid: Tensor, new_tokens: int, dtype
+    ):
         layers, rows, p = len(dec.layers), prompt_index.shape[0], prompt_index.shape[1]
         shape = (layers, rows, dec.kv_heads, p + new_tokens, dec.head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=prompt_index.device)

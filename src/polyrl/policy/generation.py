@@ -207,7 +207,7 @@ class TransformersBackend:
     def _decode_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy):
         """Prefill each distinct prompt once, then sample token by token: ``(tokens, log-probs)`` per prompt,
         or None if the model's cache can't be indexed by row (the caller then uses ``model.generate``)."""
-        state = self._decode_state(prompts, max_new_tokens)
+        state = self.decode_state(prompts, max_new_tokens)
         if state is None:
             return None
         logits = state.first_logits
@@ -233,8 +233,8 @@ class TransformersBackend:
             logits = state.step(nxt)
         return tokens.tolist(), logprobs.tolist()
 
-    def _decode_state(self, prompts, max_new_tokens):
-        """The sampling state of one chunk: polyrl's packed forward (``policy/decoder.py``) for the decoders it
+    def decode_state(self, prompts, max_new_tokens):
+        """The sampling state of one chunk after its prefill: polyrl's packed forward (``policy/decoder.py``) for the decoders it
         supports, transformers' forward with its KV cache otherwise; None when neither can share a prefill."""
         unique, source = distinct(prompts)
         dec = Decoder.of(self.model)

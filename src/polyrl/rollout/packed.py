@@ -91,13 +91,10 @@ def _continuation_block(p_start, p_len, source, r_start, r_len, device) -> Atten
     prompt_keys = torch.where(prompt_ok, prompt_start.unsqueeze(1) + pc, prompt_start.unsqueeze(1))
     queries = torch.where(resp_ok, start.unsqueeze(1) + rc, prompt_start.unsqueeze(1))
     causal = rc.unsqueeze(1) >= rc.unsqueeze(0)  # [Lq, Lr]
+    # a padding query sees its prompt too (never no key at all); its output is dropped
     allowed = torch.cat(
-        [
-            prompt_ok.unsqueeze(1).expand(-1, width_r, -1),
-            causal.unsqueeze(0) & resp_ok.unsqueeze(1),
-        ],
-        dim=2,
-    ) & resp_ok.unsqueeze(2)
+        [prompt_ok.unsqueeze(1).expand(-1, width_r, -1), causal.unsqueeze(0) & resp_ok.unsqueeze(1)], dim=2
+    )
     return AttentionBlock(queries, torch.cat([prompt_keys, queries], 1), allowed, resp_ok)
 
 
