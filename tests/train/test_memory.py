@@ -194,9 +194,11 @@ def test_gradient_checkpointing_gives_the_same_update(share_prompts):
 
 
 def test_checkpointing_shares_prompts_only_without_gradients(monkeypatch):
+    """On transformers' forward, checkpointed layers can't read a KV cache in the backward (polyrl's packed
+    forward shares prompts under checkpointing too: tests/policy/test_decoder.py)."""
     import polyrl.rollout.batch as batch_module
 
-    model = _policy(gradient_checkpointing=True).model.train()
+    model = _policy(gradient_checkpointing=True, forward="transformers").model.train()
     calls = []
     real = batch_module._shared_prompt_logprobs
     monkeypatch.setattr(batch_module, "_shared_prompt_logprobs", lambda *a: calls.append(1) or real(*a))

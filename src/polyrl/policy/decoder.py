@@ -10,7 +10,7 @@ their shared prompt's keys directly, without a copy per row.
 It calls the model's own modules (``q_proj`` … ``down_proj``, the norms, the rotary embedding, ``lm_head``), so
 the parameters, their gradients, PEFT's LoRA layers and ``torch.autocast`` work as in transformers' forward, and
 the numbers are that forward's up to float rounding (``tests/policy/test_decoder.py``: logits, gradients and
-sampled tokens against transformers' eager attention). The architectures it knows are in
+sampled tokens against transformers' own forward). The architectures it knows are in
 :data:`SUPPORTED_MODEL_TYPES`; any other model, a sharded one (FSDP) or ``model.forward: transformers`` keeps
 transformers' forward.
 
