@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--micro-batch-tokens", type=int, default=256, help="Budget for the padding figures.")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -61,9 +61,12 @@ def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu
     It switches on torch's deterministic algorithms (``torch.use_deterministic_algorithms``: on CPU the sorted
     accumulation of indexing backward passes such as that of ``x[rows, cols]``; on CUDA also cuDNN's and
     cuBLAS's deterministic kernels, cuBLAS with ``CUBLAS_WORKSPACE_CONFIG`` set before its first call unless the
-    user set it). An operation without a deterministic implementation warns rather than stopping the run."""
+    user set it). An operation without a deterministic implementation warns rather than stopping the run. With
+    ``keep_memory``, :func:`keep_freed_memory` too."""
     import torch
 
+    if keep_memory:
+        keep_freed_memory()
     count = threads or default_threads(available_cores())
     torch.set_num_threads(count)
     if deterministic and device.startswith("cuda"):
