@@ -288,7 +288,7 @@ class PackedLinears(Linears):
         )
 
     def _packed(self, modules) -> tuple[Tensor, Tensor | None]:
-        weight = torch.cat([m.weight.detach() for m in modules]).to(torch.bfloat16)
+        weight = torch.cat([m.weight.detach().to(torch.bfloat16) for m in modules])
         biases = [m.bias for m in modules]
         bias = None
         if any(b is not None for b in biases):
