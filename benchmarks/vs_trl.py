@@ -30,10 +30,10 @@ Matched settings: group size (``num_generations``), completions per optimizer st
 (``max_completion_length``), temperature, top-p/top-k off, learning rate (constant, no warmup), AdamW, grad
 clip 1.0, no KL (``beta=0``), one epoch per batch (``num_iterations=1``), clip 0.2 / 0.28 (``epsilon``,
 ``epsilon_high``), token-mean loss (TRL ``loss_type="dapo"``), group-std advantages (``scale_rewards="group"``),
-the same precision (above), no gradient checkpointing. Known differences: TRL's group std is the sample std (n-1) with eps 1e-4,
-polyrl's the population std with eps 1e-6 (advantages differ by a constant factor sqrt(G/(G-1)) per group,
-which AdamW nearly cancels); polyrl writes one checkpoint at the end of RL (inside the timed region), TRL saves
-nothing.
+the precision chosen above, no gradient checkpointing. Known differences: TRL's group std is the sample std
+(n-1) with eps 1e-4, polyrl's the population std with eps 1e-6 (advantages differ by a constant factor
+sqrt(G/(G-1)) per group, which AdamW nearly cancels); polyrl writes one checkpoint at the end of RL (inside the
+timed region), TRL saves nothing.
 """
 
 from __future__ import annotations
