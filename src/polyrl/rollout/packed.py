@@ -44,9 +44,12 @@ def pack(batch, device=None, share_prompts: bool = True) -> PackedBatch:
     ``batch.prompt_lengths`` (rows with equal prompts share one, unless ``share_prompts`` is off); without
     prompt lengths every row's first token is its prompt, so every later token is scored."""
     lengths = batch.attention_mask.sum(1).tolist()
+    if min(lengths) < 1:
+        raise ValueError("a TokenBatch row without tokens cannot be packed")
     ids = batch.input_ids.tolist()
     prompt_lengths = batch.prompt_lengths.tolist() if batch.prompt_lengths is not None else [1] * len(ids)
-    prompt_lengths = [min(p, n) for p, n in zip(prompt_lengths, lengths)]
+    # a row's first token is always context: nothing predicts it
+    prompt_lengths = [min(max(p, 1), n) for p, n in zip(prompt_lengths, lengths)]
     prompts = [row[:p] for row, p in zip(ids, prompt_lengths)]
     unique, source = distinct(prompts) if share_prompts else (prompts, list(range(len(prompts))))
     p_len = [len(u) for u in unique]
