@@ -23,7 +23,8 @@ from transformers import (
 )
 
 from polyrl.policy import TransformersBackend
-from polyrl.policy.decoder import Decoder, PackedLinears, set_forward
+from polyrl.policy.decoder import Decoder, set_forward
+from polyrl.policy.packed_decode import PackedLinears
 from polyrl.policy.tiny import build_tiny_policy
 from polyrl.rollout import collate, sequence_logprobs
 from polyrl.rollout.packed import pack

@@ -42,7 +42,7 @@ def set_forward(model: nn.Module, mode: str) -> None:
 
 class Linears:
     """How the decoder's linear layers are applied: here each module itself (so LoRA layers, autocast and
-    gradients work as in transformers); :class:`PackedLinears` swaps in prepacked weights for generation."""
+    gradients work as in transformers); ``policy.packed_decode.PackedLinears`` swaps in prepacked weights for generation."""
 
     def __call__(self, module: nn.Module, x: Tensor) -> Tensor:
         return module(x)
@@ -217,14 +217,15 @@ def packed_hidden(
     return dec.trunk.norm(x)
 
 
-def _gather(x: Tensor, index: Tensor) -> Tensor:
+def gather(x: Tensor, index: Tensor) -> Tensor:
     """``x[index]`` as an ``index_select`` (its backward is an ``index_add``, faster on CPU than the
     accumulating ``index_put`` of advanced indexing)."""
     return x.index_select(0, index.reshape(-1)).view(*index.shape, *x.shape[1:])
 
 
-def _qkv(dec: Decoder, layer, x: Tensor, cos: Tensor, sin: Tensor, linears: Linears):
-    """The layer's queries ``[T, H, D]``, keys and values ``[T, KV, D]`` of ``x [T, hidden]`` (rotary applied)."""
+def layer_qkv(dec: Decoder, layer, x: Tensor, cos: Tensor, sin: Tensor, linears: Linears):
+    """A decoder layer's queries ``[T, H, D]``, keys and values ``[T, KV, D]`` of ``x [T, hidden]`` (its input norm,
+    projections and rotary embedding)."""
     q, k, v = linears.qkv(layer.self_attn, layer.input_layernorm(x))
     n = x.shape[0]
     q = rotate(q.view(n, dec.heads, dec.head_dim), cos, sin)
@@ -232,8 +233,9 @@ def _qkv(dec: Decoder, layer, x: Tensor, cos: Tensor, sin: Tensor, linears: Line
     return q, k, v.view(n, dec.kv_heads, dec.head_dim)
 
 
-def _finish(layer, x: Tensor, attended: Tensor, linears: Linears) -> Tensor:
-    """The rest of a decoder layer after attention: output projection and residual, then the MLP and residual."""
+def layer_rest(layer, x: Tensor, attended: Tensor, linears: Linears) -> Tensor:
+    """The rest of a decoder layer once attention has read ``attended [T, H·D]``: the output projection and its
+    residual, then the MLP and its residual."""
     x = x + linears(layer.self_attn.o_proj, attended)
     mlp = layer.mlp
     gate, up = linears.gate_up(mlp, layer.post_attention_layernorm(x))
@@ -241,174 +243,13 @@ def _finish(layer, x: Tensor, attended: Tensor, linears: Linears) -> Tensor:
 
 
 def _layer(dec: Decoder, layer, x, cos, sin, blocks, order: Tensor, linears: Linears, keep_kv) -> Tensor:
-    q, k, v = _qkv(dec, layer, x, cos, sin, linears)
+    q, k, v = layer_qkv(dec, layer, x, cos, sin, linears)
     if keep_kv is not None:
         keep_kv.append((k, v))
     scale = layer.self_attn.scaling
     outs = [
-        attention(_gather(q, b.queries), _gather(k, b.keys), _gather(v, b.keys), b.allowed, scale)[b.query_valid]
+        attention(gather(q, b.queries), gather(k, b.keys), gather(v, b.keys), b.allowed, scale)[b.query_valid]
         for b in blocks
     ]
-    out = _gather(torch.cat(outs) if len(outs) > 1 else outs[0], order)
-    return _finish(layer, x, out.reshape(x.shape[0], -1), linears)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Generation: prepacked bf16 weights and a static KV cache
-
-
-class PackedLinears(Linears):
-    """The decoder's plain ``nn.Linear`` layers as bf16 weights reordered once into oneDNN's blocked layout
-    (what ``torch.compile``'s CPU freezing does), with each layer's q/k/v and gate/up projections fused into one
-    matmul: a bf16 matmul with few rows — a decode step's — then skips the per-call reorder of its weight and
-    two of every seven calls. Built per ``generate`` call (the weights change after every update); layers that
-    are not plain ``nn.Linear`` (LoRA) are called as they are. Only on a CPU whose oneDNN runs bf16."""
-
-    def __init__(self, dec: Decoder, rows: int):
-        self.rows = rows
-        self.weights: dict[nn.Module, tuple[Tensor, Tensor | None]] = {}
-        self.fused: dict[nn.Module, tuple[tuple[Tensor, Tensor | None], list[int]]] = {}
-        for layer in dec.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            self._fuse(attn, (attn.q_proj, attn.k_proj, attn.v_proj))
-            self._fuse(mlp, (mlp.gate_proj, mlp.up_proj))
-            self._pack(attn.o_proj)
-            self._pack(mlp.down_proj)
-        self._pack(dec.head)
-
-    @staticmethod
-    def available(dec: Decoder) -> bool:
-        """oneDNN with bf16 on this CPU, and the model on the CPU."""
-        mkldnn = getattr(torch.ops, "mkldnn", None)
-        return (
-            dec.head.weight.device.type == "cpu"
-            and torch.backends.mkldnn.is_available()
-            and hasattr(mkldnn, "_reorder_linear_weight")
-            and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        )
-
-    def _packed(self, modules) -> tuple[Tensor, Tensor | None]:
-        weight = torch.cat([m.weight.detach().to(torch.bfloat16) for m in modules])
-        biases = [m.bias for m in modules]
-        bias = None
-        if any(b is not None for b in biases):
-            parts = [
-                b.detach() if b is not None else m.weight.new_zeros(m.out_features) for b, m in zip(biases, modules)
-            ]
-            bias = torch.cat(parts).to(torch.bfloat16)
-        return torch.ops.mkldnn._reorder_linear_weight(weight, self.rows), bias
-
-    def _pack(self, module) -> None:
-        if type(module) is nn.Linear:
-            self.weights[module] = self._packed([module])
-
-    def _fuse(self, owner, modules) -> None:
-        if all(type(m) is nn.Linear for m in modules):
-            self.fused[owner] = (self._packed(modules), [m.out_features for m in modules])
-
-    @staticmethod
-    def _apply(packed: tuple[Tensor, Tensor | None], x: Tensor) -> Tensor:
-        weight, bias = packed
-        return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), weight, bias, "none", [], "")
-
-    def __call__(self, module: nn.Module, x: Tensor) -> Tensor:
-        packed = self.weights.get(module)
-        return module(x) if packed is None else self._apply(packed, x)
-
-    def qkv(self, attn, h):
-        if attn not in self.fused:
-            return super().qkv(attn, h)
-        packed, sizes = self.fused[attn]
-        return self._apply(packed, h).split(sizes, dim=-1)
-
-    def gate_up(self, mlp, h):
-        if mlp not in self.fused:
-            return super().gate_up(mlp, h)
-        packed, sizes = self.fused[mlp]
-        return self._apply(packed, h).split(sizes, dim=-1)
-
-
-class StaticCache:
-    """Keys and values of ``rows`` sequences in preallocated ``[layers, rows, KV, width, D]`` buffers: prompts
-    right-aligned at ``[prompt_width - len, prompt_width)``, decode step ``t`` written at column
-    ``prompt_width + t`` for every row (no concatenation per step). Attention reads each row's whole width
-    (contiguous, so the matmuls copy nothing) and ``allowed`` masks what is padding or not yet written."""
-
-    def __init__(
-        self, dec: Decoder, prompt_kv: list, prompt_index: Tensor, prompt_valid: Tensor, new_tokens: int, dtype
-    ):
-        layers, rows, p = len(dec.layers), prompt_index.shape[0], prompt_index.shape[1]
-        shape = (layers, rows, dec.kv_heads, p + new_tokens, dec.head_dim)
-        self.keys = torch.zeros(shape, dtype=dtype, device=prompt_index.device)
-        self.values = torch.zeros_like(self.keys)
-        for i, (k, v) in enumerate(prompt_kv):  # [T, KV, D] packed -> [rows, KV, P, D]
-            self.keys[i, :, :, :p] = _gather(k, prompt_index).transpose(1, 2)
-            self.values[i, :, :, :p] = _gather(v, prompt_index).transpose(1, 2)
-        self.allowed = torch.zeros(rows, p + new_tokens, dtype=torch.bool, device=prompt_index.device)
-        self.allowed[:, :p] = prompt_valid
-        self.filled = p
-
-    def select(self, rows: Tensor) -> None:
-        """Keep only ``rows`` (finished sequences leave the batch)."""
-        self.keys, self.values = self.keys[:, rows], self.values[:, rows]
-        self.allowed = self.allowed[rows]
-
-
-def decode_step(dec: Decoder, cache: StaticCache, ids: Tensor, positions: Tensor, linears: Linears) -> Tensor:
-    """One token per row (``ids, positions [N]``) through the decoder against ``cache`` (written at its next
-    column); the last hidden states ``[N, hidden]``."""
-    col = cache.filled
-    cache.allowed[:, col] = True
-    x = dec.trunk.embed_tokens(ids)
-    cos, sin = dec.rotary(positions, x)
-    n, group = ids.shape[0], dec.heads // dec.kv_heads
-    hidden = torch.finfo(torch.float32).min
-    blocked = ~cache.allowed.view(n, 1, 1, -1)
-    for i, layer in enumerate(dec.layers):
-        q, k, v = _qkv(dec, layer, x, cos, sin, linears)
-        keys, values = cache.keys[i], cache.values[i]  # [N, KV, width, D]
-        keys[:, :, col] = k
-        values[:, :, col] = v
-        qg = q.view(n, dec.kv_heads, group, dec.head_dim).to(keys.dtype)
-        scores = torch.matmul(qg, keys.transpose(-1, -2)) * layer.self_attn.scaling  # [N, KV, group, width]
-        probs = torch.softmax(scores.float().masked_fill_(blocked, hidden), dim=-1).to(values.dtype)
-        x = _finish(layer, x, torch.matmul(probs, values).reshape(n, -1), linears)
-    cache.filled = col + 1
-    return dec.trunk.norm(x)
-
-
-class PackedDecode:
-    """Sampling state of one generation chunk on the packed forward: the distinct prompts prefilled once as
-    packed tokens, their keys and values copied into a :class:`StaticCache` row per completion, then one
-    :func:`decode_step` per token. ``first_logits``, ``step(tokens)`` and ``select(rows)`` are what
-    ``TransformersBackend``'s sampling loop calls."""
-
-    def __init__(self, dec: Decoder, unique: list, source: list[int], new_tokens: int, linears: Linears, dtype):
-        device = dec.head.weight.device
-        self.dec, self.linears = dec, linears
-        lengths = torch.tensor([len(u) for u in unique], device=device)
-        starts = torch.cumsum(lengths, 0) - lengths
-        ids = torch.tensor([t for u in unique for t in u], device=device)
-        positions = torch.cat([torch.arange(int(n), device=device) for n in lengths])
-        kv: list = []
-        block = causal_block(starts.tolist(), lengths.tolist(), device)
-        hidden = packed_hidden(dec, ids, positions, [block], linears, keep_kv=kv)
-        src = torch.tensor(source, device=device)
-        self.first_logits = linears(dec.head, hidden[(starts + lengths - 1)[src]])
-        width = int(lengths.max())
-        cols = torch.arange(width, device=device)
-        pad = (width - lengths[src]).unsqueeze(1)  # each row's prompt right-aligned
-        valid = cols >= pad
-        index = torch.where(valid, starts[src].unsqueeze(1) + cols - pad, starts[src].unsqueeze(1))
-        self.cache = StaticCache(dec, kv, index, valid, new_tokens, dtype)
-        self.positions = lengths[src].clone()
-
-    def step(self, tokens: Tensor) -> Tensor:
-        """Logits ``[N, V]`` of the next token after ``tokens [N]``."""
-        hidden = decode_step(self.dec, self.cache, tokens, self.positions, self.linears)
-        self.positions = self.positions + 1
-        return self.linears(self.dec.head, hidden)
-
-    def select(self, rows: Tensor) -> None:
-        self.cache.select(rows)
-        self.positions = self.positions[rows]
+    out = gather(torch.cat(outs) if len(outs) > 1 else outs[0], order)
+    return layer_rest(layer, x, out.reshape(x.shape[0], -1), linears)

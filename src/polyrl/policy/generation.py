@@ -13,7 +13,8 @@ from typing import Protocol
 
 import torch
 
-from polyrl.policy.decoder import MODULES, Decoder, PackedDecode, PackedLinears
+from polyrl.policy.decoder import MODULES, Decoder
+from polyrl.policy.packed_decode import PackedDecode, PackedLinears
 from polyrl.policy.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
 
 
