@@ -39,10 +39,11 @@ def keep_freed_memory() -> bool:
     """Make glibc's allocator keep memory that torch frees in the process, for the next tensor, instead of
     returning it to the kernel; True where that was done (Linux with glibc), False elsewhere.
 
-    By default glibc serves every allocation over 32 MiB (often less) with its own ``mmap`` and returns it on
-    ``free``, so each large tensor of a step — the ``[rows, vocabulary]`` logits, an embedding's gradient, a
-    layer's activations — starts as fresh pages that the kernel zero-fills one 4 KiB fault at a time (an
-    ``[49152, 576]`` float32 ``zeros`` took 41 ms, 4 ms in kept memory; docs/benchmarks.md). Here
+    By default glibc serves large allocations (over 128 KiB at first, the threshold adapting up to 32 MiB) with
+    their own ``mmap`` and unmaps them on ``free``, so each large tensor of a step — the ``[rows, vocabulary]``
+    logits, an embedding's gradient, a layer's activations — starts as fresh pages that the kernel zero-fills
+    one 4 KiB fault at a time (SmolLM2's ``[49152, 576]`` float32 ``zeros``: 76 ms, 11 ms in kept memory;
+    docs/training.md, ``benchmarks/freed_memory.py``). Here
     large blocks come from the heap too and freed memory is not trimmed, so the process keeps its peak (which
     a training process reaches every step anyway); ``malloc_trim`` still returns it on demand."""
     if not sys.platform.startswith("linux"):
