@@ -131,9 +131,11 @@ class TransformersBackend:
     """Batched sampling with a transformers causal LM, in chunks of ``batch_size`` sequences.
 
     Prompts that occur several times in a chunk (the G completions of a group) are prefilled once and their
-    KV cache is copied to each row; rows that have finished are dropped from the batch as decoding goes on.
-    Sampling (temperature, top-p, greedy) is the same as ``model.generate``'s; models whose cache can't be
-    indexed by batch row fall back to ``model.generate`` itself (``shared_prefill=False`` forces that).
+    keys and values serve each row; rows that have finished are dropped from the batch as decoding goes on.
+    Llama-family decoders run on polyrl's packed forward with a static KV cache (``policy/packed_decode.py``),
+    other models on their own forward and cache. Sampling (temperature, top-p, greedy) draws from the
+    distribution ``model.generate`` draws from (greedy: the same tokens); models whose cache can't be indexed
+    by batch row fall back to ``model.generate`` itself (``shared_prefill=False`` forces that).
     """
 
     def __init__(self, model, tokenizer, batch_size: int = 256, shared_prefill: bool = True):
@@ -235,8 +237,9 @@ class TransformersBackend:
         return tokens.tolist(), logprobs.tolist()
 
     def decode_state(self, prompts, max_new_tokens):
-        """The sampling state of one chunk after its prefill: polyrl's packed forward (``policy/decoder.py``) for the decoders it
-        supports, transformers' forward with its KV cache otherwise; None when neither can share a prefill."""
+        """The sampling state of one chunk after its prefill: polyrl's packed forward (``policy/packed_decode.py``)
+        for the decoders it supports, transformers' forward with its KV cache otherwise; None when neither can
+        share a prefill."""
         unique, source = distinct(prompts)
         dec = Decoder.of(self.model)
         if dec is not None and dec.fits(max(map(len, unique)) + max_new_tokens):
