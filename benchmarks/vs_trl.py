@@ -45,7 +45,9 @@ import platform
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,6 +61,7 @@ from rich.table import Table
 
 from polyrl.cli.train import default_config_path
 from polyrl.eval import evaluate_policy
+from polyrl.experiments.curriculum import free_memory
 from polyrl.policy import PromptBuilder, TransformersBackend
 from polyrl.rewards import compute_rewards
 from polyrl.tasks.io import problem_row, row_problem
@@ -117,13 +120,32 @@ def sft_warm_start(args, work: Path) -> tuple[Path, dict]:
     trainer = Trainer(cfg)
     trainer.run_sft(None)
     trainer.run_dir.close()
-    return trainer.run_dir.model_dir("sft_model"), held_out(trainer.backend, trainer.prompts, trainer, args)
+    accuracy = held_out(trainer.backend, trainer.prompts, trainer.eval_tasks(), args)
+    model_dir = trainer.run_dir.model_dir("sft_model")
+    del trainer
+    free_memory()
+    return model_dir, accuracy
 
 
-def held_out(backend, prompts: PromptBuilder, trainer: Trainer, args) -> dict:
+def held_out(backend, prompts: PromptBuilder, eval_tasks: dict, args) -> dict:
     return evaluate_policy(
-        backend, prompts, trainer.eval_tasks(), args.eval_problems, args.max_new_tokens, pass_k=1, seed=args.seed
+        backend, prompts, eval_tasks, args.eval_problems, args.max_new_tokens, pass_k=1, seed=args.seed
     )
+
+
+@dataclass
+class Matched:
+    """What TRL's run takes from polyrl's: the settings, the very problems of each step, the prompts, tasks and
+    tokenizer, and the precision polyrl resolved. polyrl's trainer (weights, AdamW states) is freed before
+    TRL's model is built, so the two never hold memory at once."""
+
+    config: TrainConfig
+    tasks: dict
+    prompts: PromptBuilder
+    tokenizer: Any
+    eval_tasks: dict
+    problems: list
+    bf16: bool
 
 
 def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
@@ -137,14 +159,22 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
     steps = [r for r in steps if r.get("stage") == "rl"]
     step_time = sum(r["step_time"] for r in steps)
     gen_time = sum(r["tokens"] / r["tokens_per_s"] for r in steps if r.get("tokens_per_s"))
+    bf16 = trainer.policy.model.polyrl_autocast == "bf16"
+    matched = Matched(
+        cfg, trainer.tasks, trainer.prompts, trainer.policy.tokenizer, trainer.eval_tasks(),
+        step_problems(cfg, trainer), bf16,
+    )  # fmt: skip
+    accuracy = held_out(trainer.backend, trainer.prompts, matched.eval_tasks, args)
+    del trainer
+    free_memory()
     return {
         "wall": wall,
         "cpu": cpu,
-        "precision": "bf16 autocast" if trainer.policy.model.polyrl_autocast == "bf16" else "fp32",
+        "precision": "bf16 autocast" if bf16 else "fp32",
         "step_time": step_time,
         "gen_time": gen_time,
-        "trainer": trainer,
-        "accuracy": held_out(trainer.backend, trainer.prompts, trainer, args),
+        "matched": matched,
+        "accuracy": accuracy,
     }
 
 
@@ -160,15 +190,13 @@ def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
     return problems
 
 
-def run_trl(args, work: Path, sft_dir: Path, polyrl_trainer: Trainer) -> dict:
+def run_trl(args, work: Path, sft_dir: Path, polyrl: Matched) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    cfg = polyrl_trainer.config
-    tasks = polyrl_trainer.tasks
-    problems = step_problems(cfg, polyrl_trainer)
-    content = polyrl_trainer.prompts.content  # the problem in the run's prompt field and style
+    cfg, tasks, problems = polyrl.config, polyrl.tasks, polyrl.problems
+    content = polyrl.prompts.content  # the problem in the run's prompt field and style
     data = Dataset.from_list(
         [
             {"prompt": [{"role": "user", "content": content(p)}], "problem": json.dumps(problem_row(p))}
@@ -197,7 +225,7 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl_trainer: Trainer) -> dict:
         disable_tqdm=True,
         logging_steps=max(rl.steps, 1),
         seed=args.seed,
-        bf16=polyrl_trainer.policy.model.polyrl_autocast == "bf16",  # --precision best: what polyrl resolved
+        bf16=polyrl.bf16,  # --precision best: what polyrl resolved
         gradient_checkpointing=False,
         max_steps=rl.steps,
         per_device_train_batch_size=rl.prompts_per_step * rl.group_size,
@@ -223,18 +251,18 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl_trainer: Trainer) -> dict:
     trainer = GRPOTrainer(
         model=model, reward_funcs=polyrl_reward, args=trl_args, train_dataset=data, processing_class=tokenizer
     )
-    check_same_prompt_ids(tokenizer, polyrl_trainer.prompts, problems[0], data[0]["prompt"])
+    check_same_prompt_ids(tokenizer, polyrl.prompts, problems[0], data[0]["prompt"])
     trainer.remove_callback(PrinterCallback)  # its per-log dict printing; the metrics stay in trainer.state
     wall, cpu = time.perf_counter(), time.process_time()
     trainer.train()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     # the same tokenizer and PromptBuilder polyrl evaluates with (the SFT directory holds a copy of it)
-    backend = TransformersBackend(trainer.model, polyrl_trainer.policy.tokenizer)
+    backend = TransformersBackend(trainer.model, polyrl.tokenizer)
     return {
         "wall": wall,
         "cpu": cpu,
         "precision": "bf16=True" if trl_args.bf16 else "fp32",
-        "accuracy": held_out(backend, polyrl_trainer.prompts, polyrl_trainer, args),
+        "accuracy": held_out(backend, polyrl.prompts, polyrl.eval_tasks, args),
     }
 
 
@@ -259,9 +287,8 @@ def run_seed(args, console: Console) -> dict:
             ours = run_polyrl(args, work, sft_dir)
         console.log(f"seed {args.seed}: polyrl RL {ours['wall']:.0f} s")
         with console.status(f"seed {args.seed}: RL with TRL GRPOTrainer…"):
-            theirs = run_trl(args, work, sft_dir, ours["trainer"])
+            theirs = run_trl(args, work, sft_dir, ours.pop("matched"))
         console.log(f"seed {args.seed}: TRL RL {theirs['wall']:.0f} s; seed total {time.perf_counter() - t0:.0f} s")
-    ours.pop("trainer")
     return {"seed": args.seed, "sft": sft_acc, "polyrl": ours, "trl": theirs}
 
 
