@@ -234,6 +234,18 @@ def test_other_architectures_and_the_transformers_setting_keep_transformers_forw
     assert logp.shape == batch.loss_mask.shape
 
 
+def test_auto_takes_the_packed_forward_on_the_cpu_only_and_packed_everywhere():
+    """``auto`` was measured on CPUs: a model elsewhere (here the meta device) keeps transformers' forward
+    unless ``packed`` asks for polyrl's."""
+    model = _model("llama").to("meta")
+    set_forward(model, "auto")
+    assert Decoder.of(model) is None
+    set_forward(model, "packed")
+    assert Decoder.of(model) is not None
+    with pytest.raises(ValueError, match="one of auto, packed, transformers"):
+        set_forward(model, "fast")
+
+
 def test_a_sliding_window_shorter_than_the_sequence_keeps_transformers_forward():
     model = _model("mistral")
     model.config.sliding_window = 8

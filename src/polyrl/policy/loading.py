@@ -49,9 +49,9 @@ class ModelConfig(BaseModel):
         "auto",
         description="Run forward passes (generation included) under torch.autocast in this precision over the stored weights (float32 + bf16: mixed precision with float32 master weights; fp16 needs CUDA); auto: bf16 where it measured faster (a bf16-capable CPU or GPU and a model at least 384 wide), else none.",
     )
-    forward: Literal["auto", "transformers"] = Field(
+    forward: Literal["auto", "packed", "transformers"] = Field(
         "auto",
-        description="auto: polyrl's packed forward for Llama-family decoders (llama, qwen2, mistral): no padding through any linear layer, a group's shared prompt computed once, a static KV cache and prepacked bf16 weights in generation (docs/scaling.md); the model's own forward for other architectures. transformers: the model's own forward everywhere.",
+        description="packed: polyrl's packed forward for Llama-family decoders (llama, qwen2, mistral): no padding through any linear layer, a group's shared prompt computed once, a static KV cache and prepacked bf16 weights in generation (docs/architecture.md); other architectures keep their own. auto: packed on the CPU (where it was measured, docs/benchmarks.md), the model's own forward on GPUs. transformers: the model's own forward everywhere.",
     )
     gradient_checkpointing: bool = Field(
         False,
