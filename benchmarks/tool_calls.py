@@ -3,8 +3,9 @@
 For each checkpoint given (a preset, a checkpoint directory, e.g. RUN_DIR/sft_model and RUN_DIR/final_model) and
 each environment: the share of policy turns that are a well-formed tool call (parsed in the episode's tool format,
 arguments accepted by the tool; "—" for an environment without tools), tool errors and invalid turns (the
-environment's ``invalid_actions``: neither a call nor an answer, a move it cannot read), the share of episodes that
-made at least one good call, that ended on their own (an answer, a final move; not the turn or token limit), and
+environment's ``invalid_actions``: neither a call nor an answer, a move it cannot read; a last turn of that kind
+ends the episode at the turn limit instead), the share of episodes that made at least one good call, that ended on
+their own (a correct answer, a final answer or move; not the turn or token limit, not an invalid move), and
 success; then the reply the model gives most often on its first turn (a copied example or an ignored instruction
 shows up there). A model whose chat template has no tool support is told the tools and the call syntax in the
 system message (``rollout/chat.py``: ``describe_tools``).
@@ -26,8 +27,9 @@ from pathlib import Path
 
 import torch
 
-NOT_ENDED = ("max_turns", "token_budget", "env_error", "invalid_move")
-"""End reasons of an episode that did not end on its own answer or final move."""
+NOT_ENDED = ("max_turns", "attempts_exhausted", "token_budget", "env_error", "invalid_move")
+"""End reasons of an episode that did not end on its own answer or final move (env/retry's turn limit is
+``attempts_exhausted``; a TextArena game ends at an invalid move)."""
 
 
 COUNTERS = ("turns", "tool_calls", "tool_errors", "invalid_actions")
