@@ -150,19 +150,23 @@ def main() -> None:
     for spec in args.task or ["env/calculator:multiplication"]:
         name, _, difficulty = spec.partition("=")
         specs.append((name, parse_difficulty(difficulty or args.difficulty)))
-    rows, episodes = [], []
+    out = Path(args.out) if args.out else None
+    if out is not None:  # written task by task, so a run stopped early keeps what it measured
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("rows.jsonl", "episodes.jsonl"):
+            (out / name).write_text("")
+    rows = []
     for path in args.models:
         policy = load_policy(ModelConfig(path=path))
         for name, difficulty in specs:
-            row, eps = measure(policy, path, name, difficulty, args.n, args.max_turns, args.max_new_tokens)
+            row, episodes = measure(policy, path, name, difficulty, args.n, args.max_turns, args.max_new_tokens)
             print(json.dumps(row), flush=True)
             rows.append(row)
-            episodes += eps
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        (out / "episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+            if out is not None:
+                with (out / "rows.jsonl").open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                with (out / "episodes.jsonl").open("a") as f:
+                    f.write("".join(json.dumps(e) + "\n" for e in episodes))
     turns = f"≤{args.max_turns} turns" if args.max_turns else "each env's own turn limit"
     print(f"\n{args.n} held-out problems per task, greedy, {turns}, ≤{args.max_new_tokens} new tokens a turn\n")
     print(markdown(rows))
