@@ -209,6 +209,21 @@ def test_textarena_games_play_offline_or_fail_with_a_clear_error():
         get_env_task("env/textarena:Wordle-v0")
 
 
+def test_a_textarena_game_lost_by_an_invalid_move_is_no_success_though_it_pays_progress():
+    pytest.importorskip("textarena")
+    task = get_env_task("env/textarena:GuessTheNumber-v0")
+    for seed in range(5):
+        env = task.make_env(task.generate(seed))
+        env.reset()
+        result = env.step("[5]")
+        while not result.done:  # the same guess again is an invalid move; after the allowed one the game ends
+            result = env.step("[5]")
+        if result.info["end_reason"] == "invalid_move":  # the number was not 5
+            break
+    assert result.info["end_reason"] == "invalid_move" and not result.info["success"]
+    assert result.reward == result.info["score"] > 0  # TextArena's progress reward for a close last guess
+
+
 def test_textarena_missing_is_a_user_error_naming_the_extra(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "textarena", None)  # import textarena now raises ImportError
     with pytest.raises(UserError, match=r"pip install 'polyrl\[envs\]'"):

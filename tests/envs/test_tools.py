@@ -4,9 +4,9 @@ import pytest
 from pydantic import ValidationError
 
 from polyrl.envs import EnvConfig, get_env_task
+from polyrl.envs.sandbox import SandboxLimits
 from polyrl.envs.tool_formats import HERMES, LLAMA3_JSON, MISTRAL, describe_tools
 from polyrl.envs.tool_use import CALCULATOR, python_tool
-from polyrl.envs.sandbox import SandboxLimits
 from polyrl.envs.tools import call_tool, check_arguments, parse_tool_calls
 from polyrl.errors import UserError
 
