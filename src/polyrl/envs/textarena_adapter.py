@@ -32,6 +32,13 @@ OFFLINE_GAMES = (
 )
 
 
+NATURAL_TURN = (
+    "You are the player. Each turn, reply with your next move only, written the way the rules above say, and do "
+    "not repeat the game's messages."
+)
+"""Added to the game's rules for an instruction-tuned LM (``Environment.natural``)."""
+
+
 def _textarena():
     try:
         import textarena
@@ -60,7 +67,10 @@ class TextArenaEnvironment(Environment):
 
     def reset(self) -> list[Message]:
         self.env.reset(num_players=1, seed=self.problem.answer["game_seed"])
-        return [{"role": "user", "content": self._observe()}]
+        rules = self._observe()
+        if self.natural:  # zero-shot SmolLM2 repeated the game's [GAME] text, example move included, as its move
+            rules += f"\n{NATURAL_TURN}"
+        return [{"role": "user", "content": rules}]
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
