@@ -301,7 +301,8 @@ def describe_tools(tools: list[dict], tool_format: ToolFormat = HERMES, natural:
         f = t["function"]
         properties = f.get("parameters", {}).get("properties", {})
         arguments = ", ".join(f"{name}: {spec.get('type', 'any')}" for name, spec in properties.items())
-        lines.append(f"- {f['name']}({arguments}): {f.get('description', '')}".rstrip(": "))
+        description = f": {f['description']}" if f.get("description") else ""
+        lines.append(f"- {f['name']}({arguments}){description}")
     first = tools[0]["function"]
     placeholder = {name: f"<{name}>" for name in first.get("parameters", {}).get("properties", {})}
     lines += [
