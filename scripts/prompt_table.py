@@ -57,6 +57,20 @@ def table(runs: list[list[dict]], order: list[str]) -> str:
     return "\n".join(rows)
 
 
+def reasons_table(runs: list[list[dict]], order: list[str]) -> str:
+    """One row per task: how the verifier read each run's answers (``correct``, ``wrong``, ``malformed`` — an answer
+    in the tags but not of the asked shape —, ``no_answer``, …), most frequent first."""
+    names = ["zero-shot", "after SFT"] if len(runs) == 2 else ["verdicts"]
+    rows = [f"| task | {' | '.join(names)} |", "| --- |" + " --- |" * len(runs)]
+    for name in order:
+        cells = []
+        for samples in runs:
+            reasons = Counter(s["reason"] for s in samples if s["task"] == name)
+            cells.append(", ".join(f"{reason} {k}" for reason, k in reasons.most_common()))
+        rows.append(f"| {name} | {' | '.join(cells)} |")
+    return "\n".join(rows)
+
+
 def short_sft(args, names: list[str], run_dir: Path) -> str:
     """Fine-tune ``args.model`` on the tasks' reference solutions; returns the SFT model's directory (an SFT model
     already there is kept with ``--resume``)."""
@@ -146,6 +160,8 @@ def main() -> None:
         f"{args.n} eval problems per task, ≤{args.max_new_tokens} new tokens:\n"
     )
     print(table(runs, names))
+    print("\nVerdicts (how the task's verifier read each answer):\n")
+    print(reasons_table(runs, names))
 
 
 if __name__ == "__main__":
