@@ -142,6 +142,20 @@ def test_games_state_their_rules_in_sentences_for_an_llm():
     assert "north, south, east or west, inside <answer></answer> tags" in grid
 
 
+def test_a_turn_with_neither_call_nor_answer_shows_an_llm_both_forms_again():
+    _, env, _ = natural_env("env/calculator:multiplication")
+    reply = env.step("The product is 1248.").observation[0]["content"]
+    assert reply == (
+        "error: that was neither a tool call nor an answer. Call a tool by replying with the call alone, like "
+        '<tool_call>{"name":"calculator","arguments":{"expression":"<expression>"}}</tool_call>, or answer: '
+        "Give your final answer inside <answer></answer> tags."
+    )
+    terse = get_env_task("env/calculator:multiplication")
+    assert play(terse, terse.generate(0), ["The product is 1248."])[0].observation[0]["content"] == (
+        "error: no tool call and no answer. Call a tool or answer."
+    )
+
+
 def test_natural_wordle_feedback_is_spelled_out_letter_by_letter():
     problem, env, _ = natural_env("env/wordle")
     guess = next(w for w in ("crane", "eagle") if w != problem.answer)

@@ -176,7 +176,8 @@ class WordleEnvironment(GameEnvironment):
                 f"Let's play Wordle. I have picked a secret English word of 5 letters; find it in at most "
                 f"{self.max_turns} guesses. Each turn, guess one 5-letter word and write it inside <answer></answer> "
                 "tags. After each guess I tell you, letter by letter, whether the letter is in the right place, "
-                "elsewhere in the secret word, or not in it at all. Use that to choose your next guess."
+                "elsewhere in the secret word, or not in it at all. Use that to choose your next guess.\n"
+                "What is your first guess? Reply with the word inside the tags, like <answer>crane</answer>."
             )
         else:
             text = (
@@ -224,7 +225,8 @@ class TwentyQuestionsEnvironment(GameEnvironment):
                 "yes/no questions, one question per turn, each about one property: its kind "
                 f"({kinds}), its size (small or large) or its color ({colors}). Write the question as a "
                 "short sentence ending with a question mark; I answer yes or no. When you know the object, write "
-                "its name inside <answer></answer> tags: that is your guess, and it ends the game."
+                "its name inside <answer></answer> tags: that is your guess, and it ends the game.\n"
+                "What is your first question?"
             )
         else:
             text = (
@@ -291,7 +293,7 @@ class GridEnvironment(GameEnvironment):
             text = (
                 "You are in a grid with walls and must walk to the goal. Each turn, move one step by writing one "
                 "direction, north, south, east or west, inside <answer></answer> tags. You see only the four cells "
-                f"next to you. {self.view()}"
+                f"next to you. {self.view()}\nWhich way do you move first? Reply like <answer>north</answer>."
             )
         else:
             text = f"Reach the goal. Move with <answer>north</answer> (or south, east, west). {self.view()}"

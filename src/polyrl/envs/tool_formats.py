@@ -303,11 +303,16 @@ def describe_tools(tools: list[dict], tool_format: ToolFormat = HERMES, natural:
         arguments = ", ".join(f"{name}: {spec.get('type', 'any')}" for name, spec in properties.items())
         description = f": {f['description']}" if f.get("description") else ""
         lines.append(f"- {f['name']}({arguments}){description}")
-    first = tools[0]["function"]
-    placeholder = {name: f"<{name}>" for name in first.get("parameters", {}).get("properties", {})}
     lines += [
         "To call a tool, reply with the call alone, written exactly like this (JSON, with your own argument values):",
-        tool_format.write([(first["name"], placeholder)]),
+        example_call(tools, tool_format),
         "The result comes back in the next message. Then call a tool again or give your final answer.",
     ]
     return "\n".join(lines)
+
+
+def example_call(tools: list[dict], tool_format: ToolFormat = HERMES) -> str:
+    """A call of the first tool in ``tool_format``, each argument a placeholder naming it (``"<expression>"``)."""
+    first = tools[0]["function"]
+    placeholder = {name: f"<{name}>" for name in first.get("parameters", {}).get("properties", {})}
+    return tool_format.write([(first["name"], placeholder)])
