@@ -223,17 +223,6 @@ def test_textarena_games_play_offline_or_fail_with_a_clear_error():
         get_env_task("env/textarena:Wordle-v0")
 
 
-def test_a_textarena_game_tells_an_llm_to_reply_with_its_move_only():
-    pytest.importorskip("textarena")
-    from polyrl.envs.textarena_adapter import NATURAL_TURN
-
-    task = get_env_task("env/textarena:TowerOfHanoi-v0")
-    terse, natural = task.make_env(task.generate(0)), task.make_env(task.generate(0))
-    natural.natural = True
-    rules = terse.reset()[0]["content"]
-    assert NATURAL_TURN not in rules and natural.reset()[0]["content"] == f"{rules}\n{NATURAL_TURN}"
-
-
 def test_a_textarena_game_lost_by_an_invalid_move_is_no_success_though_it_pays_progress():
     pytest.importorskip("textarena")
     task = get_env_task("env/textarena:GuessTheNumber-v0")

@@ -32,13 +32,6 @@ OFFLINE_GAMES = (
 )
 
 
-NATURAL_TURN = (
-    "You are the player. Each turn, reply with your next move only, written the way the rules above say, and do "
-    "not repeat the game's messages."
-)
-"""Added to the game's rules for an instruction-tuned LM (``Environment.natural``)."""
-
-
 def _textarena():
     try:
         import textarena
@@ -67,10 +60,7 @@ class TextArenaEnvironment(Environment):
 
     def reset(self) -> list[Message]:
         self.env.reset(num_players=1, seed=self.problem.answer["game_seed"])
-        rules = self._observe()
-        if self.natural:  # zero-shot SmolLM2 repeated the game's [GAME] text, example move included, as its move
-            rules += f"\n{NATURAL_TURN}"
-        return [{"role": "user", "content": rules}]
+        return [{"role": "user", "content": self._observe()}]
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
