@@ -113,10 +113,11 @@ def test_the_format_example_is_never_a_solution(name):
 
 
 # Prompts whose worked example SmolLM2 copied as its answer (docs/tasks.md, "A real model reads the prompts"): zero-shot
-# graph_coloring and n_queens ("1 2 1", "1 3 5 2 4"); after a short SFT base_conversion (its example's value, 1100),
-# run_length_encoding ("3a1b2c"), sat (the example's "a=1 b=0"), propose_expression (the example's "8*7"), magic_square
-# and grid_transform (the example's shape), cryptarithm (numbers for the example's letters). They describe the answer
-# and show no example, so there is nothing to copy.
+# graph_coloring and n_queens ("1 2 1", "1 3 5 2 4"); after a 40-step SFT base_conversion (its example's value, 1100,
+# on 6 of 10 problems), run_length_encoding (its example's "3a1b2c"), propose_expression (its example's "8*7"),
+# magic_square (4 numbers, as its 2x2 example), grid_transform and cryptarithm (answers not of the asked shape). They
+# describe the answer and show no example. (sat's example, "a=1 b=0 c=1", is copied too, but the rewrite without it
+# was copied worse: docs/tasks.md.)
 WITHOUT_EXAMPLE = [
     "base_conversion",
     "cryptarithm",
@@ -126,7 +127,6 @@ WITHOUT_EXAMPLE = [
     "n_queens",
     "propose_expression",
     "run_length_encoding",
-    "sat",
 ]
 
 

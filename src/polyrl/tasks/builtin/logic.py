@@ -150,8 +150,8 @@ class Satisfiability(Task):
         statement = (
             f"Find truth values for the variables {', '.join(names)} that make this formula true: {formula}. "
             "! is not, | is or, & is and: every parenthesized clause needs at least one true literal.\n"
-            f"Answer with a value for every variable, {', '.join(names)}, in that order: name=1 for true or name=0 "
-            "for false, separated by spaces."
+            "Answer with a value for every variable, name=1 for true or name=0 for false, separated by spaces; "
+            "for example a=1 b=0 c=1."
         )
         return Example(f"sat {formula}", {"variables": n, "clauses": clauses}, solution, statement)
 
