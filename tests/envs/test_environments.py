@@ -125,6 +125,64 @@ def test_twenty_questions_answers_one_attribute_at_a_time():
     assert env.step("Is it an animal?").observation[0]["content"] in ("yes", "no")
 
 
+def natural_env(name, seed=0, difficulty="easy"):
+    task = get_env_task(name)
+    problem = task.generate(seed, difficulty)
+    env = task.make_env(problem)
+    env.natural = True
+    return problem, env, env.reset()[0]["content"]
+
+
+def test_games_state_their_rules_in_sentences_for_an_llm():
+    _, _, wordle = natural_env("env/wordle")
+    assert wordle.startswith("Let's play Wordle.") and "inside <answer></answer> tags" in wordle
+    problem, _, twenty = natural_env("env/twenty_questions")
+    assert ", ".join(problem.answer["candidates"]) in twenty and "ending with a question mark" in twenty
+    _, _, grid = natural_env("env/grid_nav")
+    assert "north, south, east or west, inside <answer></answer> tags" in grid
+
+
+def test_a_turn_with_neither_call_nor_answer_shows_an_llm_both_forms_again():
+    _, env, _ = natural_env("env/calculator:multiplication")
+    reply = env.step("The product is 1248.").observation[0]["content"]
+    assert reply == (
+        "error: that was neither a tool call nor an answer. Call a tool by replying with the call alone, like "
+        '<tool_call>{"name":"calculator","arguments":{"expression":"<expression>"}}</tool_call>, or answer: '
+        "Give your final answer inside <answer></answer> tags."
+    )
+    terse = get_env_task("env/calculator:multiplication")
+    assert play(terse, terse.generate(0), ["The product is 1248."])[0].observation[0]["content"] == (
+        "error: no tool call and no answer. Call a tool or answer."
+    )
+
+
+def test_natural_wordle_feedback_is_spelled_out_letter_by_letter():
+    problem, env, _ = natural_env("env/wordle")
+    guess = next(w for w in ("crane", "eagle") if w != problem.answer)
+    said = {"G": "right place", "Y": "elsewhere in the word", ".": "not in the word"}
+    letters = ", ".join(f"{g} {said[m]}" for g, m in zip(guess, wordle_feedback(guess, problem.answer)))
+    assert (
+        env.step(f"<answer>{guess}</answer>").observation[0]["content"]
+        == f"{guess} is not the word: {letters}. Guess again."
+    )
+
+
+def test_natural_grid_view_names_the_walls_and_the_way_to_the_goal():
+    problem, env, _ = natural_env("env/grid_nav", seed=1, difficulty="hard")
+    env.pos = (1, 1)  # the top-left cell: north and west are the border wall
+    text = env.step("<answer>north</answer>").observation[0]["content"]
+    assert text.startswith("You hit a wall and did not move. Next to you: north a wall,") and ", west a wall." in text
+    gr, gc = problem.answer["goal"]
+    ways = [f"{n} step{'s' * (n != 1)} {way}" for n, way in ((gr - 1, "south"), (gc - 1, "east")) if n]
+    assert text.endswith(f"The goal is {' and '.join(ways)} of you.")
+
+
+def test_search_problems_have_a_natural_statement_and_keep_the_terse_question():
+    problem = get_env_task("env/search").generate(0, {"hops": 2, "people": 6})
+    assert problem.question.startswith("In which city is the company that")
+    assert f"Question: {problem.question}\nAnswer with the name of the city." in problem.natural_question
+
+
 def test_search_tolerates_fts_syntax_and_finds_the_entity():
     task = get_env_task("env/search")
     problem = task.generate(0, "hard")
@@ -163,6 +221,21 @@ def test_textarena_games_play_offline_or_fail_with_a_clear_error():
     assert result.done and result.info["success"]
     with pytest.raises(UserError, match="not supported offline"):
         get_env_task("env/textarena:Wordle-v0")
+
+
+def test_a_textarena_game_lost_by_an_invalid_move_is_no_success_though_it_pays_progress():
+    pytest.importorskip("textarena")
+    task = get_env_task("env/textarena:GuessTheNumber-v0")
+    for seed in range(5):
+        env = task.make_env(task.generate(seed))
+        env.reset()
+        result = env.step("[5]")
+        while not result.done:  # the same guess again is an invalid move; after the allowed one the game ends
+            result = env.step("[5]")
+        if result.info["end_reason"] == "invalid_move":  # the number was not 5
+            break
+    assert result.info["end_reason"] == "invalid_move" and not result.info["success"]
+    assert result.reward == result.info["score"] > 0  # TextArena's progress reward for a close last guess
 
 
 def test_textarena_missing_is_a_user_error_naming_the_extra(monkeypatch):

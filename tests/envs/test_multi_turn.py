@@ -143,3 +143,24 @@ def test_a_template_with_native_tools_gets_the_schemas_and_closes_turns_its_way(
     env_text = tok.decode([i for i, m in zip(t.response_ids, t.policy_mask) if m == 0])
     assert env_text == f"\n<|tool|>{problem.solution}\n<|assistant|>"  # the newline after </s> is the template's
     assert t.verdict.correct
+
+
+def test_natural_prompts_describe_the_tools_in_sentences_and_word_the_game_for_an_llm(tiny_tokenizer, scripted):
+    from polyrl.policy.prompts import PromptBuilder, PromptConfig
+
+    calc, grid = get_env_task("env/calculator:multiplication"), get_env_task("env/grid_nav")
+    problems = [calc.generate(0), grid.generate(0)]
+    tasks = {calc.name: calc, grid.name: grid}
+
+    def prompt_texts(config):
+        backend = scripted(lambda _: "<answer>north</answer>")
+        episodes = rollout_episodes(problems, tasks, backend, PromptBuilder(tiny_tokenizer, config), 1, 16, 200)
+        return [tiny_tokenizer.decode(t.prompt_ids) for t in episodes]
+
+    calc_prompt, grid_prompt = prompt_texts(PromptConfig(style="natural"))
+    assert "You can call these tools:\n- calculator(expression: string)" in calc_prompt
+    assert "Answer with a single integer written in digits: the product itself." in calc_prompt
+    assert "You are in a grid with walls and must walk to the goal." in grid_prompt
+    calc_prompt, grid_prompt = prompt_texts(PromptConfig(field="question"))  # terse, as the tiny model trains
+    assert calc_prompt.startswith('<|system|>Tools: calculator(expression). Call: <tool_call>{"name":...')
+    assert "Reach the goal. Move with <answer>north</answer>" in grid_prompt

@@ -4,8 +4,9 @@ import pytest
 from pydantic import ValidationError
 
 from polyrl.envs import EnvConfig, get_env_task
-from polyrl.envs.tool_formats import MISTRAL, describe_tools
-from polyrl.envs.tool_use import CALCULATOR
+from polyrl.envs.sandbox import SandboxLimits
+from polyrl.envs.tool_formats import HERMES, LLAMA3_JSON, MISTRAL, describe_tools
+from polyrl.envs.tool_use import CALCULATOR, python_tool
 from polyrl.envs.tools import call_tool, check_arguments, parse_tool_calls
 from polyrl.errors import UserError
 
@@ -108,6 +109,18 @@ def test_the_tool_listing_shows_the_call_syntax_of_the_chosen_format():
     assert describe_tools(tools, MISTRAL) == (
         'Tools: calculator(expression). Call: [TOOL_CALLS] [{"name":...,"arguments":{...}}]'
     )
+
+
+@pytest.mark.parametrize("fmt", [HERMES, LLAMA3_JSON, MISTRAL], ids=lambda f: f.name)
+def test_the_natural_tool_listing_states_each_tool_and_shows_a_call_the_format_parses(fmt):
+    tools = [CALCULATOR.schema(), python_tool(SandboxLimits()).schema()]
+    lines = describe_tools(tools, fmt, natural=True).splitlines()
+    assert lines[1:3] == [
+        "- calculator(expression: string): Evaluate an arithmetic expression with + - * / and parentheses.",
+        "- python(code: string): Run Python code in a sandbox and return what it prints.",
+    ]
+    (call,) = fmt.parse(lines[4])  # the call written out, with a placeholder where the argument goes
+    assert (call.name, call.arguments, call.error) == ("calculator", {"expression": "<expression>"}, None)
 
 
 def test_an_unknown_tool_format_is_a_user_error():

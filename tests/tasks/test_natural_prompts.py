@@ -90,15 +90,11 @@ def test_records_without_a_natural_statement_still_load():
     assert Problem.from_dict(record).natural_question is None
 
 
-# Tasks whose answer is a whole structure (an order, a grid, an assignment) and whose prompt shows one: a format
-# example that happened to be a solution would hand out reward for copying it. (graph_coloring and n_queens show
-# none: SmolLM2 copied their examples, "1 2 1" and "1 3 5 2 4", as the answer to every problem.)
+# Tasks whose answer is a whole structure (an order, an assignment, a list of moves) and whose prompt shows one: a
+# format example that happened to be a solution would hand out reward for copying it.
 STRUCTURED = [
-    "base_conversion",
     "hamiltonian_path",
     "knights_knaves",
-    "magic_square",
-    "sudoku",
     "topological_sort",
     "tower_of_hanoi",
 ]
@@ -114,3 +110,41 @@ def test_the_format_example_is_never_a_solution(name):
             for candidate in re.split(r"[;,.()]| is written | is | with all ", example):
                 if candidate.strip():
                     assert task.verify(p, task.answer_format.wrap(candidate.strip())).score < 1.0, (name, seed)
+
+
+# Prompts whose worked example SmolLM2 copied as its answer (docs/tasks.md, "A real model reads the prompts"): zero-shot
+# graph_coloring and n_queens ("1 2 1", "1 3 5 2 4"); after a 40-step SFT base_conversion (its example's value, 1100,
+# on 6 of 10 problems), run_length_encoding (its example's "3a1b2c"), propose_expression (its example's "8*7"),
+# magic_square (4 numbers, as its 2x2 example), grid_transform and cryptarithm (answers not of the asked shape). They
+# describe the answer and show no example. (sat's example, "a=1 b=0 c=1", is copied too, but the rewrite without it
+# was copied worse: docs/tasks.md.)
+WITHOUT_EXAMPLE = [
+    "base_conversion",
+    "cryptarithm",
+    "graph_coloring",
+    "grid_transform",
+    "magic_square",
+    "n_queens",
+    "propose_expression",
+    "run_length_encoding",
+]
+
+
+@pytest.mark.parametrize("name", WITHOUT_EXAMPLE)
+def test_a_prompt_whose_example_was_copied_shows_none(name):
+    task = get_task(name)
+    for difficulty, seed in CASES:
+        assert "example" not in task.generate(seed, difficulty).natural_question, name
+
+
+def test_the_answer_sentence_of_a_maze_lists_no_letter_sequence_to_copy():
+    # SmolLM2 answered "U, D, L, R" to 7 of 10 mazes after SFT when the sentence read "the letters U, D, L and R"
+    p = get_task("maze_path").generate(0, "easy")
+    answer_sentence = p.natural_question.splitlines()[-1]
+    assert "U, D" not in answer_sentence and "U for up, D for down, L for left, R for right" in answer_sentence
+
+
+def test_a_cryptarithm_prompt_names_the_letters_to_assign_in_order():
+    p = get_task("cryptarithm").generate(0, "easy")
+    letters = [pair.split("=")[0] for pair in p.solution.split()]
+    assert f"{len(letters)} letters {', '.join(letters)}, in that order" in p.natural_question

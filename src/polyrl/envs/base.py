@@ -39,6 +39,9 @@ class Environment:
 
     tools: ClassVar[list[dict[str, Any]]] = []
     """Tools in the OpenAI function-calling format (``{"type": "function", "function": {...}}``)."""
+    natural: bool = False
+    """Word the messages for an instruction-tuned LM (``prompt.style: natural``) rather than in the terse shorthand
+    the tiny model learns; the rollout sets it (:meth:`polyrl.rollout.chat.ChatCodec.bind`) before ``reset``."""
 
     def __init__(self, problem: Problem, max_turns: int):
         self.problem = problem

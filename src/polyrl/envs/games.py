@@ -2,7 +2,9 @@
 
 Every game states its rules in the first message, answers each move with a short observation, and
 has a scripted solver whose moves are the reference trajectory. Moves go inside ``<answer></answer>``
-tags (a question in twenty questions is plain text ending in ``?``).
+tags (a question in twenty questions is plain text ending in ``?``). The messages come in two wordings: the terse
+one the tiny model learns and, for an instruction-tuned LM (``Environment.natural``), sentences that say what the
+game is, what a move looks like and what each observation means.
 """
 
 from __future__ import annotations
@@ -169,13 +171,20 @@ class GameEnvironment(Environment):
 
 class WordleEnvironment(GameEnvironment):
     def reset(self) -> list[Message]:
-        return [
-            {
-                "role": "user",
-                "content": f"Guess the 5-letter word in {self.max_turns} tries. Feedback: G right place, "
-                "Y elsewhere in the word, . absent. Guess inside <answer></answer>.",
-            }
-        ]
+        if self.natural:
+            text = (
+                f"Let's play Wordle. I have picked a secret English word of 5 letters; find it in at most "
+                f"{self.max_turns} guesses. Each turn, guess one 5-letter word and write it inside <answer></answer> "
+                "tags. After each guess I tell you, letter by letter, whether the letter is in the right place, "
+                "elsewhere in the secret word, or not in it at all. Use that to choose your next guess.\n"
+                "What is your first guess? Reply with the word inside the tags, like <answer>crane</answer>."
+            )
+        else:
+            text = (
+                f"Guess the 5-letter word in {self.max_turns} tries. Feedback: G right place, "
+                "Y elsewhere in the word, . absent. Guess inside <answer></answer>."
+            )
+        return [{"role": "user", "content": text}]
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
@@ -185,7 +194,12 @@ class WordleEnvironment(GameEnvironment):
             return self.reply("error: guess one 5-letter word inside <answer></answer>.")
         if guess == secret:
             return self.end(1.0, True, 1.0, "correct", guess)
-        return self.reply(f"{guess} {wordle_feedback(guess, secret)}")
+        marks = wordle_feedback(guess, secret)
+        if self.natural:
+            said = {"G": "right place", "Y": "elsewhere in the word", ".": "not in the word"}
+            letters = ", ".join(f"{g} {said[m]}" for g, m in zip(guess, marks))
+            return self.reply(f"{guess} is not the word: {letters}. Guess again.")
+        return self.reply(f"{guess} {marks}")
 
 
 def wordle_solver(secret: str) -> list[str]:
@@ -203,14 +217,23 @@ def wordle_solver(secret: str) -> list[str]:
 class TwentyQuestionsEnvironment(GameEnvironment):
     def reset(self) -> list[Message]:
         names = ", ".join(self.problem.answer["candidates"])
-        return [
-            {
-                "role": "user",
-                "content": f"I am thinking of one of: {names}. Ask yes/no questions like 'Is it green?' "
-                f"about kind ({', '.join(sorted({v[0] for v in OBJECTS.values()}))}), size or color, "
-                "then guess inside <answer></answer>.",
-            }
-        ]
+        kinds = ", ".join(sorted({v[0] for v in OBJECTS.values()}))
+        if self.natural:
+            colors = ", ".join(sorted({v[2] for v in OBJECTS.values()}))
+            text = (
+                f"Let's play a guessing game. I am thinking of one of these objects: {names}. Find it by asking me "
+                "yes/no questions, one question per turn, each about one property: its kind "
+                f"({kinds}), its size (small or large) or its color ({colors}). Write the question as a "
+                "short sentence ending with a question mark; I answer yes or no. When you know the object, write "
+                "its name inside <answer></answer> tags: that is your guess, and it ends the game.\n"
+                "What is your first question?"
+            )
+        else:
+            text = (
+                f"I am thinking of one of: {names}. Ask yes/no questions like 'Is it green?' "
+                f"about kind ({kinds}), size or color, then guess inside <answer></answer>."
+            )
+        return [{"role": "user", "content": text}]
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
@@ -253,17 +276,28 @@ class GridEnvironment(GameEnvironment):
 
     def view(self) -> str:
         grid, (r, c) = self.problem.answer["grid"], self.pos
-        around = ", ".join(f"{d} {'wall' if grid[r + dr][c + dc] == '#' else 'open'}" for d, (dr, dc) in _DIRS.items())
         gr, gc = self.problem.answer["goal"]
-        return f"{around}. Goal: {gr - r} south, {gc - c} east."
+        sides = {d: "wall" if grid[r + dr][c + dc] == "#" else "open" for d, (dr, dc) in _DIRS.items()}
+        if not self.natural:
+            return f"{', '.join(f'{d} {side}' for d, side in sides.items())}. Goal: {gr - r} south, {gc - c} east."
+        around = ", ".join(f"{d} {'a wall' if side == 'wall' else 'open'}" for d, side in sides.items())
+        steps = [
+            f"{abs(n)} step{'s' * (abs(n) != 1)} {way}"
+            for n, way in ((gr - r, "south" if gr >= r else "north"), (gc - c, "east" if gc >= c else "west"))
+            if n
+        ]
+        return f"Next to you: {around}. The goal is {' and '.join(steps)} of you."
 
     def reset(self) -> list[Message]:
-        return [
-            {
-                "role": "user",
-                "content": f"Reach the goal. Move with <answer>north</answer> (or south, east, west). {self.view()}",
-            }
-        ]
+        if self.natural:
+            text = (
+                "You are in a grid with walls and must walk to the goal. Each turn, move one step by writing one "
+                "direction, north, south, east or west, inside <answer></answer> tags. You see only the four cells "
+                f"next to you. {self.view()}\nWhich way do you move first? Reply like <answer>north</answer>."
+            )
+        else:
+            text = f"Reach the goal. Move with <answer>north</answer> (or south, east, west). {self.view()}"
+        return [{"role": "user", "content": text}]
 
     def step(self, action: str) -> StepResult:
         self.turn += 1
@@ -274,7 +308,7 @@ class GridEnvironment(GameEnvironment):
         dr, dc = _DIRS[move]
         r, c = self.pos[0] + dr, self.pos[1] + dc
         if self.problem.answer["grid"][r][c] == "#":
-            return self.reply(f"bump. {self.view()}")
+            return self.reply(f"{'You hit a wall and did not move' if self.natural else 'bump'}. {self.view()}")
         self.pos = (r, c)
         if list(self.pos) == self.problem.answer["goal"]:
             return self.end(1.0, True, 1.0, "reached_goal", move)

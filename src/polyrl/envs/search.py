@@ -153,6 +153,12 @@ class SearchTask(EnvTask):
                 f"In which city is the company that {person} works for headquartered?",
                 world["hq"][company],
             )
+        statement = (
+            "Answer a question about a made-up world of people, companies and cities; you cannot know the answer, "
+            "you have to look it up. There is one document per person, company and city: find documents with the "
+            "search tool (it returns their ids and titles) and read one with the open tool.\n"
+            f"Question: {question}\nAnswer with the name of the city."
+        )
         return Example(
             question,
             {
@@ -163,6 +169,7 @@ class SearchTask(EnvTask):
                 "hops": p["hops"],
             },
             target,
+            statement,
         )
 
     def check(self, answer: str, problem: Problem) -> float:

@@ -42,7 +42,9 @@ def _textarena():
 
 class TextArenaEnvironment(Environment):
     """Observations are the new part of the game's running transcript; the game's final reward for
-    player 0 is the episode reward (``success`` when it is positive)."""
+    player 0 is the episode reward. TextArena pays a win 1 and a lost game its share of progress (GuessTheNumber:
+    how close the last guess was, also after an invalid move), so ``success`` is a reward of 1, and the score is
+    the reward clipped to [0, 1]."""
 
     def __init__(self, problem: Problem, game: str, max_turns: int):
         super().__init__(problem, max_turns)
@@ -70,7 +72,8 @@ class TextArenaEnvironment(Environment):
             if (game_info or {}).get(0, {}).get("invalid_move"):
                 self.stats["invalid_actions"] += 1
                 reason = "invalid_move"
-            return self.end(reward, reward > 0, float(reward > 0), reason, action.strip()[-200:])
+            won = reward >= 1.0 and reason == "game_over"
+            return self.end(reward, won, min(max(reward, 0.0), 1.0), reason, action.strip()[-200:])
         text = self._observe()
         if "invalid move" in text.lower():
             self.stats["invalid_actions"] += 1

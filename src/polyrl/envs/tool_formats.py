@@ -286,10 +286,33 @@ def resolve_tool_format(requested: str, tokenizer) -> tuple[ToolFormat, dict | N
     return fmt, shipped
 
 
-def describe_tools(tools: list[dict], tool_format: ToolFormat = HERMES) -> str:
-    """A compact text listing for templates without a native tool format (every character is a token)."""
-    signatures = ", ".join(
-        f"{t['function']['name']}({', '.join(t['function'].get('parameters', {}).get('properties', {}))})"
-        for t in tools
-    )
-    return f"Tools: {signatures}. Call: {tool_format.call_example}"
+def describe_tools(tools: list[dict], tool_format: ToolFormat = HERMES, natural: bool = False) -> str:
+    """The tools and the call syntax, for chat templates without a native tool format: one compact line for the
+    tiny model (every character is a token), or, with ``natural`` (``prompt.style: natural``), a few sentences for an
+    instruction-tuned LM: each tool with its arguments and description, and a call written out in the format."""
+    if not natural:
+        signatures = ", ".join(
+            f"{t['function']['name']}({', '.join(t['function'].get('parameters', {}).get('properties', {}))})"
+            for t in tools
+        )
+        return f"Tools: {signatures}. Call: {tool_format.call_example}"
+    lines = ["You can call these tools:"]
+    for t in tools:
+        f = t["function"]
+        properties = f.get("parameters", {}).get("properties", {})
+        arguments = ", ".join(f"{name}: {spec.get('type', 'any')}" for name, spec in properties.items())
+        description = f": {f['description']}" if f.get("description") else ""
+        lines.append(f"- {f['name']}({arguments}){description}")
+    lines += [
+        "To call a tool, reply with the call alone, written exactly like this (JSON, with your own argument values):",
+        example_call(tools, tool_format),
+        "The result comes back in the next message. Then call a tool again or give your final answer.",
+    ]
+    return "\n".join(lines)
+
+
+def example_call(tools: list[dict], tool_format: ToolFormat = HERMES) -> str:
+    """A call of the first tool in ``tool_format``, each argument a placeholder naming it (``"<expression>"``)."""
+    first = tools[0]["function"]
+    placeholder = {name: f"<{name}>" for name in first.get("parameters", {}).get("properties", {})}
+    return tool_format.write([(first["name"], placeholder)])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from polyrl.envs.base import Environment, Message, StepResult
-from polyrl.envs.tool_formats import ToolCall, UsesToolFormat, call_id, parse_tool_calls
+from polyrl.envs.tool_formats import ToolCall, UsesToolFormat, call_id, example_call, parse_tool_calls
 from polyrl.tasks.base import Problem, Task
 
 __all__ = ["Tool", "ToolCall", "ToolEnvironment", "ToolError", "call_tool", "check_arguments", "parse_tool_calls"]
@@ -130,9 +130,7 @@ class ToolEnvironment(UsesToolFormat, Environment):
                     verdict.answer,
                 )
             self.stats["invalid_actions"] += 1
-            return StepResult(
-                [{"role": "user", "content": "error: no tool call and no answer. Call a tool or answer."}], 0.0, False
-            )
+            return StepResult([{"role": "user", "content": self.neither_message()}], 0.0, False)
         observation = []
         if has_answer:
             self.stats["invalid_actions"] += 1
@@ -157,3 +155,13 @@ class ToolEnvironment(UsesToolFormat, Environment):
                 )
             )
         return self.out_of_turns() or StepResult(observation, 0.0, False)
+
+    def neither_message(self) -> str:
+        """The reply to a turn with neither a tool call nor an answer; for an instruction-tuned LM it shows both
+        forms again (zero-shot SmolLM2 answered the terse one with the same prose reply, turn after turn)."""
+        if not self.natural:
+            return "error: no tool call and no answer. Call a tool or answer."
+        return (
+            "error: that was neither a tool call nor an answer. Call a tool by replying with the call alone, like "
+            f"{example_call(self.tools, self.tool_format)}, or answer: {self.task.answer_format.instruction()}"
+        )

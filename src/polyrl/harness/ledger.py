@@ -89,7 +89,7 @@ class EpisodeLedger:
         codec, tok = self.codec, self.codec.tok
         msgs = [template_message(m) for m in messages]
         if tools and not codec.native_tools:
-            listing = describe_tools(tools, codec.tool_format)
+            listing = describe_tools(tools, codec.tool_format, codec.natural)
             if msgs[0]["role"] == "system":
                 msgs[0] = {**msgs[0], "content": f"{msgs[0]['content']}\n{listing}"}
             else:

@@ -9,7 +9,7 @@ chat template (tiny, Qwen, Llama) works.
 
 from __future__ import annotations
 
-from polyrl.envs.base import Message
+from polyrl.envs.base import Environment, Message
 from polyrl.envs.tool_formats import ToolFormat, UsesToolFormat, describe_tools, resolve_tool_format
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.tasks import Problem
@@ -27,6 +27,8 @@ class ChatCodec:
         self.use_chat = prompts.use_chat
         self.content = prompts.content  # the problem in the configured field and style
         self.template_kwargs = prompts.config.chat_template_kwargs
+        self.natural = prompts.config.style == "natural"
+        """Tools are described in sentences and environments word their messages for an instruction-tuned LM."""
         self.native_tools = self.use_chat and "tools" in (self.tok.chat_template or "")
         if self.use_chat:
             user = [{"role": "user", "content": "q"}]
@@ -44,7 +46,10 @@ class ChatCodec:
         return self._formats[requested]
 
     def bind(self, target) -> None:
-        """Give a tool-using task or environment this tokenizer's tool format (``env.tool_format`` resolved)."""
+        """Give a tool-using task or environment this tokenizer's tool format (``env.tool_format`` resolved), and an
+        environment the prompt style its messages are worded in."""
+        if isinstance(target, Environment):
+            target.natural = self.natural
         if isinstance(target, UsesToolFormat):
             fmt, response_template = self.resolve(target.requested_tool_format)
             target.bind_tool_format(fmt, response_template)
@@ -89,7 +94,7 @@ class ChatCodec:
             messages = [{**messages[0], "content": self.content(problem)}, *messages[1:]]
         system = [self.system] if self.system else []
         if tools and not self.native_tools:
-            system.append(describe_tools(tools, self.tool_format))
+            system.append(describe_tools(tools, self.tool_format, self.natural))
         if not self.use_chat:
             text = "\n".join(system + [m["content"] for m in messages]) + "\n"
             return self.tok(text).input_ids

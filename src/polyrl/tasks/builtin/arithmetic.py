@@ -186,12 +186,11 @@ class BaseConversion(Task):
         # decimal is always a possible source, so the easy end is the familiar decimal-to-binary
         source = rng.choice(sorted(({10} | set(range(2, p["max_base"] + 1))) - {target}))
         out = to_base(n, target)
-        example_word, example = ("thirteen", 13) if n == 12 else ("twelve", 12)  # never the number asked about
         statement = (
             f"The number {to_base(n, source)} is written in base {source}. Write it in base {target}. Digits above 9 "
             "are the letters a (10), b (11), … z (35).\n"
-            f"Answer with the digits of the number in base {target} only, without a prefix or leading zeros; "
-            f"for example, {example_word} in base {target} is {to_base(example, target)}."
+            f"Answer with the digits of the number in base {target} only, most significant digit first, without a "
+            "prefix such as 0b and without leading zeros."
         )
         question = f"{to_base(n, source)} base {source} to base {target}"
         return Example(question, {"digits": out, "base": target}, out, statement)

@@ -114,13 +114,11 @@ class ProposeExpression(ProposerTask):
         numbers[rng.randrange(n)] = required
         expression, _ = _expression_over(rng, numbers)
         value = int(evaluate_expression(expression, MAX_PROPOSAL_CHARS, MAX_NESTING)[0])
-        # the format example has a different number of operands, so copying it is never a valid proposal
-        example = "8*7=56" if n != 2 else "2+3*4=14"
         statement = (
             f"Write a practice problem for a student: an arithmetic expression that uses exactly {n} whole numbers "
             f"from 0 to {top}, one of which is {required}, combined with +, - and * (parentheses allowed, no other "
             "symbols). A good problem is one the student gets right about half of the time.\n"
-            f"Answer with {self.answer_shape}, for example {example}."
+            f"Answer with {self.answer_shape}, in one piece: the = and the value are part of the answer."
         )
         answer = {"operands": n, "max_number": top, "required": required}
         return Example(f"propose {n} numbers 0-{top} with {required}:", answer, f"{expression}={value}", statement)

@@ -134,14 +134,16 @@ class LetterNumbers(Task):
         codes = [_ALPHABET.index(c) + 1 for c in word]
         if rng.random() < 0.5:
             statement = (
-                f"Replace every letter of the word {word} by its position in the alphabet (a=1, b=2, … z=26).\n"
-                "Answer with the alphabet positions separated by spaces, the first letter's position first."
+                f"Replace every letter of the word {word} by its position in the alphabet: a is 1, b is 2, c is 3, "
+                "and so on.\nAnswer with numbers only: the alphabet positions separated by spaces, the first "
+                "letter's position first."
             )
             return Example(f"a1z26 {word}", {"encode": True, "codes": codes}, " ".join(map(str, codes)), statement)
         statement = (
-            f"Each number in {'-'.join(map(str, codes))} is the position of a letter in the alphabet (1=a, 2=b, … "
-            "26=z). Write the word they spell.\n"
-            "Answer with the letters at those alphabet positions as one lowercase word, the first number's letter first."
+            f"Each number in {'-'.join(map(str, codes))} is the position of a letter in the alphabet: 1 is a, 2 is "
+            "b, 3 is c, and so on. Write the word they spell.\n"
+            "Answer with letters only: the letters at those alphabet positions as one lowercase word, the first "
+            "number's letter first."
         )
         return Example(f"a1z26 {'-'.join(map(str, codes))}", {"encode": False, "codes": codes}, word, statement)
 
@@ -182,8 +184,8 @@ class Cryptarithm(Task):
         statement = (
             f"Solve the cryptarithm {' + '.join(words)} = {word(total)}: each letter stands for a digit, different "
             "letters for different digits, and no number starts with 0. Find digits that make the sum correct.\n"
-            f"Answer with one LETTER=digit pair for each of the {len(used)} letters, separated by spaces, for "
-            "example A=1 B=7 C=0."
+            f"Answer with one LETTER=digit pair for each of the {len(used)} letters {', '.join(used)}, in that order, "
+            "separated by spaces."
         )
         question = f"cryptarithm {'+'.join(words)}={word(total)}"
         return Example(question, {"addends": words, "total": word(total)}, solution, statement)

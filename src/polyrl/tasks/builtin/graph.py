@@ -76,8 +76,8 @@ class GraphColoring(Task):
         statement = (
             f"Color each node of an undirected graph with one of the colors 1 to {k} so that no edge joins two "
             f"nodes of the same color. The nodes are 0 to {n - 1}; the edges (a-b joins nodes a and b) are: "
-            f"{edges_text(edges)}.\nAnswer with the colors of nodes 0, 1, 2, … in order: {n} integers separated "
-            "by spaces, the color of node 0 first."
+            f"{edges_text(edges)}.\nAnswer with {n} integers separated by spaces, one color per node in node order: "
+            f"the color of node 0 first, the color of node {n - 1} last."
         )
         question = f"colors 1-{k} for nodes 0-{n - 1}: {edges_text(edges)}"
         return Example(question, answer, " ".join(map(str, color)), statement)

@@ -57,7 +57,7 @@ class MazePath(Task):
         Param("wall_share", 0.2, 0.35, "share of cells that are walls", integer=False),
     )
     partial_credit = True
-    answer_shape = "a string of the letters U, D, L and R"
+    answer_shape = "one letter per move"
 
     def make(self, rng, p):
         n = p["size"]
@@ -71,11 +71,13 @@ class MazePath(Task):
             rows = ["".join(row) for row in cells]
             moves = _maze_moves(rows, start, goal)
             if moves:
+                # "the letters U, D, L and R" in the answer sentence: SmolLM2 answered "U, D, L, R" after SFT
                 statement = (
                     "Find a shortest walk through this maze from S to E. Each line is a row; # is a wall, . is open "
-                    "floor. Each move goes one cell up (U), down (D), left (L) or right (R), never into a wall or off "
-                    f"the grid.\n{chr(10).join(rows)}\n"
-                    "Answer with the moves as a string of the letters U, D, L and R, for example RRDL."
+                    "floor. Each move goes one cell up, down, left or right, never into a wall or off the grid."
+                    f"\n{chr(10).join(rows)}\n"
+                    "Answer with one letter per move, in order, written together without spaces or commas: U for "
+                    "up, D for down, L for left, R for right; RRDL, for example, is right, right, down, left."
                 )
                 question = f"maze {'/'.join(rows)}; moves U/D/L/R"
                 return Example(question, {"maze": rows, "steps": len(moves)}, moves, statement)
@@ -193,7 +195,8 @@ class GridTransform(Task):
         steps = "; then ".join(_TRANSFORM_WORDS[op] for op in ops)
         statement = (
             f"Take this grid of letters, one row per line:\n{chr(10).join(rows)}\nApply, in this order: {steps}.\n"
-            "Answer with the resulting grid, top row first, rows separated by /, for example abc/def."
+            f"Answer with the resulting grid, all its {len(out)} rows of {len(out[0])} letters, top row first, rows "
+            "separated by / and the letters of a row written together."
         )
         return Example(f"{','.join(ops)} {'/'.join(rows)}", out, "/".join(out), statement)
 

@@ -76,8 +76,8 @@ class Sudoku(Task):
             f"Solve this {n}x{n} sudoku: replace each . by a digit from 1 to {n} so that every row, every column "
             f"and every {br}x{bc} box (of {br} rows and {bc} columns) holds each digit once. One row per line:\n"
             f"{chr(10).join(puzzle)}\n"
-            f"Answer with the completed grid, {n} digits per row, rows separated by /, top row first; for "
-            f"example 2143/3412/… with all {n} rows."
+            f"Answer with the completed grid: the {n} rows above with each . replaced by its digit, top row first, "
+            f"{n} digits per row, rows separated by /."
         )
         answer = {"puzzle": puzzle, "box": [br, bc]}
         return Example(f"sudoku{boxes} {'/'.join(puzzle)}", answer, solution, statement)

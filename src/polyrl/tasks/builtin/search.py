@@ -171,8 +171,8 @@ class MagicSquare(Task):
         statement = (
             f"Complete this {n}x{n} magic square: replace each _ by an integer so that every row, every column and "
             f"both diagonals add up to {total}, and all {n * n} entries are different.\n{grid}\n"
-            "Answer with the whole square, rows separated by / and the numbers of a row by spaces; a 2x2 square, "
-            "for example, is written 1 2/3 4."
+            f"Answer with the whole square, all {n * n} numbers: the grid above with each _ replaced by its number, "
+            "top row first, rows separated by / and the numbers of a row by spaces."
         )
         return Example(f"magic sum {total}: {shown}", {"puzzle": puzzle, "sum": total}, solution, statement)
 

@@ -121,7 +121,8 @@ class RunLengthEncoding(Task):
         statement = (
             f"Run-length encode the string {text}: replace each run of equal consecutive letters by the length of "
             "the run followed by the letter.\n"
-            "Answer with the count-letter pairs written together, without spaces; aaabcc, for example, is 3a1b2c."
+            "Answer with the count-letter pairs: for each run in order, its length followed by its letter, all "
+            "written together without spaces."
         )
         return Example(f"rle {text}", text, "".join(f"{n}{ch}" for n, ch in runs), statement)
 
@@ -213,9 +214,9 @@ class TowerOfHanoi(Task):
         statement = (
             f"Tower of Hanoi: {n} disks of different sizes are stacked on peg {source}, largest at the bottom; "
             f"the pegs are A, B and C. Move the whole tower to peg {target}, one disk at a time, taking the top "
-            "disk of a peg and never putting a disk on a smaller one, in as few moves as possible.\n"
-            "Answer with the moves in order, separated by spaces, each written as two peg letters, from and to; "
-            "for example AB CA moves the top disk of A to B, then the top disk of C to A."
+            f"disk of a peg and never putting a disk on a smaller one, in as few moves as possible: {len(moves)} "
+            "moves.\nAnswer with the moves in order, separated by spaces, each written as two peg letters, the peg "
+            "the disk leaves and then the peg it goes to; for example, a move of the top disk of A onto B is AB."
         )
         return Example(f"hanoi {n} disks {source}>{target}; moves like AB", answer, " ".join(moves), statement)
 
