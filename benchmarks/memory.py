@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -239,7 +240,11 @@ def run_all(args) -> list[dict]:
     for setting in args.only:
         cmd = [sys.executable, __file__, "--one", setting, *sys.argv[1:]]
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
+        if proc.returncode < 0:  # killed by a signal: the last stderr line is some progress bar, not the cause
+            name = signal.Signals(-proc.returncode).name
+            hint = " (out of memory?)" if proc.returncode == -signal.SIGKILL else ""
+            results.append({"setting": setting, "error": f"killed by {name}{hint}"})
+        elif proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
             results.append({"setting": setting, "error": tail})
         else:
