@@ -3,7 +3,7 @@ import shutil
 import pytest
 
 from polyrl.envs import get_env_task, list_envs, resolve_task
-from polyrl.envs.games import wordle_feedback
+from polyrl.envs.games import WORDS, wordle_feedback, wordle_solver
 from polyrl.envs.search import SearchIndex
 from polyrl.envs.tools import ToolError
 from polyrl.errors import UserError
@@ -96,6 +96,19 @@ def test_wordle_feedback_counts_repeated_letters_once():
     assert wordle_feedback("eagle", "eerie") == "G...G"
     assert wordle_feedback("crane", "nacre") == "YYYYG"
     assert wordle_feedback("apple", "apple") == "GGGGG"
+
+
+def test_wordle_reference_episodes_open_with_varied_words_and_still_win():
+    task = get_env_task("env/wordle")
+    problems = [task.generate(seed, "easy") for seed in range(40)]
+    episodes = [task.reference_actions(p) for p in problems]
+    assert all(e is not None for e in episodes)  # every opening solves every word of the list within 5 guesses
+    assert len({e[0] for e in episodes}) >= 15  # not one fixed opening to imitate
+    assert episodes == [task.reference_actions(p) for p in problems]  # deterministic per problem
+    for problem, actions in zip(problems[:10], episodes):
+        result, _ = play(task, problem, actions)
+        assert result.done and result.info["success"]
+    assert max(len(wordle_solver(secret, opening)) for secret in WORDS for opening in WORDS) <= 5
 
 
 def test_wordle_rejects_malformed_guesses_as_invalid_actions():
