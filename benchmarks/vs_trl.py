@@ -14,7 +14,8 @@ per task (each flag still overrides).
 ``--precision best`` (the default) runs each trainer at its best supported precision on this machine: polyrl
 with ``model.autocast: auto`` (bf16 autocast over float32 weights for a model at least 384 wide on a CPU with
 bf16 matmul units, float32 otherwise) and TRL with ``bf16=True`` (the Trainer's CPU autocast) exactly when
-polyrl's resolves to bf16; ``--precision fp32`` runs both in float32.
+polyrl's resolves to bf16; ``--precision fp32`` runs both in float32; ``--precision bf16`` both in bf16 autocast
+(polyrl ``model.autocast: bf16``, TRL ``bf16=True``) whatever the model's width.
 
 1. SFT warm start with polyrl (the config's tasks' reference solutions), saved as a Hugging Face directory.
 2. polyrl RL from that directory (``model.path=<dir>``, ``sft.enabled=false``); ``Trainer.run_rl`` is timed.
@@ -71,6 +72,7 @@ from polyrl.train.trainer import Trainer
 
 GOAL_SPEEDUP = {"tiny": 5.0, "real": 8.0}
 """Issue #23's goals: polyrl's RL throughput over TRL's on the embedded tiny model and on a real one."""
+AUTOCAST = {"best": "auto", "fp32": "none", "bf16": "bf16"}  # --precision → polyrl's model.autocast
 REAL_MODEL_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smollm2.yaml"
 # flag defaults: for the embedded tiny model, and for a real model (135 M parameters on a CPU)
 SIZES = {
@@ -108,7 +110,7 @@ def polyrl_config(args, run_dir: Path, overrides: list[str]) -> TrainConfig:
         base.append("prompt.style=terse")
     else:
         base.append(f"model.path={args.model}")
-    base.append(f"model.autocast={'auto' if args.precision == 'best' else 'none'}")
+    base.append(f"model.autocast={AUTOCAST[args.precision]}")
     if args.tasks:
         base.append(f"tasks=[{args.tasks}]")
     return load_config(default_config_path() if args.model == "tiny" else REAL_MODEL_CONFIG, base + overrides)
@@ -314,10 +316,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=["best", "fp32"],
+        choices=sorted(AUTOCAST),
         default="best",
         help="best: each trainer at its best supported precision here (polyrl autocast auto, TRL bf16=True where "
-        "that resolves to bf16); fp32: both in float32.",
+        "that resolves to bf16); fp32: both in float32; bf16: both in bf16 autocast.",
     )
     parser.add_argument(
         "--quick", action="store_true", help="Smoke size: 20 RL steps, 60 SFT steps, 30 eval problems."
