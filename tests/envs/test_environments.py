@@ -155,6 +155,13 @@ def test_games_state_their_rules_in_sentences_for_an_llm():
     assert "north, south, east or west, inside <answer></answer> tags" in grid
 
 
+def test_grid_nav_request_shows_every_direction_alike_not_one_example_to_copy():
+    # "Reply like <answer>north</answer>" made SmolLM2 open 15 of 20 walks with north after SFT (docs/models.md)
+    for seed in range(5):
+        request = natural_env("env/grid_nav", seed=seed)[2].split("\n")[-1]
+        assert all(request.count(f"<answer>{way}</answer>") == 1 for way in ("north", "south", "east", "west"))
+
+
 def test_a_turn_with_neither_call_nor_answer_shows_an_llm_both_forms_again():
     _, env, _ = natural_env("env/calculator:multiplication")
     reply = env.step("The product is 1248.").observation[0]["content"]

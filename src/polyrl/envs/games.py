@@ -297,7 +297,8 @@ class GridEnvironment(GameEnvironment):
             text = (
                 "You are in a grid with walls and must walk to the goal. Each turn, move one step by writing one "
                 "direction, north, south, east or west, inside <answer></answer> tags. You see only the four cells "
-                f"next to you. {self.view()}\nWhich way do you move first? Reply like <answer>north</answer>."
+                f"next to you. {self.view()}\nWhich way do you move first? Reply with one of <answer>north</answer>, "
+                "<answer>south</answer>, <answer>east</answer> or <answer>west</answer>."
             )
         else:
             text = f"Reach the goal. Move with <answer>north</answer> (or south, east, west). {self.view()}"
