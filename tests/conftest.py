@@ -1,8 +1,39 @@
 import os
+import random
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--test-order",
+        default="file",
+        help="file (default), reverse, or random:SEED (modules in a random order, and the tests within each): "
+        "runs the suite in another order, to find a test that depends on the ones before it",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    order = config.getoption("--test-order")
+    if order == "file":
+        return
+    if order == "reverse":
+        items.reverse()
+        return
+    kind, _, seed = order.partition(":")
+    if kind != "random" or not seed.lstrip("-").isdigit():
+        raise pytest.UsageError(f"--test-order {order!r}: give file, reverse or random:SEED (e.g. random:1)")
+    rng = random.Random(int(seed))
+    modules: dict[str, list] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    groups = list(modules.values())
+    rng.shuffle(groups)
+    for group in groups:  # a module's tests stay together, so its module-scoped fixtures are built once
+        rng.shuffle(group)
+    items[:] = [item for group in groups for item in group]
+
 
 TINY_TRAIN = {
     "seed": 0,

@@ -1,6 +1,5 @@
-import shutil
-
 import pytest
+from system_packages import needs_bwrap
 
 from polyrl.envs import get_env_task, list_envs, resolve_task
 from polyrl.envs.games import WORDS, wordle_feedback, wordle_solver
@@ -10,13 +9,7 @@ from polyrl.errors import UserError
 
 WITH_REFERENCES = [
     "env/calculator:multiplication",
-    pytest.param(
-        "env/python:addition",
-        marks=pytest.mark.skipif(
-            shutil.which("bwrap") is None,
-            reason="the python tool needs bubblewrap (Debian: apt-get install -y bubblewrap); .ci/run installs it",
-        ),
-    ),
+    pytest.param("env/python:addition", marks=needs_bwrap),
     "env/retry:sort_digits",
     "env/search",
     "env/wordle",

@@ -4,10 +4,10 @@ Hostile snippets (escapes, bombs) are in test_sandbox_hostile.py. Limits are sma
 never feels them; wall clocks are generous because CPU seconds arrive slowly on a loaded machine.
 """
 
-import shutil
 import struct
 
 import pytest
+from system_packages import needs_bwrap
 
 from polyrl.envs import EnvConfig, get_env_task, seccomp
 from polyrl.envs.sandbox import (
@@ -22,9 +22,6 @@ from polyrl.envs.tools import ToolError
 from polyrl.errors import UserError
 
 LIMITS = SandboxLimits(cpu_s=1, wall_s=15.0, memory_mb=256, output_bytes=20_000)
-needs_bwrap = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap is not installed (Debian: apt-get install -y bubblewrap)"
-)
 
 
 @pytest.fixture

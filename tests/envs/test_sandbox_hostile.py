@@ -17,13 +17,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from system_packages import needs_bwrap
 
 from polyrl.envs import seccomp
 from polyrl.envs.sandbox import SandboxLimits, run_python
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("bwrap") is None, reason="bubblewrap is not installed (Debian: apt-get install -y bubblewrap)"
-)
+pytestmark = needs_bwrap
 LIMITS = SandboxLimits(cpu_s=1, wall_s=15.0, memory_mb=256, output_bytes=20_000, tmp_mb=4)
 REPO = Path(__file__).resolve().parents[2]
 

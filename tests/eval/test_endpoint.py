@@ -1,6 +1,7 @@
 """`polyrl eval --endpoint`: against `polyrl serve` on loopback, retries, refusals, empty answers."""
 
 import json
+import time
 
 import pytest
 from fake_openai import fails_first
@@ -79,6 +80,25 @@ def test_unreachable_endpoint_is_retried_then_reported(tmp_path, unused_port):
 def test_client_errors_are_not_retried(fake_openai, tmp_path):
     fake = fake_openai(fails_first(100, status=401))
     with pytest.raises(EndpointError, match=r"refused the request: AuthenticationError \(HTTP 401\)"):
+        _run(EndpointSource(fake.url, "m", concurrency=1, backoff=0.01), tmp_path / "ev")
+    assert fake.calls == 1
+
+
+def test_after_a_refusal_no_queued_request_is_sent_however_late_the_caller_wakes(fake_openai, tmp_path, monkeypatch):
+    """The worker that got the refusal is free at once and would take the next queued request before the waiting
+    thread wakes up to cancel the queue; a slow wake-up (a loaded machine) made a second call (issue #33)."""
+    from polyrl.eval import endpoint
+
+    real_wait = endpoint.wait
+
+    def slow_wait(*args, **kwargs):
+        result = real_wait(*args, **kwargs)
+        time.sleep(0.3)
+        return result
+
+    monkeypatch.setattr(endpoint, "wait", slow_wait)
+    fake = fake_openai(fails_first(100, status=401))
+    with pytest.raises(EndpointError, match="refused the request"):
         _run(EndpointSource(fake.url, "m", concurrency=1, backoff=0.01), tmp_path / "ev")
     assert fake.calls == 1
 

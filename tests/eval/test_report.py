@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from system_packages import chromium_path, needs_chromium
 
 from polyrl.cli import run
 from polyrl.report import build_report
@@ -207,9 +208,8 @@ def test_the_samples_section_shows_first_to_last_sampled_step_with_hostile_text_
 
 
 def _chromium() -> str:
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("chromium is not on PATH (Debian: apt-get install -y chromium)")
+    chromium = chromium_path()
+    assert chromium is not None, "chromium is not installed (POLYRL_REQUIRE_SYSTEM=1 forbids skipping)"
     return chromium
 
 
@@ -229,6 +229,7 @@ def _headless(chromium: str, profile: Path, *args: str) -> subprocess.CompletedP
     return subprocess.run([chromium, *flags, *args], check=True, capture_output=True, text=True, timeout=120)
 
 
+@needs_chromium
 def test_the_synthetic_report_loads_in_headless_chromium_with_its_panels_and_no_script(synthetic_run, tmp_path):
     chromium = _chromium()
     page, pngs = build_report(synthetic_run)
@@ -242,10 +243,9 @@ def test_the_synthetic_report_loads_in_headless_chromium_with_its_panels_and_no_
     assert dom.count('<details class="samples"') == 4 and "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
 
 
+@needs_chromium
 def test_report_renders_in_headless_chromium(finished_run, tmp_path):
-    chromium = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "/usr/bin/chromium"))), None)
-    if chromium is None:
-        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium; .ci/run installs it)")
+    chromium = _chromium()
     import matplotlib.image
 
     page, _ = build_report(finished_run, tmp_path / "r.html")

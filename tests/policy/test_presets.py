@@ -64,13 +64,50 @@ def test_later_runs_reuse_the_cached_checkpoint(tiny_gguf, cache, monkeypatch):
     assert resolve_model_path(str(tiny_gguf)) == first
 
 
-def test_a_changed_file_is_converted_again(tiny_gguf, cache):
+def test_a_changed_file_is_converted_again(tiny_gguf, gguf_writer, cache):
     messages = []
     resolve_model_path(str(tiny_gguf), log=messages.append)
-    os.utime(tiny_gguf, ns=(1, 1))
+    gguf_writer(tiny_gguf, seed=1)  # other weights in the same place
     resolve_model_path(str(tiny_gguf), log=messages.append)
     assert len(messages) == 2 and all(m.startswith(f"converting {tiny_gguf}") for m in messages)
-    assert [p.name for p in cache.iterdir()] == [os.path.basename(resolve_model_path(str(tiny_gguf)))]
+    assert resolve_model_path(str(tiny_gguf)) == str(cache / presets.gguf_label(tiny_gguf))
+
+
+def test_a_touched_file_with_the_same_bytes_is_not_converted_again(tiny_gguf, cache, monkeypatch):
+    first = resolve_model_path(str(tiny_gguf))
+    os.utime(tiny_gguf, ns=(1, 1))
+    monkeypatch.setattr(presets, "convert_gguf", lambda *a: pytest.fail("converted twice"))
+    assert resolve_model_path(str(tiny_gguf)) == first
+
+
+def test_the_same_file_in_two_environments_is_converted_once(tmp_path, tiny_gguf, cache, monkeypatch):
+    """Two venvs (or a venv and CI's) each install the preset's package: the checkpoint is keyed by the file's
+    content, so switching between them never converts again."""
+    venvs = []
+    for name in ("venv-a", "venv-b"):
+        folder = tmp_path / name / "site-packages" / "fake_pkg"
+        folder.mkdir(parents=True)
+        (folder / "model.gguf").write_bytes(tiny_gguf.read_bytes())
+        venvs.append(folder / "model.gguf")
+    preset = Preset("fake-preset", "fake-pkg", "fake_pkg", "model.gguf", "test")
+    monkeypatch.setitem(PRESETS, preset.name, preset)
+    messages = []
+    for source in venvs + venvs:  # a, b, a, b
+        monkeypatch.setattr(Preset, "file", lambda self, source=source: source)
+        assert resolve_model_path(preset.name, log=messages.append) == str(cache / preset.name)
+    assert len(messages) == 1, messages
+
+
+def test_a_file_is_hashed_once_until_it_changes(tiny_gguf, cache, monkeypatch):
+    calls = []
+    real = presets.hashlib.sha256
+    monkeypatch.setattr(presets.hashlib, "sha256", lambda *a: calls.append(1) or real(*a))
+    for _ in range(3):
+        presets.content_digest(tiny_gguf)
+    assert len(calls) == 1
+    os.utime(tiny_gguf, ns=(2, 2))
+    presets.content_digest(tiny_gguf)
+    assert len(calls) == 2
 
 
 def test_two_gguf_files_of_one_name_get_their_own_checkpoints(tmp_path, tiny_gguf, gguf_writer, cache):

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from system_packages import needs_real_model
 
 from polyrl.policy.presets import PRESETS
 
 PRESET = PRESETS["smollm2-135m-instruct"]
-pytestmark = pytest.mark.skipif(
-    PRESET.file() is None, reason=f"the {PRESET.name} preset needs its package: {PRESET.install}"
-)
+pytestmark = needs_real_model
 
 
 @pytest.fixture(scope="module")

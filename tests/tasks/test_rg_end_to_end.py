@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from system_packages import needs_bwrap
 
 from polyrl.cli import run
 from polyrl.envs.registry import get_env_task
@@ -26,7 +27,7 @@ def test_rm_build_data_takes_rg_tasks(tmp_path, capsys):
     assert len(rows) == 3 and all(r["chosen"] != r["rejected"] for r in rows)
 
 
-@pytest.mark.parametrize("wrapper", ["retry", "calculator", "python"])
+@pytest.mark.parametrize("wrapper", ["retry", "calculator", pytest.param("python", marks=needs_bwrap)])
 def test_every_environment_wrapper_plays_rg_problems(wrapper):
     env = get_env_task(f"env/{wrapper}:rg/gcd")
     problem = env.generate(2**40, "easy")  # a trainer-sized seed

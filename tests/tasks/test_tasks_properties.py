@@ -44,12 +44,13 @@ MAX_VERIFY_SECONDS = 0.05
 
 
 def _timed_verify(task, problem, response):
-    # the fastest of three runs: the bound is on the verifier, not on what else the machine is doing
+    # the fastest of three runs in this thread's CPU time: the bound is on the verifier, not on what else the machine
+    # is doing (built-in verifiers run in this process)
     best, verdict = float("inf"), None
     for _ in range(3):
-        start = time.perf_counter()
+        start = time.thread_time()
         verdict = task.verify(problem, response)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.thread_time() - start)
         if best < MAX_VERIFY_SECONDS:
             break
     return verdict, best

@@ -85,9 +85,9 @@ def test_invalid_proposals_name_their_reason(text, reason):
 )
 def test_hostile_proposals_are_invalid_quickly_and_never_raise(answer, reason):
     problem = _proposal_problem()
-    start = time.perf_counter()
+    start = time.thread_time()  # this thread's CPU time: what the verifier costs, whatever else the machine runs
     verdict = PROPOSER.verify(problem, f"<answer>{answer}</answer>")
-    assert time.perf_counter() - start < 0.05
+    assert time.thread_time() - start < 0.05
     assert (verdict.score, verdict.correct, verdict.reason) == (0.0, False, reason)
 
 

@@ -8,6 +8,7 @@ retrying cannot fix a wrong key, model name or request.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -59,7 +60,21 @@ class EndpointSource:
 
     def complete(self, requests: Sequence[SampleRequest], on_done: OnDone) -> None:
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="polyrl-eval")
-        pending: dict[Future, SampleRequest] = {pool.submit(self.request, r): r for r in requests}
+        # Set by the worker whose request failed, before its future completes: a worker that is free picks the next
+        # request at once, before this thread can wake up and cancel what is queued, so the workers themselves must
+        # stop sending (with one worker, a refused request is then the only one sent, whatever the timing).
+        failed_once = threading.Event()
+
+        def attempt(request: SampleRequest) -> Completion:
+            if failed_once.is_set():
+                raise _Cancelled
+            try:
+                return self.request(request)
+            except BaseException:
+                failed_once.set()
+                raise
+
+        pending: dict[Future, SampleRequest] = {pool.submit(attempt, r): r for r in requests}
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -68,7 +83,7 @@ class EndpointSource:
                     request = pending.pop(future)
                     if future.exception() is None:
                         on_done(request, future.result())
-                    else:
+                    elif not isinstance(future.exception(), _Cancelled):
                         failed = failed or future.exception()
                 if failed is not None:
                     raise failed
@@ -111,6 +126,10 @@ class EndpointSource:
             return max(delay, min(float(retry_after), self.max_backoff)) if retry_after else delay
         except ValueError:
             return delay
+
+
+class _Cancelled(Exception):
+    """A queued request that was not sent because another one had failed."""
 
 
 def _describe(exc: Exception) -> str:

@@ -84,24 +84,72 @@ def is_gguf_path(path: str) -> bool:
     return path.lower().endswith(".gguf")
 
 
+DIGESTS_FILE = "gguf-digests.json"
+"""In the cache folder above the converted checkpoints: the content digest of each GGUF file seen, by path, size, inode and time
+stamp, so that a file is hashed once, not on every run."""
+
+
+def _stat_key(source: Path) -> str:
+    st = source.stat()
+    return f"{source.resolve()}|{st.st_size}|{st.st_ino}|{st.st_mtime_ns}"
+
+
+def content_digest(source: Path) -> str:
+    """SHA-256 of ``source``'s bytes. The cache is keyed by content, not by path: the same file installed in two
+    environments (two venvs, a venv and CI's) is converted once. A full hash of the 98 MB preset takes a fraction
+    of a second and is remembered by path, size, inode and time stamp (a file touched or rewritten is hashed
+    again)."""
+    memo_path = cache_dir().parent / DIGESTS_FILE
+    key = _stat_key(source)
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if not isinstance(memo, dict):
+        memo = {}
+    if isinstance(memo.get(key), str):
+        return memo[key]
+    digest = hashlib.sha256()
+    with source.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    memo[key] = digest.hexdigest()
+    _write_json_atomically(memo_path, memo)
+    return memo[key]
+
+
+def _write_json_atomically(path: Path, data) -> None:
+    """Best effort: the memo only saves time, so a cache that cannot be written is not an error here."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
 def gguf_label(source: Path) -> str:
-    """Cache name of a user's .gguf file: its stem and a hash of its absolute path (two files of one name differ)."""
-    digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:10]
-    return f"{source.stem}-{digest}"
+    """Cache name of a user's .gguf file: its stem and the start of its content digest (two files of one name
+    differ; one file in two places is one checkpoint)."""
+    return f"{source.stem}-{content_digest(source)[:10]}"
 
 
 def _fingerprint(source: Path) -> dict:
-    st = source.stat()
-    return {"file": str(source.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"size": source.stat().st_size, "sha256": content_digest(source)}
+
+
+CONTENT_KEYS = ("size", "sha256")
 
 
 def is_fresh(target: Path, source: Path) -> bool:
-    """True when ``target`` is a finished conversion of ``source`` as it is now (same size and time stamp)."""
+    """True when ``target`` is a finished conversion of a file with ``source``'s content (same size and SHA-256,
+    wherever that file lies)."""
     try:
         recorded = json.loads((target / SOURCE_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return recorded == _fingerprint(source)
+    return isinstance(recorded, dict) and {k: recorded.get(k) for k in CONTENT_KEYS} == _fingerprint(source)
 
 
 def resolve_model_path(path: str, log=None) -> str:
@@ -157,7 +205,8 @@ def convert_gguf(source: Path, target: Path, fix: str = "replace it with an inta
     tmp.chmod(0o755)  # mkdtemp makes it private; the cache is as readable as any other
     try:
         _write_checkpoint(source, tmp, fix)
-        (tmp / SOURCE_FILE).write_text(json.dumps(_fingerprint(source), indent=2) + "\n")
+        record = {**_fingerprint(source), "converted_from": str(source.resolve())}
+        (tmp / SOURCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
         if not is_fresh(target, source):  # else another process finished the same conversion meanwhile: keep theirs
             _move_into_place(tmp, target)
     finally:
