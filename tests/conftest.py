@@ -5,6 +5,7 @@ import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
 def pytest_addoption(parser):
     parser.addoption(
         "--test-order",
