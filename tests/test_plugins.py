@@ -194,7 +194,7 @@ def test_plugin_objective_settings_are_validated_by_the_config(my_plugin, tiny_t
     config = tiny_train_config(rl__objective="vanilla_pg", rl__objective_settings={"advantage_clip": 3.0})
     assert config.rl.objective_settings == {"advantage_clip": 3.0}
     assert tiny_train_config(rl__objective="vanilla_pg").rl.objective_settings == {"advantage_clip": None}
-    from polyrl.train.settings import UpdateSettings
+    from polyrl.learner.settings import UpdateSettings
 
     assert UpdateSettings.from_config(config.rl).objective_settings.own == VanillaPGSettings(advantage_clip=3.0)
     with pytest.raises(
@@ -211,7 +211,7 @@ def test_plugin_backend_is_built_by_name_with_its_options(my_plugin):
 
     policy = load_policy(ModelConfig(path="tiny"), seed=0)
     generation = GenerationConfig(engine="hf_generate", options={"repetition_penalty": 1.0})
-    backend = make_backend(generation, policy.model, policy.tokenizer, seed=0, share_prompts=True)
+    backend = make_backend(generation, policy.model, policy.tokenizer, 0, True, policy.device)
     assert type(backend).__name__ == "HFGenerate" and backend.penalty == 1.0
     prompts = [policy.tokenizer.encode("12+30="), policy.tokenizer.encode("7*8=")]
     # greedy, no penalty: the same completions as the built-in engine's

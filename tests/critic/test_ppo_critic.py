@@ -17,8 +17,8 @@ def test_outcome_reward_sits_on_the_last_policy_token():
 
 
 def test_fresh_critic_predicts_support_midpoint_and_learns_a_return():
+    from polyrl.learner import collate
     from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
-    from polyrl.rollout import collate
 
     model, tok = build_tiny_policy(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2))
     critic = Critic(CriticConfig(loss="hl_gauss", v_min=-1.0, v_max=1.0, num_bins=11, lr=1e-2), model)
@@ -33,8 +33,8 @@ def test_fresh_critic_predicts_support_midpoint_and_learns_a_return():
 
 @pytest.mark.parametrize("loss", ["mse", "two_hot"])
 def test_every_value_loss_trains(loss):
+    from polyrl.learner import collate
     from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
-    from polyrl.rollout import collate
 
     model, tok = build_tiny_policy(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2))
     critic = Critic(CriticConfig(loss=loss, lr=1e-2), model)

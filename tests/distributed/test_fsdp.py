@@ -231,7 +231,7 @@ def test_each_rank_takes_every_world_th_row():
 
 
 def test_statistics_of_two_ranks_combine_as_one():
-    from polyrl.train.learner import _Stats
+    from polyrl.learner.update import _Stats
 
     a, b, both = _Stats(), _Stats(), _Stats()
     a.add({"clip_frac": torch.tensor(0.5), "ratio_max": torch.tensor(1.5)}, weight=2.0)

@@ -4,12 +4,14 @@ log-probs of the weights that generated it."""
 import pytest
 import torch
 
+from polyrl.device import HOST
 from polyrl.distributed.workers import behaviour_logprobs
 from polyrl.envs import get_env_task
+from polyrl.learner import collate, sequence_logprobs
 from polyrl.policy import load_policy
 from polyrl.policy.generation import Generation
 from polyrl.policy.loading import ModelConfig
-from polyrl.rollout import Sampling, collate, rollout, sequence_logprobs
+from polyrl.rollout import Sampling, rollout
 from polyrl.rollout.episodes import rollout_episodes
 from polyrl.tasks import get_task
 
@@ -106,7 +108,7 @@ def test_behaviour_logprobs_of_a_partial_rollout_come_from_each_turns_weights(pr
         40,
         latest=lambda: (backend, next(versions)),
     )
-    behaviour_logprobs({0: old, 1: new}, [t], tiny_tokenizer.pad_token_id, 1.0)
+    behaviour_logprobs({0: old, 1: new}, HOST, [t], tiny_tokenizer.pad_token_id, 1.0, 1.0)
     got = torch.tensor(t.behaviour_logprobs)
     (a0, b0), (a1, b1) = t.turn_spans
     torch.testing.assert_close(got[a0:b0], _logprobs(old, t, tiny_tokenizer)[a0:b0])

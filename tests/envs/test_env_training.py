@@ -50,7 +50,7 @@ def test_ppo_with_a_critic_trains_on_multi_turn_episodes(tiny_train_config, monk
     import torch
 
     from polyrl.algos import get_objective
-    from polyrl.train import learner
+    from polyrl.learner import update as learner
 
     seen = []
     original = get_objective("ppo_clip")

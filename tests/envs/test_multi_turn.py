@@ -4,13 +4,14 @@ import pytest
 
 from polyrl.algos import turn_advantages
 from polyrl.envs import get_env_task
+from polyrl.learner import collate
+from polyrl.learner.update_batch import episode_credit
 from polyrl.rewards import RewardConfig, score
-from polyrl.rollout import Sampling, Trajectory, collate, rollout
+from polyrl.rollout import Sampling, Trajectory, rollout
 from polyrl.rollout.episode_metrics import episode_metrics
 from polyrl.rollout.episodes import rollout_episodes
 from polyrl.rollout.reference import reference_episode
 from polyrl.tasks import get_task
-from polyrl.train.update_batch import episode_credit
 
 
 def calc_call(expr):

@@ -22,12 +22,12 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from polyrl.learner import collate, sequence_logprobs
+from polyrl.learner.packed import pack
 from polyrl.policy import TransformersBackend
 from polyrl.policy.decoder import Decoder, set_forward
-from polyrl.policy.packed_decode import PackedLinears
+from polyrl.policy.packed_decode import GraphedDecode, PackedLinears
 from polyrl.policy.tiny import build_tiny_policy
-from polyrl.rollout import collate, sequence_logprobs
-from polyrl.rollout.packed import pack
 
 SHAPE = dict(
     vocab_size=72,
@@ -204,6 +204,27 @@ def test_packed_generation_greedy_is_model_generate(kind):
     assert len({len(g.completion_ids) for g in packed}) > 2, "rows end at different steps"
 
 
+@pytest.mark.parametrize("kind", ARCHITECTURES)
+def test_the_fixed_batch_decode_step_a_cuda_graph_replays_is_model_generate_greedy(kind):
+    """The step CUDA graphs replay (``static_decode_step``: the cache column a device tensor, finished rows kept in
+    the batch) decodes, eagerly on this CPU, the tokens of transformers' greedy decode."""
+    model = _model(kind).eval()
+    flat = _prompts(seed=4)
+    graphed = TransformersBackend(model, _Tok())
+    graphed.cuda_graphs = True  # on a CPU: the fixed-batch state without capture
+    assert isinstance(graphed.decode_state(flat, 8), GraphedDecode)
+    first = graphed.generate(flat, max_new_tokens=16, greedy=True)
+    frequent = Counter(t for g in first for t in g.completion_ids[2:]).most_common(3)
+    model.generation_config.eos_token_id = [1] + [t for t, _ in frequent]  # rows finish early and keep their slots
+    graphed = TransformersBackend(model, _Tok())
+    graphed.cuda_graphs = True
+    out = graphed.generate(flat, max_new_tokens=16, greedy=True)
+    set_forward(model, "transformers")
+    plain = TransformersBackend(model, _Tok(), shared_prefill=False).generate(flat, max_new_tokens=16, greedy=True)
+    assert [g.completion_ids for g in out] == [g.completion_ids for g in plain]
+    assert len({len(g.completion_ids) for g in out}) > 2, "rows end at different steps"
+
+
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_packed_generation_samples_and_log_probs_are_the_cached_forwards(kind):
     """Same seed, same draws and the same log-probs as the sampling loop on transformers' forward."""
@@ -234,14 +255,15 @@ def test_other_architectures_and_the_transformers_setting_keep_transformers_forw
     assert logp.shape == batch.loss_mask.shape
 
 
-def test_auto_takes_the_packed_forward_on_the_cpu_only_and_packed_everywhere():
-    """``auto`` was measured on CPUs: a model elsewhere (here the meta device) keeps transformers' forward
-    unless ``packed`` asks for polyrl's."""
+def test_auto_and_packed_take_the_packed_forward_wherever_the_model_is():
+    """The packed forward runs on the CPU and on CUDA alike (issue #34: ``auto`` kept it off GPUs): where the
+    weights are (here the meta device) does not decide which forward is taken; only ``transformers`` does."""
     model = _model("llama").to("meta")
-    set_forward(model, "auto")
+    for mode in ("auto", "packed"):
+        set_forward(model, mode)
+        assert Decoder.of(model) is not None
+    set_forward(model, "transformers")
     assert Decoder.of(model) is None
-    set_forward(model, "packed")
-    assert Decoder.of(model) is not None
     with pytest.raises(ValueError, match="one of auto, packed, transformers"):
         set_forward(model, "fast")
 

@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from polyrl.algos.objective_stats import logprob_mismatch
+from polyrl.device import HOST
+from polyrl.learner import collate, sequence_logprobs
 from polyrl.policy import TransformersBackend
 from polyrl.policy import precision as precision_module
 from polyrl.policy.generation import sample_tokens
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.policy.precision import resolve_autocast, set_autocast
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
-from polyrl.rollout import collate, sequence_logprobs
 
 BF16_TOLERANCE = {"mismatch_abs_mean": 0.15, "mismatch_abs_max": 1.0, "mismatch_ratio_mean": 0.05}
 """bf16 (8 mantissa bits) generation vs fp32 training on the same 160 tokens, for the sharp random-weight tiny
@@ -157,12 +158,12 @@ def test_auto_leaves_bf16_weights_and_explicit_modes_alone(monkeypatch):
 def _bf16_update(policy, behaviour: bool):
     """One update of the random tiny model under bf16 autocast on 16 completions it generated (rewards 0/1
     alternating), with the generation's log-probs as behaviour log-probs or without."""
+    from polyrl.learner.settings import UpdateSettings
+    from polyrl.learner.update import policy_update
+    from polyrl.learner.update_batch import prepare_update
     from polyrl.rollout import Trajectory
     from polyrl.tasks import Problem, Verdict
     from polyrl.train.config import RLConfig
-    from polyrl.train.learner import policy_update
-    from polyrl.train.settings import UpdateSettings
-    from polyrl.train.update_batch import prepare_update
 
     model, tok = copy.deepcopy(policy[0]), policy[1]
     set_autocast(model, "bf16")
@@ -260,7 +261,7 @@ def test_ray_workers_behaviour_log_probs_under_top_p_are_the_samplers(policy):
         )
         for g in gens
     ]
-    behaviour_logprobs({0: model}, trajs, 0, 0.8, 0.6)
+    behaviour_logprobs({0: model}, HOST, trajs, 0, 0.8, 0.6)
     for t, g in zip(trajs, gens):
         assert t.behaviour_logprobs == pytest.approx(g.logprobs, abs=1e-4)
     plain = _training_logprobs(model, gens)  # the untruncated softmax: lower wherever the nucleus cut mass off

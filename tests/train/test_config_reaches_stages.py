@@ -88,7 +88,8 @@ def test_a_ray_worker_builds_its_backend_with_the_options_it_was_given(monkeypat
 
     monkeypatch.setattr("polyrl.policy.TransformersBackend", Spy)
     trajs = worker.rollout(task.generate(0, "easy"), 0, [None], Sampling(2, 4))
-    assert made == [{"batch_size": 3}] and len(trajs) == 2 and all(t.verdict is None for t in trajs)
+    assert made == [{"device": worker.policy.device, "batch_size": 3}]  # the worker's device and the options
+    assert len(trajs) == 2 and all(t.verdict is None for t in trajs)
 
 
 def test_the_difficulty_default_has_one_home():

@@ -5,13 +5,13 @@ import copy
 import pytest
 import torch
 
+from polyrl.learner.settings import UpdateSettings
+from polyrl.learner.update import micro_batches, minibatches, policy_update
+from polyrl.learner.update_batch import prepare_update
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.rollout import Trajectory
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
-from polyrl.train.learner import micro_batches, minibatches, policy_update
-from polyrl.train.settings import UpdateSettings
-from polyrl.train.update_batch import prepare_update
 
 
 def _traj(task: str, group: int, prompt: list[int], response: list[int], reward: float, finished=True) -> Trajectory:
@@ -124,7 +124,7 @@ def test_per_task_statistics_come_from_the_one_objective_call_per_micro_batch(po
     """The objective runs once per micro-batch, never again per task: each task's statistics are read off
     that call's statistics over the task's rows."""
     from polyrl.algos import get_objective
-    from polyrl.train import learner
+    from polyrl.learner import update as learner
 
     original, calls = get_objective("ppo_clip"), []
 
@@ -184,7 +184,7 @@ def test_pcgrad_in_the_learner_equals_the_sum_when_the_batch_has_one_task(policy
 
 def test_a_step_mixing_episodes_and_single_turn_rounds_collates_with_all_ones_for_single_turn_rows():
     # dynamic sampling can refill a mixed step with a round of single-turn groups only: their masks stay None
-    from polyrl.train.update_batch import collate_trajectories
+    from polyrl.learner.update_batch import collate_trajectories
 
     episode = _traj("env", 0, [1, 2], [3, 4, 5], 1.0)
     episode.policy_mask = [1, 0, 1]

@@ -7,16 +7,17 @@ import pytest
 import torch
 
 from polyrl.critic import Critic, CriticConfig
+from polyrl.device import HOST
 from polyrl.errors import UserError
+from polyrl.learner import collate, sequence_logprobs, sft_step
+from polyrl.learner.settings import UpdateSettings
+from polyrl.learner.token_scores import scores_from_hidden, split_lm
+from polyrl.learner.update import BaseModelReference, _frozen_logprobs, policy_update
+from polyrl.learner.update_batch import prepare_update
 from polyrl.policy.loading import ModelConfig, load_policy
-from polyrl.rollout import Trajectory, collate, sequence_logprobs
-from polyrl.rollout.token_scores import scores_from_hidden, split_lm
+from polyrl.rollout import Trajectory
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
-from polyrl.train.learner import BaseModelReference, _frozen_logprobs, policy_update
-from polyrl.train.settings import UpdateSettings
-from polyrl.train.sft import sft_step
-from polyrl.train.update_batch import prepare_update
 
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}
 
@@ -99,7 +100,7 @@ def test_chunked_scores_keep_no_full_vocabulary_logits_for_the_backward():
 
 @pytest.mark.parametrize("share_prompts", [True, False])
 def test_sequence_logprobs_equal_the_full_logits_at_temperature(share_prompts, monkeypatch):
-    import polyrl.rollout.token_scores as token_scores
+    import polyrl.learner.token_scores as token_scores
 
     monkeypatch.setattr(token_scores, "LOGIT_CHUNK_BYTES", 5 * 110 * 4)  # five positions per chunk
     model = _policy().model
@@ -128,7 +129,7 @@ def _sequences():
 def _sft_params(micro_batch_tokens):
     model = copy.deepcopy(_policy().model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    loss = sft_step(model, optimizer, list(model.parameters()), 0, _sequences(), micro_batch_tokens)
+    loss = sft_step(model, optimizer, list(model.parameters()), 0, _sequences(), micro_batch_tokens, HOST)
     return loss, list(model.parameters())
 
 
@@ -196,7 +197,7 @@ def test_gradient_checkpointing_gives_the_same_update(share_prompts):
 def test_checkpointing_shares_prompts_only_without_gradients(monkeypatch):
     """On transformers' forward, checkpointed layers can't read a KV cache in the backward (polyrl's packed
     forward shares prompts under checkpointing too: tests/policy/test_decoder.py)."""
-    import polyrl.rollout.batch as batch_module
+    import polyrl.learner.forward as batch_module
 
     model = _policy(gradient_checkpointing=True, forward="transformers").model.train()
     calls = []
@@ -228,9 +229,9 @@ def test_lora_reference_is_the_base_model_without_a_copy(tiny_train_config):
     batch = prepare_update(_step(), ["a", "b"], 0, settings)
     rows, lengths = torch.arange(len(batch)), batch.tokens.attention_mask.sum(1)
     with torch.no_grad():
-        ref = _frozen_logprobs(reference, batch, rows, lengths, settings)
-        expected = _frozen_logprobs(base, batch, rows, lengths, settings)
-        own = _frozen_logprobs(policy, batch, rows, lengths, settings)
+        ref = _frozen_logprobs(reference, batch, rows, lengths, settings, None, HOST)
+        expected = _frozen_logprobs(base, batch, rows, lengths, settings, None, HOST)
+        own = _frozen_logprobs(policy, batch, rows, lengths, settings, None, HOST)
     mask = batch.tokens.loss_mask
     torch.testing.assert_close(ref * mask, expected * mask, atol=1e-5, rtol=1e-5)
     assert float(((own - expected) * mask).abs().max()) > 1e-3

@@ -8,14 +8,14 @@ import copy
 import pytest
 import torch
 
+from polyrl.learner.batch import length_ordered, pack_rows, padding_share
+from polyrl.learner.settings import UpdateSettings
+from polyrl.learner.update import micro_batches, policy_update
+from polyrl.learner.update_batch import prepare_update
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.rollout import Trajectory
-from polyrl.rollout.batch import length_ordered, pack_rows, padding_share
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
-from polyrl.train.learner import micro_batches, policy_update
-from polyrl.train.settings import UpdateSettings
-from polyrl.train.update_batch import prepare_update
 
 
 def test_groups_stay_together_ordered_by_their_longest_row():

@@ -57,7 +57,7 @@ def test_dynamic_sampling_drops_zero_variance_groups(tiny_train_config):
 def test_nonfinite_losses_skip_updates_then_stop_with_a_usable_checkpoint(tiny_train_config, monkeypatch):
     import pytest
 
-    from polyrl.train import learner
+    from polyrl.learner import update as learner
     from polyrl.train.checkpoint import latest_checkpoint
     from polyrl.train.trainer import TrainingError
 
@@ -131,9 +131,9 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
 
     import numpy as np
 
-    from polyrl.train.learner import policy_update
-    from polyrl.train.settings import UpdateSettings
-    from polyrl.train.update_batch import prepare_update
+    from polyrl.learner.settings import UpdateSettings
+    from polyrl.learner.update import policy_update
+    from polyrl.learner.update_batch import prepare_update
 
     cfg = tiny_train_config(sft__steps=4, rl__epochs=1, rl__minibatches=1, rl__group_size=4, rl__prompts_per_step=8)
     trainer = Trainer(cfg)

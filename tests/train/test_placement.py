@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from polyrl.device import HOST
 from polyrl.policy.backends import BACKENDS, BackendSpec, check_engine, get_backend
 from polyrl.policy.generation import TransformersBackend
 from polyrl.train.placement import LocalPlacement
@@ -15,6 +16,7 @@ class RecordingPlacement(LocalPlacement):
     """The one-process placement, noting every call the Trainer and its stages make."""
 
     def __init__(self):
+        super().__init__(HOST)
         self.calls = []
 
     def _note(self, name, *detail):
@@ -31,7 +33,6 @@ for _name in (
     "save_model",
     "save_checkpoint",
     "load_checkpoint",
-    "sft_step",
     "close",
 ):
 
@@ -51,13 +52,12 @@ def test_the_trainer_hands_every_placement_job_to_the_injected_placement(tiny_tr
     assert isinstance(trainer.backend, TransformersBackend)
     trainer.run()
     calls = placement.calls
-    assert calls.count(("sft_step",)) == 2
     assert [c for c in calls if c[0] == "save_model"] == [("save_model", "sft_model"), ("save_model", "final_model")]
     assert [c[1:] for c in calls if c[0] == "save_checkpoint"] == [("sft", 1), ("sft", 2), ("rl", 1), ("rl", 2)]
     assert calls.count(("evaluate",)) == 2 and calls.count(("reference_model",)) == 1
     assert ("sync_backend",) in calls and calls[-1] == ("close",)
     records = [json.loads(line) for line in open(f"{config.run_dir}/metrics.jsonl")]
-    assert [r["stage"] for r in records].count("rl") == 2
+    assert [r["stage"] for r in records].count("sft") == 2 and [r["stage"] for r in records].count("rl") == 2
 
 
 def test_a_resumed_run_reads_its_checkpoint_through_the_placement(tiny_train_config):
@@ -65,7 +65,7 @@ def test_a_resumed_run_reads_its_checkpoint_through_the_placement(tiny_train_con
     Trainer(config).run()
     placement = RecordingPlacement()
     Trainer(config, resume=True, placement=placement).run()
-    assert ("load_checkpoint",) in placement.calls and ("sft_step",) not in placement.calls
+    assert ("load_checkpoint",) in placement.calls and ("save_model", "sft_model") not in placement.calls
 
 
 def test_the_multi_process_trainer_is_the_trainer_with_another_placement():

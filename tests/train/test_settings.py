@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from polyrl.algos.objectives import GSPOSettings
+from polyrl.learner.settings import UpdateSettings
 from polyrl.train.config import RLConfig
-from polyrl.train.settings import UpdateSettings
 
 # a value unlike the default for every RLConfig field the update reads
 CHANGED = dict(

@@ -21,7 +21,7 @@ TRAINING = [p for p in SHIPPED if p not in EXPERIMENTS]
 
 def _training_param(path: Path):
     """A config naming an ``env/python`` task needs bubblewrap to resolve (the sandbox is checked first)."""
-    names = [t["name"] for t in yaml.safe_load(path.read_text()).get("tasks", [])]
+    names = [t["name"] if isinstance(t, dict) else t for t in yaml.safe_load(path.read_text()).get("tasks", [])]
     return pytest.param(path, marks=needs_bwrap) if names_python_tool(names) else path
 
 

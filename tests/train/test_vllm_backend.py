@@ -186,6 +186,7 @@ def test_missing_vllm_is_a_user_error(monkeypatch, tiny_train_config):
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(UserError, match=r"needs vLLM: pip install 'polyrl\[vllm\]'"):
         Trainer(tiny_train_config(device="cuda", generation={"engine": "vllm"}))
 
@@ -193,7 +194,7 @@ def test_missing_vllm_is_a_user_error(monkeypatch, tiny_train_config):
 @pytest.mark.parametrize(
     ("updates", "message"),
     [
-        ({"generation": {"engine": "vllm"}}, "needs a CUDA device"),
+        ({"generation": {"engine": "vllm"}, "device": "cpu"}, "needs a CUDA device"),
         ({"generation": {"engine": "vllm"}, "backend": "ray"}, "rollout workers generate with transformers"),
     ],
 )
@@ -223,7 +224,7 @@ def test_the_vllm_engine_is_built_by_name_from_the_generation_section(fake_vllm)
     generation = GenerationConfig(
         engine="vllm", vllm_gpu_memory_utilization=0.45, vllm_max_model_len=64, vllm_enforce_eager=True
     )
-    backend = make_backend(generation, model, tok, seed=11, share_prompts=True)
+    backend = make_backend(generation, model, tok, seed=11, share_prompts=True, device=torch.device("cpu"))
     assert isinstance(backend, VLLMBackend)
     kwargs = fake_vllm.created[-1].kwargs
     assert (kwargs["gpu_memory_utilization"], kwargs["max_model_len"], kwargs["enforce_eager"]) == (0.45, 64, True)

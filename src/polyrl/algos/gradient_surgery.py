@@ -89,7 +89,7 @@ def cagrad(grads: Tensor, generator: torch.Generator | None = None, c: float = C
     def objective(w: Tensor) -> Tensor:
         return w @ pull + radius * (w @ gram @ w).clamp(min=0).sqrt()
 
-    w = best = torch.full((k,), 1.0 / k, dtype=torch.float64)
+    w = best = torch.full((k,), 1.0 / k, dtype=torch.float64, device=grads.device)
     best_value, scale = objective(w), None
     for t in range(CAGRAD_ITERATIONS):  # F is convex: mirror descent with a 1/sqrt(t) step, best iterate kept
         grad_w = pull + radius * (gram @ w) / (w @ gram @ w).clamp(min=1e-30).sqrt()

@@ -52,11 +52,13 @@ def relaunch(nproc: int, cfg, config: str | None, resume: Path | None, overrides
 def fsdp_trainer(cfg, resume: bool, run_dir: str | None):
     """This rank's :class:`~polyrl.train.fsdp_trainer.FSDPTrainer`; a fresh run without ``--run-dir`` takes
     rank 0's default directory name (the ranks may have started in different seconds)."""
+    from polyrl.device import resolve_device
     from polyrl.distributed.fsdp import init_process_group
     from polyrl.train.fsdp_trainer import FSDPTrainer, check_fsdp_config
 
     check_fsdp_config(cfg)
-    ranks = init_process_group(cfg.device)
+    device = resolve_device(cfg.device, local_rank=int(os.environ["LOCAL_RANK"]))
+    ranks = init_process_group(device)
     if not resume and run_dir is None:
         cfg = cfg.model_copy(update={"run_dir": ranks.broadcast(cfg.run_dir)})
-    return FSDPTrainer(cfg, ranks, resume=resume)
+    return FSDPTrainer(cfg, ranks, device, resume=resume)

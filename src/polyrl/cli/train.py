@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Train a policy: SFT warm start, then multi-task RL; prints held-out accuracy after each."""
+        from polyrl.device import describe
         from polyrl.distributed.fsdp import launched_by_torchrun
         from polyrl.train.config import load_config
         from polyrl.train.trainer import Trainer, TrainingError
@@ -90,7 +91,8 @@ def register(app: typer.Typer) -> None:
             cfg, console = trainer.config, Console(quiet=not trainer.ranks.is_writer)
         else:
             trainer = Trainer(cfg, resume=resume is not None)
-        console.print(f"[bold]polyrl train[/] → {cfg.run_dir}")
+        placed = describe(trainer.placement.device) + (" (device=auto)" if cfg.device == "auto" else "")
+        console.print(f"[bold]polyrl train[/] → {cfg.run_dir} on {placed}")
         try:
             results = trainer.run()
         except TrainingError as exc:

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from polyrl.algos import gae
 from polyrl.critic.value_losses import VALUE_LOSSES, expected_value, value_loss
+from polyrl.device import HOST
 from polyrl.optim import clip_and_step
 from polyrl.policy.precision import autocast_mode, forward_precision, set_autocast
 
@@ -78,12 +79,11 @@ def policy_backbone(policy_model: nn.Module) -> nn.Module:
 class ValueModel(nn.Module):
     """Transformer trunk + linear value head: ``[N, L]`` ids -> ``[N, L-1]`` values or ``[N, L-1, B]`` logits."""
 
-    def __init__(self, backbone: nn.Module, outputs: int):
+    def __init__(self, backbone: nn.Module, outputs: int, device: torch.device):
         super().__init__()
         self.backbone = backbone
         hidden = backbone.config.hidden_size
-        param = next(backbone.parameters())
-        self.head = nn.Linear(hidden, outputs, device=param.device, dtype=torch.float32)
+        self.head = nn.Linear(hidden, outputs, device=device, dtype=torch.float32)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
         self.outputs = outputs
@@ -106,21 +106,19 @@ def outcome_rewards_per_token(rewards: Tensor, mask: Tensor) -> Tensor:
 class Critic:
     """A value model, its optimizer and the two things PPO asks of it: advantages and a value update."""
 
-    def __init__(self, config: CriticConfig, policy_model: nn.Module):
+    def __init__(self, config: CriticConfig, policy_model: nn.Module, device: torch.device | str = HOST):
         self.config = config
+        self.device = torch.device(device)
+        """Where the policy is, and so the value model copied from it (the run's placement decided it)."""
         outputs = VALUE_LOSSES.lookup(config.loss).head_size(config.num_bins)
-        self.model = ValueModel(policy_backbone(policy_model), outputs)
+        self.model = ValueModel(policy_backbone(policy_model), outputs, self.device)
         set_autocast(self.model, autocast_mode(policy_model))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=0.0)
 
-    @property
-    def device(self):
-        return next(self.model.parameters()).device
-
     def _outputs(self, batch) -> Tensor:
-        device = self.device
-        with forward_precision(self.model):
-            return self.model(batch.input_ids.to(device), batch.attention_mask.to(device))
+        """The value head's outputs on ``batch`` (a TokenBatch already on :attr:`device`)."""
+        with forward_precision(self.model, self.device):
+            return self.model(batch.input_ids, batch.attention_mask)
 
     def values_from(self, outputs: Tensor) -> Tensor:
         if self.config.loss == "mse":
@@ -131,8 +129,8 @@ class Critic:
     def advantages(self, batch, rewards: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
         """Token advantages and returns ``[N, T]`` by GAE over the critic's values (Schulman et al. 2016, eq. 16)."""
         cfg = self.config
-        mask = batch.loss_mask
-        values = self.values_from(self._outputs(batch)).cpu()
+        mask = batch.loss_mask  # the host batch: advantages and returns are host tensors, like the batch's rewards
+        values = self.values_from(self._outputs(batch.to(self.device))).cpu()
         adv, returns = gae(outcome_rewards_per_token(rewards, mask), values, mask, cfg.gamma, cfg.lam)
         valid = mask.bool()
         stats = {
@@ -152,18 +150,17 @@ class Critic:
         Runs in micro-batches of at most ``micro_batch_tokens`` padded tokens, accumulating gradients: each
         micro-batch's mean is weighted by its share of the batch's tokens, so the gradient is the unsplit one."""
         cfg = self.config
-        device = self.device
         total_tokens = batch.loss_mask.sum().clamp(min=1)
         self.optimizer.zero_grad(set_to_none=True)
         loss = torch.zeros(())
         for rows in batch.row_chunks(micro_batch_tokens):
-            micro = batch.select(rows)
-            mask = micro.loss_mask.to(device)
-            micro_returns = returns[rows, : mask.shape[1]].to(device)
+            micro = batch.select(rows).to(self.device)
+            mask = micro.loss_mask
+            micro_returns = returns[rows, : mask.shape[1]].to(self.device)
             mean = value_loss(
                 self._outputs(micro), micro_returns, mask, cfg.loss, cfg.v_min, cfg.v_max, cfg.sigma_ratio
             )
-            micro_loss = mean * mask.sum().clamp(min=1) / total_tokens.to(device)
+            micro_loss = mean * mask.sum().clamp(min=1) / total_tokens.to(self.device)
             micro_loss.backward()
             loss = loss + micro_loss.detach().cpu()
         if clip_and_step(self.optimizer, list(self.model.parameters()), cfg.max_grad_norm, loss) is None:

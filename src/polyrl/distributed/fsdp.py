@@ -35,17 +35,18 @@ def launched_by_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def init_process_group(device: str) -> Ranks:
-    """Join the process group ``torchrun`` describes in the environment: gloo on CPU; on CUDA, nccl for the
-    model's tensors and gloo for the small CPU ones (counts, losses, per-row statistics)."""
+def init_process_group(device: torch.device) -> Ranks:
+    """Join the process group ``torchrun`` describes in the environment, for a model on ``device`` (this rank's
+    own, resolved by the caller): gloo on CPU; on CUDA, nccl for the model's tensors and gloo for the small CPU
+    ones (counts, losses, per-row statistics)."""
     import torch.distributed as dist
 
     if not dist.is_available():
         raise UserError("this torch build has no torch.distributed: multi-process training is unavailable")
     if not dist.is_initialized():
-        backend = "cpu:gloo,cuda:nccl" if device.startswith("cuda") else "gloo"
-        if device.startswith("cuda"):
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
         dist.init_process_group(backend)
     return Ranks(dist.get_rank(), dist.get_world_size())
 
@@ -185,10 +186,9 @@ class Ranks:
 
 def idle_pass(model, input_ids: Tensor, backward: bool) -> None:
     """One forward (and backward) pass that contributes nothing: keeps this rank's FSDP collectives in step
-    with a rank that has one more micro-batch."""
-    device = next(model.parameters()).device
+    with a rank that has one more micro-batch. ``input_ids``: a row of tokens, on the model's device."""
     with torch.set_grad_enabled(backward):
-        logits = model(input_ids=input_ids[:1].to(device), use_cache=False).logits
+        logits = model(input_ids=input_ids[:1], use_cache=False).logits
         if backward:
             (logits.float().sum() * 0.0).backward()
 

@@ -101,10 +101,10 @@ class RemoteEnvTask:
         return getattr(self.task, name)
 
 
-def _response_logprobs(model, trajs, pad_id: int, temperature: float, top_p: float = 1.0) -> list[list[float]]:
-    from polyrl.rollout import collate, sequence_logprobs
+def _response_logprobs(model, device, trajs, pad_id: int, temperature: float, top_p: float) -> list[list[float]]:
+    from polyrl.learner import collate, sequence_logprobs
 
-    batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], pad_id)
+    batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], pad_id).to(device)
     if top_p < 1.0:
         return _nucleus_response_logprobs(model, trajs, batch, temperature, top_p)
     with torch.no_grad():
@@ -121,24 +121,24 @@ def _nucleus_response_logprobs(model, trajs, batch, temperature: float, top_p: f
     from polyrl.policy.generation import nucleus_logprobs
     from polyrl.policy.precision import forward_precision
 
-    device = next(model.parameters()).device
     out = []
-    with torch.no_grad(), forward_precision(model):
+    with torch.no_grad(), forward_precision(model, batch.device):
         for i, t in enumerate(trajs):
             n = len(t.prompt_ids) + len(t.response_ids)
-            ids = batch.input_ids[i : i + 1, :n].to(device)
-            logits = model(input_ids=ids, attention_mask=batch.attention_mask[i : i + 1, :n].to(device)).logits[0]
+            ids = batch.input_ids[i : i + 1, :n]
+            logits = model(input_ids=ids, attention_mask=batch.attention_mask[i : i + 1, :n]).logits[0]
             start = len(t.prompt_ids) - 1
             targets = ids[0, start + 1 : n]
             out.append(nucleus_logprobs(logits[start : n - 1], targets, temperature, top_p).tolist())
     return out
 
 
-def behaviour_logprobs(models: dict, trajs, pad_id: int, temperature: float, top_p: float = 1.0) -> None:
+def behaviour_logprobs(models: dict, device, trajs, pad_id: int, temperature: float, top_p: float) -> None:
     """Store in ``t.behaviour_logprobs`` the log-prob of each response token under the weights and the
     distribution that sampled it: ``models[v]`` for the tokens of a turn generated at version ``v``
     (``t.turn_versions``; partial rollouts span versions), ``models[t.policy_version]`` elsewhere (environment
-    tokens, single turns); with ``top_p < 1`` the top-p nucleus renormalized, as the sampler drew from it."""
+    tokens, single turns); with ``top_p < 1`` the top-p nucleus renormalized, as the sampler drew from it. Every
+    model's weights are on ``device``."""
     if not trajs:
         return
     needed: dict[int, list[int]] = {}
@@ -147,7 +147,7 @@ def behaviour_logprobs(models: dict, trajs, pad_id: int, temperature: float, top
             needed.setdefault(v, []).append(i)
     per_version: dict[int, dict[int, list[float]]] = {}
     for v, rows in needed.items():
-        logps = _response_logprobs(models[v], [trajs[i] for i in rows], pad_id, temperature, top_p)
+        logps = _response_logprobs(models[v], device, [trajs[i] for i in rows], pad_id, temperature, top_p)
         per_version[v] = dict(zip(rows, logps))
     for i, t in enumerate(trajs):
         out = list(per_version[t.policy_version][i])
@@ -217,7 +217,6 @@ class RolloutWorker:
         weights this worker has been sent (:meth:`set_latest`), at least ``version``: partial rollouts.
         ``sampling`` is the trainer's :class:`~polyrl.rollout.dispatch.Sampling`; the group comes back unscored
         (the trainer's scoring stage verifies and rewards it)."""
-        from polyrl.policy import TransformersBackend
         from polyrl.rollout import rollout
 
         models = {version: self._model(version, weights)}  # held by reference until the behaviour log-probs
@@ -227,9 +226,9 @@ class RolloutWorker:
                 v, w = self.latest if self.latest[0] > version else (version, weights)
             if v not in models:
                 models[v] = self._model(v, w)
-            return TransformersBackend(models[v], self.policy.tokenizer, **self.backend_options), v
+            return self._backend(models[v]), v
 
-        backend = TransformersBackend(models[version], self.policy.tokenizer, **self.backend_options)
+        backend = self._backend(models[version])
         trajs = rollout(
             [problem],
             self.tasks,
@@ -239,8 +238,14 @@ class RolloutWorker:
             version=version,
             latest=latest if interruptible else None,
         )
-        behaviour_logprobs(models, trajs, self.policy.tokenizer.pad_token_id, sampling.temperature, sampling.top_p)
+        pad_id = self.policy.tokenizer.pad_token_id
+        behaviour_logprobs(models, self.policy.device, trajs, pad_id, sampling.temperature, sampling.top_p)
         return trajs
+
+    def _backend(self, model):
+        from polyrl.policy import TransformersBackend
+
+        return TransformersBackend(model, self.policy.tokenizer, device=self.policy.device, **self.backend_options)
 
     def ping(self) -> bool:
         return True

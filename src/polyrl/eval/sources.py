@@ -65,7 +65,7 @@ class LocalModelSource:
     ):
         from polyrl.policy.generation import TransformersBackend
 
-        self.backend = TransformersBackend(policy.model, policy.tokenizer, batch_size=batch_size)
+        self.backend = TransformersBackend(policy.model, policy.tokenizer, batch_size=batch_size, device=policy.device)
         self.prompts = PromptBuilder(policy.tokenizer, PromptConfig(field=field, system=system, style=style))
         self.batch_size = batch_size
         self.seed = seed

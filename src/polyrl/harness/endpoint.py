@@ -187,7 +187,7 @@ class HarnessEndpoint:
         if not rows or model is None:
             return None
         temperature = 1.0 if self.sampling.get("greedy") else self.sampling.get("temperature", 1.0)
-        return response_logprobs(model, rows, self.codec.tok.pad_token_id or 0, temperature)
+        return response_logprobs(model, self.backend.device, rows, self.codec.tok.pad_token_id or 0, temperature)
 
     def _refuse(self, w: Waiting, status: int, message: str) -> None:
         w.episode.ledger.release(w.turn)

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import torch
 
-from polyrl.rollout.batch import collate, sequence_logprobs
+from polyrl.learner import collate, sequence_logprobs
 
 ROWS_PER_FORWARD = 16
 
 
 def response_logprobs(
-    model, rows: list[tuple[list[int], list[int]]], pad_id: int, temperature: float
+    model, device, rows: list[tuple[list[int], list[int]]], pad_id: int, temperature: float
 ) -> list[list[float]]:
     """For each ``(prompt_ids, response_ids)``, the log-prob of every response token given all before it,
-    at ``temperature`` (the sampling distribution before top-p)."""
+    at ``temperature`` (the sampling distribution before top-p), from ``model`` (its weights on ``device``)."""
     out: list[list[float]] = []
     was_training = model.training
     model.eval()
@@ -22,7 +22,7 @@ def response_logprobs(
         for start in range(0, len(rows), ROWS_PER_FORWARD):
             chunk = rows[start : start + ROWS_PER_FORWARD]
             with torch.no_grad():
-                logp, _ = sequence_logprobs(model, collate(chunk, pad_id), temperature)
+                logp, _ = sequence_logprobs(model, collate(chunk, pad_id).to(device), temperature)
             out += [logp[i, len(p) - 1 : len(p) - 1 + len(r)].tolist() for i, (p, r) in enumerate(chunk)]
     finally:
         model.train(was_training)

@@ -99,7 +99,8 @@ def _record_behaviour(trajs: list[Trajectory], backend: GenerationBackend, codec
     if model is None or not trajs:
         return
     pad = codec.tok.pad_token_id or 0
-    scored = response_logprobs(model, [(t.prompt_ids, t.response_ids) for t in trajs], pad, temperature)
+    rows = [(t.prompt_ids, t.response_ids) for t in trajs]
+    scored = response_logprobs(model, backend.device, rows, pad, temperature)
     for t, logps in zip(trajs, scored):
         t.behaviour_logprobs = [lp if m else 0.0 for lp, m in zip(logps, t.policy_mask)]
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from polyrl.device import device_kind
 from polyrl.registry import Registry, registered
 
 __all__ = [
@@ -46,6 +47,10 @@ class GenerationConfig(BaseModel):
         description="A registered generation backend: transformers (CPU or GPU, the default) or vllm (optional extra polyrl[vllm], CUDA only; weights synced after every update), or a plugin's.",
     )
     batch_size: int = Field(256, ge=1, description="transformers: sequences generated together.")
+    cuda_graphs: bool = Field(
+        True,
+        description="transformers on CUDA: replay each decode step of polyrl's packed forward as one CUDA graph (a fixed batch: finished rows keep their slots); a small model's eager step is bound by kernel launches.",
+    )
     vllm_gpu_memory_utilization: float = Field(
         0.3,
         gt=0,
@@ -75,6 +80,8 @@ class BackendContext:
     """The run seed (engines that seed their own sampler)."""
     share_prompts: bool
     """``rl.share_prompts``: prefill each distinct prompt once per group."""
+    device: Any
+    """The ``torch.device`` the model's weights are on (the run's placement decided it)."""
     own: Any = None
     """``generation.options`` validated against the engine's settings class (None without one)."""
 
@@ -134,7 +141,7 @@ def check_engine(generation: GenerationConfig, device: str, backend: str) -> Non
             f"{engine} samples in the trainer process; it cannot be combined with backend=ray, whose rollout "
             "workers generate with transformers"
         )
-    if spec.cuda_only and not device.startswith("cuda"):
+    if spec.cuda_only and device_kind(device) != "cuda":
         raise ValueError(f"{engine} needs a CUDA device (device=cuda), not device={device}")
     if spec.settings is None and generation.options:
         raise ValueError(f"{engine} takes no generation.options ({', '.join(sorted(generation.options))})")
@@ -149,11 +156,11 @@ def check_installed(generation: GenerationConfig) -> None:
         spec.check()
 
 
-def make_backend(generation: GenerationConfig, model, tokenizer, seed: int, share_prompts: bool):
-    """The configured engine's backend over ``model``."""
+def make_backend(generation: GenerationConfig, model, tokenizer, seed: int, share_prompts: bool, device):
+    """The configured engine's backend over ``model`` (its weights on ``device``)."""
     spec = get_backend(generation.engine)
     own = spec.settings.model_validate(generation.options) if spec.settings is not None else None
-    return spec.make(model, tokenizer, BackendContext(generation, seed, share_prompts, own))
+    return spec.make(model, tokenizer, BackendContext(generation, seed, share_prompts, device, own))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -165,5 +172,10 @@ def _transformers(model, tokenizer, ctx: BackendContext):
     from polyrl.policy.generation import TransformersBackend
 
     return TransformersBackend(
-        model, tokenizer, batch_size=ctx.generation.batch_size, shared_prefill=ctx.share_prompts
+        model,
+        tokenizer,
+        batch_size=ctx.generation.batch_size,
+        shared_prefill=ctx.share_prompts,
+        device=ctx.device,
+        cuda_graphs=ctx.generation.cuda_graphs,
     )

@@ -38,9 +38,8 @@ FORWARD_MODES = ("auto", "packed", "transformers")
 
 
 def set_forward(model: nn.Module, mode: str) -> None:
-    """Which forward polyrl takes of ``model``: ``packed`` (this one wherever the architecture is supported),
-    ``auto`` (this one on the CPU, where it was measured; the model's own on GPUs) or ``transformers`` (always
-    the model's own)."""
+    """Which forward polyrl takes of ``model``: ``packed`` or ``auto`` (this one wherever the architecture is
+    supported, on the CPU and on CUDA alike) or ``transformers`` (always the model's own)."""
     if mode not in FORWARD_MODES:
         raise ValueError(f"model forward must be one of {', '.join(FORWARD_MODES)}, got {mode!r}")
     setattr(model, _ATTRIBUTE, mode)
@@ -80,14 +79,12 @@ class Decoder:
     @classmethod
     def of(cls, model) -> Decoder | None:
         """The decoder of ``model`` (PEFT-wrapped too), or None when polyrl's forward does not apply: an
-        architecture not in :data:`SUPPORTED_MODEL_TYPES`, ``model.forward: transformers`` (or ``auto`` off the
-        CPU), attention dropout in training, or parameters sharded by FSDP."""
+        architecture not in :data:`SUPPORTED_MODEL_TYPES`, ``model.forward: transformers``, attention dropout in
+        training, or parameters sharded by FSDP."""
         mode = getattr(model, _ATTRIBUTE, "auto")
         if mode == "transformers":
             return None
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        if mode == "auto" and next(base.parameters()).device.type != "cpu":
-            return None
         config = getattr(base, "config", None)
         if getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
             return None

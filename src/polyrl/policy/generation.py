@@ -13,8 +13,9 @@ from typing import Protocol
 
 import torch
 
+from polyrl.device import HOST
 from polyrl.policy.decoder import MODULES, Decoder
-from polyrl.policy.packed_decode import PackedDecode, PackedLinears
+from polyrl.policy.packed_decode import GraphedDecode, PackedDecode, PackedLinears
 from polyrl.policy.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
 
 
@@ -98,15 +99,19 @@ class Prefill:
 
 
 def prefill(
-    model, unique: Sequence[Sequence[int]], source: Sequence[int], pad_id: int = 0, last_logits_only: bool = False
+    model,
+    unique: Sequence[Sequence[int]],
+    source: Sequence[int],
+    device: torch.device,
+    pad_id: int = 0,
+    last_logits_only: bool = False,
 ) -> Prefill | None:
-    """Run each distinct prompt through ``model`` once (left-padded, with a KV cache) and index the cache out
-    to one row per input prompt; None when the model takes no ``position_ids`` or its cache can't be
-    indexed by row. Gradients flow through it when enabled."""
+    """Run each distinct prompt through ``model`` (its weights on ``device``) once, left-padded, with a KV cache,
+    and index the cache out to one row per input prompt; None when the model takes no ``position_ids`` or its
+    cache can't be indexed by row. Gradients flow through it when enabled."""
     args = forward_args(model)
     if not args["positions"]:
         return None
-    device = next(model.parameters()).device
     input_ids, attention = (t.to(device) for t in left_pad(unique, pad_id))
     positions = (attention.cumsum(1) - 1).clamp(min=0)
     keep = {args["keep_last"]: 1} if last_logits_only and args["keep_last"] else {}
@@ -138,9 +143,21 @@ class TransformersBackend:
     by batch row fall back to ``model.generate`` itself (``shared_prefill=False`` forces that).
     """
 
-    def __init__(self, model, tokenizer, batch_size: int = 256, shared_prefill: bool = True):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        batch_size: int = 256,
+        shared_prefill: bool = True,
+        device: torch.device | str = HOST,
+        cuda_graphs: bool = True,
+    ):
         self.model = model
         self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        """Where the model's weights are (its owner put them there); every tensor of a generation is made here."""
+        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
+        """Replay each packed decode step as one CUDA graph (``generation.cuda_graphs``; CUDA only)."""
         self.batch_size = batch_size
         self.shared_prefill = shared_prefill
         self.version = 0
@@ -165,7 +182,7 @@ class TransformersBackend:
         try:
             # one autocast context for the whole call: its cast cache keeps the bf16 copy of each weight for
             # every decode step instead of casting the weights again per token
-            with forward_precision(self.model):
+            with forward_precision(self.model, self.device):
                 for start in range(0, len(prompts), self.batch_size):
                     chunk = prompts[start : start + self.batch_size]
                     out += self._generate_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
@@ -194,7 +211,7 @@ class TransformersBackend:
 
     def _hf_generate_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy) -> list[list[int]]:
         input_ids, attention = left_pad(prompts, self.tokenizer.pad_token_id)
-        device = next(self.model.parameters()).device
+        device = self.device
         sampling = {} if greedy else {"temperature": temperature, "top_p": top_p, "top_k": 0}
         seqs = self.model.generate(
             input_ids=input_ids.to(device),
@@ -229,7 +246,8 @@ class TransformersBackend:
             alive = int(running.sum())
             if step == max_new_tokens - 1 or alive == 0:
                 break
-            if alive <= 0.75 * len(rows):  # drop finished rows from the batch and the cache (a copy, so not each step)
+            if alive <= 0.75 * len(rows) and not getattr(state, "fixed_rows", False):
+                # drop finished rows from the batch and the cache (a copy, so not each step)
                 keep = torch.nonzero(running).flatten()
                 rows, nxt, running = rows[keep], nxt[keep], running[keep]
                 state.select(keep)
@@ -246,10 +264,11 @@ class TransformersBackend:
             mode = autocast_mode(self.model)
             dtype = AUTOCAST_DTYPES.get(mode) or next(self.model.parameters()).dtype
             linears = MODULES
-            if dtype == torch.bfloat16 and PackedLinears.available(dec):
+            if dtype == torch.bfloat16 and PackedLinears.available(dec, self.device):
                 linears = PackedLinears(dec, len(prompts))
-            return PackedDecode(dec, unique, source, max_new_tokens, linears, dtype)
-        return _CachedDecode.of(self.model, unique, source, self.tokenizer.pad_token_id)
+            state = PackedDecode(dec, unique, source, max_new_tokens, linears, dtype, self.device)
+            return GraphedDecode(state, capture=self.device.type == "cuda") if self.cuda_graphs else state
+        return _CachedDecode.of(self.model, unique, source, self.tokenizer.pad_token_id, self.device)
 
 
 class _CachedDecode:
@@ -262,8 +281,8 @@ class _CachedDecode:
         self.attention, self.positions = pre.attention[pre.source], pre.positions[pre.source, -1:] + 1
 
     @classmethod
-    def of(cls, model, unique, source, pad_id) -> _CachedDecode | None:
-        pre = prefill(model, unique, source, pad_id, last_logits_only=True)
+    def of(cls, model, unique, source, pad_id, device) -> _CachedDecode | None:
+        pre = prefill(model, unique, source, device, pad_id, last_logits_only=True)
         return cls(model, pre) if pre is not None else None
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -72,19 +72,17 @@ def merged(model):
 
 @dataclass
 class Policy:
-    """A causal LM and its tokenizer (left padding, a pad token always set)."""
+    """A causal LM, its tokenizer (left padding, a pad token always set) and the device it was put on."""
 
     model: Any
     tokenizer: Any
+    device: Any = None
+    """The ``torch.device`` :func:`load_policy` put the weights on (whoever moves them says so here)."""
 
     def save(self, path: str | Path) -> None:
         """Save as a plain Hugging Face checkpoint (LoRA adapters merged in)."""
         merged(self.model).save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
-
-    @property
-    def device(self):
-        return next(self.model.parameters()).device
 
 
 def check_model_dir(path: str | Path) -> None:
@@ -119,6 +117,7 @@ def _dtype(name: str):
 
 def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = "cpu") -> Policy:
     """Build or load the policy described by ``config`` on ``device``."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     config = config or ModelConfig()
@@ -145,7 +144,7 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = 
         model = _add_lora(model, config.lora)
     set_autocast(model, resolve_autocast(config.autocast, model, device))
     set_forward(model, config.forward)
-    return Policy(model.to(device), tokenizer)
+    return Policy(model.to(device), tokenizer, torch.device(device))
 
 
 def _add_lora(model, cfg: LoraConfig):

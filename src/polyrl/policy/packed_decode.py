@@ -1,11 +1,22 @@
 """Generation on polyrl's packed forward (``policy/decoder.py``): prompts prefilled packed, a static KV cache, one
-decode step per token, and on a CPU with bf16 matmuls every weight reordered once per ``generate`` call.
+decode step per token, on a CPU with bf16 matmuls every weight reordered once per ``generate`` call, and on CUDA
+each decode step replayed as one CUDA graph.
 
 ``TransformersBackend`` (``policy/generation.py``) drives the sampling loop; :class:`PackedDecode` is its state
-for a chunk of prompts on a supported decoder: ``first_logits``, ``step(tokens)``, ``select(rows)``.
+for a chunk of prompts on a supported decoder: ``first_logits``, ``step(tokens)``, ``select(rows)``;
+:class:`GraphedDecode` the same state with a fixed batch, whose step is a CUDA graph.
+
+Why graphs: a decode step of a small model is hundreds of small kernels (a 30-layer model: ~20 per layer), each
+microseconds of work behind microseconds of launch overhead, so an eager step is bound by the CPU launching them
+(~26 ms per step for SmolLM2-135M's shape on an H200, where the weights and cache it reads take well under 1 ms).
+A graph launches the whole step at once. It needs fixed shapes and no host values inside the step: the cache
+column is a device tensor written with ``index_copy_``, and finished rows keep their slots (their tokens are
+discarded) instead of leaving the batch.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 from torch import Tensor, nn
@@ -33,11 +44,11 @@ class PackedLinears(Linears):
         self._pack(dec.head)
 
     @staticmethod
-    def available(dec: Decoder) -> bool:
-        """oneDNN with bf16 on this CPU, and the model on the CPU."""
+    def available(dec: Decoder, device: torch.device) -> bool:
+        """oneDNN with bf16 on this CPU, and the model (on ``device``) on the CPU."""
         mkldnn = getattr(torch.ops, "mkldnn", None)
         return (
-            dec.head.weight.device.type == "cpu"
+            device.type == "cpu"
             and torch.backends.mkldnn.is_available()
             and hasattr(mkldnn, "_reorder_linear_weight")
             and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -133,14 +144,38 @@ def decode_step(dec: Decoder, cache: StaticCache, ids: Tensor, positions: Tensor
     return dec.trunk.norm(x)
 
 
+def static_decode_step(
+    dec: Decoder, cache: StaticCache, ids: Tensor, positions: Tensor, col: Tensor, linears: Linears
+) -> Tensor:
+    """:func:`decode_step` with the cache column a 1-element device tensor ``col``: every shape fixed and no host
+    value read, so that a CUDA graph can replay it (the caller advances ``col`` and ``positions``)."""
+    cache.allowed.index_fill_(1, col, True)
+    x = dec.trunk.embed_tokens(ids)
+    cos, sin = dec.rotary(positions, x)
+    n, group = ids.shape[0], dec.heads // dec.kv_heads
+    hidden = torch.finfo(torch.float32).min
+    blocked = ~cache.allowed.view(n, 1, 1, -1)
+    for i, layer in enumerate(dec.layers):
+        q, k, v = layer_qkv(dec, layer, x, cos, sin, linears)
+        keys, values = cache.keys[i], cache.values[i]  # [N, KV, width, D]
+        keys.index_copy_(2, col, k.unsqueeze(2).to(keys.dtype))
+        values.index_copy_(2, col, v.unsqueeze(2).to(values.dtype))
+        qg = q.view(n, dec.kv_heads, group, dec.head_dim).to(keys.dtype)
+        scores = torch.matmul(qg, keys.transpose(-1, -2)) * layer.self_attn.scaling  # [N, KV, group, width]
+        probs = torch.softmax(scores.float().masked_fill_(blocked, hidden), dim=-1).to(values.dtype)
+        x = layer_rest(layer, x, torch.matmul(probs, values).reshape(n, -1), linears)
+    return dec.trunk.norm(x)
+
+
 class PackedDecode:
     """Sampling state of one generation chunk on the packed forward: the distinct prompts prefilled once as
     packed tokens, their keys and values copied into a :class:`StaticCache` row per completion, then one
     :func:`decode_step` per token. ``first_logits``, ``step(tokens)`` and ``select(rows)`` are what
     ``TransformersBackend``'s sampling loop calls."""
 
-    def __init__(self, dec: Decoder, unique: list, source: list[int], new_tokens: int, linears: Linears, dtype):
-        device = dec.head.weight.device
+    def __init__(
+        self, dec: Decoder, unique: list, source: list[int], new_tokens: int, linears: Linears, dtype, device
+    ):
         self.dec, self.linears = dec, linears
         lengths = torch.tensor([len(u) for u in unique], device=device)
         starts = torch.cumsum(lengths, 0) - lengths
@@ -168,3 +203,73 @@ class PackedDecode:
     def select(self, rows: Tensor) -> None:
         self.cache.select(rows)
         self.positions = self.positions[rows]
+
+
+GRAPH_WARMUP_STEPS = 2
+"""Eager runs of the step on a side stream before capture (cuBLAS picks its kernels and workspaces there)."""
+
+
+class GraphedDecode:
+    """A :class:`PackedDecode` whose batch stays fixed (finished rows keep their slots; ``fixed_rows``) and whose
+    step is :func:`static_decode_step`, replayed as one CUDA graph when ``capture`` (on CUDA). Without ``capture``
+    (or where capture fails, with one warning) the same step runs eagerly: the CPU tests check its tokens against
+    transformers' greedy decode.
+
+    The graph reads the step's tokens from a static buffer and writes the logits to another, so :meth:`step` copies
+    the tokens in, replays, and returns that buffer (valid until the next step)."""
+
+    fixed_rows = True
+
+    def __init__(self, state: PackedDecode, capture: bool):
+        self.state = state
+        self.dec, self.linears, self.cache = state.dec, state.linears, state.cache
+        self.first_logits = state.first_logits
+        device = state.positions.device
+        self.tokens = torch.zeros_like(state.positions)
+        self.positions = state.positions.clone()
+        self.col = torch.tensor([state.cache.filled], device=device)
+        self.capture = capture
+        self.graph = None
+        self.logits: Tensor | None = None
+
+    def _run(self) -> Tensor:
+        hidden = static_decode_step(self.dec, self.cache, self.tokens, self.positions, self.col, self.linears)
+        self.positions.add_(1)
+        self.col.add_(1)
+        return self.linears(self.dec.head, hidden)
+
+    def _capture(self) -> None:
+        """Warm up on a side stream, put the state back as it was, capture one step."""
+        saved = (self.positions.clone(), self.col.clone(), self.cache.allowed.clone())
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(GRAPH_WARMUP_STEPS):
+                self._run()
+                self.positions.copy_(saved[0])
+                self.col.copy_(saved[1])
+        torch.cuda.current_stream().wait_stream(side)
+        self.cache.allowed.copy_(saved[2])  # the keys written at the column are rewritten by the real step
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.logits = self._run()
+        self.positions.copy_(saved[0])
+        self.col.copy_(saved[1])
+        self.graph = graph
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """Logits ``[N, V]`` of the next token after ``tokens [N]`` (one per row, finished rows included)."""
+        self.tokens.copy_(tokens)
+        if self.capture and self.graph is None:
+            try:
+                self._capture()
+            except RuntimeError as exc:  # an op the graph cannot hold: the same step, eagerly
+                warnings.warn(f"CUDA graph capture of the decode step failed ({exc}); decoding eagerly", stacklevel=2)
+                self.capture = False
+        if self.graph is not None:
+            self.graph.replay()
+            return self.logits
+        return self._run()
+
+    def select(self, rows: Tensor) -> None:
+        raise RuntimeError("a GraphedDecode keeps its rows (fixed_rows): the sampling loop never drops them")

@@ -31,13 +31,13 @@ def autocast_mode(model: torch.nn.Module) -> str:
     return getattr(model, _ATTRIBUTE, None) or "none"
 
 
-def forward_precision(model: torch.nn.Module):
-    """The autocast context for a forward of ``model``: ``torch.autocast`` in the model's mode, or nothing."""
+def forward_precision(model: torch.nn.Module, device: torch.device | str):
+    """The autocast context for a forward of ``model`` on ``device`` (where its weights are, as the caller that
+    placed them knows): ``torch.autocast`` in the model's mode, or nothing."""
     mode = getattr(model, _ATTRIBUTE, None)
     if mode is None:
         return contextlib.nullcontext()
-    device = next(model.parameters()).device.type
-    return torch.autocast(device_type=device, dtype=AUTOCAST_DTYPES[mode])
+    return torch.autocast(device_type=torch.device(device).type, dtype=AUTOCAST_DTYPES[mode])
 
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -64,7 +64,7 @@ def bf16_cpu_flags() -> frozenset[str]:
     return frozenset(flag for flag in BF16_CPU_FLAGS if flag in flags)
 
 
-def resolve_autocast(mode: str, model: torch.nn.Module, device: str) -> str:
+def resolve_autocast(mode: str, model: torch.nn.Module, device: torch.device | str) -> str:
     """``mode``, with ``auto`` made concrete: ``bf16`` on a CUDA device that supports it or a CPU with bf16
     matmul units, for a float32 model at least :data:`AUTO_BF16_MIN_WIDTH` wide; ``none`` otherwise (the tiny
     default stays in fp32, bit for bit)."""
@@ -75,9 +75,10 @@ def resolve_autocast(mode: str, model: torch.nn.Module, device: str) -> str:
     width = getattr(getattr(model, "config", None), "hidden_size", 0) or 0
     if width < AUTO_BF16_MIN_WIDTH:
         return "none"
-    if device.startswith("cuda"):
+    kind = torch.device(device).type
+    if kind == "cuda":
         return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "none"
-    return "bf16" if device == "cpu" and bf16_cpu_flags() else "none"
+    return "bf16" if kind == "cpu" and bf16_cpu_flags() else "none"
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:

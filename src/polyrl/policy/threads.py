@@ -55,9 +55,10 @@ def keep_freed_memory() -> bool:
         return False
 
 
-def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu", keep_memory: bool = False) -> int:
+def configure_torch(threads: int | None, deterministic: bool, device, keep_memory: bool = False) -> int:
     """Set torch's CPU threads (``threads``, or :func:`default_threads`) and, with ``deterministic``, make every
-    run of the same config compute the same numbers (docs/training.md, "Determinism"). Returns the threads.
+    run of the same config compute the same numbers (docs/training.md, "Determinism") on ``device`` (the run's).
+    Returns the threads.
 
     It switches on torch's deterministic algorithms (``torch.use_deterministic_algorithms``: on CPU the sorted
     accumulation of indexing backward passes such as that of ``x[rows, cols]``; on CUDA also cuDNN's and
@@ -70,7 +71,7 @@ def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu
         keep_freed_memory()
     count = threads or default_threads(available_cores())
     torch.set_num_threads(count)
-    if deterministic and device.startswith("cuda"):
+    if deterministic and torch.device(device).type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False

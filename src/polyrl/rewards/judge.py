@@ -186,7 +186,7 @@ class LocalJudgeClient:
         from polyrl.policy.loading import ModelConfig, load_policy
 
         self.policy = load_policy(ModelConfig(path=config.model), device=device)
-        self.backend = TransformersBackend(self.policy.model, self.policy.tokenizer)
+        self.backend = TransformersBackend(self.policy.model, self.policy.tokenizer, device=self.policy.device)
         self.config = config
 
     def complete_many(self, prompts: list[str]) -> list[tuple[str | None, str | None]]:

@@ -1,18 +1,14 @@
 """Rollouts: problems in, unscored trajectories out (one path, :func:`rollout`, for single- and multi-turn)."""
 
-from polyrl.rollout.batch import TokenBatch, collate, sequence_logprobs
 from polyrl.rollout.dispatch import Sampling, rollout, rollout_groups
 from polyrl.rollout.single_turn import rollout_problems
 from polyrl.rollout.trajectory import Trajectory, number_groups
 
 __all__ = [
     "Sampling",
-    "TokenBatch",
     "Trajectory",
-    "collate",
     "number_groups",
     "rollout",
     "rollout_groups",
     "rollout_problems",
-    "sequence_logprobs",
 ]

@@ -52,7 +52,7 @@ def build_app(policy, model_name: str, limits: ServeLimits | None = None):
     """The FastAPI app serving ``policy`` (a :class:`~polyrl.policy.loading.Policy`) as ``model_name``."""
     limits = limits or ServeLimits()
     tokenizer = policy.tokenizer
-    backend = TransformersBackend(policy.model, tokenizer)
+    backend = TransformersBackend(policy.model, tokenizer, device=policy.device)
     context = getattr(policy.model.config, "max_position_embeddings", None)
     max_prompt = limits.max_prompt_tokens or (context - 1 if context else None)
     if max_prompt is not None and context is not None and max_prompt >= context:
@@ -121,7 +121,7 @@ def build_app(policy, model_name: str, limits: ServeLimits | None = None):
             )
         choices = [make_choice(tokenizer, g, request.stop) for g in gens]
         if request.logprobs:
-            add_logprobs(policy.model, tokenizer, ids, choices, request.top_logprobs or 0)
+            add_logprobs(policy.model, policy.device, tokenizer, ids, choices, request.top_logprobs or 0)
         return choices
 
     return app

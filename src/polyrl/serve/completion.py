@@ -79,9 +79,9 @@ def _entry(tokenizer, token_id: int, logprob: float) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def add_logprobs(model, tokenizer, prompt_ids: list[int], choices: list[Choice], top: int) -> None:
-    """Fill each choice's ``logprobs`` (one entry per returned piece) from one forward pass per choice."""
-    device = next(model.parameters()).device
+def add_logprobs(model, device, tokenizer, prompt_ids: list[int], choices: list[Choice], top: int) -> None:
+    """Fill each choice's ``logprobs`` (one entry per returned piece) from one forward pass per choice of ``model``
+    (its weights on ``device``)."""
     for choice in choices:
         count = len(choice.pieces)
         if count == 0:

@@ -19,6 +19,7 @@ import torch
 from polyrl.curriculum import make_difficulty_controller, make_sampler
 from polyrl.errors import UserError
 from polyrl.harness.resolve import resolve_task_spec
+from polyrl.learner import UpdateSettings
 from polyrl.policy import PromptBuilder, load_policy
 from polyrl.policy.backends import check_installed, make_backend
 from polyrl.policy.threads import configure_torch
@@ -29,7 +30,6 @@ from polyrl.run_dir import RunDir
 from polyrl.tasks.answers import AnswerFormat
 from polyrl.trackers import open_trackers
 from polyrl.train.config import TrainConfig
-from polyrl.train.settings import UpdateSettings
 
 
 def step_seed(seed: int, stage: str, step: int) -> int:
@@ -125,15 +125,15 @@ def _load_policy(parts: RunParts, placement) -> None:
     """The policy, its prompts and its generation backend (over the weights the placement gives it)."""
     from transformers.utils import logging as hf_logging
 
-    config = parts.config
+    config, device = parts.config, placement.device
     hf_logging.disable_progress_bar()
-    configure_torch(config.threads, config.deterministic, config.device, config.keep_freed_memory)
+    configure_torch(config.threads, config.deterministic, device, config.keep_freed_memory)
     torch.manual_seed(config.seed)
-    parts.policy = load_policy(config.model, seed=config.seed, device=config.device)
+    parts.policy = load_policy(config.model, seed=config.seed, device=device)
     parts.prompts = PromptBuilder(parts.policy.tokenizer, config.prompt)
     tokenizer, share = parts.policy.tokenizer, config.rl.share_prompts
     parts.backend = placement.make_backend(
-        parts.policy, lambda model: make_backend(config.generation, model, tokenizer, config.seed, share)
+        parts.policy, lambda model: make_backend(config.generation, model, tokenizer, config.seed, share, device)
     )
 
 
@@ -178,9 +178,7 @@ def build_run(config: TrainConfig, resume: bool, placement, policy_version) -> R
     config.verifier.apply()  # the isolated verifier pool's limits, before any task verifies anything
     tasks, specs = _resolve_tasks(config)
     sampler, controller = _curriculum(config, tasks, specs)
-    scorer = RewardScorer(config.reward, list(tasks), config.device)
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device {config.device!r} requested but CUDA is not available")
+    scorer = RewardScorer(config.reward, list(tasks), str(placement.device))
     check_installed(config.generation)  # the config checked the device and the rollout placement
     trackers = lambda: open_trackers(config.logging, config.run_dir, config.model_dump(mode="json"))
     run_dir = placement.open_run_dir(config.run_dir, trackers, resume)

@@ -14,6 +14,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from polyrl.curriculum import SAMPLERS
+from polyrl.device import check_device_spec, device_kind
 from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
@@ -201,7 +202,10 @@ class TrainConfig(Strict):
 
     seed: int = Field(0, description="Run seed: every random choice flows from it.")
     run_dir: str = Field("runs/default", description="Run directory (config, metrics, checkpoints, models).")
-    device: str = Field("cpu", description="Torch device: cpu, cuda, cuda:1, mps.")
+    device: str = Field(
+        "auto",
+        description="Torch device the policy trains on: auto (CUDA when this machine has it, else the CPU), cpu, cuda, cuda:N or mps; printed at the start of a run (under torchrun each rank takes cuda:LOCAL_RANK).",
+    )
     threads: int | None = Field(
         None, ge=1, description="torch CPU threads (default: half the CPU cores, 1 to 4; see docs/training.md)."
     )
@@ -253,6 +257,11 @@ class TrainConfig(Strict):
         description="Written by polyrl: the overrides each --resume gave, and the checkpoint they took effect at.",
     )
 
+    @field_validator("device")
+    @classmethod
+    def _device(cls, spec: str) -> str:
+        return check_device_spec(spec)
+
     @field_validator("tasks")
     @classmethod
     def _unique(cls, tasks):
@@ -283,7 +292,7 @@ class TrainConfig(Strict):
     @model_validator(mode="after")
     def _compatible(self):
         check_engine(self.generation, self.device, self.backend)
-        if self.model.autocast == "fp16" and not self.device.startswith("cuda"):
+        if self.model.autocast == "fp16" and device_kind(self.device) != "cuda":
             raise ValueError(f"model.autocast=fp16 needs a CUDA device, not device={self.device}; use bf16 on CPU")
         if self.eval.attempts > 1:
             names = [t.name for t in self.tasks]

@@ -7,7 +7,8 @@ What changes, and only this:
 - rollouts: each rank generates and scores its share of the groups on an unsharded replica, and every rank
   gets every group (:class:`~polyrl.distributed.fsdp.RankSource`, ``RankScorer``); advantages and
   normalizers are global;
-- updates: each rank trains its rows of each minibatch (``policy_update(..., ranks=)``; SFT likewise);
+- the device: this rank's own GPU (``cuda:LOCAL_RANK``) on CUDA, the CPU (gloo) otherwise;
+- updates: each rank trains its rows of each minibatch (``policy_update(..., ranks=)``; ``sft_step`` likewise);
 - the run directory: rank 0 writes it (metrics, TensorBoard, evaluation, models); the others write nothing;
 - checkpoints: the model and optimizer as sharded ``torch.distributed.checkpoint`` state in ``model/``,
   the rest as in one process; the Hugging Face models (``sft_model/``, ``final_model/``) are gathered;
@@ -32,7 +33,6 @@ from polyrl.distributed.fsdp import (
     Ranks,
     RankScorer,
     RankSource,
-    idle_pass,
     load_sharded,
     save_sharded,
     shard_model,
@@ -40,15 +40,11 @@ from polyrl.distributed.fsdp import (
     sync_replica,
 )
 from polyrl.errors import UserError
-from polyrl.optim import clip_and_step
 from polyrl.policy.backends import get_backend
-from polyrl.rollout import collate, sequence_logprobs
-from polyrl.rollout.batch import pack_rows
 from polyrl.run_dir import RunDir, SilentRunDir
 from polyrl.train.checkpoint import Checkpoint, load_model_weights, save_checkpoint
 from polyrl.train.config import TrainConfig
 from polyrl.train.placement import LocalPlacement
-from polyrl.train.sft import SFT_MAX_GRAD_NORM
 from polyrl.train.trainer import Trainer
 
 
@@ -105,7 +101,8 @@ class _StateInShards:
 class FSDPPlacement(LocalPlacement):
     """The policy sharded across the ranks of ``ranks``; each rank generates on its own unsharded replica."""
 
-    def __init__(self, ranks: Ranks):
+    def __init__(self, ranks: Ranks, device: torch.device):
+        super().__init__(device)
         self.ranks = ranks
         self.is_writer = ranks.is_writer
         self.replica = None
@@ -189,35 +186,6 @@ class FSDPPlacement(LocalPlacement):
         torch.set_rng_state(blob["rng"]["torch"])
         return blob.get("tensors", {})
 
-    # -- SFT, split ------------------------------------------------------------------------------------
-    def sft_step(self, training, pad_id: int, sequences, micro_batch_tokens: int | None) -> float | None:
-        """``sft.sft_step`` across ranks: each rank its share of the sequences in micro-batches of at most
-        ``micro_batch_tokens`` padded tokens (every rank as many passes), normalized by the whole batch's
-        token count, gradients summed by FSDP; the loss is the whole batch's."""
-        model = training.model
-        masks = [s[2] if len(s) == 3 else [1] * len(s[1]) for s in sequences]
-        batch = collate([s[:2] for s in sequences], pad_id, masks)
-        tokens = batch.loss_mask.sum().clamp(min=1)
-        rows = self.ranks.mine(torch.arange(len(sequences)))
-        pieces = (
-            [rows] if micro_batch_tokens is None else pack_rows(rows, batch.attention_mask.sum(1), micro_batch_tokens)
-        )
-        training.optimizer.zero_grad(set_to_none=True)
-        local = 0.0
-        for piece in self.ranks.lockstep(p for p in pieces if len(p)):
-            if piece is None:
-                idle_pass(model, batch.input_ids, backward=True)
-                continue
-            micro = batch.select(piece)
-            logp, _ = sequence_logprobs(model, micro, share_prompts=False)
-            loss = -(logp * micro.loss_mask.to(logp.dtype)).sum() / tokens
-            loss.backward()
-            local += float(loss.detach())
-        total = self.ranks.sum(local)
-        if clip_and_step(training.optimizer, training.parameters(), SFT_MAX_GRAD_NORM, torch.tensor(total)) is None:
-            return None
-        return total
-
     def close(self) -> None:
         torch.distributed.destroy_process_group()
 
@@ -225,6 +193,6 @@ class FSDPPlacement(LocalPlacement):
 class FSDPTrainer(Trainer):
     """The Trainer on this rank of a multi-process run (``torchrun``): :class:`FSDPPlacement`, nothing else."""
 
-    def __init__(self, config: TrainConfig, ranks: Ranks, resume: bool = False):
+    def __init__(self, config: TrainConfig, ranks: Ranks, device: torch.device, resume: bool = False):
         check_fsdp_config(config)
-        super().__init__(config, resume=resume, placement=FSDPPlacement(ranks))
+        super().__init__(config, resume=resume, placement=FSDPPlacement(ranks, device))

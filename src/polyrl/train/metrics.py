@@ -1,7 +1,7 @@
 """Stage 5 of an RL step: what the step did, overall and per task (per-task keys are ``<metric>/<task>``).
 
 Everything here is read off the step's trajectories, the collector's counts, the ``UpdateBatch`` and the
-learner's :class:`~polyrl.train.learner.UpdateResult`; nothing is recomputed. :func:`step_metrics` is the
+learner's :class:`~polyrl.learner.update.UpdateResult`; nothing is recomputed. :func:`step_metrics` is the
 one place a step's metrics are assembled, and its docstring names every one.
 """
 
@@ -11,11 +11,11 @@ from collections import defaultdict
 from typing import Any
 
 from polyrl.curriculum import curriculum_metrics
+from polyrl.learner.update import UpdateResult
+from polyrl.learner.update_batch import UpdateBatch
 from polyrl.rollout import Trajectory
 from polyrl.rollout.collect import Collected
 from polyrl.rollout.episode_metrics import episode_metrics
-from polyrl.train.learner import UpdateResult
-from polyrl.train.update_batch import UpdateBatch
 
 VERIFIER_FAILURES = ("verifier_timeout", "verifier_error")
 """Verdict reasons of a verifier that could not finish (isolated worker timed out or crashed)."""
@@ -103,7 +103,7 @@ def step_metrics(
       ``response_length``, ``truncation_rate``, ``zero_variance_frac`` (over every generated group: dropped
       ones count), ``tokens``, ``policy_tokens``, ``entropy`` and ``kl`` (rows trained on), ``reward_terms/*``,
       ``reward_failures/*``, verifier failures, ``judge_position_inconsistent``; multi-turn episode metrics;
-    - from the update (:class:`~polyrl.train.learner.UpdateResult`): ``loss``, ``grad_norm``,
+    - from the update (:class:`~polyrl.learner.update.UpdateResult`): ``loss``, ``grad_norm``,
       ``skipped_updates``, ``updates``, ``trained_sequences``, every statistic the objective measured
       (overall and per task, measured once), ``value_loss``;
     - throughput and the collector: ``tokens_per_s``, ``completions_per_s``, ``step_time``,

@@ -1,9 +1,11 @@
 """Where the policy lives: one process (:class:`LocalPlacement`) or sharded across ranks (``FSDPPlacement``).
 
-The Trainer and its stages never ask which; they hand the placement what only it can do differently:
-open the run directory, build the generation backend over the right weights, give the backend the current
-weights, run an evaluation, build the KL reference, save a Hugging Face model, write and read a checkpoint,
-take one SFT step. ``polyrl.train.fsdp_trainer.FSDPPlacement`` is the other implementation.
+The placement owns the device (``placement.device``: the config's ``device`` resolved once; under FSDP this rank's
+``cuda:LOCAL_RANK``): the policy is loaded there, the KL reference and the critic follow it, and every batch the
+learner trains on moves there. The Trainer and its stages never ask which placement it is; they hand it what only
+it can do differently: open the run directory, build the generation backend over the right weights, give the
+backend the current weights, run an evaluation, build the KL reference, save a Hugging Face model, write and read
+a checkpoint. ``polyrl.train.fsdp_trainer.FSDPPlacement`` is the other implementation.
 """
 
 from __future__ import annotations
@@ -14,14 +16,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from polyrl.learner import BaseModelReference
 from polyrl.run_dir import RunDir
-from polyrl.train import sft
 from polyrl.train.checkpoint import Checkpoint, load_model_weights, load_training_state, save_checkpoint
-from polyrl.train.learner import BaseModelReference
 
 
 class LocalPlacement:
-    """The policy in this process: the backend samples from its tensors, the run directory is written here."""
+    """The policy in this process, on ``device``: the backend samples from its tensors, the run directory is
+    written here."""
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+        """Where the policy, the KL reference, the critic and every training batch live."""
 
     ranks = None
     """``polyrl.distributed.fsdp.Ranks`` when sharded; None in one process."""
@@ -85,12 +93,6 @@ class LocalPlacement:
     def load_checkpoint(self, ckpt: Checkpoint, training) -> dict[str, Any]:
         """Model, optimizer, scheduler and RNG states from ``ckpt``; the tensors saved with them."""
         return load_training_state(ckpt, training.model, training.optimizer, training.scheduler)
-
-    def sft_step(self, training, pad_id: int, sequences, micro_batch_tokens: int | None) -> float | None:
-        """One supervised step on ``sequences``; the loss, or None when it was skipped (non-finite)."""
-        return sft.sft_step(
-            training.model, training.optimizer, training.parameters(), pad_id, sequences, micro_batch_tokens
-        )
 
     def close(self) -> None:
         """The run is over (a sharded run leaves its process group)."""

@@ -4,11 +4,12 @@ One step, with the objects between its stages:
 
 1. ``collect`` (``rollout.collect.collect_groups``): the step's problems from the sampler, rolled out and
    scored in groups → :class:`~polyrl.rollout.collect.Collected` (the trajectories and the collector's counts);
-2. ``prepare_update`` (``train/update_batch.py``): advantages and the rows to train on → ``UpdateBatch``;
-3. ``policy_update`` (``train/learner.py``): the objective over epochs × minibatches → ``UpdateResult``;
+2. ``prepare_update`` (``learner/update_batch.py``): advantages and the rows to train on → ``UpdateBatch``;
+3. ``policy_update`` (``learner/update.py``): the objective over epochs × minibatches, each micro-batch moved
+   to the placement's device → ``UpdateResult``;
 4. ``step_metrics`` (``train/metrics.py``): every metric the step logs, named there.
 
-The update reads the frozen :class:`~polyrl.train.settings.UpdateSettings` built once from the config.
+The update reads the frozen :class:`~polyrl.learner.settings.UpdateSettings` built once from the config.
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ from typing import Any
 import numpy as np
 
 from polyrl.algos import uses_critic
+from polyrl.learner import critic_update, policy_update, prepare_update
 from polyrl.rewards import scoring
 from polyrl.rollout.collect import Collected, collect_groups
 from polyrl.train.checkpoint import Checkpoint
-from polyrl.train.learner import critic_update, policy_update
 from polyrl.train.metrics import step_metrics
-from polyrl.train.update_batch import prepare_update
 
 
 class RLStage:
-    """Stage 2 of the pipeline, over the run's parts, state and placement."""
+    """The RL stage of the pipeline (after SFT), over the run's parts, state and placement."""
 
     def __init__(self, parts, state, placement, progress, broadcast_weights, evaluate):
         self.parts, self.state, self.placement, self.progress = parts, state, placement, progress
@@ -46,7 +46,7 @@ class RLStage:
         if uses_critic(cfg.advantage):
             from polyrl.critic import Critic
 
-            self.training.critic = Critic(cfg.critic, self.training.model)
+            self.training.critic = Critic(cfg.critic, self.training.model, self.placement.device)
         start = 0
         if ckpt is not None:
             self.state.restore(ckpt)
@@ -92,6 +92,7 @@ class RLStage:
                 reference=self.reference,
                 critic=training.critic,
                 ranks=self.placement.ranks,
+                device=self.placement.device,
             )
             if update.updates:  # none: every advantage was zero, nothing to learn from this batch
                 learned = update.skipped_updates < update.updates

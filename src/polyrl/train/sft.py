@@ -1,22 +1,17 @@
-"""Stage 1: supervised warm start on reference solutions, and rejection-sampling fine-tuning."""
+"""The SFT stage's data: reference solutions (the warm start) and the policy's own verified samples (rejection
+sampling). The step that trains on them is :func:`polyrl.learner.sft.sft_step`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
-import torch
 
 from polyrl.envs import is_environment
-from polyrl.optim import clip_and_step
+from polyrl.learner.sft import Sequence
 from polyrl.rewards.stage import verify_trajectories
-from polyrl.rollout import Sampling, collate, rollout, sequence_logprobs
+from polyrl.rollout import Sampling, rollout
 from polyrl.rollout.reference import reference_episode
-
-Sequence = tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]
-"""``(prompt_ids, response_ids)``, or with a policy mask for multi-turn references (environment tokens 0)."""
-
-SFT_MAX_GRAD_NORM = 1.0
 
 
 def reference_batch(
@@ -38,33 +33,6 @@ def reference_batch(
         if response is not None:
             out.append((prompts.ids(problem), prompts.response_ids(response)))
     return out
-
-
-def sft_step(
-    model,
-    optimizer,
-    parameters: list[torch.Tensor],
-    pad_id: int,
-    sequences: list[Sequence],
-    micro_batch_tokens: int | None = None,
-) -> float | None:
-    """One optimizer step of next-token cross-entropy on the responses' policy tokens; None when skipped
-    (non-finite loss or gradient). The batch runs in micro-batches of at most ``micro_batch_tokens`` padded
-    tokens with accumulated gradients, each normalized by the whole batch's token count (same gradient)."""
-    masks = [s[2] if len(s) == 3 else [1] * len(s[1]) for s in sequences]
-    batch = collate([s[:2] for s in sequences], pad_id, masks)
-    total_tokens = batch.loss_mask.sum().clamp(min=1)
-    optimizer.zero_grad(set_to_none=True)
-    loss = torch.zeros(())
-    for rows in batch.row_chunks(micro_batch_tokens):
-        micro = batch.select(rows)
-        logp, _ = sequence_logprobs(model, micro)
-        micro_loss = -(logp * micro.loss_mask.to(logp.device)).sum() / total_tokens
-        micro_loss.backward()
-        loss = loss + micro_loss.detach().cpu()
-    if clip_and_step(optimizer, parameters, SFT_MAX_GRAD_NORM, loss) is None:
-        return None
-    return float(loss)
 
 
 def rejection_samples(

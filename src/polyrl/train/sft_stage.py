@@ -13,12 +13,13 @@ import time
 
 import numpy as np
 
+from polyrl.learner import sft_step
 from polyrl.train import sft
 from polyrl.train.checkpoint import Checkpoint
 
 
 class SFTStage:
-    """Stage 1 of the pipeline, over the run's parts, state and placement."""
+    """The SFT stage of the pipeline (before RL), over the run's parts, state and placement."""
 
     def __init__(self, parts, state, placement, progress, sync_backend, save_model):
         self.parts, self.state, self.placement, self.progress = parts, state, placement, progress
@@ -76,8 +77,17 @@ class SFTStage:
 
     def train_on(self, sequences) -> float | None:
         """One optimizer step on ``sequences`` (and the schedule's step unless the loss was non-finite)."""
-        pad_id = self.parts.policy.tokenizer.pad_token_id
-        loss = self.placement.sft_step(self.training, pad_id, sequences, self.parts.config.sft.micro_batch_tokens)
+        training, placement = self.training, self.placement
+        loss = sft_step(
+            training.model,
+            training.optimizer,
+            training.parameters(),
+            self.parts.policy.tokenizer.pad_token_id,
+            sequences,
+            self.parts.config.sft.micro_batch_tokens,
+            placement.device,
+            placement.ranks,
+        )
         if loss is not None:
             self.training.scheduler.step()
         return loss

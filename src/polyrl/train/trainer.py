@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from polyrl.device import resolve_device
 from polyrl.errors import UserError
 from polyrl.eval import format_comparison
 from polyrl.run_dir import atomic_write_text
@@ -44,7 +45,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, resume: bool = False, placement=None):
         self.config, self.resume = config, resume
-        self.placement = placement if placement is not None else LocalPlacement()
+        self.placement = placement if placement is not None else LocalPlacement(resolve_device(config.device))
         self.parts = build_run(config, resume, self.placement, lambda: self.state.policy_version)
         self.state = RunState(self.parts, Training(self.parts.policy.model), self.placement)
         self.progress = StageProgress(config.progress and self.placement.is_writer)

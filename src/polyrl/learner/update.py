@@ -1,9 +1,11 @@
-"""Stage 3 of an RL step: the policy update.
+"""The policy update of an RL step.
 
 ``policy_update`` runs epochs × minibatches × micro-batches of the registered objective on an
-:class:`~polyrl.train.update_batch.UpdateBatch` (built by ``prepare_update``) and returns everything the
-objective measured. It does not see the Trainer or the config: it takes the model, optimizer, batch and the
-frozen :class:`~polyrl.train.settings.UpdateSettings` built once from the config.
+:class:`~polyrl.learner.update_batch.UpdateBatch` (built by ``prepare_update``) and returns everything the
+objective measured. It does not see the Trainer or the config: it takes the model, optimizer, batch, the
+frozen :class:`~polyrl.learner.settings.UpdateSettings` built once from the config, and the device the model
+is on. The batch stays on the host, where it is split; each micro-batch moves to the device with one
+``.to(device)`` and everything computed from it stays there until its statistics are read, once per micro-batch.
 
 Normalization is over the whole minibatch, never per micro-batch: every micro-batch's loss is divided by
 the minibatch's token and sequence counts (``ObjectiveInputs.total_tokens`` / ``total_sequences``), so the
@@ -18,6 +20,7 @@ passes (``Ranks.lockstep``), and the gradients are summed by FSDP — the one-pr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections import defaultdict
@@ -39,12 +42,13 @@ from polyrl.algos import (
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.algos.objective_stats import logprob_mismatch
 from polyrl.algos.objectives import loss_mask
+from polyrl.device import HOST
 from polyrl.distributed.fsdp import idle_pass
+from polyrl.learner.batch import length_ordered, pack_rows
+from polyrl.learner.forward import sequence_logprobs
+from polyrl.learner.settings import UpdateSettings
+from polyrl.learner.update_batch import UpdateBatch
 from polyrl.optim import clip_and_step
-from polyrl.rollout import sequence_logprobs
-from polyrl.rollout.batch import length_ordered, pack_rows
-from polyrl.train.settings import UpdateSettings
-from polyrl.train.update_batch import UpdateBatch
 
 
 @dataclass
@@ -104,13 +108,9 @@ class _Stats:
         self.sums: dict[str, float] = defaultdict(float)
         self.weights: dict[str, float] = defaultdict(float)
 
-    def add(self, stats: dict[str, RowStat | Tensor], weight: float, rows: Tensor | None = None) -> None:
-        """Add one micro-batch's statistics, weighted by its loss tokens; with ``rows``, those rows' share of
-        every :class:`~polyrl.algos.RowStat` (a plain tensor is a whole-batch statistic and is then left out)."""
-        for key, value in stats.items():
-            if rows is not None and not isinstance(value, RowStat):
-                continue
-            v = float(value.over(rows) if isinstance(value, RowStat) else value)
+    def add(self, values: dict[str, float], weight: float) -> None:
+        """Add one micro-batch's statistics (read by :func:`_read_stats`), weighted by its loss tokens."""
+        for key, v in values.items():
             if key.endswith("_max"):
                 self.sums[key] = max(self.sums.get(key, -math.inf), v)
             elif key.endswith("_min"):
@@ -137,19 +137,44 @@ class _Stats:
         }
 
 
-def _inputs(batch: UpdateBatch, rows: Tensor, logp: Tensor, old: Tensor | None, width: int, totals) -> ObjectiveInputs:
-    adv = batch.advantages[rows] if batch.advantages.dim() == 1 else batch.advantages[rows, :width]
-    behaviour = batch.behaviour_logprobs[rows, :width] if batch.behaviour_logprobs is not None else None
+def _inputs(micro: UpdateBatch, logp: Tensor, totals) -> ObjectiveInputs:
+    """What the objective reads of a micro-batch on the device (its old log-probs: the update's own forward,
+    detached, when the update steps once)."""
     return ObjectiveInputs(
         logprobs=logp,
-        old_logprobs=old if old is not None else logp.detach(),
-        advantages=adv,
-        mask=batch.tokens.loss_mask[rows, :width].to(logp.dtype),
-        behaviour_logprobs=behaviour,
-        truncated=batch.truncated[rows],
+        old_logprobs=micro.old_logprobs if micro.old_logprobs is not None else logp.detach(),
+        advantages=micro.advantages,
+        mask=micro.tokens.loss_mask.to(logp.dtype),
+        behaviour_logprobs=micro.behaviour_logprobs,
+        truncated=micro.truncated,
         total_tokens=totals[0],
         total_sequences=totals[1],
     )
+
+
+def _read_stats(stats: dict[str, RowStat | Tensor], mask: Tensor, task_rows: dict[str, Tensor], device):
+    """Every statistic of one micro-batch over all its rows and over each task's rows (``task_rows``: a bool mask
+    on the device per task), with the loss tokens each is weighted by, read from the device in one copy:
+    ``(overall, weight, {task: (values, weight)})``. A plain tensor is a whole-batch statistic: overall only."""
+    keys, values = [], []
+    for key, value in stats.items():
+        keys.append((None, key))
+        values.append(value.over() if isinstance(value, RowStat) else value)
+    keys.append((None, ""))
+    values.append(mask.sum())
+    for task, keep in task_rows.items():
+        for key, value in stats.items():
+            if isinstance(value, RowStat):
+                keys.append((task, key))
+                values.append(value.over(keep))
+        keys.append((task, ""))
+        values.append(mask[keep].sum())
+    numbers = torch.stack([v.detach().float().reshape(()).to(device) for v in values]).tolist()
+    by: dict = defaultdict(dict)
+    for (task, key), number in zip(keys, numbers):
+        by[task][key] = number
+    split = lambda d: ({k: v for k, v in d.items() if k}, d[""])
+    return (*split(by.pop(None)), {task: split(d) for task, d in by.items()})
 
 
 def _totals(batch: UpdateBatch, rows: Tensor, settings: ObjectiveSettings) -> tuple[Tensor, Tensor]:
@@ -164,12 +189,12 @@ class _Pass:
 
     model: torch.nn.Module
     batch: UpdateBatch
+    """The whole step's batch, on the host (its old and reference log-probs filled in)."""
     settings: UpdateSettings
     objective: object
     objective_settings: ObjectiveSettings
     lengths: Tensor
-    old_all: Tensor | None
-    ref_all: Tensor | None
+    device: torch.device
     overall: _Stats = field(default_factory=_Stats)
     by_task: dict[str, _Stats] = field(default_factory=lambda: defaultdict(_Stats))
     seq_entropy: Tensor | None = None
@@ -183,7 +208,7 @@ class _Pass:
         total = 0.0
         for piece in _pieces(rows, self.lengths, self.batch.group_ids, self.settings.micro_batch_tokens, self.ranks):
             if piece is None:  # another rank has one more micro-batch: keep FSDP's collectives in step
-                idle_pass(self.model, self.batch.tokens.input_ids, backward=True)
+                idle_pass(self.model, self.batch.tokens.input_ids[:1].to(self.device), backward=True)
                 continue
             loss = self._micro_loss(piece, totals, first_epoch)
             loss.backward()
@@ -191,39 +216,42 @@ class _Pass:
         return total
 
     def _micro_loss(self, rows: Tensor, totals, first_epoch: bool) -> Tensor:
-        st, batch = self.settings, self.batch
-        micro = batch.tokens.select(rows)
-        width = micro.loss_mask.shape[1]
+        st = self.settings
+        micro = self.batch.rows(rows).to(self.device)
         logp, ent = sequence_logprobs(
             self.model,
-            micro,
+            micro.tokens,
             st.temperature,
             entropy=True,
             entropy_grad=st.entropy_coef != 0,
             share_prompts=st.share_prompts and self.ranks is None,
         )
-        old = self.old_all[rows, :width] if self.old_all is not None else None
-        inputs = _inputs(batch, rows, logp, old, width, totals)
+        inputs = _inputs(micro, logp, totals)
         loss, stats = self.objective(inputs, self.objective_settings)
         if inputs.behaviour_logprobs is not None:  # how far the sampler's log-probs are from the trainer's
             stats = {**stats, **logprob_mismatch(inputs.behaviour_logprobs, inputs.old_logprobs, inputs.mask)}
         mask = loss_mask(inputs.mask, inputs.truncated, self.objective_settings.mask_truncated)
         kl_tok = None
-        if self.ref_all is not None:
-            kl_tok = kl_penalty(logp, self.ref_all[rows, :width], st.kl_estimator)
+        if micro.ref_logprobs is not None:
+            kl_tok = kl_penalty(logp, micro.ref_logprobs, st.kl_estimator)
             loss = loss + st.kl_coef * aggregate(kl_tok, mask, st.loss_aggregation, st.max_new_tokens, *totals)
         if st.entropy_coef:
             loss = loss - st.entropy_coef * aggregate(ent, mask, st.loss_aggregation, st.max_new_tokens, *totals)
         with torch.no_grad():
-            self.overall.add(stats, float(mask.sum()))
-            for task in batch.task_ids[rows].unique().tolist():  # the same statistics, over each task's rows
-                keep = batch.task_ids[rows] == task
-                self.by_task[batch.task_names[task]].add(stats, float(mask[keep].sum()), rows=keep)
+            # the same statistics over each task's rows (the task ids are read on the host: no device sync)
+            tasks = {
+                self.batch.task_names[t]: micro.task_ids == t for t in self.batch.task_ids[rows].unique().tolist()
+            }
+            overall, weight, by_task = _read_stats(stats, mask, tasks, self.device)
+            self.overall.add(overall, weight)
+            for task, (values, task_weight) in by_task.items():
+                self.by_task[task].add(values, task_weight)
             if first_epoch:
                 denom = mask.sum(1).clamp(min=1)
-                self.seq_entropy[rows] = (ent.detach() * mask).sum(1) / denom
+                at = rows.to(self.device)
+                self.seq_entropy[at] = (ent.detach() * mask).sum(1) / denom
                 if kl_tok is not None:
-                    self.seq_kl[rows] = (kl_tok.detach() * mask).sum(1) / denom
+                    self.seq_kl[at] = (kl_tok.detach() * mask).sum(1) / denom
         return loss
 
     def merge_ranks(self) -> None:
@@ -239,8 +267,8 @@ class _Pass:
             self.overall.absorb(sums, weights)
             for name, (t_sums, t_weights) in tasks.items():
                 self.by_task[name].absorb(t_sums, t_weights)
-        self.seq_entropy = self.ranks.merge_rows(self.seq_entropy)
-        self.seq_kl = self.ranks.sum_rows(self.seq_kl)
+        self.seq_entropy = self.ranks.merge_rows(self.seq_entropy.cpu())
+        self.seq_kl = self.ranks.sum_rows(self.seq_kl.cpu())
 
     def backward_with_surgery(self, rows: Tensor, totals, first_epoch: bool, parameters, surgery, generator) -> float:
         """One backward per task of ``rows`` (the same rows, grouped by task), then the task gradients combined
@@ -262,7 +290,7 @@ class _Pass:
         return total
 
 
-def _prepare(model, batch: UpdateBatch, settings: UpdateSettings, reference, ranks) -> tuple[_Pass, tuple]:
+def _prepare(model, batch: UpdateBatch, settings: UpdateSettings, reference, ranks, device) -> tuple[_Pass, tuple]:
     """The update's pass (with the frozen log-probs it needs) and how much larger the full batch's normalizer
     is than the trained rows' (1 unless rows are skipped)."""
     objective_settings = settings.objective_for(batch.behaviour_logprobs is not None)
@@ -274,17 +302,16 @@ def _prepare(model, batch: UpdateBatch, settings: UpdateSettings, reference, ran
     # one epoch of one minibatch: the frozen log-probs are the update's own forward, detached (TIS included)
     needs_old = settings.epochs > 1 or settings.minibatches > 1
     with torch.no_grad():  # in micro-batches too: these passes must not hold more than the update does
-        old_all = (
-            _frozen_logprobs(model, batch, active, lengths, settings, ranks) if needs_old and len(active) else None
-        )
-        ref_all = (
-            _frozen_logprobs(reference, batch, active, lengths, settings, ranks)
-            if reference is not None and len(active)
-            else None
+        frozen = lambda source: _frozen_logprobs(source, batch, active, lengths, settings, ranks, device)
+        batch = dataclasses.replace(
+            batch,
+            old_logprobs=frozen(model) if needs_old and len(active) else None,
+            ref_logprobs=frozen(reference) if reference is not None and len(active) else None,
         )
     objective = get_objective(settings.objective)
-    run = _Pass(model, batch, settings, objective, objective_settings, lengths, old_all, ref_all, ranks=ranks)
-    run.seq_entropy, run.seq_kl = torch.full((n_all,), float("nan")), torch.zeros(n_all)
+    run = _Pass(model, batch, settings, objective, objective_settings, lengths, device, ranks=ranks)
+    run.seq_entropy = torch.full((n_all,), float("nan"), device=device)
+    run.seq_kl = torch.zeros(n_all, device=device)
     return run, share
 
 
@@ -299,6 +326,7 @@ def policy_update(
     critic=None,
     generator: torch.Generator | None = None,
     ranks=None,
+    device: torch.device | str = HOST,
 ) -> UpdateResult:
     """``settings.epochs`` passes over ``batch``'s active rows in ``settings.minibatches`` optimizer steps each, every
     minibatch accumulated over micro-batches of at most ``settings.micro_batch_tokens`` padded tokens (and, with
@@ -307,8 +335,11 @@ def policy_update(
     ``parameters`` are the ones the optimizer trains (gradient clipping); ``reference`` is the frozen KL
     reference (with ``settings.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE). ``ranks``
     (``polyrl.distributed.fsdp.Ranks``): the model is sharded and this process trains its share of each
-    minibatch (no critic or gradient surgery there; the config refuses them)."""
-    run, share = _prepare(model, batch, settings, reference, ranks)
+    minibatch (no critic or gradient surgery there; the config refuses them). ``device``: where the model (and
+    the reference) are; each micro-batch moves there."""
+    device = torch.device(device)
+    run, share = _prepare(model, batch, settings, reference, ranks, device)
+    batch = run.batch
     active, objective_settings = batch.active, run.objective_settings
     surgery = None if settings.gradient_surgery == "none" else get_surgery(settings.gradient_surgery)
 
@@ -346,8 +377,8 @@ def policy_update(
         trained_sequences=len(active),
         objective=run.overall.result(),
         objective_by_task={name: s.result() for name, s in run.by_task.items()},
-        seq_entropy=run.seq_entropy.tolist(),
-        seq_kl=run.seq_kl.tolist(),
+        seq_entropy=run.seq_entropy.cpu().tolist(),
+        seq_kl=run.seq_kl.cpu().tolist(),
         value_loss=_mean(v for v in value_losses if v is not None),
     )
 
@@ -372,18 +403,19 @@ class BaseModelReference:
 
 
 def _frozen_logprobs(
-    source, batch: UpdateBatch, rows: Tensor, lengths: Tensor, settings: UpdateSettings, ranks=None
+    source, batch: UpdateBatch, rows: Tensor, lengths: Tensor, settings: UpdateSettings, ranks, device
 ) -> Tensor:
     """``[N, T]`` no-grad log-probs of ``rows`` under ``source`` (the policy before the update, the KL
-    reference, or a :class:`BaseModelReference`), computed in the update's micro-batches (across ranks: each
-    rank its share, then summed into the whole on every rank)."""
+    reference, or a :class:`BaseModelReference`), computed on ``device`` in the update's micro-batches and kept
+    on the host with the batch (across ranks: each rank its share, then summed into the whole on every rank)."""
     out = torch.zeros(batch.tokens.loss_mask.shape)
     mine = rows if ranks is None else ranks.mine(rows)
     for piece in _pieces(mine, lengths, batch.group_ids, settings.micro_batch_tokens, ranks):
         if piece is None:
-            idle_pass(source, batch.tokens.input_ids, backward=False)
+            model = source.model if isinstance(source, BaseModelReference) else source
+            idle_pass(model, batch.tokens.input_ids[:1].to(device), backward=False)
             continue
-        micro = batch.tokens.select(piece)
+        micro = batch.tokens.select(piece).to(device)
         if isinstance(source, BaseModelReference):
             with source.model.disable_adapter():
                 logp = sequence_logprobs(

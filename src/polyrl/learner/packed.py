@@ -1,4 +1,4 @@
-"""A padded :class:`~polyrl.rollout.batch.TokenBatch` as packed tokens for polyrl's decoder forward.
+"""A padded :class:`~polyrl.learner.batch.TokenBatch` as packed tokens for polyrl's decoder forward.
 
 The packed layout holds each distinct prompt once, then every row's continuation (response, and in multi-turn
 episodes the environment's tokens between turns), all without padding. Two attention blocks cover it: the
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from polyrl.learner.token_scores import scores_from_hidden
 from polyrl.policy.decoder import AttentionBlock, Decoder, causal_block, packed_hidden
 from polyrl.policy.generation import distinct
-from polyrl.rollout.token_scores import scores_from_hidden
 
 
 @dataclass
@@ -40,9 +40,11 @@ class PackedBatch:
 
 
 def pack(batch, device=None, share_prompts: bool = True) -> PackedBatch:
-    """The packed layout of ``batch`` (a ``TokenBatch``). Rows split into prompt and continuation at
-    ``batch.prompt_lengths`` (rows with equal prompts share one, unless ``share_prompts`` is off); without
-    prompt lengths every row's first token is its prompt, so every later token is scored."""
+    """The packed layout of ``batch`` (a ``TokenBatch``), its tensors made on ``device``. Rows split into prompt
+    and continuation at ``batch.prompt_lengths`` (rows with equal prompts share one, unless ``share_prompts`` is
+    off); without prompt lengths every row's first token is its prompt, so every later token is scored. The
+    layout is planned from the host batch (:meth:`~polyrl.learner.batch.TokenBatch.on_host`)."""
+    batch = batch.on_host()
     lengths = batch.attention_mask.sum(1).tolist()
     if min(lengths) < 1:
         raise ValueError("a TokenBatch row without tokens cannot be packed")
@@ -104,10 +106,9 @@ def _continuation_block(p_start, p_len, source, r_start, r_len, device) -> Atten
 def packed_logprobs(
     dec: Decoder, batch, temperature: float, entropy: bool, entropy_grad: bool, share_prompts: bool = True
 ) -> tuple[Tensor, Tensor | None]:
-    """``sequence_logprobs`` on the packed forward: ``[N, width - 1]`` log-probs (and entropies), 0 at prompt
-    and padding positions."""
-    device = dec.head.weight.device
-    packed = pack(batch, device, share_prompts)
+    """``sequence_logprobs`` on the packed forward: ``[N, width - 1]`` log-probs (and entropies) on
+    ``batch.device``, 0 at prompt and padding positions."""
+    packed = pack(batch, batch.device, share_prompts)
     hidden = packed_hidden(dec, packed.ids, packed.positions, packed.blocks)
     logp, ent = scores_from_hidden(
         hidden[packed.predictors], packed.targets, dec.head, temperature, entropy, entropy_grad=entropy_grad

@@ -1,12 +1,15 @@
-"""Stage 2 of an RL step: advantages, and the rows the update trains on.
+"""The advantages stage of an RL step, and the batch the update trains on.
 
 ``prepare_update`` turns a step's scored trajectories into an :class:`UpdateBatch` — collated tokens,
 advantages (a registered group estimator, task normalization, turn-level credit or the critic's GAE),
-behaviour log-probs and the rows to train on — which :func:`polyrl.train.learner.policy_update` consumes.
+behaviour log-probs and the rows to train on — which :func:`polyrl.learner.update.policy_update` consumes.
+The batch is built on the host; the update splits it there and moves each micro-batch to the training device
+with one :meth:`UpdateBatch.to`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -21,8 +24,9 @@ from polyrl.algos import (
     uses_critic,
     zero_variance_groups,
 )
-from polyrl.rollout import TokenBatch, Trajectory, collate
-from polyrl.train.settings import UpdateSettings
+from polyrl.learner.batch import TokenBatch, collate
+from polyrl.learner.settings import UpdateSettings
+from polyrl.rollout import Trajectory
 
 
 @dataclass
@@ -50,9 +54,61 @@ class UpdateBatch:
     critic_stats: dict[str, float] = field(default_factory=dict)
     zero_variance: Tensor | None = None
     """``[N]`` bool: the row's group has identical rewards."""
+    old_logprobs: Tensor | None = None
+    """``[N, T]`` the policy's log-probs before the update (taken by the learner when it steps more than once)."""
+    ref_logprobs: Tensor | None = None
+    """``[N, T]`` the KL reference's log-probs (taken by the learner with ``kl_coef > 0``)."""
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def rows(self, index: Tensor) -> UpdateBatch:
+        """The rows ``index`` as a batch of their own (a micro-batch): the token columns that are padding in all
+        of them trimmed, every per-token tensor cut to the same width, all of its rows active."""
+        tokens = self.tokens.select(index)
+        width = tokens.loss_mask.shape[1]
+
+        def cut(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[index] if t.dim() == 1 else t[index, :width]
+
+        return UpdateBatch(
+            tokens=tokens,
+            advantages=cut(self.advantages),
+            task_ids=self.task_ids[index],
+            task_names=self.task_names,
+            group_ids=self.group_ids[index],
+            truncated=self.truncated[index],
+            active=torch.arange(len(tokens)),
+            behaviour_logprobs=cut(self.behaviour_logprobs),
+            returns=cut(self.returns),
+            critic_stats=self.critic_stats,
+            zero_variance=cut(self.zero_variance),
+            old_logprobs=cut(self.old_logprobs),
+            ref_logprobs=cut(self.ref_logprobs),
+        )
+
+    def to(self, device: torch.device | str) -> UpdateBatch:
+        """This batch with every tensor on ``device``: the one move of a micro-batch to the training device."""
+        move = lambda t: None if t is None else t.to(device)
+        return dataclasses.replace(
+            self,
+            tokens=self.tokens.to(device),
+            **{f.name: move(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name in _TENSORS},
+        )
+
+
+_TENSORS = (
+    "advantages",
+    "task_ids",
+    "group_ids",
+    "truncated",
+    "active",
+    "behaviour_logprobs",
+    "returns",
+    "zero_variance",
+    "old_logprobs",
+    "ref_logprobs",
+)
 
 
 def collate_trajectories(trajs: list[Trajectory], pad_id: int) -> TokenBatch:

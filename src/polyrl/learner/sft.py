@@ -1,0 +1,59 @@
+"""The supervised step: next-token cross-entropy on reference responses, one function for every placement."""
+
+from __future__ import annotations
+
+import torch
+
+from polyrl.distributed.fsdp import idle_pass
+from polyrl.learner.batch import collate, pack_rows
+from polyrl.learner.forward import sequence_logprobs
+from polyrl.optim import clip_and_step
+
+Sequence = tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]
+"""``(prompt_ids, response_ids)``, or with a policy mask for multi-turn references (environment tokens 0)."""
+
+SFT_MAX_GRAD_NORM = 1.0
+
+
+def sft_step(
+    model,
+    optimizer,
+    parameters: list[torch.Tensor],
+    pad_id: int,
+    sequences: list[Sequence],
+    micro_batch_tokens: int | None,
+    device: torch.device,
+    ranks=None,
+) -> float | None:
+    """One optimizer step of next-token cross-entropy on the responses' policy tokens of ``sequences``; the loss,
+    or None when the step was skipped (non-finite loss or gradient).
+
+    The batch is built on the host and runs in micro-batches of at most ``micro_batch_tokens`` padded tokens (all
+    at once with None), each moved to ``device`` (where the model is) and normalized by the whole batch's token
+    count, gradients accumulated: the gradient of the unsplit batch. Across ranks (``ranks``, FSDP) each rank
+    takes its share of the rows, every rank as many passes (idle ones where it has fewer), FSDP sums the
+    gradients and the loss is the whole batch's."""
+    masks = [s[2] if len(s) == 3 else [1] * len(s[1]) for s in sequences]
+    batch = collate([s[:2] for s in sequences], pad_id, masks)
+    total_tokens = batch.loss_mask.sum().clamp(min=1)  # a 0-d host tensor: a scalar to every device
+    rows = torch.arange(len(batch)) if ranks is None else ranks.mine(torch.arange(len(batch)))
+    pieces = [rows] if micro_batch_tokens is None else pack_rows(rows, batch.attention_mask.sum(1), micro_batch_tokens)
+    pieces = [p for p in pieces if len(p)]
+    if ranks is not None:
+        pieces = ranks.lockstep(pieces)
+    optimizer.zero_grad(set_to_none=True)
+    local = torch.zeros(())
+    for piece in pieces:
+        if piece is None:  # another rank has one more micro-batch: keep FSDP's collectives in step
+            idle_pass(model, batch.input_ids[:1].to(device), backward=True)
+            continue
+        micro = batch.select(piece).to(device)
+        # a sharded forward must run the same passes on every rank: no shared-prompt prefill there
+        logp, _ = sequence_logprobs(model, micro, share_prompts=ranks is None)
+        loss = -(logp * micro.loss_mask.to(logp.dtype)).sum() / total_tokens
+        loss.backward()
+        local = local + loss.detach().cpu()
+    total = local if ranks is None else torch.tensor(ranks.sum(float(local)))
+    if clip_and_step(optimizer, parameters, SFT_MAX_GRAD_NORM, total) is None:
+        return None
+    return float(total)

@@ -1,0 +1,80 @@
+"""One owner of the device (issue #34): ``device: auto`` by default, resolved once by the placement, printed at the
+start of a run; a device the machine does not have is one line and exit code 2 before anything starts."""
+
+import pytest
+import torch
+
+from polyrl.cli import run
+from polyrl.device import describe, device_kind, resolve_device
+from polyrl.errors import UserError
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("polyrl: error: ") and "\n" not in err, err
+    return err
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    """A machine that says it has two CUDA devices (nothing is put on them)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+
+def test_auto_is_the_cpu_without_cuda_and_the_gpu_with_it(monkeypatch, two_gpus):
+    assert resolve_device("auto") == torch.device("cuda", 0) and device_kind("auto") == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu") and device_kind("auto") == "cpu"
+
+
+def test_under_torchrun_each_rank_takes_its_own_gpu(two_gpus):
+    """The FSDP placement's device: ``cuda:LOCAL_RANK`` whatever index the config named."""
+    assert resolve_device("cuda", local_rank=1) == torch.device("cuda", 1)
+    assert resolve_device("auto", local_rank=1) == torch.device("cuda", 1)
+    assert resolve_device("cpu", local_rank=1) == torch.device("cpu")
+
+
+def test_a_gpu_index_the_machine_lacks_is_a_user_error(two_gpus):
+    with pytest.raises(UserError, match=r"device=cuda:2 but this machine has 2 CUDA device\(s\)"):
+        resolve_device("cuda:2")
+
+
+def test_cuda_without_cuda_is_a_user_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError, match="device=cuda but this machine has no CUDA device"):
+        resolve_device("cuda")
+
+
+def test_the_default_config_trains_on_auto():
+    from polyrl.train.config import load_config
+
+    assert load_config(None, base={"tasks": ["addition"]}).device == "auto"
+
+
+@pytest.mark.parametrize("spec", ["gpu", "cuda:x", "cpu:0", ""])
+def test_a_device_polyrl_does_not_know_is_refused_by_the_config(spec, tmp_path, capsys):
+    assert run(["train", "--run-dir", str(tmp_path / "run"), f"device={spec}"]) == 2
+    assert "give auto, cpu, cuda, cuda:N or mps" in _one_line_error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_on_cuda_without_cuda_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert run(["train", "--run-dir", str(tmp_path / "run"), "device=cuda"]) == 2
+    assert "device=cuda but this machine has no CUDA device" in _one_line_error(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_run_prints_the_device_it_trains_on(tmp_path, capsys):
+    small = ["sft.steps=1", "rl.steps=1", "rl.prompts_per_step=2", "rl.group_size=2", "rl.max_new_tokens=4"]
+    small += ["eval.problems_per_task=1", "tensorboard=false", "progress=false", "threads=1"]
+    small += ['model.tiny={"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}']
+    assert run(["train", "--run-dir", str(tmp_path / "run"), *small]) == 0
+    out = "".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert f"→{tmp_path / 'run'}oncpu(device=auto)" in out
+
+
+def test_a_cpu_is_described_by_its_name():
+    assert describe(torch.device("cpu")) == "cpu"
