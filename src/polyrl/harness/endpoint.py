@@ -148,8 +148,8 @@ class HarnessEndpoint:
         return 200, waiting.body
 
     def _read(self, payload: Any) -> tuple[HarnessRequest, list[dict[str, Any]]]:
-        """The request and its messages, checked before anything is tokenized: the count, each message, the
-        order of tool results, and the characters against what the model's positions can hold."""
+        """The request and its messages, checked: the count (before parsing them), each message, and the order
+        of tool results."""
         messages = payload.get("messages") if isinstance(payload, dict) else None
         if isinstance(messages, list) and len(messages) > self.limits.max_messages:
             raise ServeError(
@@ -167,15 +167,20 @@ class HarnessEndpoint:
                 f"messages.{misplaced}: a tool message must follow an assistant message with tool_calls",
                 param=f"messages.{misplaced}",
             )
-        if self.positions:
-            chars = sum(len(text_of(m.get("content"))) for m in messages)
-            check_prompt_chars(chars, self.positions - 1, self.chars_per_token, self.positions)
         return request, messages
 
     def _admit(self, state: EpisodeState, request: HarnessRequest, messages: list[dict[str, Any]]) -> Waiting:
-        """Place the request on the episode's ledger and queue it for generation (under ``self.cond``)."""
+        """Place the request on the episode's ledger and queue it for generation (under ``self.cond``), unless
+        it is too long for the model's positions or the episode's token budget."""
         if not state.open:
             raise ServeError(409, f"episode ended ({state.end_reason or 'finished'})")
+        if self.positions:  # more characters than the positions can hold: refused before tokenizing
+            chars = sum(len(text_of(m.get("content"))) for m in messages)
+            try:
+                check_prompt_chars(chars, self.positions - 1, self.chars_per_token, self.positions)
+            except ServeError:
+                state.end_reason = state.end_reason or "context_length"
+                raise
         try:
             turn = state.ledger.place(messages, request.tools)
         except Exception as exc:  # a message the chat template cannot render is the client's error
@@ -184,9 +189,10 @@ class HarnessEndpoint:
         room = self.max_episode_tokens - state.spent - len(turn.env_ids)
         if fits <= 0 or room <= 0:
             state.ledger.release(turn)
-            state.end_reason = state.end_reason or ("context_length" if fits <= 0 else "token_budget")
             if fits <= 0:
+                state.end_reason = state.end_reason or "context_length"
                 raise refuse_long_prompt(f"{len(turn.prompt)} tokens", self.positions - 1, self.positions)
+            state.end_reason = state.end_reason or "token_budget"
             raise ServeError(
                 400, "the episode's token budget (env.max_episode_tokens) is spent", code="context_length_exceeded"
             )
