@@ -18,6 +18,7 @@ The HTTP limits are :mod:`polyrl.harness.http`'s.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 import time
@@ -34,6 +35,8 @@ from polyrl.policy.generation import Generation, GenerationBackend
 from polyrl.rollout.chat import ChatCodec
 from polyrl.serve.errors import ServeError, error_body, validation_message
 from polyrl.serve.limits import ServeLimits, chars_per_token, check_prompt_chars, refuse_long_prompt
+
+_chars_per_token = functools.lru_cache(maxsize=8)(chars_per_token)  # a vocabulary scan, once per tokenizer
 
 MAX_WAIT_FACTOR = 10
 """The oldest waiting request waits at most this many ``batch_wait_s`` for others to join its batch."""
@@ -97,7 +100,7 @@ class HarnessEndpoint:
         )
         self.limits = limits or ServeLimits()
         self.positions = positions or model_positions(backend)
-        self.chars_per_token = chars_per_token(codec.tok) if self.positions else 0
+        self.chars_per_token = _chars_per_token(codec.tok) if self.positions else 0
         self.tool_format, self.response_template = codec.resolve("auto")
         self.episodes: dict[str, EpisodeState] = {}
         self.waiting: list[Waiting] = []
