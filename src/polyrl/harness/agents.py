@@ -53,13 +53,16 @@ def start_agent(task, base_url: str, problem, name: str) -> AgentCall:
     def body() -> None:
         call.tid = threading.get_native_id()
         try:
-            value = _run(task, base_url, problem)
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt, AgentTimeout: this episode's failure only
-            call.future.set_exception(exc)
-        else:
-            call.future.set_result(value)
-        finally:
-            end_processes(thread_children(call.tid))
+            try:
+                value = _run(task, base_url, problem)
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt, AgentTimeout: this episode's failure
+                call.future.set_exception(exc)
+            else:
+                call.future.set_result(value)
+            finally:
+                end_processes(thread_children(call.tid))
+        except AgentTimeout:  # raised into the thread as it was finishing: abandon() ends its processes
+            pass
 
     call.thread = threading.Thread(target=body, name=f"polyrl-agent-{name}", daemon=True)
     call.thread.start()

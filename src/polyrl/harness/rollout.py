@@ -140,9 +140,10 @@ def _settle(run: AgentRun, endpoint: HarnessEndpoint) -> None:
     run.result = outcome(run.call.future.result())
     run.end_reason = run.state.end_reason or "returned"
     for term, reason in run.result.failures.items():
+        what = "reward" if term == "env_return" else f"value {term.removeprefix('harness/')!r}"
         _warn_once(
             run,
-            f"{run.problem.task}: the agent returned a bad {term} ({reason}): scored 0, counted in "
+            f"{run.problem.task}: the agent's {what} is unusable ({reason}): scored 0, counted in "
             f"reward_failures/{term}",
         )
 
