@@ -40,6 +40,21 @@ _HELD: dict[str, list] = {}
 """Lock files this process holds: real path → [open file, how many RunDir views hold it]."""
 
 
+def _drop_locks_in_child() -> None:
+    """In a process forked from a trainer (by an agent, a tool, ``multiprocessing``): let go of the run
+    directory's lock. Its descriptor is close-on-exec already, but a fork without exec keeps it, and with it
+    the lock, after the trainer ends — a later ``--resume`` was refused naming the trainer's dead pid. The
+    descriptor is pointed at /dev/null (the parent's hold is unaffected) and forgotten."""
+    for file, _ in _HELD.values():
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, file.fileno())
+        os.close(null)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_locks_in_child)
+
+
 class ResumeRecord(BaseModel):
     """Overrides given with ``polyrl train --resume``, recorded in ``config.yaml`` with where they took effect."""
 
@@ -181,7 +196,10 @@ class RunDir:
         """Give up this view's hold on the directory's lock (another trainer may then open it)."""
         if self._lock is None:
             return
-        held = _HELD[self._lock]
+        held = _HELD.get(self._lock)
+        if held is None:  # a forked child, which holds nothing (_drop_locks_in_child)
+            self._lock = None
+            return
         held[1] -= 1
         if held[1] == 0:
             held[0].close()

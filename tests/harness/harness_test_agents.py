@@ -77,3 +77,26 @@ def short_agent(client, problem):
         model="policy", messages=[{"role": "user", "content": problem.prompt}], max_tokens=problem.seed
     )
     return float(reply.choices[0].finish_reason == "length")
+
+
+def rewriting_agent(client, problem):
+    """Sends a new, unrelated history with every request (each opens a sequence of its own) until refused."""
+    import openai
+
+    for k in range(100):
+        try:
+            client.chat.completions.create(
+                model="policy", messages=[{"role": "user", "content": f"{problem.prompt} {k}"}]
+            )
+        except openai.BadRequestError:
+            return 0.0
+    return 1.0
+
+
+_EPISODES = iter(range(10**9))
+
+
+def huge_reward_agent(client, problem):
+    """Returns ±1e200 in turn: finite, but its square is not."""
+    client.chat.completions.create(model="policy", messages=[{"role": "user", "content": problem.prompt}])
+    return 1e200 if next(_EPISODES) % 2 else -1e200

@@ -122,10 +122,17 @@ def test_an_agents_return_value_is_read(value, reward, correct, terms):
     assert (got.reward, got.correct, dict(got.terms)) == (reward, correct, terms)
 
 
-@pytest.mark.parametrize("value", ["1.0", True, {"reward": float("nan")}])
-def test_an_unreadable_return_value_is_an_error(value):
-    with pytest.raises(ValueError):
-        outcome(value)
+@pytest.mark.parametrize(
+    ("value", "reward", "failures"),
+    [
+        ("1.0", 0.0, {"env_return": "not_a_number: str"}),
+        ({"reward": float("nan")}, 0.0, {"env_return": "not_finite"}),
+        ({"reward": 1.0, "f1": float("inf")}, 1.0, {"harness/f1": "not_finite"}),
+    ],
+)
+def test_an_unusable_return_value_is_a_counted_failure(value, reward, failures):
+    got = outcome(value)
+    assert (got.reward, dict(got.failures), dict(got.terms)) == (reward, failures, {})
 
 
 def test_behaviour_logprobs_are_the_sampling_models_on_the_exact_ids(prompts):
@@ -173,3 +180,11 @@ def test_requests_with_different_token_limits_share_one_batch(scripted, prompts)
     assert backend.batches == [4]
     assert [len(t.response_ids) for t in trajs] == [1, 2, 3, 4]  # each cut at its own max_tokens
     assert [t.reward for t in trajs] == [1.0] * 4 and not any(t.finished for t in trajs)
+
+
+def test_an_agent_that_rewrites_its_history_still_ends_at_the_episodes_token_budget(scripted, prompts):
+    task = _task("rewriting_agent")
+    probs = [task.generate(1, "easy")]
+    (t, *rest) = scored_rollout(probs, {"addition": task}, scripted(lambda text: "words " * 5), prompts, 1, 64, 96)
+    assert t.info["end_reason"] == "token_budget" and t.info["segments"] == 1 + len(rest) > 1
+    assert sum(len(x.response_ids) for x in (t, *rest)) <= 96  # the budget is the episode's, not each sequence's

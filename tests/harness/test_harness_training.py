@@ -52,3 +52,16 @@ def test_harness_and_plain_tasks_train_together(tiny_train_config):
     cfg = tiny_train_config(**{**HARNESS_RUN, "tasks": tasks, "rl__steps": 1})
     results = Trainer(cfg).run()
     assert set(results["after_rl"]) == {"addition", "sort_digits", "mean"}
+
+
+def test_an_agent_returning_rewards_of_1e200_does_not_stop_training(tiny_train_config):
+    from polyrl.train.trainer import Trainer
+
+    tasks = [{"name": "addition", "difficulty": "easy", "harness": "harness_test_agents:huge_reward_agent"}]
+    cfg = tiny_train_config(**{**HARNESS_RUN, "tasks": tasks, "rl__max_bad_steps": 1})
+    with pytest.warns(UserWarning, match="out_of_range"):
+        Trainer(cfg).run()
+    records = [json.loads(line) for line in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in records if r["stage"] == "rl"]
+    assert [r["step"] for r in rl] == [1, 2] and all(r["reward_failures/env_return"] == 16 for r in rl)
+    assert (Path(cfg.run_dir) / "final_model" / "model.safetensors").is_file()

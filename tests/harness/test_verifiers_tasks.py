@@ -79,3 +79,12 @@ def test_correct_means_the_heaviest_reward_functions_scored_one(scripted, prompt
     task = VerifiersTask(NAME)
     (t,) = scored_rollout([task.generate(3, "easy")], {NAME: task}, scripted(lambda text: "7"), prompts, 1, 16, 384)
     assert t.reward == pytest.approx(0.25) and not t.verdict.correct  # brevity alone: a reward, not a success
+
+
+def test_plain_def_reward_functions_score_an_episode(scripted, prompts):
+    name = "vf/vf_plain_taskset:PlainTaskset"
+    task = VerifiersTask(name)
+    (t,) = scored_rollout([task.generate(3, "easy")], {name: task}, scripted(lambda text: "6"), prompts, 1, 16, 384)
+    assert t.info["end_reason"] == "returned" and t.verdict.correct
+    assert t.reward == pytest.approx(2.0) and t.reward_terms["harness/correct"] == 1.0
+    assert t.reward_terms["harness/reply_chars"] == 1.0

@@ -3,7 +3,9 @@ resume says what it changed, and whatever goes wrong on the way is one line and 
 
 import errno
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +91,37 @@ def test_the_lock_dies_with_its_process(tiny_train_config, tmp_path):
     holder.wait()
     Trainer(cfg).run()
     assert (Path(cfg.run_dir) / "sft_model" / "model.safetensors").is_file()
+
+
+FORK_AND_END = """
+import os, sys, time
+from polyrl.run_dir import RunDir
+RunDir(sys.argv[1]).create(resume=False)
+child = os.fork()
+if child == 0:  # what an agent's or a tool's forked process does: outlive the trainer
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    time.sleep(60)
+    os._exit(0)
+print(child, flush=True)
+"""
+
+
+def test_a_process_forked_by_a_trainer_does_not_keep_its_lock(tmp_path):
+    """The lock's descriptor is close-on-exec, and a fork without exec lets go of it (a resume was refused
+    naming the ended trainer's pid while its agent's child lived on)."""
+    from polyrl.run_dir import RunDir
+
+    run_dir = tmp_path / "run"
+    trainer = subprocess.run(
+        [sys.executable, "-c", FORK_AND_END, str(run_dir)], capture_output=True, text=True, check=True
+    )
+    child = int(trainer.stdout)
+    try:
+        RunDir(run_dir).create(resume=False)  # the trainer has ended; its child still runs
+    finally:
+        os.kill(child, signal.SIGKILL)
 
 
 def test_a_fresh_run_refuses_a_directory_that_is_not_a_polyrl_run(tiny_train_config, tmp_path, capsys):

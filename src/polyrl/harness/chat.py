@@ -6,11 +6,77 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from polyrl.envs.tool_formats import ToolFormat, call_id
+from polyrl.serve.schema import LONE_SURROGATE
+
+
+class ToolFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class HarnessMessage(BaseModel):
+    """One message of a request, as OpenAI's API takes it for a text model: a role the chat template knows,
+    and text content (a string, or a list of ``text`` parts); only an assistant turn may have none."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: Any = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_content(cls, content: Any, info: ValidationInfo) -> Any:
+        if content is None:
+            if info.data.get("role") != "assistant":
+                raise ValueError(f"a {info.data.get('role')} message needs content (a string or a list of text parts)")
+            return content
+        if isinstance(content, list):
+            for k, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                if kind != "text":
+                    raise ValueError(f"part {k} is {kind!r}: the policy reads text only (parts of type 'text')")
+                if not isinstance(part.get("text"), str):
+                    raise ValueError(f"part {k} is a text part without a string 'text'")
+            text = text_of(content)
+        elif isinstance(content, str):
+            text = content
+        else:
+            raise ValueError(f"content must be a string or a list of text parts, not {type(content).__name__}")
+        bad = LONE_SURROGATE.search(text)
+        if bad is not None:  # no tokenizer (or UTF-8 encoder) takes one
+            raise ValueError(f"contains a lone UTF-16 surrogate (U+{ord(bad.group()):04X}) at character {bad.start()}")
+        return content
+
+
+def misplaced_tool_message(messages: list[dict[str, Any]]) -> int | None:
+    """The index of the first ``tool`` message that answers no call (the messages before it, back to the last
+    non-tool one, hold no assistant turn with ``tool_calls``), or None."""
+    called = False
+    for i, m in enumerate(messages):
+        if m.get("role") == "tool":
+            if not called:
+                return i
+        else:
+            called = m.get("role") == "assistant" and bool(m.get("tool_calls"))
+    return None
 
 
 class HarnessRequest(BaseModel):
@@ -20,7 +86,7 @@ class HarnessRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[HarnessMessage] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)

@@ -1,31 +1,43 @@
 """The local OpenAI-compatible endpoint agents talk to during a harness rollout.
 
-``POST http://127.0.0.1:<port>/<episode>/v1/chat/completions``: every episode has its own base URL, so
-its requests land on its own token ledger. Handler threads only place a request on the ledger and wait;
-the thread that runs the rollout generates, batching every request that is waiting into one ``generate``
-call as soon as each running agent has one waiting, or when no new request has come for ``batch_wait_s``
-(at most 10 × ``batch_wait_s`` after the first), so concurrent agents share the policy's batch as
-environment episodes do.
+``POST http://127.0.0.1:<port>/<key>/v1/chat/completions``: every episode has its own base URL, whose
+``key`` is random (``secrets.token_urlsafe``), so that an agent can neither guess nor post to a sibling
+episode's; an unknown key is a 404. Handler threads only place a request on its episode's token ledger and
+wait; the thread that runs the rollout generates, batching every request that is waiting into one
+``generate`` call as soon as each running agent has one waiting, or when no new request has come for
+``batch_wait_s`` (at most 10 × ``batch_wait_s`` after the first), so concurrent agents share the policy's
+batch as environment episodes do.
+
+A request is refused (OpenAI's error shape, :mod:`polyrl.serve.errors`) before it can cost more than the
+model can use: over ``max_messages`` messages, or more characters than the model's positions can hold, is a
+400 before tokenizing; a prompt of more tokens than the positions (less one to generate) is a 400
+``context_length_exceeded``, as is a request once the episode's completions and environment tokens have
+spent ``env.max_episode_tokens`` (over all its sequences); a completion is cut to what fits in both.
+The HTTP limits are :mod:`polyrl.harness.http`'s.
 """
 
 from __future__ import annotations
 
-import json
+import functools
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from pydantic import ValidationError
 
-from polyrl.harness.chat import HarnessRequest, assistant_message, completion_body, stream_chunks
+from polyrl.harness.chat import HarnessRequest, assistant_message, completion_body, misplaced_tool_message, text_of
+from polyrl.harness.http import MODEL_NAME, HarnessServer, handler
 from polyrl.harness.ledger import EpisodeLedger, Turn
 from polyrl.harness.logprobs import response_logprobs, token_logprobs_content
 from polyrl.policy.generation import Generation, GenerationBackend
 from polyrl.rollout.chat import ChatCodec
+from polyrl.serve.errors import ServeError, error_body, validation_message
+from polyrl.serve.limits import ServeLimits, chars_per_token, check_prompt_chars, refuse_long_prompt
 
-MODEL_NAME = "polyrl-policy"
+_chars_per_token = functools.lru_cache(maxsize=8)(chars_per_token)  # a vocabulary scan, once per tokenizer
+
 MAX_WAIT_FACTOR = 10
 """The oldest waiting request waits at most this many ``batch_wait_s`` for others to join its batch."""
 
@@ -33,11 +45,18 @@ MAX_WAIT_FACTOR = 10
 @dataclass
 class EpisodeState:
     ledger: EpisodeLedger
+    key: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    """The episode's part of its base URL: 128 random bits."""
     open: bool = True
     """False once the episode ended (returned, raised, timed out): later requests are refused."""
     end_reason: str | None = None
-    """Why the endpoint ended it (``token_budget``), if it did."""
+    """Why the endpoint ended it (``token_budget``, ``context_length``), if it did."""
     requests: int = 0
+
+    @property
+    def spent(self) -> int:
+        """Tokens the episode's sequences hold beyond their first prompts (completions and environment turns)."""
+        return sum(len(s.response_ids) for s in self.ledger.segments)
 
 
 @dataclass
@@ -52,6 +71,15 @@ class Waiting:
     error: tuple[int, str] | None = None
 
 
+def model_positions(backend: GenerationBackend) -> int | None:
+    """The longest prompt + completion the backend's model takes (None when it does not say)."""
+    config = getattr(getattr(backend, "model", None), "config", None)
+    if config is not None:
+        return getattr(config, "max_position_embeddings", None)
+    engine = getattr(getattr(backend, "llm", None), "llm_engine", None)  # vLLM
+    return getattr(getattr(engine, "model_config", None), "max_model_len", None)
+
+
 class HarnessEndpoint:
     def __init__(
         self,
@@ -61,6 +89,8 @@ class HarnessEndpoint:
         max_new_tokens: int,
         max_episode_tokens: int,
         batch_wait_s: float,
+        limits: ServeLimits | None = None,
+        positions: int | None = None,
     ):
         self.codec, self.backend, self.sampling = codec, backend, sampling
         self.max_new_tokens, self.max_episode_tokens, self.batch_wait_s = (
@@ -68,20 +98,25 @@ class HarnessEndpoint:
             max_episode_tokens,
             batch_wait_s,
         )
+        self.limits = limits or ServeLimits()
+        self.positions = positions or model_positions(backend)
+        self.chars_per_token = _chars_per_token(codec.tok) if self.positions else 0
         self.tool_format, self.response_template = codec.resolve("auto")
         self.episodes: dict[str, EpisodeState] = {}
         self.waiting: list[Waiting] = []
         self.cond = threading.Condition()
-        self.server = _Server(("127.0.0.1", 0), _handler(self))
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name="polyrl-harness", daemon=True)
+        self.server = HarnessServer(("127.0.0.1", 0), handler(self, self.limits))
+        self._thread = threading.Thread(  # polled often: close() waits for the next poll, once per rollout
+            target=self.server.serve_forever, args=(0.05,), name="polyrl-harness", daemon=True
+        )
         self._thread.start()
 
-    def base_url(self, episode: str) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}/{episode}/v1"
+    def base_url(self, state: EpisodeState) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}/{state.key}/v1"
 
-    def add_episode(self, name: str) -> EpisodeState:
-        self.episodes[name] = state = EpisodeState(EpisodeLedger(self.codec))
+    def add_episode(self) -> EpisodeState:
+        state = EpisodeState(EpisodeLedger(self.codec))
+        self.episodes[state.key] = state
         return state
 
     def end_episode(self, state: EpisodeState, reason: str | None = None) -> None:
@@ -99,38 +134,77 @@ class HarnessEndpoint:
         self.server.server_close()
 
     # -- handler side -------------------------------------------------------------------------------
-    def complete(self, episode: str, payload: Any) -> tuple[int, dict]:
+    def complete(self, key: str, payload: Any) -> tuple[int, dict]:
         """Answer one request (called on a handler thread): the completion, or ``(status, error)``."""
-        state = self.episodes.get(episode)
+        state = self.episodes.get(key)
         if state is None:
-            return 404, _error(f"unknown episode {episode!r}")
+            return 404, error_body(404, "unknown episode: use the base URL the episode was given", code="unknown_url")
+        try:
+            request, messages = self._read(payload)
+            with self.cond:
+                waiting = self._admit(state, request, messages)
+        except ServeError as exc:
+            return exc.status, error_body(exc.status, exc.message, exc.param, exc.code)
+        waiting.done.wait()
+        if waiting.error is not None:
+            return waiting.error[0], error_body(*waiting.error)
+        return 200, waiting.body
+
+    def _read(self, payload: Any) -> tuple[HarnessRequest, list[dict[str, Any]]]:
+        """The request and its messages, checked: the count (before parsing them), each message, and the order
+        of tool results."""
+        messages = payload.get("messages") if isinstance(payload, dict) else None
+        if isinstance(messages, list) and len(messages) > self.limits.max_messages:
+            raise ServeError(
+                400, f"{len(messages)} messages; at most {self.limits.max_messages} fit", param="messages"
+            )
         try:
             request = HarnessRequest.model_validate(payload)
         except ValidationError as exc:
-            return 400, _error(f"invalid request: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}")
-        with self.cond:
-            if not state.open:
-                return 409, _error(f"episode ended ({state.end_reason or 'finished'})")
+            message, where = validation_message([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()])
+            raise ServeError(400, message, param=where) from None
+        misplaced = misplaced_tool_message(messages)
+        if misplaced is not None:
+            raise ServeError(
+                400,
+                f"messages.{misplaced}: a tool message must follow an assistant message with tool_calls",
+                param=f"messages.{misplaced}",
+            )
+        return request, messages
+
+    def _admit(self, state: EpisodeState, request: HarnessRequest, messages: list[dict[str, Any]]) -> Waiting:
+        """Place the request on the episode's ledger and queue it for generation (under ``self.cond``), unless
+        it is too long for the model's positions or the episode's token budget."""
+        if not state.open:
+            raise ServeError(409, f"episode ended ({state.end_reason or 'finished'})")
+        if self.positions:  # more characters than the positions can hold: refused before tokenizing
+            chars = sum(len(text_of(m.get("content"))) for m in messages)
             try:
-                turn = state.ledger.place(request.messages, request.tools)
-            except Exception as exc:  # a message the chat template cannot render is the client's error
-                return 400, _error(f"cannot render the messages with the chat template: {exc}")
-            room = self.max_episode_tokens - len(turn.segment.response_ids) - len(turn.env_ids)
-            if room <= 0:
-                state.ledger.release(turn)
-                state.end_reason = state.end_reason or "token_budget"
-                return 400, _error(
-                    "the episode's token budget (env.max_episode_tokens) is spent", "context_length_exceeded"
-                )
-            state.requests += 1
-            limit = min(self.max_new_tokens, room, request.token_limit or self.max_new_tokens)
-            waiting = Waiting(state, turn, limit, request.logprobs)
-            self.waiting.append(waiting)
-            self.cond.notify_all()
-        waiting.done.wait()
-        if waiting.error is not None:
-            return waiting.error[0], _error(waiting.error[1])
-        return 200, waiting.body
+                check_prompt_chars(chars, self.positions - 1, self.chars_per_token, self.positions)
+            except ServeError:
+                state.end_reason = state.end_reason or "context_length"
+                raise
+        try:
+            turn = state.ledger.place(messages, request.tools)
+        except Exception as exc:  # a message the chat template cannot render is the client's error
+            raise ServeError(400, f"cannot render the messages with the chat template: {exc}") from None
+        fits = self.positions - len(turn.prompt) if self.positions else self.max_new_tokens
+        room = self.max_episode_tokens - state.spent - len(turn.env_ids)
+        if fits <= 0 or room <= 0:
+            state.ledger.release(turn)
+            if fits <= 0:
+                state.end_reason = state.end_reason or "context_length"
+                raise refuse_long_prompt(f"{len(turn.prompt)} tokens", self.positions - 1, self.positions)
+            state.end_reason = state.end_reason or "token_budget"
+            raise ServeError(
+                400, "the episode's token budget (env.max_episode_tokens) is spent", code="context_length_exceeded"
+            )
+        state.requests += 1
+        limit = min(self.max_new_tokens, room, fits, request.token_limit or self.max_new_tokens)
+        waiting = Waiting(state, turn, limit, request.logprobs)
+        self.waiting.append(waiting)
+        self.cond.notify_all()
+        return waiting
 
     # -- generation side ----------------------------------------------------------------------------
     def serve_once(self, running: int, timeout: float) -> None:
@@ -200,64 +274,3 @@ def _truncated(gen: Generation, limit: int, tok) -> Generation:
         return gen
     ids = gen.completion_ids[:limit]
     return Generation(gen.prompt_ids, ids, tok.decode(ids, skip_special_tokens=True), False)
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 1024  # every agent of a step may connect at once (socketserver's default is 5)
-
-
-def _error(message: str, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": "invalid_request_error", "code": code}}
-
-
-def _handler(endpoint: HarnessEndpoint) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format, *args):  # no access log on the trainer's terminal
-            pass
-
-        def _send(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _stream(self, body: dict) -> None:
-            data = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in stream_chunks(body)) + b"data: [DONE]\n\n"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            parts = self.path.strip("/").split("/")
-            if parts[1:] == ["v1", "models"]:
-                self._send(
-                    200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "owned_by": "polyrl"}]}
-                )
-            else:
-                self._send(404, _error(f"no route {self.path}"))
-
-        def do_POST(self):
-            parts = self.path.split("?")[0].strip("/").split("/")
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length)
-            if parts[1:] != ["v1", "chat", "completions"]:
-                self._send(404, _error(f"no route {self.path}"))
-                return
-            try:
-                payload = json.loads(raw)
-            except ValueError:
-                self._send(400, _error("request body is not JSON"))
-                return
-            status, body = endpoint.complete(parts[0], payload)
-            if status == 200 and isinstance(payload, dict) and payload.get("stream"):
-                self._stream(body)
-            else:
-                self._send(status, body)
-
-    return Handler

@@ -2,23 +2,28 @@
 endpoint, turned into the same trajectories as multi-turn environment episodes (policy mask, turn spans,
 the return on the last turn).
 
-Agents run on a thread pool (sync functions) or one event loop (coroutine functions), at most
-``HarnessSpec.concurrency`` at once, while this thread generates for them. Every episode ends with a
-reason: ``returned``, ``harness_error`` (the function raised or returned something else), ``timeout``
-(still running after ``timeout_s``: its requests are refused from then on, a coroutine is cancelled, a
-sync function's thread is left to finish on its own) or ``token_budget``. None of them stops the step.
+Each agent runs on a thread of its own (:mod:`.agents`), at most ``HarnessSpec.concurrency`` at once, while
+this thread generates for them. Every episode ends with a reason: ``returned``, ``harness_error`` (the
+function raised anything, ``SystemExit`` and ``KeyboardInterrupt`` included), ``timeout`` (still running
+``timeout_s`` after it started: its requests are refused from then on and its thread abandoned),
+``token_budget`` or ``context_length`` (the endpoint refused a request as too long). A returned reward is
+held to the reward functions' standard (:func:`polyrl.harness.outcome.outcome`): one that is not a finite
+number within ``REWARD_BOUND`` scores 0 and counts in ``reward_failures/env_return``. None of them stops
+the step; each distinct failure is warned about once (episode URLs made alike), then only counted. The
+processes an agent started end with its episode, and at the latest with the rollout.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
+import re
 import time
 import warnings
-from concurrent.futures import Future
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from polyrl.harness.agents import AgentCall, abandon, start_agent
+from polyrl.harness.children import end_children_of, thread_ids
 from polyrl.harness.endpoint import EpisodeState, HarnessEndpoint
 from polyrl.harness.ledger import Segment
 from polyrl.harness.logprobs import response_logprobs
@@ -30,6 +35,8 @@ from polyrl.rollout.dispatch import Sampling
 from polyrl.rollout.trajectory import Trajectory
 from polyrl.tasks import Problem, Verdict
 
+_EPISODE_URL = re.compile(r"https?://127\.0\.0\.1:\d+/[\w-]+/v1")
+
 
 @dataclass
 class AgentRun:
@@ -39,7 +46,7 @@ class AgentRun:
     problem: Problem
     group: int
     state: EpisodeState
-    future: Future | None = None
+    call: AgentCall | None = None
     started: float | None = None
     result: Outcome | None = None
     end_reason: str | None = None
@@ -67,23 +74,17 @@ def rollout_harness(
         first.batch_wait_s,
     )
     runs = [
-        AgentRun(name, tasks[p.task], p, g, endpoint.add_episode(name))
+        AgentRun(f"ep{g}-{k}", tasks[p.task], p, g, endpoint.add_episode())
         for g, p in enumerate(problems)
-        for name in (f"ep{g}-{k}" for k in range(sampling.group_size))
+        for k in range(sampling.group_size)
     ]
     concurrency = max(tasks[p.task].spec.concurrency for p in problems)
-    slots = threading.BoundedSemaphore(concurrency)
-    http = _http_pool(concurrency)
-    loop = _EventLoop(concurrency) if any(r.task.is_async for r in runs) else None
+    threads_before = thread_ids()
     try:
-        for run in runs:
-            run.future = loop.submit(run, endpoint) if run.task.is_async else _start(run, endpoint, slots, http)
-        _drive(runs, endpoint)
+        _drive(runs, endpoint, concurrency)
     finally:
         endpoint.close()
-        http.close()
-        if loop is not None:
-            loop.close()
+        end_children_of(thread_ids() - threads_before)  # what abandoned agents, or threads of agents, started
     groups: list[list[Trajectory]] = [[] for _ in problems]
     for run in runs:
         groups[run.group].extend(_trajectories(run, codec, version))
@@ -105,93 +106,56 @@ def _record_behaviour(trajs: list[Trajectory], backend: GenerationBackend, codec
         t.behaviour_logprobs = [lp if m else 0.0 for lp, m in zip(logps, t.policy_mask)]
 
 
-def _http_pool(concurrency: int, cls=None):
-    """One connection pool for every agent's client: unbounded connections (each agent holds one while it
-    waits), no timeout of its own (episodes have theirs)."""
-    import httpx
-
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=concurrency)
-    return (cls or httpx.Client)(limits=limits, timeout=None)
-
-
-def _start(run: AgentRun, endpoint: HarnessEndpoint, slots: threading.BoundedSemaphore, http) -> Future:
-    """Run a sync agent on a daemon thread of its own once one of the ``slots`` is free (a thread that never
-    returns then never holds up the trainer's exit)."""
-    future: Future = Future()
-
-    def call() -> None:
-        with slots:
-            if not future.set_running_or_notify_cancel():
-                return
+def _drive(runs: list[AgentRun], endpoint: HarnessEndpoint, concurrency: int) -> None:
+    """Start the agents, ``concurrency`` at a time, and generate for them until every episode has ended
+    (returned, raised or timed out: a timed-out agent's place goes to the next at once)."""
+    queued, live = deque(runs), []
+    while queued or live:
+        while queued and len(live) < concurrency:
+            run = queued.popleft()
             run.started = time.monotonic()
-            try:
-                future.set_result(run.task.agent(run.task.client(endpoint.base_url(run.name), http), run.problem))
-            except BaseException as exc:
-                future.set_exception(exc)
-
-    threading.Thread(target=call, name=f"polyrl-agent-{run.name}", daemon=True).start()
-    return future
-
-
-class _EventLoop:
-    """One event loop on its own thread for coroutine agents, at most ``concurrency`` running at once."""
-
-    def __init__(self, concurrency: int):
-        self.loop = asyncio.new_event_loop()
-        self.limit = asyncio.Semaphore(concurrency)
-        self.thread = threading.Thread(target=self.loop.run_forever, name="polyrl-agents", daemon=True)
-        self.thread.start()
-        self.http = None
-        self.concurrency = concurrency
-
-    def submit(self, run: AgentRun, endpoint: HarnessEndpoint) -> Future:
-        async def call():
-            async with self.limit:
-                run.started = time.monotonic()
-                if self.http is None:  # made on the loop that uses it
-                    import httpx
-
-                    self.http = _http_pool(self.concurrency, httpx.AsyncClient)
-                return await run.task.agent(run.task.client(endpoint.base_url(run.name), self.http), run.problem)
-
-        return asyncio.run_coroutine_threadsafe(call(), self.loop)
-
-    def close(self) -> None:
-        if self.http is not None:
-            asyncio.run_coroutine_threadsafe(self.http.aclose(), self.loop).result(timeout=5)
-        for task in asyncio.all_tasks(self.loop):
-            self.loop.call_soon_threadsafe(task.cancel)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-
-
-def _drive(runs: list[AgentRun], endpoint: HarnessEndpoint) -> None:
-    """Generate for the agents until every episode has ended (returned, raised or timed out)."""
-    live = list(runs)
-    while live:
+            run.call = start_agent(run.task, endpoint.base_url(run.state), run.problem, run.name)
+            live.append(run)
         now = time.monotonic()
         for run in list(live):
-            if run.future.done():
+            if run.call.future.done():
                 _settle(run, endpoint)
-            elif run.started is not None and now - run.started > run.task.spec.timeout_s:
+            elif now - run.started > run.task.spec.timeout_s:
                 run.end_reason = "timeout"
-                run.future.cancel()
                 endpoint.end_episode(run.state, "timeout")
+                abandon(run.call)
             else:
                 continue
             live.remove(run)
         if live:
-            endpoint.serve_once(running=sum(r.started is not None for r in live), timeout=0.02)
+            endpoint.serve_once(running=len(live), timeout=0.02)
 
 
 def _settle(run: AgentRun, endpoint: HarnessEndpoint) -> None:
     endpoint.end_episode(run.state)
-    try:
-        run.result = outcome(run.future.result())
-        run.end_reason = run.state.end_reason or "returned"
-    except Exception as exc:
+    error = run.call.future.exception()
+    if error is not None:
         run.end_reason = run.state.end_reason or "harness_error"
-        warnings.warn(f"{run.problem.task}: the harness ended the episode with {exc!r}", stacklevel=2)
+        _warn_once(run, f"{run.problem.task}: the harness ended the episode with {error!r}")
+        return
+    run.result = outcome(run.call.future.result())
+    run.end_reason = run.state.end_reason or "returned"
+    for term, reason in run.result.failures.items():
+        what = "reward" if term == "env_return" else f"value {term.removeprefix('harness/')!r}"
+        _warn_once(
+            run,
+            f"{run.problem.task}: the agent's {what} is unusable ({reason}): scored 0, counted in "
+            f"reward_failures/{term}",
+        )
+
+
+def _warn_once(run: AgentRun, message: str) -> None:
+    """Warn about ``message`` unless its task already warned of the same (episode URLs and keys made alike:
+    one bug in an agent is one warning, not one per episode)."""
+    text = _EPISODE_URL.sub("<episode URL>", message).replace(run.state.key, "<episode>")
+    if text not in run.task.warned:
+        run.task.warned.add(text)
+        warnings.warn(text, stacklevel=2)
 
 
 def _verdict(run: AgentRun) -> tuple[float, Verdict, dict[str, float]]:
@@ -253,4 +217,5 @@ def _trajectories(run: AgentRun, codec: ChatCodec, version: int) -> list[Traject
                 },
             )
         )
+        out[-1].reward_failures.update(run.result.failures if run.result is not None else {})
     return out

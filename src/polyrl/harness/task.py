@@ -30,9 +30,13 @@ class HarnessSpec(BaseModel):
     fn: str | None = Field(
         None, description="The agent function, 'package.module:function' (sync or async); vf/ tasks bring their own."
     )
-    timeout_s: float = Field(120.0, gt=0, description="Wall-clock limit of one episode; a late one ends as timeout.")
+    timeout_s: float = Field(
+        120.0, gt=0, description="Wall-clock limit of one episode's agent; then it ends as timeout and is abandoned."
+    )
     concurrency: int = Field(
-        128, ge=1, description="Episodes whose agent runs at once (each on a thread, or a task of one event loop)."
+        128,
+        ge=1,
+        description="Episodes whose agent runs at once (each on a thread of its own, a coroutine on its own loop).",
     )
     batch_wait_s: float = Field(
         0.2, ge=0, description="Generate the waiting requests once no other agent's request has come for this long."
@@ -84,6 +88,8 @@ class HarnessTask(Task):
         self.partial_credit = inner.partial_credit
         self.pure = inner.pure
         self.is_async = inspect.iscoroutinefunction(self.agent)
+        self.warned: set[str] = set()
+        """The failures of this task's episodes already warned about (each is warned about once)."""
         first = next(iter(inspect.signature(self.agent).parameters))
         self.wants_url = first == "base_url"
         if not self.wants_url and importlib.util.find_spec("openai") is None:
@@ -120,7 +126,7 @@ class HarnessTask(Task):
 
     def client(self, base_url: str, http_client=None):
         """What the agent's first argument is: the URL, or an OpenAI client (async for a coroutine agent) on
-        ``http_client``, the rollout's shared connection pool (building one per episode costs ~50 ms)."""
+        ``http_client`` (the episode's own: :func:`polyrl.harness.agents.start_agent`)."""
         if self.wants_url:
             return base_url
         import openai

@@ -12,7 +12,9 @@ the largest weight all scored 1. A taskset has no held-out split: problem ``k`` 
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from typing import Any
 
 from polyrl.errors import UserError
@@ -82,6 +84,8 @@ class TasksetProblems(Task):
         self.tasks = list(taskset.take(10_000) if not taskset.bounded else taskset)
         if not self.tasks:
             raise UserError(f"task {name!r}: the taskset yields no tasks")
+        for task in self.tasks:
+            task.hooks = _awaitable_hooks(task.hooks)
         self.description = f"verifiers taskset {type(taskset).__name__} ({len(self.tasks)} tasks)"
 
     def difficulty_space(self) -> DifficultySpace:  # type: ignore[override]
@@ -115,6 +119,25 @@ class VerifiersTask(HarnessTask):
         top = max((r.weight for r in scored.values()), default=0.0)
         correct = bool(scored) and all(r.score >= 1.0 for r in scored.values() if r.weight == top)
         return Outcome(float(trace.reward), correct, {**metrics, **{k: r.score for k, r in scored.items()}})
+
+
+def _awaitable_hooks(hooks):
+    """A task's ``hooks`` (its ``@vf.reward``/``@vf.metric`` functions) with each plain ``def`` made a coroutine
+    function: verifiers awaits them all (``asyncio.gather``), and a plain one failed every episode with its
+    ``TypeError: An asyncio.Future, a coroutine or an awaitable is required``."""
+    return lambda attr: [_awaitable(fn) for fn in hooks(attr)]
+
+
+def _awaitable(fn):
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    @functools.wraps(fn)  # keeps its name, signature (verifiers passes what it names) and weight
+    async def call(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+
+    return call
 
 
 def _prompt_messages(data) -> list[dict[str, Any]]:
