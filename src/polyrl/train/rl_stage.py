@@ -13,6 +13,7 @@ The update reads the frozen :class:`~polyrl.train.settings.UpdateSettings` built
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -23,7 +24,7 @@ from polyrl.rewards import scoring
 from polyrl.rollout.collect import Collected, collect_groups
 from polyrl.train.checkpoint import Checkpoint
 from polyrl.train.learner import critic_update, policy_update
-from polyrl.train.metrics import step_metrics
+from polyrl.train.metrics import TermFailures, step_metrics
 from polyrl.train.update_batch import prepare_update
 
 
@@ -36,10 +37,11 @@ class RLStage:
         self.broadcast_weights, self.evaluate = broadcast_weights, evaluate
         self.reference = None
         """The frozen KL reference (with ``rl.kl_coef > 0``)."""
+        self.term_failures = TermFailures()
 
     def run(self, ckpt: Checkpoint | None) -> None:
         """RL from the start, or from ``ckpt`` (an RL checkpoint)."""
-        parts, cfg = self.parts, self.parts.config.rl
+        cfg = self.parts.config.rl
         self.training.make_optimizer(cfg.lr, cfg.warmup_steps, cfg.steps, cosine=False, weight_decay=cfg.weight_decay)
         if cfg.kl_coef > 0:
             self.reference = self.reference_model()
@@ -56,17 +58,31 @@ class RLStage:
         if self.training.critic is not None and start == 0 and cfg.critic.warmup_steps:
             self.critic_warmup(cfg.critic.warmup_steps)
         self.progress.start("RL", cfg.steps, start)
+        try:
+            for step in range(start, cfg.steps):
+                self._step_and_log(step)
+        finally:
+            self._warn_failed_terms()
+
+    def _step_and_log(self, step: int) -> None:
+        """RL step ``step`` + 1: the step, its record, its periodic evaluation and checkpoint."""
+        parts, cfg = self.parts, self.parts.config.rl
         every = parts.config.eval.every
-        for step in range(start, cfg.steps):
-            self.state.step = step + 1
-            metrics = self.step(step, parts.seed_step("rl", step))
-            parts.run_dir.log({"stage": "rl", "step": step + 1, **metrics})
-            self.progress.update(step + 1, {k: metrics[k] for k in ("reward", "accuracy", "entropy") if k in metrics})
-            if every and (step + 1) % every == 0 and step + 1 < cfg.steps:
-                self.evaluate(f"rl_step_{step + 1:06d}")
-                self.progress.start("RL", cfg.steps, step + 1)
-            if (step + 1) % parts.config.checkpoint_every == 0 or step + 1 == cfg.steps:
-                self.state.checkpoint("rl", step + 1)
+        self.state.step = step + 1
+        metrics = self.step(step, parts.seed_step("rl", step))
+        parts.run_dir.log({"stage": "rl", "step": step + 1, **metrics})
+        self.progress.update(step + 1, {k: metrics[k] for k in ("reward", "accuracy", "entropy") if k in metrics})
+        if every and (step + 1) % every == 0 and step + 1 < cfg.steps:
+            self.evaluate(f"rl_step_{step + 1:06d}")
+            self.progress.start("RL", cfg.steps, step + 1)
+        if (step + 1) % parts.config.checkpoint_every == 0 or step + 1 == cfg.steps:
+            self.state.checkpoint("rl", step + 1)
+
+    def _warn_failed_terms(self) -> None:
+        lines = self.term_failures.warnings() if self.placement.is_writer else []
+        if lines:
+            self.progress.stop()
+            print("\n".join(lines), file=sys.stderr, flush=True)
 
     def reference_model(self):
         """The frozen KL reference: the policy as SFT left it (``sft_model/``), placed like the policy."""
@@ -78,6 +94,7 @@ class RLStage:
         parts, training = self.parts, self.training
         t0 = time.perf_counter()
         collected = self.collect(step, rng)
+        self.term_failures.add(collected.generated)
         trajs = collected.trajectories
         batch = update = None
         if trajs:
