@@ -1,5 +1,6 @@
 """Checkpoints and resume: an interrupted run, resumed, ends with the same weights as an uninterrupted one."""
 
+import json
 import os
 import signal
 import subprocess
@@ -58,7 +59,38 @@ def test_resumed_run_matches_uninterrupted(tiny_train_config, tmp_path, monkeypa
     # metrics logged after the checkpoint were dropped and re-logged once
     lines = (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()
     full_lines = (Path(full.run_dir) / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == len(full_lines)
+    assert _steps(lines) == _steps(full_lines)  # each record at the same stage step and global step
+
+
+def _steps(lines: list[str]) -> list[tuple]:
+    return [(r["stage"], r["step"], r["global_step"]) for r in map(json.loads, lines)]
+
+
+def test_a_checkpoint_from_before_the_global_step_resumes_at_the_global_step_it_implies(
+    tiny_train_config, tmp_path, monkeypatch
+):
+    from polyrl.run_dir import RunDir
+
+    cfg = tiny_train_config(run_dir=str(tmp_path / "old"), threads=1)
+    real_log = RunDir.log
+
+    def crashing_log(self, record):
+        real_log(self, record)
+        if record["stage"] == "rl" and record["step"] == 4:
+            raise Crash
+
+    monkeypatch.setattr(RunDir, "log", crashing_log)
+    with pytest.raises(Crash):
+        Trainer(cfg).run()
+    monkeypatch.setattr(RunDir, "log", real_log)
+    ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
+    state = json.loads((ckpt.path / "trainer_state.json").read_text())
+    del state["global_step"]  # as an earlier version wrote it
+    (ckpt.path / "trainer_state.json").write_text(json.dumps(state))
+
+    Trainer(cfg, resume=True).run()
+    rl = [r for r in map(json.loads, (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines())]
+    assert [r["global_step"] for r in rl if r["stage"] == "rl"] == [6 + k for k in range(1, 7)]  # after 6 SFT steps
 
 
 def test_sigkill_at_any_moment_leaves_a_resumable_run(tiny_train_config, tmp_path):

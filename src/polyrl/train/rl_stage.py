@@ -69,8 +69,9 @@ class RLStage:
         parts, cfg = self.parts, self.parts.config.rl
         every = parts.config.eval.every
         self.state.step = step + 1
+        self.state.global_step += 1
         metrics = self.step(step, parts.seed_step("rl", step))
-        parts.run_dir.log({"stage": "rl", "step": step + 1, **metrics})
+        self.state.log("rl", step + 1, metrics)
         self.progress.update(step + 1, {k: metrics[k] for k in ("reward", "accuracy", "entropy") if k in metrics})
         if every and (step + 1) % every == 0 and step + 1 < cfg.steps:
             self.evaluate(f"rl_step_{step + 1:06d}")
@@ -166,14 +167,15 @@ class RLStage:
         self.progress.start("critic warm-up", steps, 0)
         for k in range(steps):
             t0 = time.perf_counter()
+            self.state.global_step += 1
             trajs = self.collect(k, parts.seed_step("critic_warmup", k)).trajectories
-            record = {"stage": "critic_warmup", "step": k + 1, "sequences": len(trajs)}
+            record: dict = {"sequences": len(trajs)}
             if trajs:
                 pad_id = parts.policy.tokenizer.pad_token_id
                 batch = prepare_update(trajs, list(parts.tasks), pad_id, parts.update_settings, critic)
                 record.update(critic_update(critic, batch, parts.update_settings))
                 record["reward"] = sum(t.reward for t in trajs) / len(trajs)
             record["step_time"] = time.perf_counter() - t0
-            parts.run_dir.log(record)
+            self.state.log("critic_warmup", k + 1, record)
             shown = {"value_loss": "value_loss", "explained_var": "value_explained_variance"}
             self.progress.update(k + 1, {k_: record.get(v, float("nan")) for k_, v in shown.items()})
