@@ -245,6 +245,8 @@ def _trajectories(run: AgentRun, codec: ChatCodec, version: int) -> list[Traject
                 info={
                     **info,
                     "turns": turns,
+                    "tool_calls": s.tool_calls,
+                    "tool_errors": s.tool_errors,
                     "policy_tokens": sum(s.policy_mask),
                     "env_tokens": len(s.policy_mask) - sum(s.policy_mask),
                     "success": verdict.correct,
