@@ -17,7 +17,7 @@ from typing import Any
 
 from polyrl.envs.tool_formats import describe_tools
 from polyrl.harness.chat import is_error_result, normalized, template_message, text_of
-from polyrl.rollout.chat import ChatCodec
+from polyrl.rollout.chat import ChatCodec, user_text
 
 
 @dataclass
@@ -40,6 +40,8 @@ class Segment:
     """Tool calls the policy wrote in this segment's turns (malformed ones included)."""
     tool_errors: int = 0
     """Malformed calls, and tool results the client sent back that report an error (:func:`is_error_result`)."""
+    prompt_text: str | None = None
+    """The user messages of the request that opened the segment: what the policy read."""
 
     @property
     def ids(self) -> list[int]:
@@ -85,7 +87,8 @@ class EpisodeLedger:
             env_ids = self.codec.between_turns(added, segment.finished)
         else:
             self.history_edits += bool(self.segments)
-            segment, env_ids = Segment(self.render(messages, tools)), []
+            shown = user_text([template_message(m) for m in messages])
+            segment, env_ids = Segment(self.render(messages, tools), prompt_text=shown), []
             self.segments.append(segment)
         segment.busy = True
         return Turn(segment, env_ids, messages, added)

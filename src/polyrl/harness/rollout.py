@@ -242,6 +242,7 @@ def _trajectories(run: AgentRun, codec: ChatCodec, version: int) -> list[Traject
                 turn_rewards=[0.0] * (turns - 1) + [ret] if turns else [],
                 turn_versions=[version] * turns,
                 logged_terms={f"harness/{k}": v for k, v in terms.items()},
+                prompt_text=s.prompt_text,
                 info={
                     **info,
                     "turns": turns,

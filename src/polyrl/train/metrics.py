@@ -98,11 +98,10 @@ class TermFailures:
         ]
 
 
-def samples(trajs: list[Trajectory], per_task: int = 1, prompt_text=None) -> list[dict[str, Any]]:
+def samples(trajs: list[Trajectory], per_task: int = 1) -> list[dict[str, Any]]:
     """A few completions of the step with their rewards, for the metrics file and the report: the first
-    ``per_task`` of each task, text cut to :data:`SAMPLE_CHARS` characters. ``prompt_text(problem)``, when
-    given, is the user message a single-turn policy was shown (the run's prompt field and style, e.g. the
-    natural statement a real model reads); otherwise, and for episodes, the problem's own prompt."""
+    ``per_task`` of each task with the prompt the policy read (the run's prompt field and style, e.g. the natural
+    statement a real model reads), text cut to :data:`SAMPLE_CHARS` characters."""
     seen: dict[str, int] = defaultdict(int)
     out = []
     for t in trajs:
@@ -112,9 +111,7 @@ def samples(trajs: list[Trajectory], per_task: int = 1, prompt_text=None) -> lis
         out.append(
             {
                 "task": t.task,
-                "prompt": (
-                    prompt_text(t.problem) if prompt_text is not None and t.turn_spans is None else t.problem.prompt
-                )[:SAMPLE_CHARS],
+                "prompt": t.shown_prompt[:SAMPLE_CHARS],
                 "completion": t.text[:SAMPLE_CHARS],
                 "reward": t.reward,
                 "correct": bool(t.verdict.correct),
@@ -132,7 +129,6 @@ def step_metrics(
     lr: float,
     curriculum: tuple[Any, Any],
     sample_count: int = 1,
-    prompt_text=None,
 ) -> dict[str, Any]:
     """Every metric one RL step logs, overall and per task (``<metric>/<task>``), in this order:
 
@@ -171,7 +167,7 @@ def step_metrics(
     out.update(collected.backend)
     out.update(collected.extra)
     if sample_count:
-        out["samples"] = samples(generated, sample_count, prompt_text)
+        out["samples"] = samples(generated, sample_count)
     if batch is not None:
         out.update(batch.critic_stats)
         out.update(advantage_mass(batch.advantages, batch.tokens.loss_mask, batch.task_ids, batch.task_names))

@@ -126,7 +126,6 @@ class RLStage:
             elapsed,
             lr=training.lr(),
             curriculum=(parts.sampler, parts.difficulty_controller),
-            prompt_text=parts.prompts.content,
         )
 
     def collect(self, step: int, rng: np.random.Generator) -> Collected:
