@@ -2,10 +2,10 @@
 TensorBoard, trackio, Weights & Biases or MLflow (``logging.trackers``), besides ``RUN_DIR/metrics.jsonl``.
 
 Every tracker sees the same names on the same axis: a record ``{"stage": "rl", "step": 3, "global_step": 303,
-"loss": 0.2}`` is the scalar ``rl/loss`` at step 303 (``scalars``), the run's global step, which counts SFT's steps,
-then RL's, so that every stage and the evaluations between them (``eval/*`` after SFT at SFT's last step, after RL
-at RL's last) are plotted in the order they happened; the final held-out results are ``final/after_rl/mean/accuracy`` and the
-like (``final_scalars``). MLflow alone refuses some characters: there ``eval/pass@1/addition`` is
+"loss": 0.2}`` is the scalar ``rl/loss`` (``scalars``) at step 303, the run's global step, which counts SFT's steps
+and then RL's, so that the stages and the evaluations between them (``eval/*`` after SFT at SFT's last step, after
+RL at RL's last) are plotted in the order they happened. The final held-out results are
+``final/after_rl/mean/accuracy`` and the like (``final_scalars``). MLflow alone refuses some characters: there ``eval/pass@1/addition`` is
 ``eval/pass_at_1/addition`` (``mlflow_name``). Each tracker opens on first use, so a run that stops before logging anything leaves
 no empty tracker run behind. All of them work offline: TensorBoard and trackio write local files, W&B runs in
 offline mode by default (``wandb sync RUN_DIR/wandb/offline-run-*`` uploads later), MLflow writes its local

@@ -3,8 +3,8 @@
 Everything here is read off the step's trajectories (every group it generated: with dynamic sampling, the dropped
 groups count like the kept ones, so that a step where a reward function failed or every episode crashed says so),
 the collector's counts, the ``UpdateBatch`` and the learner's :class:`~polyrl.train.learner.UpdateResult`; nothing
-is recomputed. :func:`step_metrics` is the
-one place a step's metrics are assembled, and its docstring names every one.
+is recomputed. :func:`step_metrics` is the one place a step's metrics are assembled, and its docstring names every
+one.
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ class RunState:
         tensors = self.placement.load_checkpoint(ckpt, self.training)
         if self.training.critic is not None and "critic" in tensors:
             self.training.critic.load_state_dict(tensors["critic"])
-        self.global_step = ckpt.step + (self.steps_before_rl() if ckpt.stage == "rl" else 0)  # a checkpoint without it
+        # a checkpoint of an earlier version has no global step: the one its stage and step imply
+        self.global_step = ckpt.step + (self.steps_before_rl() if ckpt.stage == "rl" else 0)
         self.load_state_dict(ckpt.state)
 
     def steps_before_rl(self) -> int:
