@@ -1,9 +1,11 @@
 """Experiment trackers: every metrics record of a run, its resolved config and its final results, sent to
 TensorBoard, trackio, Weights & Biases or MLflow (``logging.trackers``), besides ``RUN_DIR/metrics.jsonl``.
 
-Every tracker sees the same names: a record ``{"stage": "rl", "step": 3, "loss": 0.2}`` is the scalar
-``rl/loss`` at step 3 (``scalars``); the final held-out results are ``final/after_rl/mean/accuracy`` and the
-like (``final_scalars``). MLflow alone refuses some characters: there ``eval/pass@1/addition`` is
+Every tracker sees the same names on the same axis: a record ``{"stage": "rl", "step": 3, "global_step": 303,
+"loss": 0.2}`` is the scalar ``rl/loss`` (``scalars``) at step 303, the run's global step, which counts SFT's steps
+and then RL's, so that the stages and the evaluations between them (``eval/*`` after SFT at SFT's last step, after
+RL at RL's last) are plotted in the order they happened. The final held-out results are
+``final/after_rl/mean/accuracy`` and the like (``final_scalars``). MLflow alone refuses some characters: there ``eval/pass@1/addition`` is
 ``eval/pass_at_1/addition`` (``mlflow_name``). Each tracker opens on first use, so a run that stops before logging anything leaves
 no empty tracker run behind. All of them work offline: TensorBoard and trackio write local files, W&B runs in
 offline mode by default (``wandb sync RUN_DIR/wandb/offline-run-*`` uploads later), MLflow writes its local
@@ -31,8 +33,6 @@ _PACKAGES |= {
     "wandb": (("wandb",), "polyrl[wandb]"),
     "mlflow": (("mlflow", "sqlalchemy", "alembic"), "polyrl[mlflow]"),
 }
-# TensorBoard shows one step axis per run: RL and eval steps start past any SFT step
-_TB_STAGE_OFFSET = 100_000
 
 
 class LoggingConfig(BaseModel):
@@ -57,13 +57,18 @@ class LoggingConfig(BaseModel):
 
 
 def scalars(record: dict[str, Any]) -> dict[str, float]:
-    """The numeric values of one metrics record, named ``<stage>/<key>`` (``step`` and text left out)."""
+    """The numeric values of one metrics record, named ``<stage>/<key>`` (the steps and text left out)."""
     stage = record["stage"]
     return {
         f"{stage}/{key}": float(value)
         for key, value in record.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step"
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "global_step")
     }
+
+
+def global_step(record: dict[str, Any]) -> int:
+    """The step a record is plotted at: its ``global_step`` (a record of an earlier version: its stage's step)."""
+    return record.get("global_step", record["step"])
 
 
 def final_scalars(results: dict[str, Any], prefix: str = "final") -> dict[str, float]:
@@ -107,8 +112,8 @@ class Tracker:
 
     def log(self, record: dict[str, Any]) -> None:
         self._ensure_open()
-        self.last_step = record["step"]
-        self._log(scalars(record), record["stage"], record["step"])
+        self.last_step = global_step(record)
+        self._log(scalars(record), record["stage"], self.last_step)
 
     def finish(self, results: dict[str, Any]) -> None:
         self._ensure_open()
@@ -124,7 +129,7 @@ class Tracker:
             self._open()
             self.opened = True
 
-    # each tracker: open its run with the config, log one record's scalars, the final ones, close
+    # each tracker: open its run with the config, log one record's scalars at the global step, the final ones, close
     def _open(self) -> None:
         raise NotImplementedError
 
@@ -139,7 +144,7 @@ class Tracker:
 
 
 class TensorBoardTracker(Tracker):
-    """Event files in ``RUN_DIR/tb``; RL and eval steps are offset by 100,000 so that one axis holds both stages."""
+    """Event files in ``RUN_DIR/tb``, every stage on the global-step axis."""
 
     def _open(self) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -149,11 +154,11 @@ class TensorBoardTracker(Tracker):
 
     def _log(self, values, stage, step) -> None:
         for key, value in values.items():
-            self.writer.add_scalar(key, value, step + (0 if stage == "sft" else _TB_STAGE_OFFSET))
+            self.writer.add_scalar(key, value, step)
 
     def _finish(self, values) -> None:
         for key, value in values.items():
-            self.writer.add_scalar(key, value, 0)
+            self.writer.add_scalar(key, value, self.last_step)
 
     def _close(self) -> None:
         self.writer.close()
@@ -185,8 +190,9 @@ class TrackioTracker(Tracker):
 
 
 class WandbTracker(Tracker):
-    """A W&B run in ``RUN_DIR/wandb``; each stage's metrics are plotted against that stage's own step
-    (``<stage>/step``), since W&B's own step must only grow. The final results are the run's summary."""
+    """A W&B run in ``RUN_DIR/wandb``; every metric is plotted against ``global_step``, logged as a hidden metric
+    of its own (W&B's custom x-axis) rather than as W&B's step, which would merge the records of two stages that
+    share a global step (the last RL step and the after-RL evaluation). The final results are the run's summary."""
 
     def _open(self) -> None:
         import wandb
@@ -200,14 +206,14 @@ class WandbTracker(Tracker):
             settings=wandb.Settings(silent=True, console="off"),
             reinit="create_new",
         )
+        self.run.define_metric("global_step", hidden=True)
         self.stages: set[str] = set()
 
     def _log(self, values, stage, step) -> None:
         if stage not in self.stages:
-            self.run.define_metric(f"{stage}/step", hidden=True)
-            self.run.define_metric(f"{stage}/*", step_metric=f"{stage}/step")
+            self.run.define_metric(f"{stage}/*", step_metric="global_step")
             self.stages.add(stage)
-        self.run.log({**values, f"{stage}/step": step})
+        self.run.log({**values, "global_step": step})
 
     def _finish(self, values) -> None:
         self.run.summary.update(values)

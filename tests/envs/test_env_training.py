@@ -32,7 +32,8 @@ def test_a_mix_of_environments_and_single_turn_tasks_trains_end_to_end(tiny_trai
     rl = [r for r in records if r["stage"] == "rl"]
     assert len(rl) == 2
     logged = {k for r in rl for k in r}
-    for key in ("success", "turns", "tool_calls", "tool_errors", "invalid_actions", "policy_tokens", "env_tokens"):
+    per_episode = ("success", "turns", "tool_calls", "tool_errors", "invalid_actions")
+    for key in (*per_episode, "policy_tokens_per_episode", "env_tokens_per_episode", "policy_tokens"):
         assert f"{key}/env/calculator:addition" in logged and f"{key}/env/retry:sort_digits" in logged
     assert "success/addition" not in logged  # single-turn tasks keep their own metrics
     assert all(r["skipped_updates"] == 0 for r in rl)

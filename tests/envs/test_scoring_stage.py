@@ -74,3 +74,22 @@ def test_every_rule_weight_names_a_registered_rule_term():
     completion = [name for name, term in RULES.items() if not term.episode]
     assert tuple(completion) == RULE_TERMS  # summed in this order (the order the totals always had)
     assert RULES["env_return"].weight == "verifier" and RULES["env_return"].episode
+
+
+TRL_ECHO = """
+def echo_prompts(completions, prompts, **kwargs):
+    echo_prompts.seen = list(prompts)
+    return [0.0] * len(completions)
+"""
+
+
+def test_a_trl_functions_prompts_are_what_the_policy_read(prompts, scripted, tmp_path, monkeypatch):
+    (tmp_path / "trl_echo.py").write_text(TRL_ECHO)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tasks, trajs = _mixed(scripted, prompts)  # prompt.field: question, as the tiny model's runs read it
+    config = RewardConfig(terms=[{"fn": "trl_echo:echo_prompts", "weight": 1.0}])
+    score(trajs, tasks, config, 16, RewardScorer(config, list(tasks)))
+    import trl_echo
+
+    questions = [t.problem.question for t in trajs]
+    assert trl_echo.echo_prompts.seen == questions and questions[0] != trajs[0].problem.prompt

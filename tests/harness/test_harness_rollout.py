@@ -10,6 +10,7 @@ from harness_rollouts import scored_rollout
 from polyrl.harness.outcome import outcome
 from polyrl.harness.task import HarnessSpec, HarnessTask
 from polyrl.rollout.chat import ChatCodec
+from polyrl.rollout.episode_metrics import episode_metrics
 from polyrl.tasks import get_task
 
 CALL = '<tool_call>{"name":"calc","arguments":{"expr":"62+41"}}</tool_call>'
@@ -53,6 +54,28 @@ def test_a_tool_using_episode_is_recorded_token_exact(scripted, prompts):
             "harness/answer_chars": 20.0,
         }  # len("<answer>103</answer>")
     assert backend.batches == [2, 2]  # both episodes' requests generated together, turn by turn
+
+
+def test_a_round_tripped_tool_call_is_counted_as_the_episodes_tool_use(scripted, prompts):
+    trajs = _play(_task("agent"), scripted(_calculator_script), prompts)
+    assert [(t.info["tool_calls"], t.info["tool_errors"]) for t in trajs] == [(1, 0), (1, 0)]
+    metrics = episode_metrics(trajs)
+    assert metrics["tool_calls/addition"] == 1.0 and metrics["tool_errors/addition"] == 0.0
+
+
+def test_a_tool_result_reporting_an_error_is_a_tool_error(scripted, prompts):
+    division = '<tool_call>{"name":"calc","arguments":{"expr":"62/41"}}</tool_call>'  # calc: "error: only + - *"
+    trajs = _play(
+        _task("agent"), scripted(lambda text: "<answer>1</answer>" if "<|tool|>" in text else division), prompts
+    )
+    assert [(t.info["tool_calls"], t.info["tool_errors"]) for t in trajs] == [(1, 1), (1, 1)]
+
+
+def test_a_malformed_tool_call_is_a_call_and_an_error(scripted, prompts):
+    broken = '<tool_call>{"name":"calc","arguments":</tool_call>'
+    trajs = _play(_task("agent"), scripted(lambda text: broken), prompts)
+    assert all(len(t.turn_spans) == 1 for t in trajs)  # the agent got no call to run: one request
+    assert [(t.info["tool_calls"], t.info["tool_errors"]) for t in trajs] == [(1, 1), (1, 1)]
 
 
 def test_the_first_prompt_renders_the_request_with_its_tools(scripted, prompts, tiny_tokenizer):

@@ -36,6 +36,28 @@ def test_a_few_rl_steps_train_on_agent_episodes(tiny_train_config):
     assert set(results["after_rl"]) == {"addition", "mean"}
 
 
+def test_with_dynamic_sampling_a_step_whose_every_episode_timed_out_says_so(tiny_train_config):
+    from polyrl.train.trainer import Trainer
+
+    hanging = [
+        {
+            "name": "addition",
+            "difficulty": "easy",
+            "harness": {"fn": "harness_test_agents:hanging_agent", "timeout_s": 0.3},
+        }
+    ]
+    run = {**HARNESS_RUN, "tasks": hanging, "rl__steps": 1, "rl__prompts_per_step": 2, "rl__group_size": 2}
+    cfg = tiny_train_config(**{**run, "eval__problems_per_task": 1}, rl__dynamic_sampling=True, rl__max_refills=0)
+    Trainer(cfg).run()
+    (rl,) = [
+        r
+        for r in map(json.loads, (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines())
+        if r["stage"] == "rl"
+    ]
+    assert rl["groups_dropped"] == 2 and rl["groups_kept_frac"] == 0.0  # every reward 0: no signal
+    assert rl["end/timeout/addition"] == 1.0 and rl["success/addition"] == 0.0
+
+
 def test_a_harness_that_cannot_be_imported_is_one_line(tiny_train_config):
     from polyrl.train.trainer import Trainer
 

@@ -1,5 +1,6 @@
 """Checkpoints and resume: an interrupted run, resumed, ends with the same weights as an uninterrupted one."""
 
+import json
 import os
 import signal
 import subprocess
@@ -29,6 +30,23 @@ class Crash(Exception):
     pass
 
 
+def _crash_at(cfg, monkeypatch, stage: str, step: int) -> None:
+    """Run ``cfg`` until it has logged ``stage`` step ``step``, then crash it there."""
+    from polyrl.run_dir import RunDir
+
+    real_log = RunDir.log
+
+    def crashing_log(self, record):
+        real_log(self, record)
+        if record["stage"] == stage and record["step"] == step:
+            raise Crash
+
+    monkeypatch.setattr(RunDir, "log", crashing_log)
+    with pytest.raises(Crash):
+        Trainer(cfg).run()
+    monkeypatch.setattr(RunDir, "log", real_log)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("crash_at", [("sft", 4), ("rl", 5)])
 def test_resumed_run_matches_uninterrupted(tiny_train_config, tmp_path, monkeypatch, crash_at, threads):
@@ -37,19 +55,7 @@ def test_resumed_run_matches_uninterrupted(tiny_train_config, tmp_path, monkeypa
 
     cfg = tiny_train_config(run_dir=str(tmp_path / "crashed"), threads=threads)
     stage, at = crash_at
-    from polyrl.run_dir import RunDir
-
-    real_log = RunDir.log
-
-    def crashing_log(self, record):
-        real_log(self, record)
-        if record["stage"] == stage and record["step"] == at:
-            raise Crash
-
-    monkeypatch.setattr(RunDir, "log", crashing_log)
-    with pytest.raises(Crash):
-        Trainer(cfg).run()
-    monkeypatch.setattr(RunDir, "log", real_log)
+    _crash_at(cfg, monkeypatch, stage, at)
     ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
     assert (ckpt.stage, ckpt.step) == (stage, 3)
 
@@ -58,7 +64,26 @@ def test_resumed_run_matches_uninterrupted(tiny_train_config, tmp_path, monkeypa
     # metrics logged after the checkpoint were dropped and re-logged once
     lines = (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()
     full_lines = (Path(full.run_dir) / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == len(full_lines)
+    assert _steps(lines) == _steps(full_lines)  # each record at the same stage step and global step
+
+
+def _steps(lines: list[str]) -> list[tuple]:
+    return [(r["stage"], r["step"], r["global_step"]) for r in map(json.loads, lines)]
+
+
+def test_a_checkpoint_from_before_the_global_step_resumes_at_the_global_step_it_implies(
+    tiny_train_config, tmp_path, monkeypatch
+):
+    cfg = tiny_train_config(run_dir=str(tmp_path / "old"), threads=1)
+    _crash_at(cfg, monkeypatch, "rl", 4)
+    ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
+    state = json.loads((ckpt.path / "trainer_state.json").read_text())
+    del state["global_step"]  # as an earlier version wrote it
+    (ckpt.path / "trainer_state.json").write_text(json.dumps(state))
+
+    Trainer(cfg, resume=True).run()
+    records = map(json.loads, (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines())
+    assert [r["global_step"] for r in records if r["stage"] == "rl"] == [6 + k for k in range(1, 7)]  # after 6 SFT
 
 
 def test_sigkill_at_any_moment_leaves_a_resumable_run(tiny_train_config, tmp_path):
@@ -149,19 +174,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tiny_train_config
     Trainer(full).run()
 
     cfg = tiny_train_config(run_dir=str(tmp_path / "crashed"), checkpoint_every=2)
-    from polyrl.run_dir import RunDir
-
-    real_log = RunDir.log
-
-    def crashing_log(self, record):
-        real_log(self, record)
-        if record["stage"] == "rl" and record["step"] == 5:
-            raise Crash
-
-    monkeypatch.setattr(RunDir, "log", crashing_log)
-    with pytest.raises(Crash):
-        Trainer(cfg).run()
-    monkeypatch.setattr(RunDir, "log", real_log)
+    _crash_at(cfg, monkeypatch, "rl", 5)
     newest = Path(cfg.run_dir) / "checkpoints" / "rl-000004" / "model" / "model.safetensors"
     newest.write_bytes(newest.read_bytes()[:1000])  # cut short, as a full disk would leave it
     with pytest.warns(UserWarning, match=r"checkpoint rl-000004 is not usable \(model/model.safetensors is damaged"):

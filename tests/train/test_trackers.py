@@ -1,5 +1,6 @@
-"""Experiment trackers (``logging.trackers``): one tiny run sends the same metric names, its config and its final
-results to TensorBoard, trackio, W&B (offline) and MLflow (local file store); each is read back offline.
+"""Experiment trackers (``logging.trackers``): one tiny run sends the same metric names, on the same global-step axis
+(SFT's steps, then RL's; the after-SFT evaluation left of the after-RL one), its config and its final results to
+TensorBoard, trackio, W&B (offline) and MLflow (local file store); each is read back offline.
 A tracker whose package is missing is skipped here with the reason (CI installs polyrl[trackers])."""
 
 import glob
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from polyrl.errors import UserError
-from polyrl.trackers import LoggingConfig, final_scalars, mlflow_name, open_trackers, scalars
+from polyrl.trackers import LoggingConfig, final_scalars, global_step, mlflow_name, open_trackers, scalars
 
 # trackio reads its directory once, when imported: point it into this session's temporary tree first
 if "trackio" not in sys.modules:
@@ -21,6 +22,10 @@ if "trackio" not in sys.modules:
     )
 
 SMALL = {"sft__steps": 2, "rl__steps": 2, "eval__problems_per_task": 2, "threads": 1}
+RL_STEPS = [3, 4]
+"""The global steps of SMALL's RL steps: after its two SFT steps."""
+EVAL_STEPS = [2, 4]
+"""The global steps of its evaluations: after SFT at SFT's last step, after RL at RL's last."""
 
 
 def _have(module: str) -> bool:
@@ -30,8 +35,26 @@ def _have(module: str) -> bool:
 
 
 def test_a_record_becomes_stage_slash_key_scalars():
-    record = {"stage": "rl", "step": 3, "loss": 0.25, "reward_mean": 1, "name": "x", "finite": True}
+    record = {"stage": "rl", "step": 3, "global_step": 9, "loss": 0.25, "reward_mean": 1, "name": "x", "finite": True}
     assert scalars(record) == {"rl/loss": 0.25, "rl/reward_mean": 1.0}
+
+
+def test_a_record_is_plotted_at_its_global_step_or_an_older_runs_stage_step():
+    assert global_step({"stage": "rl", "step": 3, "global_step": 9}) == 9
+    assert global_step({"stage": "rl", "step": 3}) == 3
+
+
+def test_records_carry_a_global_step_counting_sft_then_rl_steps(tiny_train_config):
+    _, records = _train(tiny_train_config, [])
+    at = [(r["stage"], r.get("name"), r["step"], r["global_step"]) for r in records]
+    assert at == [
+        ("sft", None, 1, 1),
+        ("sft", None, 2, 2),
+        ("eval", "after_sft", 2, 2),
+        ("rl", None, 1, 3),
+        ("rl", None, 2, 4),
+        ("eval", "after_rl", 2, 4),
+    ]
 
 
 def test_final_results_are_named_by_their_path():
@@ -97,6 +120,8 @@ def test_tensorboard_receives_every_metric_name(tiny_train_config):
     assert "final/after_rl/mean/accuracy" in tags
     tokens = [e.value for e in events.Scalars("rl/tokens")]
     assert tokens == pytest.approx([r["tokens"] for r in records if r["stage"] == "rl"])
+    assert [e.step for e in events.Scalars("rl/tokens")] == RL_STEPS
+    assert [e.step for e in events.Scalars("eval/accuracy/addition")] == EVAL_STEPS
 
 
 @pytest.mark.skipif(not _have("trackio"), reason="trackio is not installed (pip install 'polyrl[trackio]')")
@@ -110,6 +135,8 @@ def test_trackio_records_metrics_config_and_results(tiny_train_config):
     assert "final/after_rl/mean/accuracy" in names
     rl_tokens = [row["rl/tokens"] for row in logs if "rl/tokens" in row]
     assert rl_tokens == pytest.approx([r["tokens"] for r in records if r["stage"] == "rl"])
+    assert [row["step"] for row in logs if "rl/tokens" in row] == RL_STEPS
+    assert [row["step"] for row in logs if "eval/accuracy/addition" in row] == EVAL_STEPS
     assert SQLiteStorage.get_run_config("polyrl-test", run.name)["rl"]["steps"] == 2
 
 
@@ -147,7 +174,8 @@ def test_wandb_offline_records_metrics_config_and_results(tiny_train_config):
     names = {k for row in history for k in row}
     assert _expected_names(records) <= names
     rl = [row for row in history if "rl/tokens" in row]
-    assert [row["rl/step"] for row in rl] == [1, 2]  # RL plotted against its own step
+    assert [row["global_step"] for row in rl] == RL_STEPS
+    assert [row["global_step"] for row in history if "eval/accuracy/addition" in row] == EVAL_STEPS
     assert [row["rl/tokens"] for row in rl] == pytest.approx([r["tokens"] for r in records if r["stage"] == "rl"])
     assert "final/after_rl/mean/accuracy" in summary
     assert config["rl"]["steps"] == 2
@@ -167,7 +195,10 @@ def test_mlflow_local_store_records_metrics_config_and_results(tiny_train_config
     assert {mlflow_name(n) for n in _expected_names(records)} <= set(found.data.metrics)
     assert "final/after_rl/mean/accuracy" in found.data.metrics
     history = client.get_metric_history(found.info.run_id, "rl/tokens")
-    assert [(m.step, m.value) for m in history] == [(r["step"], r["tokens"]) for r in records if r["stage"] == "rl"]
+    assert [(m.step, m.value) for m in history] == list(
+        zip(RL_STEPS, [r["tokens"] for r in records if r["stage"] == "rl"])
+    )
+    assert [m.step for m in client.get_metric_history(found.info.run_id, "eval/accuracy/addition")] == EVAL_STEPS
     assert found.data.params["rl.steps"] == "2"
     assert (
         json.loads(Path(client.download_artifacts(found.info.run_id, "config.json", str(run))).read_text())["rl"][

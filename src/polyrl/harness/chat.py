@@ -150,10 +150,14 @@ def template_message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def assistant_message(text: str, tool_format: ToolFormat, response_template: dict | None, turn: int) -> dict:
+def assistant_message(
+    text: str, tool_format: ToolFormat, response_template: dict | None, turn: int
+) -> tuple[dict, int]:
     """The policy's turn as an OpenAI assistant message: the calls ``tool_format`` parses out of ``text``
-    (well-formed ones; a malformed call stays in the content) and the text before the first call."""
-    calls = [c for c in tool_format.parse(text, response_template) if c.error is None] if text else []
+    (well-formed ones; a malformed call stays in the content) and the text before the first call; and how many
+    malformed calls there were (the episode's tool errors)."""
+    parsed = tool_format.parse(text, response_template) if text else []
+    calls = [c for c in parsed if c.error is None]
     content = text
     if calls and tool_format.call_marker in text:
         content = text[: text.index(tool_format.call_marker)].strip()
@@ -167,7 +171,13 @@ def assistant_message(text: str, tool_format: ToolFormat, response_template: dic
             }
             for i, c in enumerate(calls)
         ]
-    return message
+    return message, len(parsed) - len(calls)
+
+
+def is_error_result(message: dict[str, Any]) -> bool:
+    """A tool result that reports a failure: its text begins with ``error`` (the convention polyrl's own tools
+    follow, ``error: <what went wrong>``; the chat format has no error flag)."""
+    return message.get("role") == "tool" and text_of(message.get("content")).lstrip().lower().startswith("error")
 
 
 def completion_body(

@@ -240,13 +240,13 @@ class HarnessEndpoint:
                 if not w.episode.open:
                     self._refuse(w, 409, "episode ended")
                     continue
-                reply = assistant_message(
+                reply, malformed = assistant_message(
                     self.codec.action_text(gen.completion_ids, gen.text),
                     self.tool_format,
                     self.response_template,
                     len(w.turn.segment.turn_spans),
                 )
-                w.episode.ledger.record(w.turn, gen.completion_ids, gen.text, gen.finished, reply)
+                w.episode.ledger.record(w.turn, gen.completion_ids, gen.text, gen.finished, reply, malformed)
                 content = None
                 if w.logprobs and scored is not None:
                     content = token_logprobs_content(self.codec.tok, gen.completion_ids, scored.pop(0))

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polyrl.envs.tool_formats import describe_tools
-from polyrl.harness.chat import normalized, template_message, text_of
-from polyrl.rollout.chat import ChatCodec
+from polyrl.harness.chat import is_error_result, normalized, template_message, text_of
+from polyrl.rollout.chat import ChatCodec, user_text
 
 
 @dataclass
@@ -36,6 +36,12 @@ class Segment:
     text: str = ""
     busy: bool = False
     """A request on this segment is waiting for its completion."""
+    tool_calls: int = 0
+    """Tool calls the policy wrote in this segment's turns (malformed ones included)."""
+    tool_errors: int = 0
+    """Malformed calls, and tool results the client sent back that report an error (:func:`is_error_result`)."""
+    prompt_text: str | None = None
+    """The user messages of the request that opened the segment: what the policy read."""
 
     @property
     def ids(self) -> list[int]:
@@ -49,6 +55,8 @@ class Turn:
     segment: Segment
     env_ids: list[int]
     messages: list[dict[str, Any]]
+    added: list[dict[str, Any]] = field(default_factory=list)
+    """The messages the request added to the segment since its last reply (tool results, a user's turn)."""
 
     @property
     def prompt(self) -> list[int]:
@@ -72,16 +80,18 @@ class EpisodeLedger:
             for s in self.segments
             if not s.busy and s.seen and len(norm) > len(s.seen) and norm[: len(s.seen)] == s.seen
         ]
+        added: list[dict[str, Any]] = []
         if extendable:
             segment = max(extendable, key=lambda s: len(s.seen))
             added = [template_message(m) for m in messages[len(segment.seen) :]]
             env_ids = self.codec.between_turns(added, segment.finished)
         else:
             self.history_edits += bool(self.segments)
-            segment, env_ids = Segment(self.render(messages, tools)), []
+            shown = user_text([template_message(m) for m in messages])
+            segment, env_ids = Segment(self.render(messages, tools), prompt_text=shown), []
             self.segments.append(segment)
         segment.busy = True
-        return Turn(segment, env_ids, messages)
+        return Turn(segment, env_ids, messages, added)
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> list[int]:
         """Prompt ids of a whole conversation with the generation prompt; tools go through the chat template
@@ -100,9 +110,14 @@ class EpisodeLedger:
         text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kwargs)
         return tok(text, add_special_tokens=False).input_ids
 
-    def record(self, turn: Turn, completion_ids: list[int], text: str, finished: bool, reply: dict) -> None:
-        """The policy's completion for ``turn``: environment ids (mask 0), then the sampled ids (mask 1)."""
+    def record(
+        self, turn: Turn, completion_ids: list[int], text: str, finished: bool, reply: dict, malformed: int = 0
+    ) -> None:
+        """The policy's completion for ``turn``: environment ids (mask 0), then the sampled ids (mask 1); and the
+        tool use it completes: the results the request sent back, the calls in ``reply`` and ``malformed`` ones."""
         s = turn.segment
+        s.tool_errors += sum(is_error_result(m) for m in turn.added) + malformed
+        s.tool_calls += len(reply.get("tool_calls") or ()) + malformed
         s.response_ids += turn.env_ids
         s.policy_mask += [0] * len(turn.env_ids)
         start = len(s.response_ids)

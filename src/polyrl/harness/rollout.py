@@ -207,9 +207,12 @@ def _trajectories(run: AgentRun, codec: ChatCodec, version: int) -> list[Traject
                 turn_rewards=[0.0] * (turns - 1) + [ret] if turns else [],
                 turn_versions=[version] * turns,
                 logged_terms={f"harness/{k}": v for k, v in terms.items()},
+                prompt_text=s.prompt_text,
                 info={
                     **info,
                     "turns": turns,
+                    "tool_calls": s.tool_calls,
+                    "tool_errors": s.tool_errors,
                     "policy_tokens": sum(s.policy_mask),
                     "env_tokens": len(s.policy_mask) - sum(s.policy_mask),
                     "success": verdict.correct,

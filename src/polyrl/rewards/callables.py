@@ -181,7 +181,7 @@ def trl_scores(fn: UserCallable, trajs: list, limit: float | None) -> Scores:
     """One call for the whole batch, as TRL makes it: ``completions``, ``prompts`` and the problems' columns."""
     columns = {name: [getattr(t.problem, name) for t in trajs] for name in TRL_COLUMNS}
     columns["completion_ids"] = [list(t.response_ids) for t in trajs]
-    prompts = [t.problem.prompt for t in trajs]
+    prompts = [t.shown_prompt for t in trajs]  # what the policy read (the run's prompt field and style)
     completions = [t.text for t in trajs]
     raw, failure = call_limited(lambda: fn.fn(completions=completions, prompts=prompts, **columns), limit)
     if failure is not None:

@@ -17,6 +17,12 @@ from polyrl.tasks import Problem
 _PLACEHOLDER = "\x00polyrl\x00"
 
 
+def user_text(messages: list[Message]) -> str:
+    """The text of the user messages among ``messages``: the prompt an episode's policy read, as a TRL-style
+    reward function receives it."""
+    return "\n".join(m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str))
+
+
 class ChatCodec:
     """Renders episode messages into token ids with the tokenizer's chat template (or plain text), and binds
     tool-using tasks and environments to the tool-call format of that template."""
@@ -87,11 +93,16 @@ class ChatCodec:
     def _ids(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False).input_ids
 
-    def start(self, messages: list[Message], tools: list[dict], problem: Problem | None = None) -> list[int]:
-        """Prompt ids of the first turn; tools go through the template when it has a native format.
-        A first message that is the problem's prompt shows the configured field and style instead."""
+    def shown(self, messages: list[Message], problem: Problem | None = None) -> list[Message]:
+        """An episode's first messages as the policy reads them: a first message that is the problem's prompt
+        shows the configured field and style instead."""
         if problem is not None and messages and messages[0]["content"] == problem.prompt:
-            messages = [{**messages[0], "content": self.content(problem)}, *messages[1:]]
+            return [{**messages[0], "content": self.content(problem)}, *messages[1:]]
+        return messages
+
+    def start(self, messages: list[Message], tools: list[dict], problem: Problem | None = None) -> list[int]:
+        """Prompt ids of the first turn (:meth:`shown`); tools go through the template when it has a native format."""
+        messages = self.shown(messages, problem)
         system = [self.system] if self.system else []
         if tools and not self.native_tools:
             system.append(describe_tools(tools, self.tool_format, self.natural))

@@ -23,7 +23,16 @@ from polyrl.rollout.dispatch import Sampling, rollout_groups
 from polyrl.rollout.trajectory import Trajectory, number_groups
 from polyrl.tasks import Problem
 
-__all__ = ["Collected", "GroupSource", "LocalSource", "Sampling", "collect_groups", "has_signal"]
+__all__ = [
+    "Collected",
+    "GroupSource",
+    "LocalSource",
+    "Sampling",
+    "by_group",
+    "collect_groups",
+    "has_signal",
+    "numbered",
+]
 
 ProblemFactory = Callable[[int], list[Problem]]
 """``make_problems(n)``: the next ``n`` training problems (task sampler + generators)."""
@@ -57,9 +66,12 @@ class LocalSource:
 
 @dataclass
 class Collected:
-    """A step's kept trajectories (numbered by group, 0..K-1 in generation order) and how they were got."""
+    """A step's trajectories and how they were got: the kept groups (numbered 0..K-1 in generation order), which
+    the update trains on, and the groups dynamic sampling dropped (numbered K.. after them), which the metrics
+    count with the kept ones."""
 
     trajectories: list[Trajectory]
+    """The kept groups' trajectories."""
     gen_time: float
     """Seconds spent generating and scoring (all rounds)."""
     gen_tokens: int
@@ -70,13 +82,23 @@ class Collected:
     backend: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     """Statistics of another collector, logged with the step as they are (self-play's role metrics)."""
+    dropped: list[Trajectory] = field(default_factory=list)
+    """The dropped groups' trajectories, scored like the kept ones (no signal: every reward of a group equal)."""
+
+    @property
+    def generated(self) -> list[Trajectory]:
+        """Every trajectory the step generated: the kept groups, then the dropped ones."""
+        return self.trajectories + self.dropped
 
     def merged(self, other: Collected) -> Collected:
-        """This step's groups followed by ``other``'s (renumbered after these), with the counts added up."""
-        offset = len({t.group for t in self.trajectories})
-        number_groups(_by_group(other.trajectories), offset)
+        """This step's groups and ``other``'s: the kept ones of both (``other``'s renumbered after these), then
+        the dropped ones of both, with the counts added up."""
+        kept, dropped = numbered(
+            by_group(self.trajectories) + by_group(other.trajectories),
+            by_group(self.dropped) + by_group(other.dropped),
+        )
         return Collected(
-            self.trajectories + other.trajectories,
+            kept,
             gen_time=self.gen_time + other.gen_time,
             gen_tokens=self.gen_tokens + other.gen_tokens,
             groups_generated=self.groups_generated + other.groups_generated,
@@ -84,10 +106,18 @@ class Collected:
             refill_rounds=self.refill_rounds + other.refill_rounds,
             backend={**self.backend, **other.backend},
             extra={**self.extra, **other.extra},
+            dropped=dropped,
         )
 
 
-def _by_group(trajs: list[Trajectory]) -> list[list[Trajectory]]:
+def numbered(
+    kept: list[list[Trajectory]], dropped: list[list[Trajectory]]
+) -> tuple[list[Trajectory], list[Trajectory]]:
+    """The kept groups numbered 0..K-1 and the dropped ones K.. after them, each flat and in order."""
+    return number_groups(kept), number_groups(dropped, len(kept))
+
+
+def by_group(trajs: list[Trajectory]) -> list[list[Trajectory]]:
     """``trajs`` split into their groups, in the order the groups first appear."""
     groups: dict[int, list[Trajectory]] = {}
     for t in trajs:
@@ -114,9 +144,10 @@ def collect_groups(
     stage, verdicts, rule terms and batched terms), then every group is shown to ``observe`` (the task sampler
     and difficulty controller). With ``dynamic_sampling``, groups without signal (:func:`has_signal`) are
     dropped and up to ``max_refills`` more rounds ask for the missing ones. Kept groups are numbered 0..K-1
-    in generation order."""
+    in generation order, dropped ones after them (:attr:`Collected.dropped`)."""
     kept: list[list[Trajectory]] = []
-    generated = dropped = rounds = tokens = 0
+    dropped: list[list[Trajectory]] = []
+    generated = rounds = tokens = 0
     t0 = time.perf_counter()
     need = want
     while need > 0:
@@ -132,18 +163,20 @@ def collect_groups(
         for members in groups:
             observe(members)
             if dynamic_sampling and not has_signal(members):
-                dropped += 1
+                dropped.append(members)
                 continue
             kept.append(members)
         need = want - len(kept)
         if not dynamic_sampling or rounds > max_refills:
             break
+    kept_trajs, dropped_trajs = numbered(kept, dropped)
     return Collected(
-        number_groups(kept),
+        kept_trajs,
         gen_time=time.perf_counter() - t0,
         gen_tokens=tokens,
         groups_generated=generated,
-        groups_dropped=dropped,
+        groups_dropped=len(dropped),
         refill_rounds=rounds - 1,
         backend=source.stats(),
+        dropped=dropped_trajs,
     )

@@ -33,6 +33,8 @@ class Episode:
     text: str = ""
     info: dict = field(default_factory=dict)
     done: bool = False
+    prompt_text: str | None = None
+    """The user messages the policy read first (:attr:`~polyrl.rollout.trajectory.Trajectory.prompt_text`)."""
 
     def add(self, ids: list[int], policy: bool) -> None:
         self.response_ids += ids

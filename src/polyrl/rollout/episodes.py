@@ -13,7 +13,7 @@ from polyrl.envs.base import Environment, Message, StepResult
 from polyrl.envs.registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
-from polyrl.rollout.chat import ChatCodec
+from polyrl.rollout.chat import ChatCodec, user_text
 from polyrl.rollout.env_steps import EnvSteps, Episode
 from polyrl.rollout.trajectory import Trajectory, number_groups
 from polyrl.tasks import Problem, Verdict
@@ -138,7 +138,14 @@ def _play(
             envs.append((g, task, env, problem))
     firsts = steps.map(_reset, [(env,) for _, _, env, _ in envs])
     episodes = [
-        Episode(task, env, problem, g, codec.start(first, env.tools, problem))
+        Episode(
+            task,
+            env,
+            problem,
+            g,
+            codec.start(first, env.tools, problem),
+            prompt_text=user_text(codec.shown(first, problem)),
+        )
         for (g, task, env, problem), first in zip(envs, firsts)
     ]
     live = list(episodes)
@@ -217,4 +224,5 @@ def _trajectory(ep: Episode) -> Trajectory:
         turn_versions=list(ep.turn_versions),
         turn_rewards=list(ep.turn_rewards),
         info=info,
+        prompt_text=ep.prompt_text,
     )

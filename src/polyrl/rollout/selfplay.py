@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.rewards.stage import verify_trajectories
-from polyrl.rollout.collect import Collected, GroupSource, has_signal
+from polyrl.rollout.collect import Collected, GroupSource, has_signal, numbered
 from polyrl.rollout.trajectory import Trajectory, number_groups
 from polyrl.tasks import Problem, Task, Verdict
 from polyrl.tasks.selfplay import ProposerTask
@@ -122,21 +122,19 @@ class SelfPlay:
                 t.reward = self.learnability(rate)
                 t.reward_terms = {"learnability": t.reward}
         extra = self._metrics(proposer_groups, problems, rates, solver_groups)
-        kept, dropped = [], 0
+        kept, dropped = [], []
         for group in [*proposer_groups, *solver_groups]:
-            if dynamic_sampling and not has_signal(group):
-                dropped += 1
-                continue
-            kept.append(group)
-        generated = len(proposer_groups) + len(solver_groups)
+            (dropped if dynamic_sampling and not has_signal(group) else kept).append(group)
+        kept_trajs, dropped_trajs = numbered(kept, dropped)
         return Collected(
-            number_groups(kept),
+            kept_trajs,
             gen_time=time.perf_counter() - t0,
             gen_tokens=sum(len(t.response_ids) for group in [*proposer_groups, *solver_groups] for t in group),
-            groups_generated=generated,
-            groups_dropped=dropped,
+            groups_generated=len(kept) + len(dropped),
+            groups_dropped=len(dropped),
             refill_rounds=0,
             extra=extra,
+            dropped=dropped_trajs,
         )
 
     def _proposed_problem(self, t: Trajectory) -> Problem | None:

@@ -40,6 +40,7 @@ def rollout_problems(
                 None,
                 version,
                 behaviour_logprobs=gen.logprobs if getattr(backend, "behaviour_logprobs", False) else None,
+                prompt_text=prompts.content(problem),
             )
         )
     return groups

@@ -51,6 +51,15 @@ class Trajectory:
     logged_terms: dict[str, float] = field(default_factory=dict)
     """Numbers the episode's own rollout reported (a harness agent's named values): logged with the reward
     terms as ``reward_terms/<name>``, never added to the reward."""
+    prompt_text: str | None = None
+    """What the policy read: the user message the rollout showed (the run's prompt field and style; an episode's
+    or agent's first user messages), given to TRL-style reward functions as ``prompts``; None: the problem's
+    ``prompt``."""
+
+    @property
+    def shown_prompt(self) -> str:
+        """:attr:`prompt_text`, or the problem's ``prompt`` for a trajectory made without one."""
+        return self.prompt_text if self.prompt_text is not None else self.problem.prompt
 
     @property
     def truncated(self) -> bool:

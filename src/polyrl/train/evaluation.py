@@ -8,10 +8,12 @@ from collections.abc import Callable
 from polyrl.eval import evaluate_policy
 
 
-def held_out(parts, name: str, step: int, log: bool, before: Callable[[], None]) -> dict[str, dict[str, float]]:
+def held_out(
+    parts, name: str, log: Callable[[dict], None] | None, before: Callable[[], None]
+) -> dict[str, dict[str, float]]:
     """Held-out results ``name`` of ``parts``' policy: computed (``before()`` first: the live display stops
     and the backend gets the current weights), or read back (the after-SFT evaluation is done once per run);
-    logged as an ``eval`` record at ``step`` unless ``log`` is False (the record is already in the metrics)."""
+    given to ``log`` as the ``eval`` record's values unless it is None (the record is already in the metrics)."""
     config, run_dir = parts.config, parts.run_dir
     path = run_dir.eval_file(name)
     if path.exists() and name == "after_sft":
@@ -33,7 +35,6 @@ def held_out(parts, name: str, step: int, log: bool, before: Callable[[], None])
             env_concurrency=config.env.concurrency,
         )
         run_dir.save_json(path, results)
-    if log:
-        record = {f"{m}/{t}": v for t, row in results.items() for m, v in row.items()}
-        run_dir.log({"stage": "eval", "step": step, "name": name, **record})
+    if log is not None:
+        log({"name": name, **{f"{m}/{t}": v for t, row in results.items() for m, v in row.items()}})
     return results

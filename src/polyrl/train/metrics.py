@@ -1,20 +1,23 @@
 """Stage 5 of an RL step: what the step did, overall and per task (per-task keys are ``<metric>/<task>``).
 
-Everything here is read off the step's trajectories, the collector's counts, the ``UpdateBatch`` and the
-learner's :class:`~polyrl.learner.update.UpdateResult`; nothing is recomputed. :func:`step_metrics` is the
-one place a step's metrics are assembled, and its docstring names every one.
+Everything here is read off the step's trajectories (every group it generated: with dynamic sampling, the dropped
+groups count like the kept ones, so that a step where a reward function failed or every episode crashed says so),
+the collector's counts, the ``UpdateBatch`` and the learner's :class:`~polyrl.learner.update.UpdateResult`; nothing
+is recomputed. :func:`step_metrics` is the one place a step's metrics are assembled, and its docstring names every
+one.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from polyrl.curriculum import curriculum_metrics
 from polyrl.learner.update import UpdateResult
 from polyrl.learner.update_batch import UpdateBatch
 from polyrl.rollout import Trajectory
-from polyrl.rollout.collect import Collected
+from polyrl.rollout.collect import Collected, by_group, has_signal
 from polyrl.rollout.episode_metrics import episode_metrics
 
 VERIFIER_FAILURES = ("verifier_timeout", "verifier_error")
@@ -29,10 +32,10 @@ def _mean(xs) -> float:
     return float(sum(xs) / len(xs)) if xs else float("nan")
 
 
-def _trajectory_metrics(trajs: list[Trajectory], rows: list[int], update: UpdateResult | None, zero_var) -> dict:
-    ts = [trajs[i] for i in rows]
+def _rollout_metrics(ts: list[Trajectory], no_signal: set[int], kept: set[int]) -> dict[str, float]:
+    """What the policy did on ``ts`` (every generated completion of the step, or of one task); ``no_signal``: the
+    groups whose rewards are all equal, ``kept``: the groups the update trains on."""
     groups = {t.group for t in ts}
-    zero_groups = {trajs[i].group for i in rows if zero_var is not None and bool(zero_var[i])}
     out = {
         "reward": _mean(t.reward for t in ts),
         "accuracy": _mean(t.verdict.correct for t in ts),
@@ -40,14 +43,11 @@ def _trajectory_metrics(trajs: list[Trajectory], rows: list[int], update: Update
         "format_rate": _mean(t.verdict.format_ok for t in ts),
         "response_length": _mean(len(t.response_ids) for t in ts),
         "truncation_rate": _mean(t.truncated for t in ts),
-        "zero_variance_frac": len(zero_groups) / max(len(groups), 1),
+        "zero_variance_frac": len(groups & no_signal) / max(len(groups), 1),
+        "groups_kept_frac": len(groups & kept) / max(len(groups), 1),
         "tokens": float(sum(len(t.response_ids) for t in ts)),
         "policy_tokens": float(sum(len(t.response_ids) if t.policy_mask is None else sum(t.policy_mask) for t in ts)),
     }
-    if update is not None:
-        # entropy is measured on the rows that were trained on (zero-advantage rows are skipped)
-        out["entropy"] = _mean(x for x in (update.seq_entropy[i] for i in rows) if x == x)
-        out["kl"] = _mean(update.seq_kl[i] for i in rows)
     for term in sorted({k for t in ts for k in t.reward_terms}):
         out[f"reward_terms/{term}"] = _mean(t.reward_terms.get(term, 0.0) for t in ts)
     for term in sorted({k for t in ts for k in t.reward_failures}):
@@ -61,11 +61,47 @@ def _trajectory_metrics(trajs: list[Trajectory], rows: list[int], update: Update
     return out
 
 
-def samples(trajs: list[Trajectory], per_task: int = 1, prompt_text=None) -> list[dict[str, Any]]:
+def _trained_metrics(rows: list[int], update: UpdateResult) -> dict[str, float]:
+    """``entropy`` and ``kl`` of the kept rows ``rows`` (zero-advantage rows are skipped by the update: NaN)."""
+    return {
+        "entropy": _mean(x for x in (update.seq_entropy[i] for i in rows) if x == x),
+        "kl": _mean(update.seq_kl[i] for i in rows),
+    }
+
+
+class TermFailures:
+    """Each reward term's samples and failures over the run, so that a term that failed on every call — a reward
+    function that always raises, returns None, or times out — is said once at the end, in one line per term
+    (each step logs its count as ``reward_failures/<term>``)."""
+
+    def __init__(self):
+        self.scored: Counter[str] = Counter()
+        self.failed: Counter[str] = Counter()
+        self.first: dict[str, str] = {}
+        """The first failure's reason of each term."""
+
+    def add(self, trajs: list[Trajectory]) -> None:
+        """Count a step's scored trajectories (every generated one: dropped groups too)."""
+        for t in trajs:
+            self.scored.update(t.reward_terms.keys())
+            self.failed.update(t.reward_failures.keys())
+            for term, reason in t.reward_failures.items():
+                self.first.setdefault(term, reason)
+
+    def warnings(self) -> list[str]:
+        """One line per term whose every sample failed."""
+        return [
+            f"polyrl: warning: reward term {term!r} failed on every call of the run ({n} samples, first: "
+            f"{self.first[term]}): it added 0 to every reward"
+            for term, n in sorted(self.failed.items())
+            if n >= self.scored[term]
+        ]
+
+
+def samples(trajs: list[Trajectory], per_task: int = 1) -> list[dict[str, Any]]:
     """A few completions of the step with their rewards, for the metrics file and the report: the first
-    ``per_task`` of each task, text cut to :data:`SAMPLE_CHARS` characters. ``prompt_text(problem)``, when
-    given, is the user message a single-turn policy was shown (the run's prompt field and style, e.g. the
-    natural statement a real model reads); otherwise, and for episodes, the problem's own prompt."""
+    ``per_task`` of each task with the prompt the policy read (the run's prompt field and style, e.g. the natural
+    statement a real model reads), text cut to :data:`SAMPLE_CHARS` characters."""
     seen: dict[str, int] = defaultdict(int)
     out = []
     for t in trajs:
@@ -75,9 +111,7 @@ def samples(trajs: list[Trajectory], per_task: int = 1, prompt_text=None) -> lis
         out.append(
             {
                 "task": t.task,
-                "prompt": (
-                    prompt_text(t.problem) if prompt_text is not None and t.turn_spans is None else t.problem.prompt
-                )[:SAMPLE_CHARS],
+                "prompt": t.shown_prompt[:SAMPLE_CHARS],
                 "completion": t.text[:SAMPLE_CHARS],
                 "reward": t.reward,
                 "correct": bool(t.verdict.correct),
@@ -95,14 +129,16 @@ def step_metrics(
     lr: float,
     curriculum: tuple[Any, Any],
     sample_count: int = 1,
-    prompt_text=None,
 ) -> dict[str, Any]:
     """Every metric one RL step logs, overall and per task (``<metric>/<task>``), in this order:
 
-    - from the trajectories (:func:`_trajectory_metrics`): ``reward``, ``accuracy``, ``score``, ``format_rate``,
-      ``response_length``, ``truncation_rate``, ``zero_variance_frac`` (over every generated group: dropped
-      ones count), ``tokens``, ``policy_tokens``, ``entropy`` and ``kl`` (rows trained on), ``reward_terms/*``,
-      ``reward_failures/*``, verifier failures, ``judge_position_inconsistent``; multi-turn episode metrics;
+    - over every group the step generated, kept or dropped by dynamic sampling (:func:`_rollout_metrics`):
+      ``reward``, ``accuracy``, ``score``, ``format_rate``, ``response_length``, ``truncation_rate``,
+      ``zero_variance_frac``, ``groups_kept_frac`` (the share of the groups the update trains on), ``tokens`` and
+      ``policy_tokens`` (sums), ``reward_terms/*``, ``reward_failures/*``, verifier failures,
+      ``judge_position_inconsistent``;
+    - over the rows trained on (:func:`_trained_metrics`): ``entropy`` and ``kl``;
+    - multi-turn episode metrics over every generated episode (:func:`~polyrl.rollout.episode_metrics.episode_metrics`);
     - from the update (:class:`~polyrl.learner.update.UpdateResult`): ``loss``, ``grad_norm``,
       ``skipped_updates``, ``updates``, ``trained_sequences``, every statistic the objective measured
       (overall and per task, measured once), ``value_loss``;
@@ -112,26 +148,26 @@ def step_metrics(
     - ``lr`` (after the step's schedule step) and the curriculum (``sampler_weight/<task>``,
       ``difficulty/<task>``, the sampler's own), from ``curriculum = (sampler, difficulty controller)``.
     """
-    trajs = collected.trajectories
-    out = _per_task(trajs, update, batch.zero_variance if batch is not None else None)
-    if collected.groups_generated:
-        # with dynamic sampling, dropped groups count towards the fraction the sampler produced
-        kept = len({t.group for t in trajs})
-        zero_kept = out.get("zero_variance_frac", 0.0) * kept
-        out["zero_variance_frac"] = (zero_kept + collected.groups_dropped) / collected.groups_generated
-    out.update(episode_metrics(trajs))
+    kept, generated = collected.trajectories, collected.generated
+    no_signal = {g[0].group for g in by_group(generated) if not has_signal(g)}
+    kept_groups = {t.group for t in kept}
+    out = _per_task(generated, lambda ts: _rollout_metrics(ts, no_signal, kept_groups))
+    if update is not None:
+        index = {id(t): i for i, t in enumerate(kept)}
+        out.update(_per_task(kept, lambda ts: _trained_metrics([index[id(t)] for t in ts], update)))
+    out.update(episode_metrics(generated))
     if update is not None:
         out.update(_update_metrics(update))
     out["tokens_per_s"] = collected.gen_tokens / max(collected.gen_time, 1e-9)
-    out["completions_per_s"] = len(trajs) / max(elapsed, 1e-9)
+    out["completions_per_s"] = len(generated) / max(elapsed, 1e-9)
     out["step_time"] = elapsed
     out["groups_dropped"] = collected.groups_dropped
-    for kind in sorted({t.problem.source for t in trajs}):  # where the step's problems came from
-        out[f"source/{kind}"] = sum(t.problem.source == kind for t in trajs) / len(trajs)
+    for kind in sorted({t.problem.source for t in generated}):  # where the step's problems came from
+        out[f"source/{kind}"] = sum(t.problem.source == kind for t in generated) / len(generated)
     out.update(collected.backend)
     out.update(collected.extra)
     if sample_count:
-        out["samples"] = samples(trajs, sample_count, prompt_text)
+        out["samples"] = samples(generated, sample_count)
     if batch is not None:
         out.update(batch.critic_stats)
         out.update(advantage_mass(batch.advantages, batch.tokens.loss_mask, batch.task_ids, batch.task_names))
@@ -140,14 +176,14 @@ def step_metrics(
     return out
 
 
-def _per_task(trajs: list[Trajectory], update: UpdateResult | None, zero_variance) -> dict[str, Any]:
-    """:func:`_trajectory_metrics` over the whole step, then over each task's rows."""
-    by_task: dict[str, list[int]] = defaultdict(list)
-    for i, t in enumerate(trajs):
-        by_task[t.task].append(i)
-    out: dict[str, Any] = _trajectory_metrics(trajs, list(range(len(trajs))), update, zero_variance) if trajs else {}
-    for name, rows in sorted(by_task.items()):
-        out.update({f"{k}/{name}": v for k, v in _trajectory_metrics(trajs, rows, update, zero_variance).items()})
+def _per_task(trajs: list[Trajectory], metrics: Callable[[list[Trajectory]], dict[str, Any]]) -> dict[str, Any]:
+    """``metrics`` over the whole of ``trajs``, then over each task's (as ``<metric>/<task>``); nothing when empty."""
+    by_task: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        by_task[t.task].append(t)
+    out: dict[str, Any] = metrics(trajs) if trajs else {}
+    for name, ts in sorted(by_task.items()):
+        out.update({f"{k}/{name}": v for k, v in metrics(ts).items()})
     return out
 
 

@@ -14,6 +14,7 @@ The update reads the frozen :class:`~polyrl.learner.settings.UpdateSettings` bui
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -24,7 +25,7 @@ from polyrl.learner import critic_update, policy_update, prepare_update
 from polyrl.rewards import scoring
 from polyrl.rollout.collect import Collected, collect_groups
 from polyrl.train.checkpoint import Checkpoint
-from polyrl.train.metrics import step_metrics
+from polyrl.train.metrics import TermFailures, step_metrics
 
 
 class RLStage:
@@ -36,10 +37,11 @@ class RLStage:
         self.broadcast_weights, self.evaluate = broadcast_weights, evaluate
         self.reference = None
         """The frozen KL reference (with ``rl.kl_coef > 0``)."""
+        self.term_failures = TermFailures()
 
     def run(self, ckpt: Checkpoint | None) -> None:
         """RL from the start, or from ``ckpt`` (an RL checkpoint)."""
-        parts, cfg = self.parts, self.parts.config.rl
+        cfg = self.parts.config.rl
         self.training.make_optimizer(cfg.lr, cfg.warmup_steps, cfg.steps, cosine=False, weight_decay=cfg.weight_decay)
         if cfg.kl_coef > 0:
             self.reference = self.reference_model()
@@ -56,17 +58,32 @@ class RLStage:
         if self.training.critic is not None and start == 0 and cfg.critic.warmup_steps:
             self.critic_warmup(cfg.critic.warmup_steps)
         self.progress.start("RL", cfg.steps, start)
+        try:
+            for step in range(start, cfg.steps):
+                self._step_and_log(step)
+        finally:
+            self._warn_failed_terms()
+
+    def _step_and_log(self, step: int) -> None:
+        """RL step ``step`` + 1: the step, its record, its periodic evaluation and checkpoint."""
+        parts, cfg = self.parts, self.parts.config.rl
         every = parts.config.eval.every
-        for step in range(start, cfg.steps):
-            self.state.step = step + 1
-            metrics = self.step(step, parts.seed_step("rl", step))
-            parts.run_dir.log({"stage": "rl", "step": step + 1, **metrics})
-            self.progress.update(step + 1, {k: metrics[k] for k in ("reward", "accuracy", "entropy") if k in metrics})
-            if every and (step + 1) % every == 0 and step + 1 < cfg.steps:
-                self.evaluate(f"rl_step_{step + 1:06d}")
-                self.progress.start("RL", cfg.steps, step + 1)
-            if (step + 1) % parts.config.checkpoint_every == 0 or step + 1 == cfg.steps:
-                self.state.checkpoint("rl", step + 1)
+        self.state.step = step + 1
+        self.state.global_step += 1
+        metrics = self.step(step, parts.seed_step("rl", step))
+        self.state.log("rl", step + 1, metrics)
+        self.progress.update(step + 1, {k: metrics[k] for k in ("reward", "accuracy", "entropy") if k in metrics})
+        if every and (step + 1) % every == 0 and step + 1 < cfg.steps:
+            self.evaluate(f"rl_step_{step + 1:06d}")
+            self.progress.start("RL", cfg.steps, step + 1)
+        if (step + 1) % parts.config.checkpoint_every == 0 or step + 1 == cfg.steps:
+            self.state.checkpoint("rl", step + 1)
+
+    def _warn_failed_terms(self) -> None:
+        lines = self.term_failures.warnings() if self.placement.is_writer else []
+        if lines:
+            self.progress.stop()
+            print("\n".join(lines), file=sys.stderr, flush=True)
 
     def reference_model(self):
         """The frozen KL reference: the policy as SFT left it (``sft_model/``), placed like the policy."""
@@ -78,6 +95,7 @@ class RLStage:
         parts, training = self.parts, self.training
         t0 = time.perf_counter()
         collected = self.collect(step, rng)
+        self.term_failures.add(collected.generated)
         trajs = collected.trajectories
         batch = update = None
         if trajs:
@@ -109,7 +127,6 @@ class RLStage:
             elapsed,
             lr=training.lr(),
             curriculum=(parts.sampler, parts.difficulty_controller),
-            prompt_text=parts.prompts.content,
         )
 
     def collect(self, step: int, rng: np.random.Generator) -> Collected:
@@ -150,14 +167,15 @@ class RLStage:
         self.progress.start("critic warm-up", steps, 0)
         for k in range(steps):
             t0 = time.perf_counter()
+            self.state.global_step += 1
             trajs = self.collect(k, parts.seed_step("critic_warmup", k)).trajectories
-            record = {"stage": "critic_warmup", "step": k + 1, "sequences": len(trajs)}
+            record: dict = {"sequences": len(trajs)}
             if trajs:
                 pad_id = parts.policy.tokenizer.pad_token_id
                 batch = prepare_update(trajs, list(parts.tasks), pad_id, parts.update_settings, critic)
                 record.update(critic_update(critic, batch, parts.update_settings))
                 record["reward"] = sum(t.reward for t in trajs) / len(trajs)
             record["step_time"] = time.perf_counter() - t0
-            parts.run_dir.log(record)
+            self.state.log("critic_warmup", k + 1, record)
             shown = {"value_loss": "value_loss", "explained_var": "value_explained_variance"}
             self.progress.update(k + 1, {k_: record.get(v, float("nan")) for k_, v in shown.items()})

@@ -63,15 +63,12 @@ class SFTStage:
         loss = self.train_on(batch)
         self.state.step_done(loss is not None, "sft", step)
         self.state.step = step + 1
-        rec = {
-            "stage": "sft",
-            "step": step + 1,
-            "loss": loss if loss is not None else float("nan"),
-            "lr": self.training.lr(),
-            "step_time": time.perf_counter() - t0,
-        }
-        parts.run_dir.log(rec)
-        self.progress.update(step + 1, {"loss": rec["loss"]})
+        self.state.global_step += 1
+        loss = loss if loss is not None else float("nan")
+        self.state.log(
+            "sft", step + 1, {"loss": loss, "lr": self.training.lr(), "step_time": time.perf_counter() - t0}
+        )
+        self.progress.update(step + 1, {"loss": loss})
         if (step + 1) % parts.config.checkpoint_every == 0 and step + 1 < total:
             self.state.checkpoint("sft", step + 1)
 
@@ -107,13 +104,13 @@ class SFTStage:
             loss = self.train_on([data[i] for i in pick])
             if loss is not None:
                 losses.append(loss)
-        parts.run_dir.log(
+        self.state.log(  # at the stage's last step: a round's optimizer steps are not steps of the schedule
+            "sft",
+            cfg.steps,
             {
-                "stage": "sft",
-                "step": cfg.steps,
                 "rft_round": rnd,
                 "rft_pass_rate": pass_rate,
                 "rft_examples": len(data),
                 "rft_loss": float(np.mean(losses)) if losses else float("nan"),
-            }
+            },
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from polyrl.algos import uses_critic
 from polyrl.optim import make_optimizer
 from polyrl.train.checkpoint import Checkpoint
 
@@ -47,6 +48,10 @@ class RunState:
         self.parts, self.training, self.placement = parts, training, placement
         self.step = 0
         """The stage's step count so far (evaluations are logged at it)."""
+        self.global_step = 0
+        """Training steps so far across the stages, in the order they ran: SFT's, then the critic's warm-up, then
+        RL's. Every metrics record carries it, and every tracker plots against it, so that the stages (and the
+        evaluations between them) line up on one axis."""
         self.bad_steps = 0
         """Consecutive steps with a non-finite loss."""
         self.policy_version = 0
@@ -60,6 +65,7 @@ class RunState:
             "bad_steps": self.bad_steps,
             "difficulty": parts.difficulty_controller.state_dict() if parts.difficulty_controller else {},
             "policy_version": self.policy_version,
+            "global_step": self.global_step,
             "metrics_lines": parts.run_dir.metrics_lines(),
             "selfplay": parts.selfplay.state_dict() if parts.selfplay is not None else {},
         }
@@ -73,6 +79,7 @@ class RunState:
             parts.selfplay.load_state_dict(state.get("selfplay", {}))
         self.bad_steps = state.get("bad_steps", 0)
         self.policy_version = state.get("policy_version", 0)
+        self.global_step = state.get("global_step", self.global_step)
 
     def checkpoint(self, stage: str, step: int) -> None:
         """Tensors and :meth:`state_dict` as checkpoint ``stage``/``step`` (atomic; old ones pruned)."""
@@ -86,7 +93,19 @@ class RunState:
         tensors = self.placement.load_checkpoint(ckpt, self.training)
         if self.training.critic is not None and "critic" in tensors:
             self.training.critic.load_state_dict(tensors["critic"])
+        # a checkpoint of an earlier version has no global step: the one its stage and step imply
+        self.global_step = ckpt.step + (self.steps_before_rl() if ckpt.stage == "rl" else 0)
         self.load_state_dict(ckpt.state)
+
+    def steps_before_rl(self) -> int:
+        """The global steps a run takes before its first RL step: SFT's and the critic's warm-up."""
+        config = self.parts.config
+        warmup = config.rl.critic.warmup_steps if uses_critic(config.rl.advantage) else 0
+        return (config.sft.steps if config.sft.enabled else 0) + warmup
+
+    def log(self, stage: str, step: int, record: dict[str, Any]) -> None:
+        """One metrics record of ``stage`` at its own ``step``, stamped with the run's :attr:`global_step`."""
+        self.parts.run_dir.log({"stage": stage, "step": step, "global_step": self.global_step, **record})
 
     def step_done(self, finite: bool, stage: str, step: int) -> None:
         """Count a step whose loss was (not) finite; too many bad ones in a row checkpoint and stop the run."""

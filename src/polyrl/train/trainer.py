@@ -94,9 +94,10 @@ class Trainer:
 
     def evaluate(self, name: str, log: bool = True) -> dict[str, dict[str, float]]:
         """Held-out results ``name`` (computed, or read back: the after-SFT evaluation is done once per run);
-        logged as an ``eval`` record unless ``log`` is False (the record is already in the metrics)."""
-        run = lambda: held_out(self.parts, name, self.state.step, log, before=self._before_evaluation)
-        return self.placement.evaluate(run)
+        logged as an ``eval`` record at the current stage step and global step unless ``log`` is False (the
+        record is already in the metrics)."""
+        record = (lambda values: self.state.log("eval", self.state.step, values)) if log else None
+        return self.placement.evaluate(lambda: held_out(self.parts, name, record, before=self._before_evaluation))
 
     def _before_evaluation(self) -> None:
         self.progress.stop()
