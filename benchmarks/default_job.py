@@ -21,7 +21,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from machine import cpu_model
+from machine import machine
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,7 +73,13 @@ def table(run_dir: Path) -> str:
 def section(run_dir: Path, overrides: list[str], measured_at: str, wall: float | None, peak_gb: float | None) -> str:
     command = " ".join(["polyrl train --run-dir", str(run_dir), *overrides])
     when = datetime.now(UTC).strftime("%Y-%m-%d")
-    measured = f"Measured {when} at commit {measured_at} on {cpu_model()}"
+    gpu = next((o.split("=", 1)[1] for o in overrides if o.startswith("device=") and "cuda" in o), None)
+    where = machine()
+    if gpu is not None:
+        import torch
+
+        where += f", {torch.cuda.get_device_name(torch.device(gpu))}"
+    measured = f"Measured {when} at commit {measured_at} on {where}"
     if wall is not None:
         measured += f": {wall / 60:.1f} min wall, peak RSS {peak_gb:.2f} GB"
     return f"```\n{command}\n```\n\n{measured}.\n\n{table(run_dir)}\n"

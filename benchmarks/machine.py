@@ -14,6 +14,29 @@ def cpu_model() -> str:
         return platform.processor() or platform.machine()
 
 
+SPEED_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2", "fma")
+"""The ``/proc/cpuinfo`` flags that change a CPU's float kernels (which oneDNN picks, how it rounds): two machines
+whose flags differ compute the same job's numbers with other last digits."""
+
+
+def cpu_flags() -> list[str]:
+    """Which of :data:`SPEED_FLAGS` this CPU has."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [flag for flag in SPEED_FLAGS if flag in flags]
+
+
+def machine() -> str:
+    """The CPU, its float-kernel flags and its core count, as every figure is recorded with."""
+    import os
+
+    flags = ", ".join(cpu_flags()) or "no listed flags"
+    return f"{cpu_model()} ({flags}), {os.cpu_count()} cores"
+
+
 def mean_std(xs, fmt: str = "{:.1f}") -> str:
     """``mean ± std`` (sample std, over seeds) of ``xs``; just the mean for one value."""
     import numpy as np
