@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from polyrl.optim import make_optimizer
+from polyrl.policy.model_files import first_nonfinite
 from polyrl.train.checkpoint import Checkpoint
 
 
@@ -74,8 +75,21 @@ class RunState:
         self.bad_steps = state.get("bad_steps", 0)
         self.policy_version = state.get("policy_version", 0)
 
+    def require_finite(self, what: str) -> None:
+        """TrainingError unless every weight is finite, before ``what`` is written: a checkpoint or model of NaN
+        weights would replace good ones (old checkpoints are pruned), and a run ended with them exited 0."""
+        bad = first_nonfinite(self.training.model.named_parameters())
+        if bad is not None:
+            name, count, total = bad
+            raise TrainingError(
+                f"the weights became NaN or infinite ({count} of {total} values of {name}), so {what} was not "
+                f"written; the checkpoints in {self.parts.run_dir.checkpoints} hold the last finite weights "
+                "(try a lower learning rate)"
+            )
+
     def checkpoint(self, stage: str, step: int) -> None:
         """Tensors and :meth:`state_dict` as checkpoint ``stage``/``step`` (atomic; old ones pruned)."""
+        self.require_finite(f"checkpoint {stage}/{step}")
         keep = self.parts.config.keep_checkpoints
         self.placement.save_checkpoint(
             self.parts.run_dir.checkpoints, stage, step, self.training, self.state_dict(), keep

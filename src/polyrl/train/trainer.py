@@ -113,7 +113,8 @@ class Trainer:
             self.parts.rollout_pool.sync_weights(self.state.training.model, self.state.policy_version)
 
     def save_model(self, name: str) -> None:
-        """The policy as a Hugging Face checkpoint in ``RUN_DIR/name``."""
+        """The policy as a Hugging Face checkpoint in ``RUN_DIR/name`` (never one with NaN or infinite weights)."""
+        self.state.require_finite(str(self.parts.run_dir.model_dir(name)))
         self.placement.save_model(self.parts.policy, self.parts.run_dir.model_dir(name))
 
     def _close(self) -> None:
