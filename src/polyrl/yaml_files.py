@@ -49,9 +49,9 @@ def safe_load(text: str) -> Any:
 
 
 def describe(exc: yaml.YAMLError) -> str:
-    """One line for a YAML error: the duplicate key and its lines, else the problem and its line."""
+    """One line for a YAML error: the duplicate key and its lines, else "not valid YAML:" the problem and its line."""
     if isinstance(exc, DuplicateKeyError):
         return str(exc)
     mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or "not valid YAML"
-    return f"{problem} (line {mark.line + 1})" if mark else str(problem)
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    return f"not valid YAML: {problem}" + (f" (line {mark.line + 1})" if mark else "")

@@ -173,3 +173,9 @@ def test_serve_refuses_an_encoder_checkpoint(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(uvicorn.Server, "run", lambda self: pytest.fail("served random or bidirectional weights"))
     assert run(["serve", str(_bert_lm(tmp_path / "bert", is_decoder=False))]) == 2
     assert "is not a causal language model" in _one_error_line(capsys)
+
+
+def test_weights_the_config_has_no_place_for_are_a_one_line_warning(checkpoint):
+    _edit_config(checkpoint, num_hidden_layers=1)
+    with pytest.warns(UserWarning, match=r"9 weights in the files are not part of the model .* \(model\.layers\.1\."):
+        load_policy(ModelConfig(path=str(checkpoint)))

@@ -109,7 +109,7 @@ def load_suite(path: str | Path) -> EvalSuite:
     except OSError as exc:
         raise UserError(f"cannot read suite {str(path)!r}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"suite {str(path)!r} is not valid YAML: {describe(exc)}") from None
+        raise UserError(f"suite {str(path)!r}: {describe(exc)}") from None
     return parse_suite(data, repr(str(path)))
 
 

@@ -5,7 +5,8 @@
   54-60 line traceback from inside transformers;
 - every weight the config asks for is in the files, in the shape it asks for (:func:`check_loading_info`):
   transformers initialises missing weights at random and says so in a warning table, and stops on a shape
-  mismatch with a 71-83 line traceback;
+  mismatch with a 71-83 line traceback (weights in the files that the config has no place for are a one-line
+  warning);
 - the model is causal (:func:`check_causal`): ``model_type: bert`` loads as ``BertLMHeadModel``, which
   attends both ways unless its config says ``is_decoder``;
 - no weight is NaN or infinite (:func:`first_nonfinite`), also after converting a GGUF file
@@ -14,6 +15,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,13 @@ def check_loading_info(info: dict[str, Any], path: str | Path) -> None:
         raise UserError(
             f"model at {str(path)!r}: {len(missing)} weights its config.json asks for are not in the files "
             f"({_listed(missing)}); they would start random: the config does not describe these weights"
+        )
+    unused = info.get("unexpected_keys") or ()
+    if unused:  # a warning: checkpoints carry extra tensors (other heads, training state) more often than mistakes
+        warnings.warn(
+            f"model at {str(path)!r}: {len(unused)} weights in the files are not part of the model its config.json "
+            f"describes ({_listed(unused)}); they are left out",
+            stacklevel=2,
         )
 
 

@@ -76,7 +76,8 @@ def keep_freed_memory() -> bool:
 
 def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu", keep_memory: bool = False) -> int:
     """Set torch's CPU threads (``threads``, or :func:`default_threads`) and, with ``deterministic``, make every
-    run of the same config compute the same numbers (docs/training.md, "Determinism"). Returns the threads.
+    run of the same config at the same thread count compute the same numbers (another thread count adds float
+    reductions in another order: close, not identical; docs/training.md, "Determinism"). Returns the threads.
 
     It switches on torch's deterministic algorithms (``torch.use_deterministic_algorithms``: on CPU the sorted
     accumulation of indexing backward passes such as that of ``x[rows, cols]``; on CUDA also cuDNN's and

@@ -75,7 +75,7 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     try:
         config = safe_load(config_text) or {}
     except yaml.YAMLError as exc:
-        raise UserError(f"{run_dir / 'config.yaml'} is not valid YAML: {describe(exc)}") from None
+        raise UserError(f"{run_dir / 'config.yaml'}: {describe(exc)}") from None
     if not isinstance(config, dict):
         raise UserError(f"{run_dir / 'config.yaml'} is not a polyrl config (not a mapping)")
     # a record the report can place: an object with a stage and an integer step (anything else is skipped)

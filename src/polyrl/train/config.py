@@ -416,10 +416,8 @@ def load_config(
             raise UserError(f"cannot read config {str(path)!r}: {exc.strerror or exc}") from None
         try:
             loaded = safe_load(text)
-        except DuplicateKeyError as exc:
-            raise UserError(f"config {str(path)!r}: {describe(exc)}") from None
         except yaml.YAMLError as exc:
-            raise UserError(f"config {str(path)!r} is not valid YAML: {describe(exc)}") from None
+            raise UserError(f"config {str(path)!r}: {describe(exc)}") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

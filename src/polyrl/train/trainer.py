@@ -11,7 +11,7 @@ own module (docs/architecture.md):
 - ``train/placement.py``: one process, or (``train/fsdp_trainer.py``) the policy sharded across ranks.
 
 A run killed at any moment resumes from its last checkpoint with ``Trainer(config, resume=True)`` and, on
-CPU with a fixed seed, ends with the same weights.
+CPU with a fixed seed and thread count, ends with the same weights.
 """
 
 from __future__ import annotations
