@@ -85,7 +85,7 @@ def test_a_response_budget_beyond_the_tiny_models_positions_is_refused():
 def test_prompts_longer_than_the_positions_leave_are_refused_before_the_run_is_written(tiny_train_config):
     cfg = tiny_train_config(model={"path": "tiny", "tiny": {"hidden_size": 32, "num_heads": 2, "max_positions": 16}})
     with pytest.raises(
-        UserError, match=r"an? \w+ prompt \(train seed 0\) is \d+ tokens, more than the 8 left by the "
+        UserError, match=r"the prompt of \w+ problem train/0 is \d+ tokens, more than the 8 left by the "
     ):
         Trainer(cfg)
     assert not (Path(cfg.run_dir) / "config.yaml").exists()
@@ -143,6 +143,6 @@ def test_a_prompt_built_later_beyond_the_limit_is_refused_in_one_line(prompts):
     with pytest.raises(UserError) as err:
         prompts.ids(problem)
     assert str(err.value) == (
-        f"a addition prompt (train seed 3) is {len(prompts.tokenizer(prompts.text(problem)).input_ids)} tokens, "
+        f"the prompt of addition problem train/3 is {len(prompts.tokenizer(prompts.text(problem)).input_ids)} tokens, "
         "more than the 5 left by the model's 13 positions (model.tiny.max_positions) less rl.max_new_tokens=8"
     )

@@ -141,8 +141,8 @@ class PromptBuilder:
         ids = self.tokenizer(self.text(problem), add_special_tokens=not self.use_chat).input_ids
         if self.max_tokens is not None and len(ids) > self.max_tokens:
             raise UserError(
-                f"a {problem.task} prompt ({problem.split} seed {problem.seed}) is {len(ids)} tokens, more than the "
-                f"{self.max_tokens} left by {self._room}"
+                f"the prompt of {problem.task} problem {problem.split}/{problem.seed} is {len(ids)} tokens, more than "
+                f"the {self.max_tokens} left by {self._room}"
             )
         return ids
 

@@ -83,7 +83,7 @@ class RunState:
             name, count, total = bad
             raise TrainingError(
                 f"the weights became NaN or infinite ({count} of {total} values of {name}), so {what} was not "
-                f"written; the checkpoints in {self.parts.run_dir.checkpoints} hold the last finite weights "
+                f"written; any checkpoints in {self.parts.run_dir.checkpoints} hold earlier, finite weights "
                 "(try a lower learning rate)"
             )
 
