@@ -13,6 +13,12 @@ from torch import Tensor
 warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
 
 
+MAX_LR = 1.0
+"""The largest learning rate a config may set. AdamW moves each weight by about ``lr`` per step whatever the
+gradient's scale (Kingma & Ba 2015, section 2.1), and the weights of a language model are far below 1, so a
+larger rate is a typo; ``sft.lr=1e308`` overflowed float32 inside AdamW's step (a traceback)."""
+
+
 def clip_and_step(optimizer, parameters, max_grad_norm: float, loss: Tensor) -> float | None:
     """Clip the gradient of ``parameters`` to ``max_grad_norm`` and take the optimizer step; the gradient norm
     before clipping, or None (and no step, gradients cleared) when the loss or the gradient is not finite."""

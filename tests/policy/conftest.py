@@ -28,7 +28,7 @@ def write_tiny_gguf(path, layers: int = 2, hidden: int = 32, heads: int = 4, kv_
     ff, head_dim = 2 * hidden, hidden // heads
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(layers)
-    w.add_context_length(128)
+    w.add_context_length(512)  # room for a byte-level prompt of the test mix and its completion
     w.add_embedding_length(hidden)
     w.add_feed_forward_length(ff)
     w.add_head_count(heads)

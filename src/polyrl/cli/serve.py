@@ -59,12 +59,17 @@ def register(app: typer.Typer) -> None:
             raise UserError("polyrl serve needs FastAPI and uvicorn: pip install 'polyrl[serve]'") from None
         from polyrl.policy.loading import check_model_dir
         from polyrl.policy.presets import resolve_model_path
+        from polyrl.policy.threads import check_threads
         from polyrl.serve.app import serve as run_server
 
         if not 1 <= port <= 65535:
             raise UserError(f"--port: {port} is not a TCP port (1-65535)")
         if threads is not None and threads < 1:
             raise UserError(f"--threads: {threads}; give 1 or more")
+        try:
+            threads = threads if threads is None else check_threads(threads)
+        except ValueError as exc:
+            raise UserError(f"--threads: {exc}") from None
         limits = _limits(
             max_request_bytes=max_request_bytes,
             max_messages=max_messages,

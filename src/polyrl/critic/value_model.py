@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from polyrl.algos import gae
 from polyrl.critic.value_losses import VALUE_LOSSES, expected_value, value_loss
 from polyrl.device import HOST
-from polyrl.optim import clip_and_step
+from polyrl.optim import MAX_LR, clip_and_step
 from polyrl.policy.precision import autocast_mode, forward_precision, set_autocast
 
 
@@ -39,7 +39,7 @@ class CriticConfig(BaseModel):
     v_min: float = Field(-1.0, description="Lowest value of the support (returns below are clipped).")
     v_max: float = Field(1.5, description="Highest value of the support (returns above are clipped).")
     sigma_ratio: float = Field(0.75, gt=0, description="HL-Gauss sigma in bin widths (0.75 in Stop Regressing).")
-    lr: float = Field(5e-4, gt=0, description="Critic learning rate (AdamW, constant).")
+    lr: float = Field(5e-4, gt=0, le=MAX_LR, description="Critic learning rate, at most 1 (AdamW, constant).")
     gamma: float = Field(1.0, ge=0, le=1, description="GAE discount per policy token.")
     lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (1: Monte-Carlo returns minus the value baseline).")
     normalize_advantages: bool = Field(

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from polyrl.errors import UserError
 from polyrl.tasks import get_task
 from polyrl.tasks.base import Problem
+from polyrl.yaml_files import describe, safe_load
 
 
 class SuiteTask(BaseModel):
@@ -104,11 +105,11 @@ def load_suite(path: str | Path) -> EvalSuite:
     """Read and validate a suite YAML file (any problem is a one-line UserError)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = safe_load(path.read_text())
     except OSError as exc:
         raise UserError(f"cannot read suite {str(path)!r}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"suite {str(path)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"suite {str(path)!r}: {describe(exc)}") from None
     return parse_suite(data, repr(str(path)))
 
 

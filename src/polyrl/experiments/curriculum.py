@@ -29,6 +29,7 @@ from polyrl.envs.registry import EnvConfig, resolve_task
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
 from polyrl.train.config import TrainConfig, load_config, save_config
+from polyrl.yaml_files import describe, safe_load
 
 DIFFICULTY_SUFFIX = "+difficulty"
 
@@ -107,11 +108,11 @@ class ExperimentPlan:
 
 def _read_mapping(path: Path, what: str) -> dict[str, Any]:
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(
-            f"cannot read {what} {str(path)!r}: {getattr(exc, 'strerror', None) or 'not valid YAML'}"
-        ) from None
+        raw = safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{what} {str(path)!r}: {describe(exc)}") from None
     if not isinstance(raw, dict):
         raise UserError(f"{what} {str(path)!r} must be a mapping of fields")
     return raw

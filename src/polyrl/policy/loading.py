@@ -12,6 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.errors import UserError
 from polyrl.policy.decoder import set_forward
+from polyrl.policy.model_files import (
+    check_causal,
+    check_loading_info,
+    check_weight_files,
+    first_nonfinite,
+    one_line,
+)
 from polyrl.policy.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
 from polyrl.policy.presets import resolve_model_path
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
@@ -115,10 +122,40 @@ def _dtype(name: str):
     return table[name]
 
 
+def load_checkpoint(path: str, dtype=None):
+    """The causal LM and tokenizer in the Hugging Face directory ``path``, every weight read from its files and
+    finite; anything else is a one-line UserError (:mod:`polyrl.policy.model_files`)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    check_model_dir(path)
+    check_weight_files(path)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report is a table; what matters in it is raised below in one line
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True
+        )
+    except Exception as exc:  # damaged files raise many kinds from transformers, tokenizers and torch
+        raise UserError(f"cannot load model from {path!r}: {one_line(exc)}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    check_loading_info(info, path)
+    bad = first_nonfinite([*model.named_parameters(), *model.named_buffers()])
+    if bad is not None:
+        name, count, total = bad
+        raise UserError(
+            f"model at {path!r}: weight {name} holds {count} NaN or infinite values of {total}: "
+            "replace the files with an intact copy"
+        )
+    check_causal(model, path)
+    return model, tokenizer
+
+
 def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = "cpu") -> Policy:
     """Build or load the policy described by ``config`` on ``device``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     config = config or ModelConfig()
     dtype = _dtype(config.dtype)
@@ -126,13 +163,7 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = 
         model, tokenizer = build_tiny_policy(config.tiny, seed=seed)
         model = model.to(dtype)
     else:
-        path = resolve_model_path(config.path)
-        check_model_dir(path)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        except (OSError, ValueError) as exc:
-            raise UserError(f"cannot load model from {config.path!r}: {str(exc).splitlines()[0]}") from None
+        model, tokenizer = load_checkpoint(resolve_model_path(config.path), dtype)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

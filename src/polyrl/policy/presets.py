@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyrl.errors import UserError
+from polyrl.policy.model_files import first_nonfinite
 
 CACHE_ENV = "POLYRL_CACHE"
 SOURCE_FILE = "polyrl_source.json"  # written into each converted checkpoint: which file it came from
@@ -225,6 +226,12 @@ def _write_checkpoint(source: Path, out: Path, fix: str) -> None:
     except Exception as exc:  # the GGUF reader raises many kinds on a damaged file; one line for all of them
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"cannot read GGUF file {source}: {first}; {fix}") from None
+    bad = first_nonfinite(gguf_model.state_dict().items())
+    if bad is not None:  # a damaged file dequantizes into NaN or inf as readily as into numbers: never cache that
+        name, count, total = bad
+        raise UserError(
+            f"GGUF file {source} is damaged: weight {name} reads as {count} NaN or infinite values of {total}; {fix}"
+        )
     config = gguf_model.config
     if hasattr(config, "quantization_config"):  # what marks the model as GGUF-loaded, and unsaveable
         del config.quantization_config

@@ -8,9 +8,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from polyrl.errors import UserError
 from polyrl.policy.loading import TINY
 from polyrl.policy.presets import PRESETS, is_gguf_path
 from polyrl.tasks import Problem
+from polyrl.yaml_files import DuplicateKeyError, safe_load
 
 PromptStyle = Literal["natural", "terse"]
 
@@ -32,9 +34,11 @@ def _run_prompt(model_path: str | Path) -> dict:
     if not config.is_file():
         return {}
     try:
-        data = yaml.safe_load(config.read_text())
+        data = safe_load(config.read_text())
+    except DuplicateKeyError as exc:
+        raise UserError(f"{config} (the config of the run {model_path} is in): {exc}") from None
     except (OSError, yaml.YAMLError):
-        return {}
+        return {}  # not polyrl's config after all: the model's defaults apply
     prompt = data.get("prompt") if isinstance(data, dict) else None
     return prompt if isinstance(prompt, dict) else {}
 
@@ -108,6 +112,14 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.config = config or PromptConfig()
         self.use_chat = self.config.chat_template and getattr(tokenizer, "chat_template", None) is not None
+        self.max_tokens: int | None = None
+        """The longest prompt :meth:`ids` builds (None: no limit); see :meth:`limit`."""
+        self._room = ""
+
+    def limit(self, max_tokens: int, room: str) -> None:
+        """Refuse, in one line, a prompt longer than ``max_tokens``: ``room`` says where the limit comes from (the
+        model's positions less the longest response of the run)."""
+        self.max_tokens, self._room = max_tokens, room
 
     def content(self, problem: Problem) -> str:
         """The user message for ``problem`` in the configured field and style."""
@@ -126,7 +138,13 @@ class PromptBuilder:
         )
 
     def ids(self, problem: Problem) -> list[int]:
-        return self.tokenizer(self.text(problem), add_special_tokens=not self.use_chat).input_ids
+        ids = self.tokenizer(self.text(problem), add_special_tokens=not self.use_chat).input_ids
+        if self.max_tokens is not None and len(ids) > self.max_tokens:
+            raise UserError(
+                f"the prompt of {problem.task} problem {problem.split}/{problem.seed} is {len(ids)} tokens, more than "
+                f"the {self.max_tokens} left by {self._room}"
+            )
+        return ids
 
     def response_ids(self, response: str) -> list[int]:
         """Token ids of a response followed by EOS (what SFT trains on)."""

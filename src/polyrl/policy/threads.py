@@ -9,6 +9,8 @@ import os
 import sys
 
 MAX_DEFAULT_THREADS = 4
+THREADS_PER_CORE_LIMIT = 4
+MAX_THREADS = 1024
 
 
 def available_cores() -> int:
@@ -29,6 +31,23 @@ def default_threads(cores: int) -> int:
     run; the cap of 4 is a judgement (a ~1 M-parameter model has little work per operation to split), not measured.
     """
     return max(1, min(MAX_DEFAULT_THREADS, cores // 2))
+
+
+def check_threads(threads: int, cores: int | None = None) -> int:
+    """``threads`` when it is at most :data:`THREADS_PER_CORE_LIMIT` per core of ``cores`` (default: those this
+    process may use) and at most :data:`MAX_THREADS`; else ValueError, in one line.
+
+    Threads beyond the cores only wait for each other (see :func:`default_threads`); a few per core still run,
+    so a config written for a larger machine works on a smaller one. Thousands do not: ``threads=4096`` crashed
+    the embedded model's first backward pass with a segmentation fault on a 2-core machine (1024 ran)."""
+    cores = cores or available_cores()
+    limit = min(MAX_THREADS, THREADS_PER_CORE_LIMIT * cores)
+    if threads > limit:
+        raise ValueError(
+            f"{threads} torch threads is more than the {limit} allowed here ({THREADS_PER_CORE_LIMIT} per CPU core "
+            f"this process may use, {cores}; at most {MAX_THREADS})"
+        )
+    return threads
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt parameters, glibc's malloc.h
@@ -57,7 +76,8 @@ def keep_freed_memory() -> bool:
 
 def configure_torch(threads: int | None, deterministic: bool, device, keep_memory: bool = False) -> int:
     """Set torch's CPU threads (``threads``, or :func:`default_threads`) and, with ``deterministic``, make every
-    run of the same config compute the same numbers (docs/training.md, "Determinism") on ``device`` (the run's).
+    run of the same config at the same thread count compute the same numbers on ``device`` (the run's; another
+    thread count adds float reductions in another order: close, not identical; docs/training.md, "Determinism").
     Returns the threads.
 
     It switches on torch's deterministic algorithms (``torch.use_deterministic_algorithms``: on CPU the sorted

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import string
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -38,8 +38,22 @@ class TinyModelConfig(BaseModel):
     hidden_size: int = Field(128, ge=8, description="Width of the residual stream.")
     intermediate_size: int = Field(384, ge=8, description="Width of the MLP.")
     num_layers: int = Field(4, ge=1, description="Transformer blocks.")
-    num_heads: int = Field(4, ge=1, description="Attention heads (hidden_size must divide evenly).")
+    num_heads: int = Field(
+        4, ge=1, description="Attention heads: hidden_size / num_heads (the head width) must be a whole, even number."
+    )
     max_positions: int = Field(512, ge=16, description="Longest prompt + response in tokens.")
+
+    @model_validator(mode="after")
+    def _head_width(self):
+        """transformers builds the model only when the heads split the width evenly (else a 70-line traceback),
+        and rotary embeddings turn pairs of a head's dimensions, so an odd head width fails in the first forward."""
+        width, rest = divmod(self.hidden_size, self.num_heads)
+        if rest or width % 2:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} / num_heads {self.num_heads} is not a whole, even head width "
+                "(rotary embeddings turn pairs of a head's dimensions)"
+            )
+        return self
 
 
 def build_tiny_tokenizer():

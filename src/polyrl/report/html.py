@@ -21,6 +21,7 @@ from polyrl.report import panels, plots, series
 from polyrl.report.samples import proposals_section, samples_section
 from polyrl.report.series import Omitted
 from polyrl.run_dir import RunDir, atomic_write_text
+from polyrl.yaml_files import describe, safe_load
 
 CSS = """
 body{margin:0;background:#f5f6f8;color:#1f2430;font:15px/1.5 -apple-system,'Segoe UI',Helvetica,Arial,sans-serif}
@@ -72,9 +73,9 @@ def load_run(run_dir: Path) -> dict[str, Any]:
         raise UserError(f"{str(run_dir)!r} is not a polyrl run directory (no config.yaml)")
     config_text = (run_dir / "config.yaml").read_text()
     try:
-        config = yaml.safe_load(config_text) or {}
-    except yaml.YAMLError:
-        raise UserError(f"{run_dir / 'config.yaml'} is not valid YAML") from None
+        config = safe_load(config_text) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"{run_dir / 'config.yaml'}: {describe(exc)}") from None
     if not isinstance(config, dict):
         raise UserError(f"{run_dir / 'config.yaml'} is not a polyrl config (not a mapping)")
     # a record the report can place: an object with a stage and an integer step (anything else is skipped)

@@ -258,10 +258,14 @@ def register_config_datasets(path: str | Path) -> list[str]:
     import yaml
     from pydantic import ValidationError
 
+    from polyrl.yaml_files import describe, safe_load
+
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"cannot read config {str(path)!r}: {type(exc).__name__}") from None
+        data = safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise UserError(f"cannot read config {str(path)!r}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"config {str(path)!r}: {describe(exc)}") from None
     entries = data.get("tasks", []) if isinstance(data, dict) else []
     names = []
     for i, entry in enumerate(entries if isinstance(entries, list) else []):

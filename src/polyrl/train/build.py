@@ -30,6 +30,7 @@ from polyrl.run_dir import RunDir
 from polyrl.tasks.answers import AnswerFormat
 from polyrl.trackers import open_trackers
 from polyrl.train.config import TrainConfig
+from polyrl.train.lengths import check_run_lengths
 
 
 def step_seed(seed: int, stage: str, step: int) -> int:
@@ -184,10 +185,11 @@ def build_run(config: TrainConfig, resume: bool, placement, policy_version) -> R
     run_dir = placement.open_run_dir(config.run_dir, trackers, resume)
     parts = RunParts(config, tasks, specs, sampler, controller, scorer, run_dir, policy_version=policy_version)
     _load_policy(parts, placement)
-    _rollouts(parts)
-    parts.source, parts.reward_scorer = placement.rollouts(parts.source, parts.reward_scorer)
     parts.has_references = {n: tasks[n].generate(0, parts.difficulty(n)).solution is not None for n in tasks}
     if config.sft.enabled and config.sft.steps and not any(parts.has_references.values()):
         raise UserError("sft is enabled but no task in the mix provides reference solutions")
+    check_run_lengths(parts)
+    _rollouts(parts)
+    parts.source, parts.reward_scorer = placement.rollouts(parts.source, parts.reward_scorer)
     parts.update_settings = UpdateSettings.from_config(config.rl, tis_cap=config.ray.tis_cap)
     return parts

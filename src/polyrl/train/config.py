@@ -20,9 +20,11 @@ from polyrl.envs.registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
 from polyrl.harness.task import HarnessSpec
+from polyrl.optim import MAX_LR
 from polyrl.policy.backends import GenerationConfig, check_engine
-from polyrl.policy.loading import ModelConfig
+from polyrl.policy.loading import TINY, ModelConfig
 from polyrl.policy.prompts import PromptConfig
+from polyrl.policy.threads import check_threads
 from polyrl.registry import registered
 from polyrl.rewards import RewardConfig
 from polyrl.run_dir import ResumeRecord, atomic_write_text
@@ -30,8 +32,13 @@ from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
 from polyrl.trackers import LoggingConfig
-from polyrl.train.config_fields import Strict
+from polyrl.train.config_fields import Strict, first_nonfinite_field
+from polyrl.train.lengths import check_budgets, response_budgets
 from polyrl.train.rl_config import MOVED_OBJECTIVE_KEYS, RLConfig
+from polyrl.yaml_files import DuplicateKeyError, describe, safe_load
+
+MAX_SEED = 2**63 - 1
+"""The largest run seed: torch's generators take a signed or unsigned 64-bit integer, numpy's any one >= 0."""
 
 __all__ = [
     "DifficultyControlConfig",
@@ -113,7 +120,9 @@ class SFTConfig(Strict):
     enabled: bool = Field(True, description="Run the SFT warm start before RL.")
     steps: int = Field(600, ge=0, description="Optimizer steps.")
     batch_size: int = Field(64, ge=1, description="Examples per step.")
-    lr: float = Field(3e-3, gt=0, description="Peak learning rate (linear warmup, cosine decay).")
+    lr: float = Field(
+        3e-3, gt=0, le=MAX_LR, description="Peak learning rate, at most 1 (linear warmup, cosine decay)."
+    )
     warmup_steps: int = Field(20, ge=0, description="Linear warmup steps.")
     micro_batch_tokens: int | None = Field(
         None,
@@ -200,17 +209,25 @@ class EvalConfig(Strict):
 class TrainConfig(Strict):
     """Everything `polyrl train` does, in one file."""
 
-    seed: int = Field(0, description="Run seed: every random choice flows from it.")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=MAX_SEED,
+        description="Run seed, 0 to 2**63-1 (what torch and numpy take): every random choice flows from it.",
+    )
     run_dir: str = Field("runs/default", description="Run directory (config, metrics, checkpoints, models).")
     device: str = Field(
         "auto",
         description="Torch device the policy trains on: auto (CUDA when this machine has it, else the CPU), cpu, cuda, cuda:N or mps; printed at the start of a run (under torchrun each rank takes cuda:LOCAL_RANK).",
     )
     threads: int | None = Field(
-        None, ge=1, description="torch CPU threads (default: half the CPU cores, 1 to 4; see docs/training.md)."
+        None,
+        ge=1,
+        description="torch CPU threads, at most 4 per CPU core (default: half the CPU cores, 1 to 4; see docs/training.md).",
     )
     deterministic: bool = Field(
-        True, description="Same seed, same weights at any thread count (docs/training.md has its cost)."
+        True,
+        description="torch's deterministic algorithms: the same seed gives bit-identical weights on the same machine and software at the same thread count; another thread count sums in another order and ends close, not identical (docs/training.md, Determinism).",
     )
     keep_freed_memory: bool = Field(
         True,
@@ -262,6 +279,8 @@ class TrainConfig(Strict):
     def _device(cls, spec: str) -> str:
         return check_device_spec(spec)
 
+    _threads = field_validator("threads")(lambda value: value if value is None else check_threads(value))
+
     @field_validator("tasks")
     @classmethod
     def _unique(cls, tasks):
@@ -270,6 +289,23 @@ class TrainConfig(Strict):
         if dup:
             raise ValueError(f"tasks listed twice: {', '.join(dup)}")
         return tasks
+
+    @model_validator(mode="after")
+    def _finite(self):
+        """No NaN or infinity anywhere, options of registered parts included: ``rl.lr=inf`` trained every weight
+        to NaN in one step and exited 0."""
+        found = first_nonfinite_field(self)
+        if found is not None:
+            raise ValueError(f"{found[0]} is {found[1]}: every number in the config must be finite")
+        return self
+
+    @model_validator(mode="after")
+    def _fits_tiny_positions(self):
+        """The embedded model's positions are in the config: each response budget is checked here (the
+        prompts, and a real model's positions, when the run is built: polyrl.train.lengths)."""
+        if self.model.path == TINY:
+            check_budgets(response_budgets(self), self.model.tiny.max_positions, "model.tiny.max_positions")
+        return self
 
     @model_validator(mode="after")
     def _prompt_style(self):
@@ -349,7 +385,9 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
             raise UserError(f"override {item!r} is not of the form key=value")
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw else ""
+            value = safe_load(raw) if raw else ""
+        except DuplicateKeyError as exc:
+            raise UserError(f"override {item!r}: {describe(exc)}") from None
         except yaml.YAMLError:
             value = raw
         out.append((key.strip(), value))
@@ -386,11 +424,9 @@ def load_config(
         except OSError as exc:
             raise UserError(f"cannot read config {str(path)!r}: {exc.strerror or exc}") from None
         try:
-            loaded = yaml.safe_load(text)
+            loaded = safe_load(text)
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" (line {mark.line + 1})" if mark else ""
-            raise UserError(f"config {str(path)!r} is not valid YAML{where}") from None
+            raise UserError(f"config {str(path)!r}: {describe(exc)}") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

@@ -16,6 +16,7 @@ from polyrl.algos import (
 )
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
+from polyrl.optim import MAX_LR
 from polyrl.registry import registered
 from polyrl.train.config_fields import Strict
 
@@ -41,7 +42,7 @@ class RLConfig(Strict):
     max_new_tokens: int = Field(24, ge=1, description="Longest completion in tokens.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature for rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling for rollouts.")
-    lr: float = Field(1e-4, gt=0, description="Learning rate (constant after warmup).")
+    lr: float = Field(1e-4, gt=0, le=MAX_LR, description="Learning rate, at most 1 (constant after warmup).")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     epochs: int = Field(1, ge=1, description="Optimization passes over each batch (PPO epochs).")

@@ -13,6 +13,7 @@ from typing import Any
 
 from polyrl.algos import uses_critic
 from polyrl.optim import make_optimizer
+from polyrl.policy.model_files import first_nonfinite
 from polyrl.train.checkpoint import Checkpoint
 
 
@@ -81,8 +82,21 @@ class RunState:
         self.policy_version = state.get("policy_version", 0)
         self.global_step = state.get("global_step", self.global_step)
 
+    def require_finite(self, what: str) -> None:
+        """TrainingError unless every weight is finite, before ``what`` is written: a checkpoint or model of NaN
+        weights would replace good ones (old checkpoints are pruned), and a run ended with them exited 0."""
+        bad = first_nonfinite(self.training.model.named_parameters())
+        if bad is not None:
+            name, count, total = bad
+            raise TrainingError(
+                f"the weights became NaN or infinite ({count} of {total} values of {name}), so {what} was not "
+                f"written; any checkpoints in {self.parts.run_dir.checkpoints} hold earlier, finite weights "
+                "(try a lower learning rate)"
+            )
+
     def checkpoint(self, stage: str, step: int) -> None:
         """Tensors and :meth:`state_dict` as checkpoint ``stage``/``step`` (atomic; old ones pruned)."""
+        self.require_finite(f"checkpoint {stage}/{step}")
         keep = self.parts.config.keep_checkpoints
         self.placement.save_checkpoint(
             self.parts.run_dir.checkpoints, stage, step, self.training, self.state_dict(), keep

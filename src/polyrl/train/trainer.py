@@ -11,7 +11,7 @@ own module (docs/architecture.md):
 - ``train/placement.py``: one process, or (``train/fsdp_trainer.py``) the policy sharded across ranks.
 
 A run killed at any moment resumes from its last checkpoint with ``Trainer(config, resume=True)`` and, on
-CPU with a fixed seed, ends with the same weights.
+CPU with a fixed seed and thread count, ends with the same weights.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ class Trainer:
             self.parts.rollout_pool.sync_weights(self.state.training.model, self.state.policy_version)
 
     def save_model(self, name: str) -> None:
-        """The policy as a Hugging Face checkpoint in ``RUN_DIR/name``."""
+        """The policy as a Hugging Face checkpoint in ``RUN_DIR/name`` (never one with NaN or infinite weights)."""
+        self.state.require_finite(str(self.parts.run_dir.model_dir(name)))
         self.placement.save_model(self.parts.policy, self.parts.run_dir.model_dir(name))
 
     def _close(self) -> None:
