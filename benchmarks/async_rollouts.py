@@ -94,22 +94,20 @@ def run(mode: str, args, model_path: str, style: str | None) -> dict:
             "max_staleness": args.max_staleness,
         },
     }
-    trainer = Trainer(TrainConfig.model_validate(data))
-    trainer.tasks[task] = with_latency(trainer.tasks[task], latency_model(args))
-    if trainer.rollout_pool is not None:  # the workers were built with the plain task: rebuild them with the slow one
-        trainer.rollout_pool.shutdown()
-        from polyrl.distributed.pool import RolloutPool
+    import polyrl.train.build as build
 
-        c = trainer.config
-        trainer.rollout_pool = RolloutPool(
-            c.ray,
-            model_config=c.model,
-            seed=c.seed,
-            prompt_config=c.prompt,
-            tasks=trainer.tasks,
-            backend_options=trainer._backend_options(),
-        )
-        trainer.source.pool = trainer.rollout_pool  # the collector's source asks the new pool
+    resolve = build._resolve_tasks
+
+    def slow(config):  # the task with its latency before anything is built from it (Ray workers included)
+        tasks, specs = resolve(config)
+        tasks[task] = with_latency(tasks[task], latency_model(args))
+        return tasks, specs
+
+    build._resolve_tasks = slow
+    try:
+        trainer = Trainer(TrainConfig.model_validate(data))
+    finally:
+        build._resolve_tasks = resolve
     t0 = time.perf_counter()
     trainer.run_rl(None)
     wall = time.perf_counter() - t0

@@ -1,4 +1,4 @@
-"""The update's settings, typed and built once from the config: what stages 2 and 3 of an RL step read.
+"""The update's settings, typed and built once from the config: what stages 3 and 4 of an RL step (advantages, update) read.
 
 ``UpdateSettings.from_config(config.rl, tis_cap=config.ray.tis_cap)`` is called once, by ``train/build.py: build_run``;
 below it nothing reads the config. ``prepare_update`` (advantages, the rows to train on),

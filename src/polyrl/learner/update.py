@@ -1,4 +1,4 @@
-"""The policy update of an RL step.
+"""Stage 4 of an RL step: the policy update.
 
 ``policy_update`` runs epochs × minibatches × micro-batches of the registered objective on an
 :class:`~polyrl.learner.update_batch.UpdateBatch` (built by ``prepare_update``) and returns everything the

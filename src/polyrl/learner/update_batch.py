@@ -1,4 +1,4 @@
-"""The advantages stage of an RL step, and the batch the update trains on.
+"""Stage 3 of an RL step: advantages, and the batch the update trains on.
 
 ``prepare_update`` turns a step's scored trajectories into an :class:`UpdateBatch` — collated tokens,
 advantages (a registered group estimator, task normalization, turn-level credit or the critic's GAE),

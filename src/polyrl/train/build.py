@@ -10,27 +10,37 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from polyrl.curriculum import make_difficulty_controller, make_sampler
+from polyrl.curriculum.difficulty import DifficultyController
+from polyrl.curriculum.samplers import TaskSampler
 from polyrl.errors import UserError
 from polyrl.harness.resolve import resolve_task_spec
 from polyrl.learner import UpdateSettings
 from polyrl.policy import PromptBuilder, load_policy
 from polyrl.policy.backends import check_installed, make_backend
+from polyrl.policy.generation import GenerationBackend
+from polyrl.policy.loading import Policy
 from polyrl.policy.threads import configure_torch
 from polyrl.rewards import RewardScorer
-from polyrl.rollout.collect import LocalSource, Sampling
+from polyrl.rollout.collect import GroupSource, LocalSource, Sampling
 from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
 from polyrl.run_dir import RunDir
+from polyrl.tasks import Task
 from polyrl.tasks.answers import AnswerFormat
 from polyrl.trackers import open_trackers
-from polyrl.train.config import TrainConfig
+from polyrl.train.config import TaskSpec, TrainConfig
 from polyrl.train.lengths import check_run_lengths
+
+if TYPE_CHECKING:  # types only: Ray and torch.distributed load when a run uses them
+    from polyrl.distributed.fsdp import RankScorer
+    from polyrl.distributed.pool import RolloutPool
 
 
 def step_seed(seed: int, stage: str, step: int) -> int:
@@ -40,31 +50,20 @@ def step_seed(seed: int, stage: str, step: int) -> int:
     return int.from_bytes(digest[:8], "big") % (2**63)
 
 
-@dataclass
-class RunParts:
-    """What a run is made of (built once; the stages share it)."""
+@dataclass(frozen=True)
+class TaskMix:
+    """The run's tasks and how hard each is asked: what the curriculum, SFT, evaluation and the length check read
+    of the mix (built once, before the policy)."""
 
-    config: TrainConfig
-    tasks: dict[str, Any]
+    tasks: dict[str, Task]
     """Task name → resolved task (the mix, in config order)."""
-    specs: dict[str, Any]
-    """Task name → its ``TaskSpec``."""
-    sampler: Any
-    difficulty_controller: Any
-    reward_scorer: Any
-    run_dir: RunDir
-    policy: Any = None
-    prompts: PromptBuilder | None = None
-    backend: Any = None
-    rollout_pool: Any = None
-    """``polyrl.distributed.pool.RolloutPool`` with ``backend: ray``; None in process."""
-    source: Any = None
-    """Where RL groups come from: ``LocalSource`` or ``RaySource``."""
-    selfplay: SelfPlay | None = None
-    has_references: dict[str, bool] = dataclasses.field(default_factory=dict)
-    update_settings: UpdateSettings | None = None
-    policy_version: Any = None
-    """``() -> int``: the current policy version (rollouts are tagged with it)."""
+    specs: dict[str, TaskSpec]
+    """Task name → its ``TaskSpec`` from the config."""
+    difficulty_controller: DifficultyController | None
+    sft_override: object
+    """``sft.difficulty``: SFT's difficulty for every task, or None for each task's training difficulty."""
+    has_references: dict[str, bool]
+    """Task name → whether it provides reference solutions (SFT's data)."""
 
     def difficulty(self, name: str):
         """The training difficulty of ``name`` now: a difficulty controller's knob when one is configured."""
@@ -73,19 +72,60 @@ class RunParts:
         return self.specs[name].difficulty
 
     def sft_difficulty(self, name: str):
-        sft_difficulty = self.config.sft.difficulty
-        return sft_difficulty if sft_difficulty is not None else self.difficulty(name)
+        return self.sft_override if self.sft_override is not None else self.difficulty(name)
 
-    def eval_tasks(self) -> dict[str, tuple[Any, Any]]:
+    def eval_tasks(self) -> dict[str, tuple[Task, object]]:
         """Task name → (task, held-out difficulty)."""
         return {
             n: (t, self.specs[n].eval_difficulty if self.specs[n].eval_difficulty is not None else self.difficulty(n))
             for n, t in self.tasks.items()
         }
 
-    def reference_tasks(self) -> dict:
+    def reference_tasks(self) -> dict[str, Task]:
         """The tasks that provide reference solutions (SFT's data)."""
         return {n: t for n, t in self.tasks.items() if self.has_references[n]}
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """What a run is made of, built complete by :func:`build_run` (nothing is filled in afterwards) and shared by
+    the stages."""
+
+    config: TrainConfig
+    mix: TaskMix
+    sampler: TaskSampler
+    reward_scorer: RewardScorer | RankScorer
+    """The batched reward terms (one process), or their split across ranks (FSDP)."""
+    run_dir: RunDir
+    policy: Policy
+    prompts: PromptBuilder
+    backend: GenerationBackend
+    source: GroupSource
+    """Where RL groups come from: ``LocalSource``, ``RaySource``, or either split across ranks (``RankSource``)."""
+    rollout_pool: RolloutPool | None
+    """The Ray workers with ``backend: ray``; None in process."""
+    selfplay: SelfPlay | None
+    update_settings: UpdateSettings
+    policy_version: Callable[[], int]
+    """The current policy version (rollouts are tagged with it)."""
+
+    # the mix, as the stages read it
+    tasks = property(lambda self: self.mix.tasks)
+    specs = property(lambda self: self.mix.specs)
+    difficulty_controller = property(lambda self: self.mix.difficulty_controller)
+    has_references = property(lambda self: self.mix.has_references)
+
+    def difficulty(self, name: str):
+        return self.mix.difficulty(name)
+
+    def sft_difficulty(self, name: str):
+        return self.mix.sft_difficulty(name)
+
+    def eval_tasks(self) -> dict[str, tuple[Task, object]]:
+        return self.mix.eval_tasks()
+
+    def reference_tasks(self) -> dict[str, Task]:
+        return self.mix.reference_tasks()
 
     def seed_step(self, stage: str, step: int) -> np.random.Generator:
         """Seed torch for ``stage``/``step`` and return the step's numpy generator (resumes replay it)."""
@@ -95,10 +135,15 @@ class RunParts:
 
     def sampling(self) -> Sampling:
         """How RL rollouts sample (one home: the config's rl and env sections)."""
-        cfg, env = self.config.rl, self.config.env
-        return Sampling(
-            cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.top_p, env.max_episode_tokens, env.concurrency
-        )
+        return rl_sampling(self.config)
+
+
+def rl_sampling(config: TrainConfig) -> Sampling:
+    """How RL rollouts sample, from the config's rl and env sections."""
+    cfg, env = config.rl, config.env
+    return Sampling(
+        cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.top_p, env.max_episode_tokens, env.concurrency
+    )
 
 
 def _resolve_tasks(config: TrainConfig) -> tuple[dict, dict]:
@@ -122,60 +167,60 @@ def _curriculum(config: TrainConfig, tasks: dict, specs: dict):
     return sampler, make_difficulty_controller(config.difficulty_control, tasks, specs)
 
 
-def _load_policy(parts: RunParts, placement) -> None:
-    """The policy, its prompts and its generation backend (over the weights the placement gives it)."""
+def _load_policy(config: TrainConfig, placement) -> tuple[Policy, PromptBuilder, GenerationBackend]:
+    """The policy on the placement's device, its prompts and its generation backend (over the weights the placement
+    gives it)."""
     from transformers.utils import logging as hf_logging
 
-    config, device = parts.config, placement.device
+    device = placement.device
     hf_logging.disable_progress_bar()
     configure_torch(config.threads, config.deterministic, device, config.keep_freed_memory)
     torch.manual_seed(config.seed)
-    parts.policy = load_policy(config.model, seed=config.seed, device=device)
-    parts.prompts = PromptBuilder(parts.policy.tokenizer, config.prompt)
-    tokenizer, share = parts.policy.tokenizer, config.rl.share_prompts
-    parts.backend = placement.make_backend(
-        parts.policy, lambda model: make_backend(config.generation, model, tokenizer, config.seed, share, device)
+    policy = load_policy(config.model, seed=config.seed, device=device)
+    prompts = PromptBuilder(policy.tokenizer, config.prompt)
+    tokenizer, share = policy.tokenizer, config.rl.share_prompts
+    backend = placement.make_backend(
+        policy, lambda model: make_backend(config.generation, model, tokenizer, config.seed, share, device)
     )
+    return policy, prompts, backend
 
 
-def _local_source(parts: RunParts, sampling: Sampling) -> LocalSource:
-    return LocalSource(parts.tasks, parts.backend, parts.prompts, sampling, parts.policy_version)
-
-
-def _rollouts(parts: RunParts) -> None:
-    """Where RL groups come from: Ray workers (joined or started now, their CPUs checked) or this process."""
-    config, sampling = parts.config, parts.sampling()
+def _rollouts(config: TrainConfig, tasks: dict, local) -> tuple[GroupSource, RolloutPool | None, SelfPlay | None]:
+    """Where RL groups come from — Ray workers (joined or started now, their CPUs checked) or this process
+    (``local(sampling)`` makes an in-process source) — and the self-play game."""
+    sampling, pool = rl_sampling(config), None
     if config.backend == "ray":
         from polyrl.distributed.pool import RaySource, RolloutPool
 
-        parts.rollout_pool = RolloutPool(
+        pool = RolloutPool(
             config.ray,
             model_config=config.model,
             seed=config.seed,
             prompt_config=config.prompt,
-            tasks=parts.tasks,
+            tasks=tasks,
             backend_options={"batch_size": config.generation.batch_size, "shared_prefill": config.rl.share_prompts},
         )
-        parts.source = RaySource(parts.rollout_pool, sampling)
+        source = RaySource(pool, sampling)
     else:
-        parts.source = _local_source(parts, sampling)
-    if config.selfplay.enabled:
-        parts.selfplay = _selfplay(parts, sampling)
+        source = local(sampling)
+    selfplay = _selfplay(config, tasks, local, sampling) if config.selfplay.enabled else None
+    return source, pool, selfplay
 
 
-def _selfplay(parts: RunParts, sampling: Sampling) -> SelfPlay:
+def _selfplay(config: TrainConfig, tasks: dict, local, sampling: Sampling) -> SelfPlay:
     """The self-play game: proposer groups and solver groups from two in-process sources over the policy."""
-    sp = parts.config.selfplay
+    sp = config.selfplay
     proposer = dataclasses.replace(
         sampling, group_size=sp.proposals, max_new_tokens=sp.max_new_tokens or sampling.max_new_tokens
     )
     solver = dataclasses.replace(sampling, group_size=sp.solver_group_size)
     settings = SelfPlaySettings(sp.proposer, sp.prompts, sp.reward, sp.invalid_reward)
-    return SelfPlay(settings, parts.tasks, _local_source(parts, proposer), _local_source(parts, solver))
+    return SelfPlay(settings, tasks, local(proposer), local(solver))
 
 
-def build_run(config: TrainConfig, resume: bool, placement, policy_version) -> RunParts:
-    """Every part of the run ``config`` describes; ``policy_version()`` reads the run's current version."""
+def build_run(config: TrainConfig, resume: bool, placement, policy_version: Callable[[], int]) -> RunParts:
+    """Every part of the run ``config`` describes, in order, each user error a one-line UserError before training
+    starts; ``policy_version()`` reads the run's current version."""
     config.verifier.apply()  # the isolated verifier pool's limits, before any task verifies anything
     tasks, specs = _resolve_tasks(config)
     sampler, controller = _curriculum(config, tasks, specs)
@@ -183,13 +228,28 @@ def build_run(config: TrainConfig, resume: bool, placement, policy_version) -> R
     check_installed(config.generation)  # the config checked the device and the rollout placement
     trackers = lambda: open_trackers(config.logging, config.run_dir, config.model_dump(mode="json"))
     run_dir = placement.open_run_dir(config.run_dir, trackers, resume)
-    parts = RunParts(config, tasks, specs, sampler, controller, scorer, run_dir, policy_version=policy_version)
-    _load_policy(parts, placement)
-    parts.has_references = {n: tasks[n].generate(0, parts.difficulty(n)).solution is not None for n in tasks}
-    if config.sft.enabled and config.sft.steps and not any(parts.has_references.values()):
+    policy, prompts, backend = _load_policy(config, placement)
+    partial = TaskMix(tasks, specs, controller, config.sft.difficulty, {})
+    references = {n: tasks[n].generate(0, partial.difficulty(n)).solution is not None for n in tasks}
+    mix = dataclasses.replace(partial, has_references=references)
+    if config.sft.enabled and config.sft.steps and not any(references.values()):
         raise UserError("sft is enabled but no task in the mix provides reference solutions")
-    check_run_lengths(parts)
-    _rollouts(parts)
-    parts.source, parts.reward_scorer = placement.rollouts(parts.source, parts.reward_scorer)
-    parts.update_settings = UpdateSettings.from_config(config.rl, tis_cap=config.ray.tis_cap)
-    return parts
+    check_run_lengths(config, policy, prompts, mix)
+    local = lambda sampling: LocalSource(tasks, backend, prompts, sampling, policy_version)
+    source, pool, selfplay = _rollouts(config, tasks, local)
+    source, scorer = placement.rollouts(source, scorer)
+    return RunParts(
+        config=config,
+        mix=mix,
+        sampler=sampler,
+        reward_scorer=scorer,
+        run_dir=run_dir,
+        policy=policy,
+        prompts=prompts,
+        backend=backend,
+        source=source,
+        rollout_pool=pool,
+        selfplay=selfplay,
+        update_settings=UpdateSettings.from_config(config.rl, tis_cap=config.ray.tis_cap),
+        policy_version=policy_version,
+    )

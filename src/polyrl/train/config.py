@@ -115,7 +115,7 @@ class DifficultyControlConfig(Strict):
 
 
 class SFTConfig(Strict):
-    """Stage 1: supervised warm start on the generators' reference solutions."""
+    """The SFT stage (before RL): supervised warm start on the generators' reference solutions."""
 
     enabled: bool = Field(True, description="Run the SFT warm start before RL.")
     steps: int = Field(600, ge=0, description="Optimizer steps.")

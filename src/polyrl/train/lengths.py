@@ -59,11 +59,10 @@ def model_positions(model) -> int | None:
     return positions if isinstance(positions, int) and positions > 0 else None
 
 
-def check_run_lengths(parts) -> None:
+def check_run_lengths(config, policy, prompts, mix) -> None:
     """UserError unless the run's responses, sampled prompts and SFT examples fit the policy's positions; from
-    here on every prompt built is checked too (``parts.prompts.limit``)."""
-    config = parts.config
-    positions = model_positions(parts.policy.model)
+    here on every prompt built is checked too (``prompts.limit``). ``mix``: the run's ``TaskMix``."""
+    positions = model_positions(policy.model)
     if positions is None:
         return
     where = (
@@ -74,25 +73,26 @@ def check_run_lengths(parts) -> None:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     name, budget = single_turn_budget(config)
-    parts.prompts.limit(positions - budget, f"the model's {positions} positions ({where}) less {name}={budget}")
-    single_turn = {n: t for n, t in parts.tasks.items() if not is_environment(t)}
-    held_out = parts.eval_tasks()
+    prompts.limit(positions - budget, f"the model's {positions} positions ({where}) less {name}={budget}")
+    single_turn = {n: t for n, t in mix.tasks.items() if not is_environment(t)}
+    held_out = mix.eval_tasks()
     for n, task in single_turn.items():
-        for split, difficulty in (("train", parts.difficulty(n)), ("eval", held_out[n][1])):
+        for split, difficulty in (("train", mix.difficulty(n)), ("eval", held_out[n][1])):
             for seed in range(SAMPLED_PROBLEMS):
-                parts.prompts.ids(task.generate(seed, difficulty, split=split))
+                prompts.ids(task.generate(seed, difficulty, split=split))
     if config.sft.enabled and config.sft.steps:
-        _check_sft_examples(parts, {n: t for n, t in single_turn.items() if parts.has_references[n]}, positions, where)
+        references = {n: t for n, t in single_turn.items() if mix.has_references[n]}
+        _check_sft_examples(config, policy, prompts, mix, references, positions, where)
 
 
-def _check_sft_examples(parts, tasks: dict[str, Any], positions: int, where: str) -> None:
+def _check_sft_examples(config, policy, prompts, mix, tasks: dict[str, Any], positions: int, where: str) -> None:
     from polyrl.train.sft import reference_batch
 
     if not tasks:
         return
-    rng = np.random.default_rng(parts.config.seed)
-    eos = parts.policy.tokenizer.eos_token_id
-    examples = reference_batch(tasks, parts.sft_difficulty, parts.prompts, eos, rng, SAMPLED_PROBLEMS * len(tasks))
+    rng = np.random.default_rng(config.seed)
+    eos = policy.tokenizer.eos_token_id
+    examples = reference_batch(tasks, mix.sft_difficulty, prompts, eos, rng, SAMPLED_PROBLEMS * len(tasks))
     longest = max((len(e[0]) + len(e[1]) for e in examples), default=0)
     if longest > positions:
         raise UserError(

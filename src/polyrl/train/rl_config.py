@@ -29,7 +29,7 @@ MOVED_OBJECTIVE_KEYS = {
 
 
 class RLConfig(Strict):
-    """Stage 2: multi-task RL with verifiable rewards."""
+    """The RL stage (after SFT): multi-task RL with verifiable rewards."""
 
     enabled: bool = Field(True, description="Run the RL stage.")
     steps: int = Field(400, ge=0, description="RL steps (one batch of rollouts each).")

@@ -130,7 +130,7 @@ class RLStage:
         )
 
     def collect(self, step: int, rng: np.random.Generator) -> Collected:
-        """Stage 1: the step's scored groups from the rollout source (in process or on Ray), and the
+        """Stages 1 and 2 of an RL step: the step's scored groups from the rollout source (in process or on Ray), and the
         self-play game's groups when it is on."""
         parts, cfg = self.parts, self.parts.config.rl
         parts.sampler.set_step(step)

@@ -140,9 +140,7 @@ class Trainer:
     ranks = property(lambda self: self.placement.ranks)
     policy_version = property(lambda self: self.state.policy_version)
     optimizer = property(lambda self: self.state.training.optimizer)
-    rollout_pool = property(
-        lambda self: self.parts.rollout_pool, lambda self, pool: setattr(self.parts, "rollout_pool", pool)
-    )
+    rollout_pool = property(lambda self: self.parts.rollout_pool)
 
     def difficulty(self, name: str):
         return self.parts.difficulty(name)
