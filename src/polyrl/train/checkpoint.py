@@ -10,15 +10,19 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import os
 import random
+import re
 import shutil
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from polyrl.errors import UserError
 from polyrl.run_dir import atomic_write_text
@@ -53,41 +57,71 @@ def save_checkpoint(
     any other failed write) leaves the checkpoints there were, and stops the run with one line."""
     tmp = root / f".tmp-{_name(stage, step)}"
     try:
-        try:
-            return _write_checkpoint(root, tmp, stage, step, model, optimizer, scheduler, extra, keep, tensors)
-        except RuntimeError as exc:  # torch's zip writer reports a failed write (a full disk) as a RuntimeError
-            if not _is_write_failure(exc):
-                raise
-            raise _as_os_error(root) from exc
-    except OSError as exc:
+        return _write_checkpoint(root, tmp, stage, step, model, optimizer, scheduler, extra, keep, tensors)
+    except Exception as exc:
+        failure = write_failure(exc, root)
+        if failure is None:
+            raise
         shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            kept = latest_checkpoint(root)
-        except UserError:
-            kept = None
-        where = f"the last checkpoint, {kept.path.name}, is intact" if kept is not None else "no checkpoint was kept"
-        raise UserError(
-            f"could not write checkpoint {_name(stage, step)} in {root}: {_reason(exc)}; {where} "
-            f"(free space, then polyrl train --resume {root.parent})"
-        ) from None
+        raise _not_written(f"checkpoint {_name(stage, step)} in {root}", root, failure) from None
+
+
+def save_model_dir(final: Path, save: Callable[[Path], None]) -> None:
+    """``save(directory)`` (a Hugging Face ``save_pretrained``) into ``final``, a model directory of a run
+    (``RUN_DIR/sft_model``, ``RUN_DIR/final_model``), atomically: into a temporary directory, renamed into
+    place. A failed write (a full disk) removes the partial one and stops the run with one line; the one
+    there was stays, and the run's checkpoints resume it."""
+    tmp = final.with_name(f".{final.name}.tmp")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        save(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    except Exception as exc:
+        failure = write_failure(exc, final.parent)
+        if failure is None:
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _not_written(f"{final.name} in {final.parent}", final.parent / "checkpoints", failure) from None
+
+
+def _not_written(what: str, checkpoints: Path, exc: OSError) -> UserError:
+    """The one line for a write that failed: why, which checkpoint a resume starts from, how to resume."""
+    try:
+        kept = latest_checkpoint(checkpoints)
+    except UserError:
+        kept = None
+    where = f"the last checkpoint, {kept.path.name}, is intact" if kept is not None else "no checkpoint was kept"
+    return UserError(
+        f"could not write {what}: {_reason(exc)}; {where} (free space, then polyrl train --resume {checkpoints.parent})"
+    )
 
 
 _WRITE_FAILURES = ("unexpected pos", "iostream error", "PytorchStreamWriter failed", "file write failed")
 """How torch.save's zip writer words a write that did not go through (seen on a full disk: "[enforce fail at
 inline_container.cc:672] . unexpected pos 881093056 vs 881093008", "basic_ios::clear: iostream error")."""
 
+_SAFETENSORS_IO = re.compile(r"I/O error: .*\(os error (\d+)\)")
+"""How safetensors words a failed write (seen on a full disk: "Error while serializing: I/O error: No space left
+on device (os error 28)"); any other SafetensorError is a bug, not the disk's."""
 
-def _is_write_failure(exc: RuntimeError) -> bool:
-    return any(s in str(exc) for s in _WRITE_FAILURES)
 
-
-def _as_os_error(root: Path) -> OSError:
-    """The OSError a failed torch write stands for: ENOSPC when the disk has (almost) no room left, else EIO."""
-    try:
-        full = shutil.disk_usage(root).free < 64 * 2**20
-    except OSError:
-        full = False
-    return OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full else "write failed")
+def write_failure(exc: BaseException, where: Path) -> OSError | None:
+    """The OSError a failed write of weights stands for, whichever writer raised it; None when ``exc`` is not a
+    failed write. ``where``: the directory written (its free space tells a full disk from another failure
+    when torch's zip writer does not say)."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, SafetensorError):
+        match = _SAFETENSORS_IO.search(str(exc))
+        return OSError(int(match.group(1)), os.strerror(int(match.group(1)))) if match else None
+    if isinstance(exc, RuntimeError) and any(s in str(exc) for s in _WRITE_FAILURES):
+        try:
+            full = shutil.disk_usage(where).free < 64 * 2**20
+        except OSError:
+            full = False
+        return OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full else "write failed")
+    return None
 
 
 def _reason(exc: OSError) -> str:
