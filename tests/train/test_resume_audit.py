@@ -2,6 +2,7 @@
 mix, a resume with another model shape. Each is one line and exit code 2 (or a run that carries on), nothing
 already written is lost, and the run directory stays resumable."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,94 @@ def test_a_failed_weights_write_that_is_not_a_full_disk_is_not_called_one(tmp_pa
     monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", broken)
     with pytest.raises(SafetensorError, match="non contiguous"):
         Trainer(_config(tmp_path / "run")).run()
+
+
+def _interrupt_after_rl_step_5(cfg, monkeypatch) -> None:
+    """Train ``cfg`` until RL step 5 is logged, then stop it as Ctrl-C would (its checkpoints stay)."""
+    from polyrl.run_dir import RunDir
+
+    real_log = RunDir.log
+
+    def stop_at_rl_5(self, record):
+        real_log(self, record)
+        if record["stage"] == "rl" and record["step"] == 5:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunDir, "log", stop_at_rl_5)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(cfg).run()
+    monkeypatch.setattr(RunDir, "log", real_log)
+
+
+def _files(run_dir) -> dict:
+    return {p: p.read_bytes() for p in Path(run_dir).rglob("*") if p.is_file() and p.name != ".lock"}
+
+
+# -- a resume with another model shape -------------------------------------------------------------------
+SHAPE_CHANGES = {
+    "hidden-size": (
+        {},
+        "model.tiny.hidden_size=64",
+        "model.embed_tokens.weight is [110, 32] in checkpoint rl-000003 but [110, 64] in this model",
+    ),
+    "lora-rank": (
+        {"model": {**TINY_TRAIN["model"], "lora": {"enabled": True, "r": 2, "alpha": 4}}},
+        "model.lora.r=4",
+        "is [2, 32] in checkpoint rl-000003 but [4, 32] in this model",
+    ),
+}
+
+
+@pytest.mark.parametrize("change", SHAPE_CHANGES)
+def test_a_resume_with_another_model_shape_is_refused_before_it_writes_anything(change, tmp_path, capsys, monkeypatch):
+    sections, override, mismatch = SHAPE_CHANGES[change]
+    cfg = _config(tmp_path / "run", **sections)
+    _interrupt_after_rl_step_5(cfg, monkeypatch)
+    before = _files(cfg.run_dir)
+    capsys.readouterr()
+    assert cli(["train", "--resume", cfg.run_dir, override]) == 2
+    line = _one_line(capsys)
+    assert "cannot resume" in line and mismatch in line and override.partition("=")[0] in line
+    assert _files(cfg.run_dir) == before  # config.yaml (and its resume history), metrics, checkpoints
+    # so a plain resume goes on from where the run was
+    assert cli(["train", "--resume", cfg.run_dir]) == 0
+    assert yaml.safe_load((Path(cfg.run_dir) / "config.yaml").read_text())["resumes"] == []
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_sharded_checkpoint_is_checked_against_the_model_from_its_dcp_metadata(tmp_path):
+    """A multi-process run's checkpoint holds DCP shards, not safetensors: the check reads their metadata."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from polyrl.policy.loading import ModelConfig, load_policy
+    from polyrl.train.checkpoint import weights_mismatch
+
+    tiny = TINY_TRAIN["model"]["tiny"]
+    trained = load_policy(ModelConfig(path="tiny", tiny=tiny)).model
+    model_state, optim_state = get_state_dict(trained, torch.optim.AdamW(trained.parameters()))
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp_path / "model"))
+    wider = load_policy(ModelConfig(path="tiny", tiny={**tiny, "hidden_size": 64})).model
+    assert weights_mismatch(trained, tmp_path / "model", "checkpoint rl-000002") is None
+    assert weights_mismatch(wider, tmp_path / "model", "checkpoint rl-000002").startswith(
+        "model.embed_tokens.weight is [110, 32] in checkpoint rl-000002 but [110, 64] in this model (and "
+    )
+
+
+# -- a resume with another task mix ----------------------------------------------------------------------
+def test_a_resume_that_drops_a_task_carries_on_and_reports_the_tasks_evaluated(tmp_path, capsys, monkeypatch):
+    cfg = _config(tmp_path / "run")
+    _interrupt_after_rl_step_5(cfg, monkeypatch)
+    capsys.readouterr()
+    assert cli(["train", "--resume", cfg.run_dir, "tasks=[{name: addition, difficulty: easy}]"]) == 0
+    out = capsys.readouterr().out
+    run_dir = Path(cfg.run_dir)
+    assert set(json.loads((run_dir / "eval" / "after_sft.json").read_text())) == {"addition", "sort_digits", "mean"}
+    assert set(json.loads((run_dir / "eval" / "after_rl.json").read_text())) == {"addition", "mean"}
+    summary = (run_dir / "summary.md").read_text()
+    assert "| sort_digits | 0.0% | – | – |" in summary  # evaluated after SFT only
+    assert "| addition | 0.0% | 0.0% | +0.0 |" in summary
+    assert "| **mean** | 0.0% | 0.0% | – |" in summary  # means over different tasks are not compared
+    assert "sort_digits" in out and "addition" in out
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["resumes"][0]["overrides"] == {"tasks": [saved["tasks"][0]]}

@@ -21,18 +21,18 @@ def default_config_path() -> Path:
 
 
 def print_results(results: dict, console: Console) -> None:
+    from polyrl.eval.heldout import comparison_rows
+
     before, after = results["after_sft"], results.get("after_rl")
+    pct = lambda x: "–" if x is None else f"{100 * x:.1f}%"
     table = Table(title="Held-out accuracy (greedy) per task")
     table.add_column("task")
     table.add_column("after SFT", justify="right")
     if after:
         table.add_column("after RL", justify="right")
         table.add_column("Δ (points)", justify="right")
-    for name, row in before.items():
-        cells = [f"{100 * row['accuracy']:.1f}%"]
-        if after:
-            a = after[name]["accuracy"]
-            cells += [f"{100 * a:.1f}%", f"{100 * (a - row['accuracy']):+.1f}"]
+    for name, b, a, d in comparison_rows(before, after or {}):
+        cells = [pct(b)] + ([pct(a), "–" if d is None else f"{100 * d:+.1f}"] if after else [])
         table.add_row(f"[bold]{name}[/]" if name == "mean" else name, *cells)
     console.print(table)
 

@@ -224,6 +224,64 @@ def latest_checkpoint(root: Path) -> Checkpoint | None:
     return None
 
 
+def _tied(model) -> set[str]:
+    """Weights saved once for two names (tied embeddings): absent from a checkpoint by design."""
+    return set(getattr(model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
+
+
+def _saved_shapes(directory: Path, model) -> tuple[dict[str, tuple[int, ...]], str | None]:
+    """Name → shape of the weights ``save_pretrained`` (or DCP, in a sharded run) wrote in ``directory``,
+    read from the files' headers only; with what keeps them from this kind of model, if anything."""
+    from safetensors import safe_open
+
+    if (directory / ".metadata").is_file():  # torch.distributed.checkpoint shards (a multi-process run)
+        from torch.distributed.checkpoint import FileSystemReader
+
+        metadata = FileSystemReader(str(directory)).read_metadata().state_dict_metadata
+        tensors = {k: v for k, v in metadata.items() if k.startswith("model.") and hasattr(v, "size")}
+        return {k[len("model.") :]: tuple(v.size) for k, v in tensors.items()}, None
+    adapters = (directory / "adapter_model.safetensors").is_file()
+    if hasattr(model, "peft_config") != adapters:
+        return {}, "it holds LoRA adapters and this model has none" if adapters else "this model has LoRA adapters"
+    index = directory / "model.safetensors.index.json"
+    if adapters:
+        files = ["adapter_model.safetensors"]
+    elif index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name in files:
+        with safe_open(str(directory / name), "pt") as f:
+            shapes.update({k: tuple(f.get_slice(k).get_shape()) for k in f.keys()})  # noqa: SIM118 (safe_open is not iterable)
+    return shapes, None
+
+
+def weights_mismatch(model, directory: Path, label: str) -> str | None:
+    """Why the weights in ``directory`` (``label``, e.g. "checkpoint rl-000006") cannot load into ``model``:
+    the first tensor whose name or shape differs, and how many more do; None when they fit. Reads headers
+    only, so a resume can be checked before it writes anything."""
+    saved, kind = _saved_shapes(directory, model)
+    if kind is not None:
+        return f"{label} does not fit this model ({kind})"
+    if hasattr(model, "peft_config"):
+        from peft import get_peft_model_state_dict
+
+        ours = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}
+    else:
+        ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    problems = [
+        f"{k} is {list(saved[k])} in {label} but {list(shape)} in this model"
+        for k, shape in ours.items()
+        if k in saved and tuple(saved[k]) != shape
+    ]
+    problems += [f"{k} is in {label} but not in this model" for k in saved if k not in ours]
+    problems += [f"{k} is not in {label}" for k in ours if k not in saved and k not in _tied(model)]
+    if not problems:
+        return None
+    return problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+
+
 def load_model_weights(model, directory: Path) -> None:
     """Load weights written by ``save_pretrained`` into ``model`` in place (sharded, LoRA adapters too)."""
     from safetensors.torch import load_file
@@ -243,9 +301,7 @@ def load_model_weights(model, directory: Path) -> None:
     for name in files:
         weights.update(load_file(str(directory / name)))
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    # tied embeddings are saved once; anything else missing is a real mismatch
-    tied = set(getattr(model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
-    missing = [k for k in missing if k not in tied]
+    missing = [k for k in missing if k not in _tied(model)]  # tied embeddings are saved once
     if missing or unexpected:
         raise RuntimeError(
             f"checkpoint {directory} does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
