@@ -86,11 +86,16 @@ class Trainer:
         finally:
             self._close()
         if "after_rl" in results:
-            table = format_comparison(results["after_sft"], results["after_rl"])
+            table = format_comparison(results["after_sft"], results["after_rl"], labels=(self.first_eval, "after RL"))
             if run_dir.writes:
                 atomic_write_text(run_dir.path / "summary.md", f"# Held-out accuracy\n\n{table}\n")
             results["table"] = table
         return results
+
+    @property
+    def first_eval(self) -> str:
+        """What the first held-out evaluation (``after_sft``) is of: the SFT model, or the model RL starts from."""
+        return "after SFT" if self.config.sft.enabled and self.config.sft.steps else "before RL"
 
     def run_sft(self, ckpt=None) -> None:
         self.sft.run(ckpt)
