@@ -45,6 +45,29 @@ def tiny_train_config(tmp_path):
 
 
 @pytest.fixture
+def interrupted_run(monkeypatch):
+    """``interrupted_run(cfg)`` trains ``cfg`` until RL step 5 is logged, then stops it as Ctrl-C would (its
+    checkpoints, rl-000003 with ``checkpoint_every: 3``, stay)."""
+    from polyrl.run_dir import RunDir
+    from polyrl.train.trainer import Trainer
+
+    def interrupt(cfg) -> None:
+        real_log = RunDir.log
+
+        def stop_at_rl_5(self, record):
+            real_log(self, record)
+            if record["stage"] == "rl" and record["step"] == 5:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(RunDir, "log", stop_at_rl_5)
+        with pytest.raises(KeyboardInterrupt):
+            Trainer(cfg).run()
+        monkeypatch.setattr(RunDir, "log", real_log)
+
+    return interrupt
+
+
+@pytest.fixture
 def fake_openai():
     """``fake_openai(script)`` starts a fake OpenAI-compatible server (tests/fake_openai.py), shut down after the test."""
     from fake_openai import FakeOpenAI

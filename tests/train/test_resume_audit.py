@@ -101,23 +101,6 @@ def test_a_failed_weights_write_that_is_not_a_full_disk_is_not_called_one(tmp_pa
         Trainer(_config(tmp_path / "run")).run()
 
 
-def _interrupt_after_rl_step_5(cfg, monkeypatch) -> None:
-    """Train ``cfg`` until RL step 5 is logged, then stop it as Ctrl-C would (its checkpoints stay)."""
-    from polyrl.run_dir import RunDir
-
-    real_log = RunDir.log
-
-    def stop_at_rl_5(self, record):
-        real_log(self, record)
-        if record["stage"] == "rl" and record["step"] == 5:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(RunDir, "log", stop_at_rl_5)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(cfg).run()
-    monkeypatch.setattr(RunDir, "log", real_log)
-
-
 def _files(run_dir) -> dict:
     return {p: p.read_bytes() for p in Path(run_dir).rglob("*") if p.is_file() and p.name != ".lock"}
 
@@ -138,10 +121,12 @@ SHAPE_CHANGES = {
 
 
 @pytest.mark.parametrize("change", SHAPE_CHANGES)
-def test_a_resume_with_another_model_shape_is_refused_before_it_writes_anything(change, tmp_path, capsys, monkeypatch):
+def test_a_resume_with_another_model_shape_is_refused_before_it_writes_anything(
+    change, tmp_path, capsys, interrupted_run
+):
     sections, override, mismatch = SHAPE_CHANGES[change]
     cfg = _config(tmp_path / "run", **sections)
-    _interrupt_after_rl_step_5(cfg, monkeypatch)
+    interrupted_run(cfg)
     before = _files(cfg.run_dir)
     capsys.readouterr()
     assert cli(["train", "--resume", cfg.run_dir, override]) == 2
@@ -174,9 +159,9 @@ def test_a_sharded_checkpoint_is_checked_against_the_model_from_its_dcp_metadata
 
 
 # -- a resume with another task mix ----------------------------------------------------------------------
-def test_a_resume_that_drops_a_task_carries_on_and_reports_the_tasks_evaluated(tmp_path, capsys, monkeypatch):
+def test_a_resume_that_drops_a_task_carries_on_and_reports_the_tasks_evaluated(tmp_path, capsys, interrupted_run):
     cfg = _config(tmp_path / "run")
-    _interrupt_after_rl_step_5(cfg, monkeypatch)
+    interrupted_run(cfg)
     capsys.readouterr()
     assert cli(["train", "--resume", cfg.run_dir, "tasks=[{name: addition, difficulty: easy}]"]) == 0
     out = capsys.readouterr().out
