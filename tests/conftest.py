@@ -1,3 +1,4 @@
+import copy
 import os
 
 import pytest
@@ -24,6 +25,12 @@ TINY_TRAIN = {
     "tensorboard": True,
     "progress": False,
 }
+
+
+@pytest.fixture(scope="session")
+def tiny_train_settings() -> dict:
+    """``TINY_TRAIN``, for a fixture wider than one test (``tiny_train_config`` is one test's)."""
+    return copy.deepcopy(TINY_TRAIN)
 
 
 @pytest.fixture

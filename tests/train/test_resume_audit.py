@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import TINY_TRAIN
 from safetensors import SafetensorError
 
 from polyrl.cli import run as cli
@@ -26,8 +25,10 @@ def _one_line(capsys) -> str:
     return err[0]
 
 
-def _config(run_dir, **sections):
-    return load_config(None, base={**TINY_TRAIN, "run_dir": str(run_dir), "tensorboard": False, **sections})
+def _config(settings: dict, run_dir, **model):
+    """The tiny run's config in ``run_dir``, with ``model`` settings changed."""
+    data = {**settings, "run_dir": str(run_dir), "tensorboard": False, "model": {**settings["model"], **model}}
+    return load_config(None, base=data)
 
 
 def _config_file(cfg, tmp_path) -> Path:
@@ -43,9 +44,9 @@ def _weights(run_dir) -> dict:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict:
+def uninterrupted(tmp_path_factory, tiny_train_settings) -> dict:
     """The final weights of the tiny run, trained without a fault."""
-    cfg = _config(tmp_path_factory.mktemp("uninterrupted") / "run")
+    cfg = _config(tiny_train_settings, tmp_path_factory.mktemp("uninterrupted") / "run")
     Trainer(cfg).run()
     return _weights(cfg.run_dir)
 
@@ -62,7 +63,7 @@ FILL_POINTS = {
 
 @pytest.mark.parametrize("point", FILL_POINTS)
 def test_a_disk_that_fills_during_a_weights_write_is_one_line_and_the_resume_is_exact(
-    point, uninterrupted, tmp_path, capsys, monkeypatch
+    point, uninterrupted, tiny_train_settings, tmp_path, capsys, monkeypatch
 ):
     import transformers.modeling_utils
 
@@ -75,7 +76,7 @@ def test_a_disk_that_fills_during_a_weights_write_is_one_line_and_the_resume_is_
             raise SafetensorError(DISK_FULL)
         return real_save(tensors, filename, *args, **kwargs)
 
-    cfg = _config(tmp_path / "run")
+    cfg = _config(tiny_train_settings, tmp_path / "run")
     monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", disk_fills)
     assert cli(["train", "--config", str(_config_file(cfg, tmp_path)), "--run-dir", cfg.run_dir]) == 2
     line = _one_line(capsys)
@@ -89,7 +90,7 @@ def test_a_disk_that_fills_during_a_weights_write_is_one_line_and_the_resume_is_
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in resumed)
 
 
-def test_a_failed_weights_write_that_is_not_a_full_disk_is_not_called_one(tmp_path, monkeypatch):
+def test_a_failed_weights_write_that_is_not_a_full_disk_is_not_called_one(tiny_train_settings, tmp_path, monkeypatch):
     """Only an I/O error (``os error N``) is a write failure; any other SafetensorError is a bug, raised as is."""
     import transformers.modeling_utils
 
@@ -98,7 +99,7 @@ def test_a_failed_weights_write_that_is_not_a_full_disk_is_not_called_one(tmp_pa
 
     monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", broken)
     with pytest.raises(SafetensorError, match="non contiguous"):
-        Trainer(_config(tmp_path / "run")).run()
+        Trainer(_config(tiny_train_settings, tmp_path / "run")).run()
 
 
 def _files(run_dir) -> dict:
@@ -113,7 +114,7 @@ SHAPE_CHANGES = {
         "model.embed_tokens.weight is [110, 32] in checkpoint rl-000003 but [110, 64] in this model",
     ),
     "lora-rank": (
-        {"model": {**TINY_TRAIN["model"], "lora": {"enabled": True, "r": 2, "alpha": 4}}},
+        {"lora": {"enabled": True, "r": 2, "alpha": 4}},
         "model.lora.r=4",
         "is [2, 32] in checkpoint rl-000003 but [4, 32] in this model",
     ),
@@ -122,10 +123,10 @@ SHAPE_CHANGES = {
 
 @pytest.mark.parametrize("change", SHAPE_CHANGES)
 def test_a_resume_with_another_model_shape_is_refused_before_it_writes_anything(
-    change, tmp_path, capsys, interrupted_run
+    change, tiny_train_settings, tmp_path, capsys, interrupted_run
 ):
-    sections, override, mismatch = SHAPE_CHANGES[change]
-    cfg = _config(tmp_path / "run", **sections)
+    model, override, mismatch = SHAPE_CHANGES[change]
+    cfg = _config(tiny_train_settings, tmp_path / "run", **model)
     interrupted_run(cfg)
     before = _files(cfg.run_dir)
     capsys.readouterr()
@@ -139,7 +140,7 @@ def test_a_resume_with_another_model_shape_is_refused_before_it_writes_anything(
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
-def test_a_sharded_checkpoint_is_checked_against_the_model_from_its_dcp_metadata(tmp_path):
+def test_a_sharded_checkpoint_is_checked_against_the_model_from_its_dcp_metadata(tiny_train_settings, tmp_path):
     """A multi-process run's checkpoint holds DCP shards, not safetensors: the check reads their metadata."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -147,7 +148,7 @@ def test_a_sharded_checkpoint_is_checked_against_the_model_from_its_dcp_metadata
     from polyrl.policy.loading import ModelConfig, load_policy
     from polyrl.train.checkpoint import weights_mismatch
 
-    tiny = TINY_TRAIN["model"]["tiny"]
+    tiny = tiny_train_settings["model"]["tiny"]
     trained = load_policy(ModelConfig(path="tiny", tiny=tiny)).model
     model_state, optim_state = get_state_dict(trained, torch.optim.AdamW(trained.parameters()))
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp_path / "model"))
@@ -159,8 +160,10 @@ def test_a_sharded_checkpoint_is_checked_against_the_model_from_its_dcp_metadata
 
 
 # -- a resume with another task mix ----------------------------------------------------------------------
-def test_a_resume_that_drops_a_task_carries_on_and_reports_the_tasks_evaluated(tmp_path, capsys, interrupted_run):
-    cfg = _config(tmp_path / "run")
+def test_a_resume_that_drops_a_task_carries_on_and_reports_the_tasks_evaluated(
+    tiny_train_settings, tmp_path, capsys, interrupted_run
+):
+    cfg = _config(tiny_train_settings, tmp_path / "run")
     interrupted_run(cfg)
     capsys.readouterr()
     assert cli(["train", "--resume", cfg.run_dir, "tasks=[{name: addition, difficulty: easy}]"]) == 0

@@ -129,8 +129,8 @@ def comparison_rows(
     before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], metric: str = "accuracy"
 ) -> list[tuple[str, float | None, float | None, float | None]]:
     """``(task, before, after, after - before)`` of ``metric`` for every task either evaluation covers (those
-    of ``before`` first), then ``mean``. A resume may change the task mix (docs/training.md, "Resuming with
-    overrides"): a task one evaluation lacks has None there and no difference, and the two means are compared
+    of ``before`` first), then ``mean``. A resume may change the task mix (docs/training.md, "What a resume may
+    change"): a task one evaluation lacks has None there and no difference, and the two means are compared
     only when they are over the same tasks."""
     tasks = [t for t in dict.fromkeys([*before, *after]) if t != "mean"]
     same_tasks = set(before) == set(after)
