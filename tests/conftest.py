@@ -1,3 +1,4 @@
+import copy
 import os
 import random
 
@@ -58,6 +59,12 @@ TINY_TRAIN = {
 }
 
 
+@pytest.fixture(scope="session")
+def tiny_train_settings() -> dict:
+    """``TINY_TRAIN``, for a fixture wider than one test (``tiny_train_config`` is one test's)."""
+    return copy.deepcopy(TINY_TRAIN)
+
+
 @pytest.fixture
 def tiny_train_config(tmp_path):
     """A TrainConfig for a seconds-long run of the whole pipeline in a fresh run directory."""
@@ -74,6 +81,29 @@ def tiny_train_config(tmp_path):
         return load_config(None, base=data)
 
     return make
+
+
+@pytest.fixture
+def interrupted_run(monkeypatch):
+    """``interrupted_run(cfg)`` trains ``cfg`` until RL step 5 is logged, then stops it as Ctrl-C would (its
+    checkpoints, rl-000003 with ``checkpoint_every: 3``, stay)."""
+    from polyrl.run_dir import RunDir
+    from polyrl.train.trainer import Trainer
+
+    def interrupt(cfg) -> None:
+        real_log = RunDir.log
+
+        def stop_at_rl_5(self, record):
+            real_log(self, record)
+            if record["stage"] == "rl" and record["step"] == 5:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(RunDir, "log", stop_at_rl_5)
+        with pytest.raises(KeyboardInterrupt):
+            Trainer(cfg).run()
+        monkeypatch.setattr(RunDir, "log", real_log)
+
+    return interrupt
 
 
 @pytest.fixture

@@ -73,13 +73,30 @@ def test_report_of_an_unfinished_run_says_where_it_stands(finished_run, tmp_path
     assert "<th>after SFT</th>" in text and "<th>after RL</th>" not in text  # no final eval yet
 
 
-def test_report_of_a_run_without_rl(tiny_train_config, tmp_path):
+def test_report_of_a_run_without_rl_shows_no_rl_sections_or_cards(tiny_train_config, tmp_path):
     cfg = tiny_train_config(rl__enabled=False)
     Trainer(cfg).run()
     page, pngs = build_report(cfg.run_dir)
     text = page.read_text()
-    assert "finished · SFT only" in text and "Nothing logged yet" in text
+    assert "finished · SFT only" in text
     assert {p.name for p in pngs} == {"report_heldout.png", "report_sft.png"}
+    headings = re.findall(r"<h2[^>]*>(.*?)</h2>", text)
+    assert headings == ["Held-out results", "SFT warm start", "Resolved config"]
+    assert "RL steps" not in text and "held-out after RL" not in text
+
+
+def test_report_of_a_run_without_sft_shows_only_what_ran(tiny_train_config, tmp_path):
+    """With SFT off, the first held-out evaluation is of the model RL started from: labelled so, and no SFT
+    column, card or section is shown (issue #36)."""
+    cfg = tiny_train_config(sft__enabled=False, tensorboard=False)
+    Trainer(cfg).run()
+    page, pngs = build_report(cfg.run_dir)
+    shown = page.read_text().split("<h2>Resolved config</h2>")[0]  # the config itself names its sft section
+    assert "SFT" not in shown
+    assert "<th>before RL</th><th>after RL</th>" in shown and "held-out before RL" in shown
+    assert "report_sft.png" not in {p.name for p in pngs}
+    assert "finished" in shown
+    assert "| task | before RL | after RL | Δ |" in (Path(cfg.run_dir) / "summary.md").read_text()
 
 
 def test_report_of_a_directory_that_is_not_a_run_is_a_one_line_error(tmp_path, capsys):

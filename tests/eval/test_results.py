@@ -5,6 +5,7 @@ import pytest
 from polyrl.errors import UserError
 from polyrl.eval.results import aggregate, compare_table, majority_answer, normalize_answer, problem_key
 from polyrl.eval.suite import parse_suite, suite_items
+from polyrl.tasks import get_task
 
 
 def test_normalize_answer_ignores_case_and_spacing():
@@ -47,7 +48,7 @@ def test_aggregate_matches_hand_computed_numbers():
         _record(b, 2, " 99999 ", format_ok=False),
         _record(b, 3, b.problem.solution, tokens=12),
     ]
-    row = aggregate([a, b], records, k=3, answer_format="tags")["tasks"]["addition"]
+    row = aggregate([a, b], records, k=3, tasks={"addition": get_task("addition")})["tasks"]["addition"]
     assert row["problems"] == 2
     assert row["accuracy"] == pytest.approx(0.5)
     assert row["pass@1"] == pytest.approx((2 / 3 + 1 / 3) / 2)
@@ -68,7 +69,7 @@ def test_aggregate_groups_by_category_difficulty_and_cell_and_skips_unfinished_p
     )
     items = suite_items(suite)
     records = [_record(items[0], 0, items[0].problem.solution), _record(items[2], 0, "zzz")]  # addition@hard missing
-    out = aggregate(items, records, k=1, answer_format="tags")
+    out = aggregate(items, records, k=1, tasks={n: get_task(n) for n in ("addition", "caesar")})
     assert set(out["cells"]) == {"addition@easy", "caesar@easy"}
     assert out["categories"]["arithmetic"]["accuracy"] == 1.0
     assert out["categories"]["crypto"]["accuracy"] == 0.0

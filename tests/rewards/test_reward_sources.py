@@ -101,3 +101,29 @@ def test_causal_lm_directory_is_rejected_as_a_reward_model(tmp_path):
     model.save_pretrained(tmp_path)
     with pytest.raises(UserError, match="num_labels=1"):
         load_reward_model(tmp_path)
+
+
+def test_binary_preference_columns_are_read_as_utf8_text(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pairs = {
+        c: pa.array([f"{c} {i}".encode() for i in range(4)], pa.binary()) for c in ("prompt", "chosen", "rejected")
+    }
+    pq.write_table(pa.table(pairs), tmp_path / "p.parquet")
+    assert load_preferences(tmp_path / "p.parquet")[0] == {
+        "prompt": "prompt 0",
+        "chosen": "chosen 0",
+        "rejected": "rejected 0",
+    }
+    pairs["chosen"] = pa.array([b"ok", b"ok", b"\xff", b"ok"], pa.binary())
+    pq.write_table(pa.table(pairs), tmp_path / "bad.parquet")
+    with pytest.raises(UserError, match="column 'chosen' holds bytes that are not UTF-8 text"):
+        load_preferences(tmp_path / "bad.parquet")
+
+
+def test_a_preference_csv_with_an_unclosed_quote_is_refused_naming_the_line(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("prompt,chosen,rejected\n" + "".join(f'"q{i},a,b\n' for i in range(10)))
+    with pytest.raises(UserError, match=r"p.csv line 2: a quote opened there is not closed"):
+        load_preferences(path)

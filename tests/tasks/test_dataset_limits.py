@@ -114,7 +114,7 @@ def _config(tmp_path, path) -> str:
         ("c.json", b'[{"question": "\xc3(", "answer": "1"}]', r"c.json line 1 is not UTF-8 text \(byte 0xc3"),
         ("d.jsonl", b'{"question": "a", "answer": "1"}\n{"question": \n', r"d.jsonl line 2 is not JSON"),
         ("e.jsonl", b'{"question": "a", "answer": "1"}\n[1, 2]\n', r"e.jsonl line 2 is a JSON list, not an object"),
-        ("f.csv", b'question,answer\n"1+1,2\n', r"cannot load dataset .*f.csv: .*EOF inside string"),
+        ("f.csv", b'question,answer\n"1+1,2\n', r"f.csv line 2: a quote opened there is not closed"),
         ("g.parquet", b"PAR1 not really", r"cannot load dataset .*g.parquet: .*magic bytes"),
     ],
 )
@@ -125,3 +125,96 @@ def test_a_malformed_file_is_one_line_and_exit_code_2(tmp_path, capsys, name, co
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert re.search(message, err), err
+
+
+# -- text that arrives as bytes, and quotes that swallow rows (issue #36) ----------------------------------
+def _export(tmp_path, path) -> int:
+    """``polyrl tasks export`` of one problem of the dataset task ``mine`` at ``path`` (loads every row)."""
+    args = ["tasks", "export", "--config", _config(tmp_path, path), "--tasks", "mine", "--n", "1"]
+    return run([*args, "--out", str(tmp_path / "out.jsonl")])
+
+
+def _parquet(path, columns: dict) -> str:
+    """A parquet file whose columns keep the arrow types given (binary stays binary)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(columns), path)
+    return str(path)
+
+
+def test_a_binary_parquet_column_is_read_as_utf8_text(tmp_path):
+    import pyarrow as pa
+
+    n = 20
+    path = _parquet(
+        tmp_path / "b.parquet",
+        {
+            "question": pa.array([f"What is {i} plus {i}?".encode() for i in range(n)], pa.binary()),
+            "answer": pa.array([str(2 * i).encode() for i in range(n)], pa.binary()),
+        },
+    )
+    task = dataset_task("test_binary", DatasetSpec(path=path, verifier="numeric", eval_fraction=0.3))
+    problem = task.generate(0)
+    assert problem.question.startswith("What is ") and problem.answer.isdigit()
+    assert task.verify(problem, f"<answer>{problem.answer}</answer>").correct
+
+
+def test_binary_choices_are_read_as_utf8_text(tmp_path):
+    import pyarrow as pa
+
+    n = 20
+    path = _parquet(
+        tmp_path / "c.parquet",
+        {
+            "question": [f"Pick one ({i})" for i in range(n)],
+            "options": pa.array([[b"yes", "n\u00e9".encode()]] * n, pa.list_(pa.binary())),
+            "answer": pa.array(["n\u00e9".encode()] * n, pa.binary()),
+        },
+    )
+    task = dataset_task("test_binary_choices", DatasetSpec(path=path, choices="options", eval_fraction=0.3))
+    problem = task.generate(0)
+    assert problem.question.endswith("A. yes\nB. n\u00e9") and problem.answer == "B"
+
+
+def test_a_binary_parquet_column_that_is_not_utf8_is_one_line_naming_the_row_and_column(tmp_path, capsys):
+    import pyarrow as pa
+
+    rows = [b"2", b"4", b"\xff6"]
+    path = _parquet(tmp_path / "b.parquet", {"question": ["1+1", "2+2", "3+3"], "answer": pa.array(rows, pa.binary())})
+    assert _export(tmp_path, path) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "b.parquet row 2: column 'answer' holds bytes that are not UTF-8 text (byte 0xff at 0)" in err
+
+
+def test_a_csv_quote_that_swallows_the_next_row_is_one_line_naming_the_file_and_line(tmp_path, capsys):
+    """An opening quote with no closing one merges each pair of rows (200 rows would load as 100)."""
+    path = tmp_path / "q.csv"
+    path.write_text("question,answer\n" + "".join(f'"What is {i} plus {i}?,{2 * i}\n' for i in range(200)))
+    assert _export(tmp_path, path) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"dataset file {path} line 2: a quote opened there is not closed" in err
+
+
+def test_quotes_csv_allows_are_accepted(tmp_path):
+    """Quoted fields spanning lines, doubled quotes inside them, and a bare quote inside an unquoted field."""
+    path = tmp_path / "ok.csv"
+    rows = "".join(f'"What is {i}\nplus {i}?",{2 * i}\n"a ""quoted"" {i}",{i}\nits 5" long {i},5\n' for i in range(10))
+    path.write_text("question,answer\n" + rows)
+    task = dataset_task("test_quotes", DatasetSpec(path=str(path), eval_fraction=0.3))
+    assert len(task.rows.splits["train"]) + len(task.rows.splits["eval"]) == 30
+
+
+def test_a_problem_file_with_binary_text_columns_loads_as_text(tmp_path):
+    import pyarrow as pa
+
+    from polyrl.tasks import get_task
+    from polyrl.tasks.io import load_responses, problem_row
+
+    problem = get_task("addition").generate(0)
+    row = {k: v.encode() if isinstance(v, str) else v for k, v in problem_row(problem, "<answer>7</answer>").items()}
+    path = _parquet(tmp_path / "p.parquet", {k: pa.array([v]) for k, v in row.items()})
+    [(loaded, response)] = load_responses(path)
+    assert loaded == problem and response == "<answer>7</answer>"

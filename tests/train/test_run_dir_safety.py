@@ -232,26 +232,9 @@ def test_a_full_disk_while_logging_is_one_line(tiny_train_config, tmp_path, caps
     assert "the disk is full (writing" in _one_line(capsys)
 
 
-def _interrupt_after_rl_step_5(cfg, monkeypatch) -> None:
-    """Train ``cfg`` until RL step 5 is logged, then stop it as Ctrl-C would (its checkpoints stay)."""
-    from polyrl import run_dir as run_dir_module
-
-    real_log = run_dir_module.RunDir.log
-
-    def crash_at_rl_5(self, record):
-        real_log(self, record)
-        if record["stage"] == "rl" and record["step"] == 5:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(run_dir_module.RunDir, "log", crash_at_rl_5)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(cfg).run()
-    monkeypatch.setattr(run_dir_module.RunDir, "log", real_log)
-
-
-def test_a_kept_metrics_line_that_is_not_utf8_survives_a_resume(tiny_train_config, tmp_path, monkeypatch):
+def test_a_kept_metrics_line_that_is_not_utf8_survives_a_resume(tiny_train_config, tmp_path, interrupted_run):
     cfg = tiny_train_config(run_dir=str(tmp_path / "run"), tensorboard=False)
-    _interrupt_after_rl_step_5(cfg, monkeypatch)
+    interrupted_run(cfg)
     metrics = Path(cfg.run_dir) / "metrics.jsonl"
     lines = metrics.read_bytes().split(b"\n")
     lines[0] = lines[0][:-1] + b', "note": "\xff"}'  # a byte that is not UTF-8, in a line the resume keeps
@@ -262,10 +245,10 @@ def test_a_kept_metrics_line_that_is_not_utf8_survives_a_resume(tiny_train_confi
     assert sum(b'"stage": "rl"' in line for line in kept) == 6
 
 
-def test_resume_without_the_kl_reference_model_is_one_line(tiny_train_config, tmp_path, capsys, monkeypatch):
+def test_resume_without_the_kl_reference_model_is_one_line(tiny_train_config, tmp_path, capsys, interrupted_run):
     rl = {**tiny_train_config().rl.model_dump(), "kl_coef": 0.05}
     cfg = tiny_train_config(run_dir=str(tmp_path / "run"), rl=rl, tensorboard=False)
-    _interrupt_after_rl_step_5(cfg, monkeypatch)
+    interrupted_run(cfg)
     shutil.rmtree(Path(cfg.run_dir) / "sft_model")
     assert latest_checkpoint(Path(cfg.run_dir) / "checkpoints").stage == "rl"
     assert cli(["train", "--resume", cfg.run_dir]) == 2

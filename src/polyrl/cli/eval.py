@@ -27,6 +27,7 @@ def _source(
     field: str,
     suite,
     style: str,
+    tasks,
 ):
     if (model is None) == (endpoint is None):
         raise UserError("give exactly one of --model PATH or --endpoint URL")
@@ -38,7 +39,8 @@ def _source(
 
         hf_logging.disable_progress_bar()
         policy = load_policy(ModelConfig(path=model), seed=suite.seed)
-        return LocalModelSource(policy, field, suite.system, seed=suite.seed, style=style), f"checkpoint {model}"
+        source = LocalModelSource(policy, field, suite.system, seed=suite.seed, style=style, env=tasks.env_config)
+        return source, f"checkpoint {model}"
     from polyrl.eval.endpoint import EndpointSource
 
     api_key = None
@@ -48,6 +50,21 @@ def _source(
             raise UserError(f"--api-key-env {api_key_env}: that environment variable is not set")
     name = model_name or "default"
     return EndpointSource(endpoint, name, api_key, concurrency, timeout), f"endpoint {endpoint} model {name}"
+
+
+def _suite_tasks(config: Path | None):
+    """How the suite's task names resolve: as a training mix's, with ``--config``'s entries (datasets,
+    ``harness:`` agents) and ``env`` settings — the tasks and settings the trainer's own evaluation uses."""
+    from polyrl.eval.suite import SuiteTasks
+
+    if config is None:
+        return SuiteTasks()
+    from polyrl.tasks.dataset import register_config_datasets
+    from polyrl.train.config import load_config
+
+    cfg = load_config(config)
+    register_config_datasets(config)  # every dataset of the mix, so that env/retry:<dataset> names resolve too
+    return SuiteTasks({spec.name: spec for spec in cfg.tasks}, cfg.env)
 
 
 @app.callback()
@@ -68,7 +85,9 @@ def eval_cmd(
     ),
     tasks: str | None = typer.Option(None, "--tasks", help="Comma-separated tasks (instead of --suite)."),
     config: Path | None = typer.Option(
-        None, "--config", help="A training config whose dataset tasks become available by name."
+        None,
+        "--config",
+        help="A training config: its tasks (datasets, harness agents) and env settings, as training uses them.",
     ),
     difficulty: str = typer.Option(
         DEFAULT_DIFFICULTY, "--difficulty", help="With --tasks: comma-separated knobs or presets."
@@ -93,22 +112,17 @@ def eval_cmd(
         return
     from polyrl.eval.results import results_markdown
     from polyrl.eval.runner import run_suite
-    from polyrl.eval.suite import load_suite, parse_suite, suite_from_options
+    from polyrl.eval.suite import load_suite, suite_from_options
     from polyrl.policy.prompts import default_style, run_prompt_field
 
     if (suite_file is None) == (tasks is None):
         raise UserError("give exactly one of --suite FILE or --tasks a,b,c")
-    if config is not None:
-        from polyrl.tasks.dataset import register_config_datasets
-
-        register_config_datasets(config)
+    resolve = _suite_tasks(config)
     overrides = {"max_new_tokens": max_new_tokens, "temperature": temperature}
     if suite_file is not None:
-        suite = load_suite(suite_file)
-        data = {**suite.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
-        suite = parse_suite(data, repr(str(suite_file)))
+        suite = load_suite(suite_file, {k: v for k, v in overrides.items() if v is not None}, resolve)
     else:
-        suite = suite_from_options(tasks, difficulty, n, samples, **overrides)
+        suite = suite_from_options(tasks, difficulty, n, samples, resolve, **overrides)
     field = suite.prompt_field or (run_prompt_field(model) if model else None) or "prompt"
     # a polyrl run's own style; otherwise the model's default (an endpoint serves an LLM: natural)
     style = default_style(model) if model else "natural"
@@ -116,10 +130,11 @@ def eval_cmd(
         import time
 
         out = Path("evals") / time.strftime("%Y%m%d-%H%M%S")
-    source, description = _source(model, endpoint, api_key_env, model_name, concurrency, timeout, field, suite, style)
-    results = run_suite(
-        suite, source, out, field, description, resume, log=lambda m: print(m, flush=True), style=style
+    source, description = _source(
+        model, endpoint, api_key_env, model_name, concurrency, timeout, field, suite, style, resolve
     )
+    log = lambda m: print(m, flush=True)
+    results = run_suite(suite, source, out, field, description, resume, log=log, style=style, resolve=resolve)
     print(results_markdown(results))
     print(f"written: {out / 'results.json'}, {out / 'results.md'}, {out / 'samples.jsonl'}")
 

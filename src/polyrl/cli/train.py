@@ -20,19 +20,20 @@ def default_config_path() -> Path:
     return Path(str(files("polyrl") / "configs" / "default.yaml"))
 
 
-def print_results(results: dict, console: Console) -> None:
+def print_results(results: dict, console: Console, first: str = "after SFT") -> None:
+    """The held-out table: the first evaluation (``first``: after SFT, or before RL when SFT is off), after RL."""
+    from polyrl.eval.heldout import comparison_rows
+
     before, after = results["after_sft"], results.get("after_rl")
+    pct = lambda x: "–" if x is None else f"{100 * x:.1f}%"
     table = Table(title="Held-out accuracy (greedy) per task")
     table.add_column("task")
-    table.add_column("after SFT", justify="right")
+    table.add_column(first, justify="right")
     if after:
         table.add_column("after RL", justify="right")
         table.add_column("Δ (points)", justify="right")
-    for name, row in before.items():
-        cells = [f"{100 * row['accuracy']:.1f}%"]
-        if after:
-            a = after[name]["accuracy"]
-            cells += [f"{100 * a:.1f}%", f"{100 * (a - row['accuracy']):+.1f}"]
+    for name, b, a, d in comparison_rows(before, after or {}):
+        cells = [pct(b)] + ([pct(a), "–" if d is None else f"{100 * d:+.1f}"] if after else [])
         table.add_row(f"[bold]{name}[/]" if name == "mean" else name, *cells)
     console.print(table)
 
@@ -105,5 +106,5 @@ def register(app: typer.Typer) -> None:
             raise UserError(
                 f"the disk is full (writing {where}): free space, then polyrl train --resume {cfg.run_dir}"
             ) from None
-        print_results(results, console)
+        print_results(results, console, trainer.first_eval)
         console.print(f"run directory: {cfg.run_dir}  (metrics.jsonl, tb/, sft_model/, final_model/, eval/)")

@@ -125,16 +125,34 @@ def attempt_accuracy(
     }
 
 
+def comparison_rows(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], metric: str = "accuracy"
+) -> list[tuple[str, float | None, float | None, float | None]]:
+    """``(task, before, after, after - before)`` of ``metric`` for every task either evaluation covers (those
+    of ``before`` first), then ``mean``. A resume may change the task mix (docs/training.md, "What a resume may
+    change"): a task one evaluation lacks has None there and no difference, and the two means are compared
+    only when they are over the same tasks."""
+    tasks = [t for t in dict.fromkeys([*before, *after]) if t != "mean"]
+    same_tasks = set(before) == set(after)
+    rows = []
+    for task in [*tasks, "mean"]:
+        b, a = before.get(task, {}).get(metric), after.get(task, {}).get(metric)
+        comparable = a is not None and b is not None and (task != "mean" or same_tasks)
+        rows.append((task, b, a, a - b if comparable else None))
+    return rows
+
+
 def format_comparison(
     before: dict[str, dict[str, float]],
     after: dict[str, dict[str, float]],
     metric: str = "accuracy",
     labels: tuple[str, str] = ("after SFT", "after RL"),
 ) -> str:
-    """A Markdown table of ``metric`` per task, before and after, with the difference in points."""
+    """A Markdown table of ``metric`` per task, before and after, with the difference in points (rows as
+    :func:`comparison_rows` gives them; "–" where there is no value)."""
+    pct = lambda x: "–" if x is None else f"{100 * x:.1f}%"
     lines = [f"| task | {labels[0]} | {labels[1]} | Δ |", "|---|---:|---:|---:|"]
-    for name in before:
-        b, a = before[name][metric], after[name][metric]
+    for name, b, a, d in comparison_rows(before, after, metric):
         label = f"**{name}**" if name == "mean" else name
-        lines.append(f"| {label} | {100 * b:.1f}% | {100 * a:.1f}% | {100 * (a - b):+.1f} |")
+        lines.append(f"| {label} | {pct(b)} | {pct(a)} | {'–' if d is None else f'{100 * d:+.1f}'} |")
     return "\n".join(lines)

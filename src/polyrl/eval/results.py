@@ -21,8 +21,9 @@ from typing import Any
 
 from polyrl.errors import UserError
 from polyrl.eval.metrics import pass_at_k
+from polyrl.eval.sources import plays_episodes
 from polyrl.eval.suite import EvalItem
-from polyrl.tasks import get_task
+from polyrl.tasks.base import Task
 
 _SPACE = re.compile(r"\s+")
 
@@ -49,8 +50,9 @@ def majority_answer(answers: Iterable[str | None]) -> str | None:
     return next(raw[n] for n in raw if votes[n] == best)
 
 
-def problem_stats(item: EvalItem, records: list[dict[str, Any]], k: int, answer_format: str) -> dict[str, Any]:
-    """The per-problem numbers every group metric is averaged from."""
+def problem_stats(item: EvalItem, records: list[dict[str, Any]], k: int, task: Task) -> dict[str, Any]:
+    """The per-problem numbers every group metric is averaged from (``task``: the problem's task, which
+    verifies the majority answer; an episode has no single answer to vote on: its maj@k is None)."""
     greedy = next(r for r in records if r["sample"] == 0)
     sampled = [r for r in records if r["sample"] > 0]
     lengths = [r["tokens"] for r in records if r.get("tokens") is not None]
@@ -66,9 +68,10 @@ def problem_stats(item: EvalItem, records: list[dict[str, Any]], k: int, answer_
         stats["pass@1"] = c / len(sampled)
         stats[f"pass@{k}"] = pass_at_k(len(sampled), c, k)
         vote = majority_answer(r.get("answer") for r in sampled)
-        task = get_task(item.task, answer_format=answer_format)
-        stats[f"maj@{k}"] = float(
-            vote is not None and task.verify(item.problem, task.answer_format.wrap(vote)).correct
+        stats[f"maj@{k}"] = (
+            None
+            if plays_episodes(task)
+            else float(vote is not None and task.verify(item.problem, task.answer_format.wrap(vote)).correct)
         )
     return stats
 
@@ -85,12 +88,15 @@ def _summarize(rows: list[dict[str, Any]], k: int) -> dict[str, float]:
     }
     if k > 1:
         for key in ("pass@1", f"pass@{k}", f"maj@{k}"):
-            out[key] = sum(r[key] for r in rows) / n
+            out[key] = _mean([r[key] for r in rows])
     return out
 
 
-def aggregate(items: list[EvalItem], records: list[dict[str, Any]], k: int, answer_format: str) -> dict[str, Any]:
-    """Results per task, category, difficulty and task@difficulty, plus ``overall`` (mean over tasks)."""
+def aggregate(
+    items: list[EvalItem], records: list[dict[str, Any]], k: int, tasks: Mapping[str, Task]
+) -> dict[str, Any]:
+    """Results per task, category, difficulty and task@difficulty, plus ``overall`` (mean over tasks);
+    ``tasks``: each item's task by name."""
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         by_key[r["problem_key"]].append(r)
@@ -104,7 +110,7 @@ def aggregate(items: list[EvalItem], records: list[dict[str, Any]], k: int, answ
         recs = by_key.get(problem_key(item), [])
         if not any(r["sample"] == 0 for r in recs):
             continue  # not evaluated yet (partial results)
-        stats = problem_stats(item, recs, k, answer_format)
+        stats = problem_stats(item, recs, k, tasks[item.task])
         groups["tasks"][item.task].append(stats)
         groups["categories"][item.category].append(stats)
         groups["difficulties"][item.difficulty].append(stats)

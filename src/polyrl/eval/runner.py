@@ -19,10 +19,9 @@ from typing import Any
 from polyrl.errors import UserError
 from polyrl.eval.endpoint import EndpointError
 from polyrl.eval.results import aggregate, problem_key, results_markdown
-from polyrl.eval.sources import Completion, CompletionSource, SampleRequest, chat_messages
-from polyrl.eval.suite import EvalItem, EvalSuite, suite_items
+from polyrl.eval.sources import Completion, CompletionSource, SampleRequest, chat_messages, plays_episodes
+from polyrl.eval.suite import EvalItem, EvalSuite, SuiteTasks, suite_items
 from polyrl.run_dir import atomic_write_text
-from polyrl.tasks import get_task
 
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
@@ -91,6 +90,36 @@ def _requests(
     return out
 
 
+def _episodic(tasks: dict[str, Any], source: CompletionSource) -> list[str]:
+    """The suite's tasks that play episodes; a source that cannot play them (an endpoint) is a UserError."""
+    episodic = sorted(name for name, task in tasks.items() if plays_episodes(task))
+    if episodic and not hasattr(source, "play"):
+        raise UserError(
+            f"task {episodic[0]} plays multi-turn episodes, which polyrl eval plays with a local --model; "
+            f"{source.description} is asked single-turn tasks only"
+        )
+    return episodic
+
+
+def _described(item: EvalItem, request: SampleRequest, completion: Completion, verdict) -> dict[str, Any]:
+    """A sample's record in ``samples.jsonl`` besides its key: the problem, the completion, its verdict."""
+    return {
+        "task": item.task,
+        "category": item.category,
+        "difficulty": item.difficulty,
+        "seed": item.problem.seed,
+        "greedy": request.greedy,
+        "response": completion.text,
+        "tokens": completion.tokens,
+        "finished": completion.finished,
+        "correct": verdict.correct,
+        "score": verdict.score,
+        "format_ok": verdict.format_ok,
+        "reason": verdict.reason,
+        "answer": verdict.answer,
+    }
+
+
 def run_suite(
     suite: EvalSuite,
     source: CompletionSource,
@@ -100,9 +129,15 @@ def run_suite(
     resume: bool = False,
     log: Callable[[str], None] = lambda _: None,
     style: str | None = None,
+    resolve: SuiteTasks | None = None,
 ) -> dict[str, Any]:
-    """Evaluate every missing sample of ``suite``, then write and return the aggregated results."""
+    """Evaluate every missing sample of ``suite``, then write and return the aggregated results. ``resolve``
+    names the tasks (default: as a training mix without a config does). Tasks that play episodes
+    (environments, harness agents, ``vf/`` tasksets) are played by ``source.play``: a local checkpoint."""
     out = Path(out)
+    resolve = resolve or SuiteTasks()
+    tasks = {t.name: resolve(t.name, suite.answer_format) for t in suite.tasks}
+    episodic = _episodic(tasks, source)
     header = {
         "suite": suite.model_dump(),
         "fingerprint": suite.fingerprint(),
@@ -111,9 +146,8 @@ def run_suite(
         "prompt_style": style or "terse",
     }
     records = _prepare(out, header, resume)
-    items = suite_items(suite)
+    items = suite_items(suite, resolve)
     by_key = {problem_key(i): i for i in items}
-    tasks = {t.name: get_task(t.name, answer_format=suite.answer_format) for t in suite.tasks}
     todo = _requests(items, suite, field, {(r["problem_key"], r["sample"]) for r in records}, style)
     log(f"{len(items)} problems, {len(records)} samples already done, {len(todo)} to go ({source.description})")
     samples_file = out / "samples.jsonl"
@@ -124,23 +158,12 @@ def run_suite(
         def on_done(request: SampleRequest, completion: Completion) -> None:
             key, _, index = request.key.rpartition("|")
             item = by_key[key]
-            verdict = tasks[item.task].verify(item.problem, completion.text)  # never raises, whatever the text
+            # an episode brings its own verdict; a completion is verified (never raises, whatever the text)
+            verdict = completion.verdict or tasks[item.task].verify(item.problem, completion.text)
             record = {
                 "problem_key": key,
                 "sample": int(index),
-                "task": item.task,
-                "category": item.category,
-                "difficulty": item.difficulty,
-                "seed": item.problem.seed,
-                "greedy": request.greedy,
-                "response": completion.text,
-                "tokens": completion.tokens,
-                "finished": completion.finished,
-                "correct": verdict.correct,
-                "score": verdict.score,
-                "format_ok": verdict.format_ok,
-                "reason": verdict.reason,
-                "answer": verdict.answer,
+                **_described(item, request, completion, verdict),
             }
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
             f.flush()
@@ -149,7 +172,9 @@ def run_suite(
                 log(f"  {len(records)} samples ({time.perf_counter() - started:.0f} s)")
 
         try:
-            source.complete(todo, on_done)
+            source.complete([r for r in todo if r.problem.task not in episodic], on_done)
+            if episodic:
+                source.play([r for r in todo if r.problem.task in episodic], tasks, on_done)
         except EndpointError as exc:
             raise EndpointError(
                 f"{exc} — {len(records)} samples are saved in {samples_file}; rerun with --resume"
@@ -166,7 +191,7 @@ def run_suite(
         "problems_total": len(items),
         "problems_done": len({r["problem_key"] for r in records if r["sample"] == 0}),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        **aggregate(items, records, k, suite.answer_format),
+        **aggregate(items, records, k, tasks),
     }
     atomic_write_text(out / "results.json", json.dumps(results, indent=2))
     atomic_write_text(out / "results.md", results_markdown(results))

@@ -1,7 +1,9 @@
 """Where completions come from during evaluation: a local checkpoint or an OpenAI-compatible endpoint.
 
 Both take a list of :class:`SampleRequest` and call ``on_done(request, completion)`` as each one finishes,
-so the caller can append it to disk at once and lose at most the requests in flight when interrupted.
+so the caller can append it to disk at once and lose at most the requests in flight when interrupted. A
+local checkpoint also plays episodes (:meth:`LocalModelSource.play`: environments, harness agents, ``vf/``
+tasksets), through the rollout path training uses.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from typing import Protocol
 
 import torch
 
+from polyrl.envs.base import is_environment
+from polyrl.envs.registry import EnvConfig
 from polyrl.policy.prompts import PromptBuilder, PromptConfig, problem_text
-from polyrl.tasks.base import Problem
+from polyrl.tasks.base import Problem, Task, Verdict
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,14 @@ class Completion:
     """Completion length in tokens (None when an endpoint does not report usage)."""
     finished: bool
     """False when the response was cut at ``max_new_tokens``."""
+    verdict: Verdict | None = None
+    """An episode's own verdict (its environment's or agent's outcome); None: the text is verified."""
+
+
+def plays_episodes(task: Task) -> bool:
+    """Environments and the task kinds that play their own episodes (harness agents, ``vf/`` tasksets): the
+    episode, not one completion's text, is what is scored."""
+    return is_environment(task) or hasattr(task, "play")
 
 
 OnDone = Callable[[SampleRequest, Completion], None]
@@ -61,7 +73,14 @@ class LocalModelSource:
     """Batched ``model.generate`` on a loaded checkpoint; greedy and sampled requests go in separate batches."""
 
     def __init__(
-        self, policy, field: str, system: str | None, batch_size: int = 64, seed: int = 0, style: str | None = None
+        self,
+        policy,
+        field: str,
+        system: str | None,
+        batch_size: int = 64,
+        seed: int = 0,
+        style: str | None = None,
+        env: EnvConfig | None = None,
     ):
         from polyrl.policy.generation import TransformersBackend
 
@@ -69,6 +88,8 @@ class LocalModelSource:
         self.prompts = PromptBuilder(policy.tokenizer, PromptConfig(field=field, system=system, style=style))
         self.batch_size = batch_size
         self.seed = seed
+        self.env = env or EnvConfig()
+        """Episodes' token budget and environment concurrency (a training config's ``env`` section)."""
         self.description = "local checkpoint"
 
     def complete(self, requests: Sequence[SampleRequest], on_done: OnDone) -> None:
@@ -91,3 +112,29 @@ class LocalModelSource:
             )
         for request, gen in zip(batch, gens):
             on_done(request, Completion(gen.text, len(gen.completion_ids), gen.finished))
+
+    def play(self, requests: Sequence[SampleRequest], tasks: dict[str, Task], on_done: OnDone) -> None:
+        """Each request one episode of its problem (``tasks``: name → task), played as training plays them
+        (:func:`polyrl.rollout.rollout`: ``max_new_tokens`` per policy turn, ``env.max_episode_tokens`` in all),
+        with the episode's own verdict; the completion's tokens are the policy's."""
+        from polyrl.rollout import Sampling, rollout
+
+        for greedy in (True, False):
+            todo = [r for r in requests if r.greedy == greedy]
+            for start in range(0, len(todo), self.batch_size):
+                batch = todo[start : start + self.batch_size]
+                first = batch[0]
+                sampling = Sampling(
+                    1,
+                    first.max_new_tokens,
+                    first.temperature,
+                    first.top_p,
+                    self.env.max_episode_tokens,
+                    self.env.concurrency,
+                )
+                with torch.random.fork_rng():
+                    torch.manual_seed(self.seed + zlib.crc32(first.key.encode()))
+                    episodes = rollout([r.problem for r in batch], tasks, self.backend, self.prompts, sampling, greedy)
+                for t in episodes:
+                    tokens = sum(t.policy_mask) if t.policy_mask is not None else len(t.response_ids)
+                    on_done(batch[t.group], Completion(t.text, tokens, t.finished, t.verdict))

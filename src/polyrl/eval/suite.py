@@ -1,7 +1,9 @@
 """Evaluation suites: which tasks, at which difficulties, on which eval-split seeds, with how many samples.
 
 A suite is a YAML file validated here; it records every seed, so two evaluations of the same suite see
-exactly the same problems::
+exactly the same problems. Task names resolve as a training mix's do (:class:`SuiteTasks`): registered
+tasks, ``env/...`` environments, ``vf/...`` tasksets, and a training config's datasets and ``harness:``
+entries::
 
     name: core
     samples: 4              # sampled completions per problem (pass@k, maj@k), besides the greedy one
@@ -16,17 +18,50 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from polyrl.envs.registry import EnvConfig
 from polyrl.errors import UserError
-from polyrl.tasks import get_task
-from polyrl.tasks.base import Problem
+from polyrl.harness.resolve import resolve_task_spec
+from polyrl.tasks.answers import AnswerFormat
+from polyrl.tasks.base import Problem, Task
 from polyrl.yaml_files import describe, safe_load
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A training-mix entry that is a name alone (a suite task the training config does not list)."""
+
+    name: str
+    harness: Any = None
+    dataset: Any = None
+
+
+class SuiteTasks:
+    """The task each suite name stands for, resolved as training resolves its mix (``train/build.py``,
+    ``_resolve_tasks``): registered tasks, ``env/...`` environments, ``vf/...`` tasksets and, from a training
+    config, its entries' datasets and ``harness:`` agents, with its ``env`` settings. Each (name, answer
+    format) is resolved once (a taskset is loaded, an agent imported, once per evaluation)."""
+
+    def __init__(self, entries: Mapping[str, Any] | None = None, env_config: EnvConfig | None = None):
+        self.entries = dict(entries or {})
+        """Task name → the training config's mix entry of that name (a ``TaskSpec``)."""
+        self.env_config = env_config
+        """The training config's ``env`` section: environments' turns, tool time-outs, episode token budget."""
+        self._resolved: dict[tuple[str, str], Task] = {}
+
+    def __call__(self, name: str, answer_format: str = "tags") -> Task:
+        key = (name, answer_format)
+        if key not in self._resolved:
+            entry = self.entries.get(name, _Entry(name))
+            self._resolved[key] = resolve_task_spec(entry, self.env_config, AnswerFormat(answer_format))
+        return self._resolved[key]
 
 
 class SuiteTask(BaseModel):
@@ -63,9 +98,10 @@ class EvalSuite(BaseModel):
 
     @field_validator("tasks")
     @classmethod
-    def _known_tasks(cls, tasks: list[SuiteTask]) -> list[SuiteTask]:
+    def _known_tasks(cls, tasks: list[SuiteTask], info: ValidationInfo) -> list[SuiteTask]:
+        resolve = (info.context or {}).get("tasks") or SuiteTasks()
         for t in tasks:
-            space = get_task(t.name).difficulty_space()  # UserError for an unknown task
+            space = resolve(t.name).difficulty_space()  # UserError for an unknown task
             for d in t.difficulties:
                 space.knob(d)  # UserError for a bad difficulty
         return tasks
@@ -92,17 +128,21 @@ def _one_line(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}{more}"
 
 
-def parse_suite(data: Any, source: str = "suite") -> EvalSuite:
+def parse_suite(data: Any, source: str = "suite", tasks: SuiteTasks | None = None) -> EvalSuite:
+    """The suite ``data`` describes, its task names resolved by ``tasks`` (default: no training config)."""
     if not isinstance(data, dict):
         raise UserError(f"{source}: a suite is a YAML mapping with at least 'tasks:'")
     try:
-        return EvalSuite.model_validate(data)
+        return EvalSuite.model_validate(data, context={"tasks": tasks})
     except ValidationError as exc:
         raise UserError(f"invalid suite {source}: {_one_line(exc)}") from None
 
 
-def load_suite(path: str | Path) -> EvalSuite:
-    """Read and validate a suite YAML file (any problem is a one-line UserError)."""
+def load_suite(
+    path: str | Path, overrides: Mapping[str, Any] | None = None, tasks: SuiteTasks | None = None
+) -> EvalSuite:
+    """Read and validate a suite YAML file, with ``overrides`` of its fields (any problem is a one-line
+    UserError)."""
     path = Path(path)
     try:
         data = safe_load(path.read_text())
@@ -110,12 +150,16 @@ def load_suite(path: str | Path) -> EvalSuite:
         raise UserError(f"cannot read suite {str(path)!r}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise UserError(f"suite {str(path)!r}: {describe(exc)}") from None
-    return parse_suite(data, repr(str(path)))
+    if overrides and isinstance(data, dict):
+        data = {**data, **overrides}
+    return parse_suite(data, repr(str(path)), tasks)
 
 
-def suite_from_options(tasks: str, difficulty: str, n: int, samples: int, **settings: Any) -> EvalSuite:
+def suite_from_options(
+    names: str, difficulty: str, n: int, samples: int, tasks: SuiteTasks | None = None, **settings: Any
+) -> EvalSuite:
     """The suite that ``--tasks a,b --difficulty D --n N --samples K`` describes."""
-    names = [t.strip() for t in tasks.split(",") if t.strip()]
+    names = [t.strip() for t in names.split(",") if t.strip()]
     if not names:
         raise UserError("--tasks is empty: give comma-separated task names")
     levels = [d.strip() for d in difficulty.split(",") if d.strip()]
@@ -125,14 +169,15 @@ def suite_from_options(tasks: str, difficulty: str, n: int, samples: int, **sett
         **{k: v for k, v in settings.items() if v is not None},
         "tasks": [{"name": t, "difficulties": levels, "n": n} for t in names],
     }
-    return parse_suite(data, "from --tasks")
+    return parse_suite(data, "from --tasks", tasks)
 
 
-def suite_items(suite: EvalSuite) -> list[EvalItem]:
+def suite_items(suite: EvalSuite, tasks: SuiteTasks | None = None) -> list[EvalItem]:
     """Every problem of the suite, in a fixed order."""
+    resolve = tasks or SuiteTasks()
     items = []
     for spec in suite.tasks:
-        task = get_task(spec.name, answer_format=suite.answer_format)
+        task = resolve(spec.name, suite.answer_format)
         for level in spec.difficulties:
             for seed in range(spec.seed_start, spec.seed_start + spec.n):
                 items.append(EvalItem(spec.name, task.category, str(level), task.generate(seed, level, "eval")))

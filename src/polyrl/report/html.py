@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from polyrl.errors import UserError
+from polyrl.eval.heldout import comparison_rows
 from polyrl.report import panels, plots, series
 from polyrl.report.samples import proposals_section, samples_section
 from polyrl.report.series import Omitted
@@ -99,12 +100,27 @@ def load_run(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def planned_steps(config: dict[str, Any]) -> tuple[int, int]:
+    """(SFT steps, RL steps) the run's config asks for: 0 for a stage that is off. The report shows only the
+    stages that run (issue #36): no SFT column, card or section when SFT is off, no RL ones when RL is."""
+    sft, rl = config.get("sft", {}), config.get("rl", {})
+    sft = sft if isinstance(sft, dict) else {}
+    rl = rl if isinstance(rl, dict) else {}
+    return (
+        sft.get("steps", 0) if sft.get("enabled", True) else 0,
+        rl.get("steps", 0) if rl.get("enabled", True) else 0,
+    )
+
+
+def first_eval_label(config: dict[str, Any]) -> str:
+    """What the first held-out evaluation (``eval/after_sft.json``) is of: the SFT model, or, with SFT off,
+    the model RL starts from."""
+    return "after SFT" if planned_steps(config)[0] else "before RL"
+
+
 def run_status(run: dict[str, Any]) -> tuple[str, str]:
     """(css class, text): finished, SFT only, or where an unfinished run stands."""
-    cfg = run["config"]
-    sft_cfg, rl_cfg = cfg.get("sft", {}), cfg.get("rl", {})
-    sft_total = sft_cfg.get("steps", 0) if sft_cfg.get("enabled", True) else 0
-    rl_total = rl_cfg.get("steps", 0) if rl_cfg.get("enabled", True) else 0
+    sft_total, rl_total = planned_steps(run["config"])
     sft_done = max((r["step"] for r in run["sft"]), default=0)
     rl_done = max((r["step"] for r in run["rl"]), default=0)
     if rl_total == 0:
@@ -113,7 +129,7 @@ def run_status(run: dict[str, Any]) -> tuple[str, str]:
         return "running", f"unfinished · SFT step {sft_done}/{sft_total}"
     if "after_rl" in run["evals"]:
         return "done", "finished"
-    if rl_done:
+    if rl_done or not sft_total:
         return "running", f"unfinished · RL step {rl_done}/{rl_total}"
     return "running", f"unfinished · SFT step {sft_done}/{sft_total}" + (
         " · evaluating" if sft_done >= sft_total else ""
@@ -124,23 +140,23 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
-def heldout_table(evals: dict[str, Any]) -> str:
+def heldout_table(evals: dict[str, Any], first: str = "after SFT") -> str:
+    """Accuracy per task after the first evaluation (labelled ``first``) and after RL, with the difference
+    (rows as :func:`~polyrl.eval.heldout.comparison_rows` gives them), and pass@k of the last one."""
     before, after = evals.get("after_sft"), evals.get("after_rl")
     if before is None:
-        return '<p class="note">No held-out evaluation yet (it runs after SFT).</p>'
+        when = "after SFT" if first == "after SFT" else "before RL starts"
+        return f'<p class="note">No held-out evaluation yet (it runs {when}).</p>'
     extra = [m for m in next(iter(before.values()), {}) if m.startswith("pass@")]
-    head = "<tr><th>task</th><th>after SFT</th>" + ("<th>after RL</th><th>Δ (points)</th>" if after else "")
-    head += "".join(f"<th>{html.escape(m)} {'after RL' if after else 'after SFT'}</th>" for m in extra) + "</tr>"
+    head = f"<tr><th>task</th><th>{first}</th>" + ("<th>after RL</th><th>Δ (points)</th>" if after else "")
+    head += "".join(f"<th>{html.escape(m)} {'after RL' if after else first}</th>" for m in extra) + "</tr>"
     rows = []
-    for task, row in before.items():
-        b = row.get("accuracy")
+    for task, b, a, d in comparison_rows(before, after or {}):
         cells = [f"<td>{html.escape(task)}</td>", f"<td>{_pct(b)}</td>"]
-        final = after.get(task, {}) if after else row
         if after:
-            a = final.get("accuracy")
-            d = None if a is None or b is None else 100 * (a - b)
-            cls = "" if d is None or abs(d) < 0.05 else ("up" if d > 0 else "down")
-            cells += [f"<td>{_pct(a)}</td>", f'<td class="{cls}">{"–" if d is None else f"{d:+.1f}"}</td>']
+            cls = "" if d is None or abs(d) < 0.0005 else ("up" if d > 0 else "down")
+            cells += [f"<td>{_pct(a)}</td>", f'<td class="{cls}">{"–" if d is None else f"{100 * d:+.1f}"}</td>']
+        final = (after if after else before).get(task, {})
         cells += [f"<td>{_pct(final.get(m))}</td>" for m in extra]
         rows.append(f'<tr class="{"mean" if task == "mean" else ""}">{"".join(cells)}</tr>')
     return f"<table>{head}{''.join(rows)}</table>"
@@ -149,13 +165,14 @@ def heldout_table(evals: dict[str, Any]) -> str:
 def _cards(run: dict[str, Any], status: tuple[str, str]) -> str:
     evals = run["evals"]
     mean = lambda name: evals.get(name, {}).get("mean", {}).get("accuracy")
+    sft, rl = planned_steps(run["config"])
     items = [
         ("status", f'<span class="badge {status[0]}">{html.escape(status[1])}</span>'),
         ("tasks", str(len(run["tasks"]))),
-        ("SFT steps", str(max((r["step"] for r in run["sft"]), default=0))),
-        ("RL steps", str(max((r["step"] for r in run["rl"]), default=0))),
-        ("held-out after SFT", _pct(mean("after_sft"))),
-        ("held-out after RL", _pct(mean("after_rl"))),
+        *([("SFT steps", str(max((r["step"] for r in run["sft"]), default=0)))] if sft else []),
+        *([("RL steps", str(max((r["step"] for r in run["rl"]), default=0)))] if rl else []),
+        (f"held-out {first_eval_label(run['config'])}", _pct(mean("after_sft"))),
+        *([("held-out after RL", _pct(mean("after_rl")))] if rl else []),
     ]
     return (
         '<div class="cards">'
@@ -189,15 +206,19 @@ def _titles(ps: list[panels.Panel]) -> list[str]:
 
 
 def _heldout_section(run: dict[str, Any], rl_done: int) -> Section:
-    """The held-out table, the after-SFT / after-RL bars and the periodic evaluations during RL."""
+    """The held-out table, the bars of the first and the after-RL evaluations, the periodic ones during RL."""
+    first = first_eval_label(run["config"])
+    stages = ("after the SFT warm start" if first == "after SFT" else first) + (
+        " and after RL" if planned_steps(run["config"])[1] else ""
+    )
     return (
         "Held-out results",
-        heldout_table(run["evals"]) + "<div style='height:14px'></div>",
+        heldout_table(run["evals"], first) + "<div style='height:14px'></div>",
         [
             (
                 "heldout",
-                plots.heldout_bars(run["evals"]),
-                "Greedy accuracy on the eval split, after the SFT warm start and after RL.",
+                plots.heldout_bars(run["evals"], first=first),
+                f"Greedy accuracy on the eval split, {stages}.",
                 [],
             ),
             (
@@ -301,6 +322,8 @@ def _sections(run: dict[str, Any], tasks: list[str]) -> list[Section]:
     """Each plotted section of the report, in order."""
     rl, config = run["rl"], run["config"]
     rl_done = max((r["step"] for r in rl), default=0)
+    if not planned_steps(config)[1]:  # RL is off: no RL section would ever hold anything
+        return [_heldout_section(run, rl_done)]
     return [
         _heldout_section(run, rl_done),
         _training_section(rl, tasks, config),
@@ -347,15 +370,18 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> tuple[Pa
         body += [f"<h2>{title}</h2>", lead, *drawn]
         nothing = "" if drawn or lead else '<p class="note">Nothing logged yet for this section.</p>'
         body.append(note or nothing)  # a section whose every panel is off still says which and why
-    samples = samples_section(run["rl"])
-    body += [
-        '<h2 id="samples">Samples</h2>',
-        samples or '<p class="note">No completions logged (RL records carry them as <code>samples</code>).</p>',
-    ]
-    body.append("<h2>SFT warm start</h2>")
-    body += figures([("sft", plots.sft_loss(run["sft"]), "Cross-entropy on reference solutions.", [])]) or [
-        '<p class="note">Nothing logged yet for this section.</p>'
-    ]
+    sft_steps, rl_steps = planned_steps(run["config"])
+    if rl_steps:
+        samples = samples_section(run["rl"])
+        body += [
+            '<h2 id="samples">Samples</h2>',
+            samples or '<p class="note">No completions logged (RL records carry them as <code>samples</code>).</p>',
+        ]
+    if sft_steps:
+        body.append("<h2>SFT warm start</h2>")
+        body += figures([("sft", plots.sft_loss(run["sft"]), "Cross-entropy on reference solutions.", [])]) or [
+            '<p class="note">Nothing logged yet for this section.</p>'
+        ]
     body += ["<h2>Resolved config</h2>", f"<pre>{html.escape(run['config_text'])}</pre>"]
     page = (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>polyrl run {name}</title>'

@@ -201,9 +201,12 @@ def curriculum(rl: list[dict[str, Any]], tasks: list[str]) -> Figure | None:
     return fig
 
 
-def heldout_bars(evals: dict[str, dict[str, dict[str, float]]], metric: str = "accuracy") -> Figure | None:
-    """Grouped bars per task: held-out ``metric`` after SFT and after RL (whichever exist)."""
-    stages = [(name, label) for name, label in (("after_sft", "after SFT"), ("after_rl", "after RL")) if name in evals]
+def heldout_bars(
+    evals: dict[str, dict[str, dict[str, float]]], metric: str = "accuracy", first: str = "after SFT"
+) -> Figure | None:
+    """Grouped bars per task: held-out ``metric`` of the first evaluation (``first``: after SFT, or before RL
+    when SFT is off) and after RL (whichever exist)."""
+    stages = [(name, label) for name, label in (("after_sft", first), ("after_rl", "after RL")) if name in evals]
     if not stages:
         return None
     tasks = list(evals[stages[0][0]])

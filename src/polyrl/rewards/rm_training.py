@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 from polyrl.errors import UserError
+from polyrl.tasks.dataset_files import check_local_file
 
 COLUMNS = ("prompt", "chosen", "rejected")
 _FILE_TYPES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -32,6 +33,7 @@ def load_preferences(path: str | Path):
                 raise UserError(
                     f"preference file {str(path)!r}: use .jsonl, .json, .parquet, .csv or a datasets directory"
                 )
+            check_local_file(p)  # text that is not UTF-8, a CSV quote left open: one line naming the line
             data = datasets.load_dataset(kind, data_files=str(p), split="train")
         else:
             raise UserError(f"preference data {str(path)!r} does not exist")
@@ -44,6 +46,14 @@ def load_preferences(path: str | Path):
         )
     if len(data) < 2:
         raise UserError(f"preference data {str(path)!r} has {len(data)} pair(s); need at least 2 (train and held out)")
+    for column in COLUMNS:  # text stored as bytes (a parquet binary column) is UTF-8 text
+        if getattr(data.features[column], "dtype", None) in ("binary", "large_binary"):
+            try:
+                data = data.cast_column(column, datasets.Value("string"))
+            except Exception:  # pyarrow.ArrowInvalid: "Invalid UTF8 payload"
+                raise UserError(
+                    f"preference data {str(path)!r}: column {column!r} holds bytes that are not UTF-8 text"
+                ) from None
     return data
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from polyrl.errors import UserError
-from polyrl.tasks.dataset_files import check_local_file
+from polyrl.tasks.dataset_files import check_local_file, text_value
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -197,6 +197,7 @@ def load_rows(path: str, spec: DatasetSpec, split: str) -> list[Row]:
     rows, long = [], {"prompt": 0, "answer": 0}
     for i, record in enumerate(_records(table, path)):
         where = f"{path} row {i}"
+        record = {c: text_value(record[c], where, c) for c in wanted if c is not None}
         options = _options(record[spec.choices], where) if spec.choices else None
         question = _question(record[spec.prompt], options, where)
         if len(question) > spec.max_prompt_chars:

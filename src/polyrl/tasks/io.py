@@ -17,6 +17,7 @@ from typing import Any
 
 from polyrl.errors import UserError
 from polyrl.tasks.base import Problem, Verdict
+from polyrl.tasks.dataset_files import text_value
 
 FORMATS = (".jsonl", ".parquet")
 JSON_COLUMNS = ("answer", "params")
@@ -100,7 +101,8 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
             rows = pq.read_table(path).to_pylist()
         except Exception as exc:  # pyarrow raises several types for corrupt files
             raise UserError(f"{path}: not a readable parquet file ({type(exc).__name__}: {str(exc)[:120]})") from None
-        return rows
+        # every column polyrl reads from a problem file is text or a number: binary columns are UTF-8 text
+        return [{k: text_value(v, _where(path, i), k) for k, v in row.items()} for i, row in enumerate(rows)]
     rows = []
     try:
         with open(path, encoding="utf-8") as f:

@@ -10,15 +10,19 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import os
 import random
+import re
 import shutil
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from polyrl.errors import UserError
 from polyrl.run_dir import atomic_write_text
@@ -53,41 +57,71 @@ def save_checkpoint(
     any other failed write) leaves the checkpoints there were, and stops the run with one line."""
     tmp = root / f".tmp-{_name(stage, step)}"
     try:
-        try:
-            return _write_checkpoint(root, tmp, stage, step, model, optimizer, scheduler, extra, keep, tensors)
-        except RuntimeError as exc:  # torch's zip writer reports a failed write (a full disk) as a RuntimeError
-            if not _is_write_failure(exc):
-                raise
-            raise _as_os_error(root) from exc
-    except OSError as exc:
+        return _write_checkpoint(root, tmp, stage, step, model, optimizer, scheduler, extra, keep, tensors)
+    except Exception as exc:
+        failure = write_failure(exc, root)
+        if failure is None:
+            raise
         shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            kept = latest_checkpoint(root)
-        except UserError:
-            kept = None
-        where = f"the last checkpoint, {kept.path.name}, is intact" if kept is not None else "no checkpoint was kept"
-        raise UserError(
-            f"could not write checkpoint {_name(stage, step)} in {root}: {_reason(exc)}; {where} "
-            f"(free space, then polyrl train --resume {root.parent})"
-        ) from None
+        raise _not_written(f"checkpoint {_name(stage, step)} in {root}", root, failure) from None
+
+
+def save_model_dir(final: Path, save: Callable[[Path], None]) -> None:
+    """``save(directory)`` (a Hugging Face ``save_pretrained``) into ``final``, a model directory of a run
+    (``RUN_DIR/sft_model``, ``RUN_DIR/final_model``), atomically: into a temporary directory, renamed into
+    place. A failed write (a full disk) removes the partial one and stops the run with one line; the one
+    there was stays, and the run's checkpoints resume it."""
+    tmp = final.with_name(f".{final.name}.tmp")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        save(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    except Exception as exc:
+        failure = write_failure(exc, final.parent)
+        if failure is None:
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _not_written(f"{final.name} in {final.parent}", final.parent / "checkpoints", failure) from None
+
+
+def _not_written(what: str, checkpoints: Path, exc: OSError) -> UserError:
+    """The one line for a write that failed: why, which checkpoint a resume starts from, how to resume."""
+    try:
+        kept = latest_checkpoint(checkpoints)
+    except UserError:
+        kept = None
+    where = f"the last checkpoint, {kept.path.name}, is intact" if kept is not None else "no checkpoint was kept"
+    return UserError(
+        f"could not write {what}: {_reason(exc)}; {where} (free space, then polyrl train --resume {checkpoints.parent})"
+    )
 
 
 _WRITE_FAILURES = ("unexpected pos", "iostream error", "PytorchStreamWriter failed", "file write failed")
 """How torch.save's zip writer words a write that did not go through (seen on a full disk: "[enforce fail at
 inline_container.cc:672] . unexpected pos 881093056 vs 881093008", "basic_ios::clear: iostream error")."""
 
+_SAFETENSORS_IO = re.compile(r"I/O error: .*\(os error (\d+)\)")
+"""How safetensors words a failed write (seen on a full disk: "Error while serializing: I/O error: No space left
+on device (os error 28)"); any other SafetensorError is a bug, not the disk's."""
 
-def _is_write_failure(exc: RuntimeError) -> bool:
-    return any(s in str(exc) for s in _WRITE_FAILURES)
 
-
-def _as_os_error(root: Path) -> OSError:
-    """The OSError a failed torch write stands for: ENOSPC when the disk has (almost) no room left, else EIO."""
-    try:
-        full = shutil.disk_usage(root).free < 64 * 2**20
-    except OSError:
-        full = False
-    return OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full else "write failed")
+def write_failure(exc: BaseException, where: Path) -> OSError | None:
+    """The OSError a failed write of weights stands for, whichever writer raised it; None when ``exc`` is not a
+    failed write. ``where``: the directory written (its free space tells a full disk from another failure
+    when torch's zip writer does not say)."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, SafetensorError):
+        match = _SAFETENSORS_IO.search(str(exc))
+        return OSError(int(match.group(1)), os.strerror(int(match.group(1)))) if match else None
+    if isinstance(exc, RuntimeError) and any(s in str(exc) for s in _WRITE_FAILURES):
+        try:
+            full = shutil.disk_usage(where).free < 64 * 2**20
+        except OSError:
+            full = False
+        return OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full else "write failed")
+    return None
 
 
 def _reason(exc: OSError) -> str:
@@ -190,6 +224,64 @@ def latest_checkpoint(root: Path) -> Checkpoint | None:
     return None
 
 
+def _tied(model) -> set[str]:
+    """Weights saved once for two names (tied embeddings): absent from a checkpoint by design."""
+    return set(getattr(model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
+
+
+def _saved_shapes(directory: Path, model) -> tuple[dict[str, tuple[int, ...]], str | None]:
+    """Name → shape of the weights ``save_pretrained`` (or DCP, in a sharded run) wrote in ``directory``,
+    read from the files' headers only; with what keeps them from this kind of model, if anything."""
+    from safetensors import safe_open
+
+    if (directory / ".metadata").is_file():  # torch.distributed.checkpoint shards (a multi-process run)
+        from torch.distributed.checkpoint import FileSystemReader
+
+        metadata = FileSystemReader(str(directory)).read_metadata().state_dict_metadata
+        tensors = {k: v for k, v in metadata.items() if k.startswith("model.") and hasattr(v, "size")}
+        return {k[len("model.") :]: tuple(v.size) for k, v in tensors.items()}, None
+    adapters = (directory / "adapter_model.safetensors").is_file()
+    if hasattr(model, "peft_config") != adapters:
+        return {}, "it holds LoRA adapters and this model has none" if adapters else "this model has LoRA adapters"
+    index = directory / "model.safetensors.index.json"
+    if adapters:
+        files = ["adapter_model.safetensors"]
+    elif index.is_file():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name in files:
+        with safe_open(str(directory / name), "pt") as f:
+            shapes.update({k: tuple(f.get_slice(k).get_shape()) for k in f.keys()})  # noqa: SIM118 (safe_open is not iterable)
+    return shapes, None
+
+
+def weights_mismatch(model, directory: Path, label: str) -> str | None:
+    """Why the weights in ``directory`` (``label``, e.g. "checkpoint rl-000006") cannot load into ``model``:
+    the first tensor whose name or shape differs, and how many more do; None when they fit. Reads headers
+    only, so a resume can be checked before it writes anything."""
+    saved, kind = _saved_shapes(directory, model)
+    if kind is not None:
+        return f"{label} does not fit this model ({kind})"
+    if hasattr(model, "peft_config"):
+        from peft import get_peft_model_state_dict
+
+        ours = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}
+    else:
+        ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    problems = [
+        f"{k} is {list(saved[k])} in {label} but {list(shape)} in this model"
+        for k, shape in ours.items()
+        if k in saved and tuple(saved[k]) != shape
+    ]
+    problems += [f"{k} is in {label} but not in this model" for k in saved if k not in ours]
+    problems += [f"{k} is not in {label}" for k in ours if k not in saved and k not in _tied(model)]
+    if not problems:
+        return None
+    return problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+
+
 def load_model_weights(model, directory: Path) -> None:
     """Load weights written by ``save_pretrained`` into ``model`` in place (sharded, LoRA adapters too)."""
     from safetensors.torch import load_file
@@ -209,9 +301,7 @@ def load_model_weights(model, directory: Path) -> None:
     for name in files:
         weights.update(load_file(str(directory / name)))
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    # tied embeddings are saved once; anything else missing is a real mismatch
-    tied = set(getattr(model, "_tied_weights_keys", None) or []) | {"lm_head.weight"}
-    missing = [k for k in missing if k not in tied]
+    missing = [k for k in missing if k not in _tied(model)]  # tied embeddings are saved once
     if missing or unexpected:
         raise RuntimeError(
             f"checkpoint {directory} does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}"

@@ -11,7 +11,6 @@ a checkpoint. ``polyrl.train.fsdp_trainer.FSDPPlacement`` is the other implement
 from __future__ import annotations
 
 import copy
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,13 @@ import torch
 
 from polyrl.learner import BaseModelReference
 from polyrl.run_dir import RunDir
-from polyrl.train.checkpoint import Checkpoint, load_model_weights, load_training_state, save_checkpoint
+from polyrl.train.checkpoint import (
+    Checkpoint,
+    load_model_weights,
+    load_training_state,
+    save_checkpoint,
+    save_model_dir,
+)
 
 
 class LocalPlacement:
@@ -70,11 +75,7 @@ class LocalPlacement:
 
     def save_model(self, policy, final: Path) -> None:
         """Save the policy as a Hugging Face checkpoint in ``final``, atomically (temp dir + rename)."""
-        tmp = final.with_name(f".{final.name}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        policy.save(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        save_model_dir(final, policy.save)
 
     def save_checkpoint(self, root: Path, stage: str, step: int, training, state: dict, keep: int) -> None:
         """``training`` (a :class:`~polyrl.train.state.Training`): model, optimizer, scheduler, critic."""

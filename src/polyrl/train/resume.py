@@ -8,11 +8,11 @@ with settings it was not (docs/training.md, "Resuming with overrides").
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
+from polyrl.errors import UserError
 from polyrl.run_dir import ResumeRecord, RunDir
-from polyrl.train.checkpoint import latest_checkpoint
+from polyrl.train.checkpoint import Checkpoint, weights_mismatch
 from polyrl.train.config import TrainConfig, load_config, save_config
 
 _NOT_SETTINGS = {"run_dir", "resumes"}
@@ -36,9 +36,26 @@ def changed_settings(saved: TrainConfig, config: TrainConfig) -> dict[str, Any]:
     return {k: v for k, v in after.items() if before.get(k, object()) != v}
 
 
-def save_run_config(config: TrainConfig, run_dir: RunDir, resume: bool) -> TrainConfig:
+def check_resume(config: TrainConfig, run_dir: RunDir, ckpt: Checkpoint, model) -> None:
+    """Refuse a resume whose model cannot take ``ckpt``'s weights (an override changed its shape: hidden size,
+    layers, LoRA rank…), before anything is written: ``config.yaml`` and its resume history keep describing
+    the run as it is, so the next plain ``--resume`` goes on from ``ckpt``."""
+    problem = weights_mismatch(model, ckpt.path / "model", f"checkpoint {ckpt.path.name}")
+    if problem is None:
+        return
+    changed = [
+        k for k in changed_settings(load_config(run_dir.config_file, saved=True), config) if k.startswith("model.")
+    ]
+    why = f"this resume changes {', '.join(changed)}" if changed else "the model is not the one the run trained"
+    raise UserError(
+        f"cannot resume {run_dir.path} from checkpoint {ckpt.path.name}: {problem}; {why}: resume without "
+        "changing the model's shape, or start a new run in another run_dir"
+    )
+
+
+def save_run_config(config: TrainConfig, run_dir: RunDir, resume: bool, ckpt: Checkpoint | None = None) -> TrainConfig:
     """Save ``config`` as the run's config (a fresh run), or record how it differs from the saved one (a
-    resume). Returns the config as saved."""
+    resume from ``ckpt``, None when the run had written no checkpoint yet). Returns the config as saved."""
     if not resume:
         save_config(config, run_dir.config_file)
         return config
@@ -46,9 +63,6 @@ def save_run_config(config: TrainConfig, run_dir: RunDir, resume: bool) -> Train
     changed = changed_settings(saved, config)
     if not changed:
         return config
-    with warnings.catch_warnings():  # a damaged newest checkpoint is reported once, when the run resumes
-        warnings.simplefilter("ignore")
-        ckpt = latest_checkpoint(run_dir.checkpoints)
     record = ResumeRecord(stage=ckpt.stage if ckpt else "none", step=ckpt.step if ckpt else 0, overrides=changed)
     recorded = config.model_copy(update={"resumes": [*saved.resumes, record]})
     save_config(recorded, run_dir.config_file)

@@ -30,7 +30,7 @@ from polyrl.train.config import TrainConfig
 from polyrl.train.evaluation import held_out
 from polyrl.train.placement import LocalPlacement
 from polyrl.train.progress import StageProgress
-from polyrl.train.resume import save_run_config
+from polyrl.train.resume import check_resume, save_run_config
 from polyrl.train.rl_stage import RLStage
 from polyrl.train.sft_stage import SFTStage
 from polyrl.train.state import RunState, Training, TrainingError
@@ -51,15 +51,22 @@ class Trainer:
         self.progress = StageProgress(config.progress and self.placement.is_writer)
         self.sft = SFTStage(self.parts, self.state, self.placement, self.progress, self.sync_backend, self.save_model)
         self.rl = RLStage(self.parts, self.state, self.placement, self.progress, self.broadcast_weights, self.evaluate)
+        self.resume_from = latest_checkpoint(self.parts.run_dir.checkpoints) if resume else None
+        """The checkpoint a resumed run goes on from (None: from the start)."""
+        if self.resume_from is not None:
+            try:  # nothing is written to the run directory before the resume is known to work
+                check_resume(config, self.parts.run_dir, self.resume_from, self.parts.policy.model)
+            except UserError:
+                self._close()
+                raise
         if self.parts.run_dir.writes:  # a resume's overrides are recorded with the step they took effect at
-            self.config = save_run_config(config, self.parts.run_dir, resume)
+            self.config = save_run_config(config, self.parts.run_dir, resume, self.resume_from)
 
     # -- the pipeline ---------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """SFT (unless a checkpoint says it is done), the after-SFT evaluation, RL, the after-RL evaluation;
         returns the held-out results (and their comparison table)."""
-        run_dir = self.parts.run_dir
-        ckpt = latest_checkpoint(run_dir.checkpoints) if self.resume else None
+        run_dir, ckpt = self.parts.run_dir, self.resume_from
         # everything logged after the checkpoint is redone below, and logged again exactly once
         if ckpt is None:
             run_dir.keep_metrics(0)
@@ -80,11 +87,16 @@ class Trainer:
         finally:
             self._close()
         if "after_rl" in results:
-            table = format_comparison(results["after_sft"], results["after_rl"])
+            table = format_comparison(results["after_sft"], results["after_rl"], labels=(self.first_eval, "after RL"))
             if run_dir.writes:
                 atomic_write_text(run_dir.path / "summary.md", f"# Held-out accuracy\n\n{table}\n")
             results["table"] = table
         return results
+
+    @property
+    def first_eval(self) -> str:
+        """What the first held-out evaluation (``after_sft``) is of: the SFT model, or the model RL starts from."""
+        return "after SFT" if self.config.sft.enabled and self.config.sft.steps else "before RL"
 
     def run_sft(self, ckpt=None) -> None:
         self.sft.run(ckpt)
