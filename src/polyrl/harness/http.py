@@ -54,101 +54,103 @@ class HarnessServer(ThreadingHTTPServer):
     daemon_threads = True
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """One connection to the harness endpoint; :func:`handler` makes the class of one endpoint's server."""
+
+    endpoint: HarnessEndpoint
+    limits: ServeLimits
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):  # no access log on the trainer's terminal
+        pass
+
+    def parse_request(self) -> bool:
+        try:
+            return super().parse_request()
+        except TimeoutError:  # the request line came, its headers did not
+            self._refuse(408, "the request headers did not arrive in time")
+            return False
+
+    def _send(self, status: int, body: dict, close: bool = False) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _refuse(self, status: int, message: str, code: str | None = None) -> None:
+        """An error answer that also closes the connection (what is left of the request is not read)."""
+        self._send(status, error_body(status, message, code=code), close=True)
+
+    def _stream(self, body: dict) -> None:
+        data = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in stream_chunks(body)) + b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _route(self) -> tuple[str, list[str]]:
+        """``(episode key, the rest of the path)``."""
+        parts = self.path.split("?")[0].strip("/").split("/")
+        return parts[0], parts[1:]
+
+    def do_GET(self):
+        key, rest = self._route()
+        if rest == ["v1", "models"] and key in self.endpoint.episodes:
+            self._send(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "owned_by": "polyrl"}]})
+        else:
+            self._send(404, error_body(404, f"no route {self.path}", code="unknown_url"))
+
+    def _body(self) -> bytes | None:
+        """The request body, or None once a refusal has been sent."""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower() or "Content-Length" not in self.headers:
+            self._refuse(411, "send the request body with a Content-Length (chunked bodies are not read)")
+            return None
+        declared = self.headers["Content-Length"].strip()
+        if not declared.isdigit():
+            self._refuse(400, f"Content-Length must be a number of bytes, not {declared[:20]!r}")
+            return None
+        if int(declared) > self.limits.max_request_bytes:
+            self._refuse(
+                413, f"the request body is larger than {self.limits.max_request_bytes} bytes", "request_too_large"
+            )
+            return None
+        try:
+            raw = self.rfile.read(int(declared))
+        except TimeoutError:
+            self._refuse(408, f"the request body stopped arriving for {self.limits.idle_timeout_s:g} s")
+            return None
+        if len(raw) < int(declared):  # the client closed the connection mid-body: nobody to answer
+            self.close_connection = True
+            return None
+        return raw
+
+    def do_POST(self):
+        raw = self._body()
+        if raw is None:
+            return
+        key, rest = self._route()
+        if rest != ["v1", "chat", "completions"]:
+            self._send(404, error_body(404, f"no route {self.path}", code="unknown_url"))
+            return
+        try:
+            payload = parse_body(raw)
+        except ServeError as exc:
+            self._send(exc.status, error_body(exc.status, exc.message))
+            return
+        status, body = self.endpoint.complete(key, payload)
+        if status == 200 and isinstance(payload, dict) and payload.get("stream"):
+            self._stream(body)
+        else:
+            self._send(status, body)
+
+
 def handler(endpoint: HarnessEndpoint, limits: ServeLimits) -> type[BaseHTTPRequestHandler]:
-    """The request handler class of ``endpoint``'s server."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        timeout = limits.idle_timeout_s  # each read of a connection, headers and body alike
-
-        def log_message(self, format, *args):  # no access log on the trainer's terminal
-            pass
-
-        def parse_request(self) -> bool:
-            try:
-                return super().parse_request()
-            except TimeoutError:  # the request line came, its headers did not
-                self._refuse(408, "the request headers did not arrive in time")
-                return False
-
-        def _send(self, status: int, body: dict, close: bool = False) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if close:
-                self.send_header("Connection", "close")
-                self.close_connection = True
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _refuse(self, status: int, message: str, code: str | None = None) -> None:
-            """An error answer that also closes the connection (what is left of the request is not read)."""
-            self._send(status, error_body(status, message, code=code), close=True)
-
-        def _stream(self, body: dict) -> None:
-            data = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in stream_chunks(body)) + b"data: [DONE]\n\n"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _route(self) -> tuple[str, list[str]]:
-            """``(episode key, the rest of the path)``."""
-            parts = self.path.split("?")[0].strip("/").split("/")
-            return parts[0], parts[1:]
-
-        def do_GET(self):
-            key, rest = self._route()
-            if rest == ["v1", "models"] and key in endpoint.episodes:
-                self._send(
-                    200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "owned_by": "polyrl"}]}
-                )
-            else:
-                self._send(404, error_body(404, f"no route {self.path}", code="unknown_url"))
-
-        def _body(self) -> bytes | None:
-            """The request body, or None once a refusal has been sent."""
-            if "chunked" in self.headers.get("Transfer-Encoding", "").lower() or "Content-Length" not in self.headers:
-                self._refuse(411, "send the request body with a Content-Length (chunked bodies are not read)")
-                return None
-            declared = self.headers["Content-Length"].strip()
-            if not declared.isdigit():
-                self._refuse(400, f"Content-Length must be a number of bytes, not {declared[:20]!r}")
-                return None
-            if int(declared) > limits.max_request_bytes:
-                self._refuse(
-                    413, f"the request body is larger than {limits.max_request_bytes} bytes", "request_too_large"
-                )
-                return None
-            try:
-                raw = self.rfile.read(int(declared))
-            except TimeoutError:
-                self._refuse(408, f"the request body stopped arriving for {limits.idle_timeout_s:g} s")
-                return None
-            if len(raw) < int(declared):  # the client closed the connection mid-body: nobody to answer
-                self.close_connection = True
-                return None
-            return raw
-
-        def do_POST(self):
-            raw = self._body()
-            if raw is None:
-                return
-            key, rest = self._route()
-            if rest != ["v1", "chat", "completions"]:
-                self._send(404, error_body(404, f"no route {self.path}", code="unknown_url"))
-                return
-            try:
-                payload = parse_body(raw)
-            except ServeError as exc:
-                self._send(exc.status, error_body(exc.status, exc.message))
-                return
-            status, body = endpoint.complete(key, payload)
-            if status == 200 and isinstance(payload, dict) and payload.get("stream"):
-                self._stream(body)
-            else:
-                self._send(status, body)
-
-    return Handler
+    """The request handler class of ``endpoint``'s server (each read of a connection, headers and body alike,
+    times out after ``limits.idle_timeout_s``)."""
+    return type("Handler", (_Handler,), {"endpoint": endpoint, "limits": limits, "timeout": limits.idle_timeout_s})
