@@ -15,14 +15,20 @@ import json
 import re
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from polyrl.harness.chat import stream_chunks
 from polyrl.serve.errors import ServeError, error_body
 from polyrl.serve.limits import ServeLimits
 
-if TYPE_CHECKING:
-    from polyrl.harness.endpoint import HarnessEndpoint
+
+class Endpoint(Protocol):
+    """What the server asks of the harness endpoint (``polyrl.harness.endpoint.HarnessEndpoint``)."""
+
+    episodes: dict
+
+    def complete(self, key: str, payload: Any) -> tuple[int, dict]: ...
+
 
 MODEL_NAME = "polyrl-policy"
 MAX_JSON_DEPTH = 64
@@ -57,7 +63,7 @@ class HarnessServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     """One connection to the harness endpoint; :func:`handler` makes the class of one endpoint's server."""
 
-    endpoint: HarnessEndpoint
+    endpoint: Endpoint
     limits: ServeLimits
     protocol_version = "HTTP/1.1"
 
@@ -150,7 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(status, body)
 
 
-def handler(endpoint: HarnessEndpoint, limits: ServeLimits) -> type[BaseHTTPRequestHandler]:
+def handler(endpoint: Endpoint, limits: ServeLimits) -> type[BaseHTTPRequestHandler]:
     """The request handler class of ``endpoint``'s server (each read of a connection, headers and body alike,
     times out after ``limits.idle_timeout_s``)."""
     return type("Handler", (_Handler,), {"endpoint": endpoint, "limits": limits, "timeout": limits.idle_timeout_s})
