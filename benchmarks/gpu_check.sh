@@ -26,10 +26,10 @@ REPO=$PWD
 PY=${PYTHON:-python3}
 [[ -x .venv/bin/python && -z ${PYTHON:-} ]] && PY=.venv/bin/python
 OUT=${GPU_CHECK_OUT:-gpu_check}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$OUT"
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 
 # -- dependencies: the wheels this checkout carries, into a private folder ----------------------------------
@@ -51,16 +51,17 @@ fi
 
 # -- sizes: the real ones on CUDA, small ones for the CPU run of the script itself ---------------------------
 if [[ $DEVICE == cuda ]]; then
-    DEFAULT_JOB=(); SPEED=(--prompts 32 --group-size 8 --new-tokens 128)
+    DEFAULT_JOB=(); SPEED=(--prompts 32 --group-size 8 --new-tokens 128); LAYERS=()
     MEMORY=(--model "$WORK/qwen1.5b" --group-size 8 --length 1024 --prompt-length 64)
-    SMALL_RUN=(sft.steps=5 rl.steps=5 eval.problems_per_task=5)
-else
+    PACKED=(); SMALL_RUN=(sft.steps=5 rl.steps=5 eval.problems_per_task=5)
+else  # the plumbing on a CPU: SmolLM2's shape cut to 2 layers, everything small
     DEFAULT_JOB=(sft.steps=20 rl.steps=3 rl.prompts_per_step=4 eval.problems_per_task=5)
     SPEED=(--prompts 2 --group-size 2 --new-tokens 8 --steps 1 --repeats 1 --greedy-check 2 --greedy-tokens 4)
-    MEMORY=(--group-size 4 --length 64 --prompt-length 16 --hidden 64 --layers 1)
+    MEMORY=(--group-size 4 --length 64 --prompt-length 16 --hidden 64 --layers 1); LAYERS=(--layers 2)
+    PACKED=(--prompts 1 --group-size 2 --max-new-tokens 4)
     SMALL_RUN=(sft.steps=1 rl.steps=1 rl.prompts_per_step=2 rl.group_size=2 rl.max_new_tokens=8 eval.problems_per_task=1)
 fi
-"$PY" benchmarks/gpu/make_model.py smollm2-135m "$WORK/smollm2" --weights >/dev/null || exit 2
+"$PY" benchmarks/gpu/make_model.py smollm2-135m "$WORK/smollm2" --weights "${LAYERS[@]}" >/dev/null || exit 2
 "$PY" benchmarks/gpu/make_model.py qwen2.5-1.5b "$WORK/qwen1.5b" >/dev/null || exit 2
 
 failed=0
@@ -80,14 +81,14 @@ check() {  # check NAME SECONDS COMMAND...: run with a time limit, log to $OUT/N
 rm -rf "$OUT/default" "$OUT/packed" "$OUT/fsdp"
 check default 240 "$PY" benchmarks/default_job.py --run-dir "$OUT/default" --out "$OUT/default.md" \
     device="$DEVICE" "${DEFAULT_JOB[@]}"
-check packed 60 "$PY" benchmarks/packed_check.py --model "$WORK/smollm2" --device "$DEVICE" \
+check packed 60 "$PY" benchmarks/packed_check.py --model "$WORK/smollm2" --device "$DEVICE" "${PACKED[@]}" \
     --out "$OUT/packed_check.json"
 check packed_train 60 "$PY" -m polyrl train --config configs/smollm2.yaml --run-dir "$OUT/packed" \
     model.path="$WORK/smollm2" device="$DEVICE" progress=false tensorboard=false "${SMALL_RUN[@]}"
 check fsdp 90 "$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$OUT/fsdp" \
     model.path="$WORK/smollm2" device="$DEVICE" model.autocast=none progress=false tensorboard=false "${SMALL_RUN[@]}"
 check memory 90 bash -c "cd benchmarks && '$PY' memory.py ${MEMORY[*]} --only chunked,all,trl --markdown \
-    > '$REPO/$OUT/memory.md'"
+    > '$OUT/memory.md'"
 check speed 120 "$PY" benchmarks/gpu_throughput.py --model "$WORK/smollm2" --device "$DEVICE" "${SPEED[@]}" \
     --out "$OUT/speed.json"
 if "$PY" -c "import vllm" 2>/dev/null; then

@@ -56,12 +56,13 @@ def prompt_ids(model_dir: str, prompts: int) -> list[list[int]]:
     """``prompts`` distinct problems of the default job's tasks, in the model's chat template."""
     import numpy as np
 
+    from polyrl.cli.train import default_config_path
+    from polyrl.harness.resolve import resolve_task_spec
     from polyrl.policy import PromptBuilder
     from polyrl.policy.loading import ModelConfig, load_policy
     from polyrl.train.config import load_config
 
-    cfg = load_config(None, base={"model": {"path": model_dir}})
-    from polyrl.harness.resolve import resolve_task_spec
+    cfg = load_config(default_config_path(), [f"model.path={model_dir}"])
 
     tokenizer = load_policy(ModelConfig(path=model_dir)).tokenizer
     builder = PromptBuilder(tokenizer, cfg.prompt)
@@ -123,22 +124,24 @@ def polyrl_step(args, device: torch.device, work: Path) -> float:
     from polyrl.train.placement import LocalPlacement
     from polyrl.train.trainer import Trainer
 
-    overrides = {
-        "run_dir": str(work / "polyrl"),
-        "model": {"path": args.model, "dtype": args.dtype, "autocast": "none"},
-        "sft": {"enabled": False},
-        "rl": {
-            "prompts_per_step": args.prompts,
-            "group_size": args.group_size,
-            "max_new_tokens": args.new_tokens,
-            "dynamic_sampling": False,
-            "skip_zero_advantage": False,
-            "steps": args.steps + 1,
-        },
-        "tensorboard": False,
-        "progress": False,
-    }
-    trainer = Trainer(load_config(None, base=overrides), placement=LocalPlacement(device))
+    overrides = [
+        f"run_dir={work / 'polyrl'}",
+        f"model.path={args.model}",
+        f"model.dtype={args.dtype}",
+        "model.autocast=none",
+        "sft.enabled=false",
+        f"rl.prompts_per_step={args.prompts}",
+        f"rl.group_size={args.group_size}",
+        f"rl.max_new_tokens={args.new_tokens}",
+        "rl.dynamic_sampling=false",
+        "rl.skip_zero_advantage=false",
+        f"rl.steps={args.steps + 1}",
+        "tensorboard=false",
+        "progress=false",
+    ]
+    from polyrl.cli.train import default_config_path
+
+    trainer = Trainer(load_config(default_config_path(), overrides), placement=LocalPlacement(device))
     trainer.parts.policy.model.generation_config.eos_token_id = None
     trainer.parts.backend._eos = []  # full-length completions, as for the other engines
     rl = trainer.rl

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import shutil
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
 
-def make(shape: str, out: Path, weights: bool, seed: int = 0) -> Path:
+def make(shape: str, out: Path, weights: bool, seed: int = 0, layers: int | None = None) -> Path:
     source = HERE / shape
     if not (source / "config.json").is_file():
         known = sorted(p.name for p in HERE.iterdir() if (p / "config.json").is_file())
@@ -32,6 +33,10 @@ def make(shape: str, out: Path, weights: bool, seed: int = 0) -> Path:
                 shutil.copyfileobj(src, dst)
         else:
             shutil.copy(f, out / f.name)
+    if layers is not None:  # the shape with fewer layers (the GPU check's plumbing, tried on a CPU)
+        config = json.loads((out / "config.json").read_text())
+        config["num_hidden_layers"] = layers
+        (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     if weights:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -48,8 +53,9 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--weights", action="store_true", help="Write random float32 weights too.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", type=int, help="Fewer decoder layers than the shape has (a quick check).")
     args = parser.parse_args()
-    print(make(args.shape, args.out, args.weights, args.seed))
+    print(make(args.shape, args.out, args.weights, args.seed, args.layers))
 
 
 if __name__ == "__main__":
