@@ -24,7 +24,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from polyrl.errors import UserError
+from polyrl.policy.generation import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 from polyrl.tasks import get_task
+from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE
 from polyrl.tasks.base import Problem
 from polyrl.yaml_files import describe, safe_load
 
@@ -50,10 +52,14 @@ class EvalSuite(BaseModel):
     samples: int = Field(
         1, ge=1, le=256, description="Sampled completions per problem for pass@k / maj@k (1: greedy only)."
     )
-    temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature of the sampled completions.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling of the sampled completions.")
+    temperature: float = Field(
+        DEFAULT_TEMPERATURE, ge=0.0, le=2.0, description="Sampling temperature of the sampled completions."
+    )
+    top_p: float = Field(DEFAULT_TOP_P, gt=0.0, le=1.0, description="Nucleus sampling of the sampled completions.")
     max_new_tokens: int = Field(64, ge=1, description="Longest response in tokens.")
-    answer_format: Literal["tags", "boxed", "last_line"] = Field("tags", description="How responses mark answers.")
+    answer_format: Literal["tags", "boxed", "last_line"] = Field(
+        DEFAULT_ANSWER_STYLE, description="How responses mark answers."
+    )
     prompt_field: Literal["prompt", "question"] | None = Field(
         None,
         description="'prompt' (with the answer instruction) or 'question'; default: the run's setting, else 'prompt'.",
@@ -113,17 +119,18 @@ def load_suite(path: str | Path) -> EvalSuite:
     return parse_suite(data, repr(str(path)))
 
 
-def suite_from_options(tasks: str, difficulty: str, n: int, samples: int, **settings: Any) -> EvalSuite:
-    """The suite that ``--tasks a,b --difficulty D --n N --samples K`` describes."""
+def suite_from_options(tasks: str, difficulty: str, n: int | None, samples: int | None, **settings: Any) -> EvalSuite:
+    """The suite that ``--tasks a,b --difficulty D --n N --samples K`` describes (a setting that is None: the
+    suite's default)."""
     names = [t.strip() for t in tasks.split(",") if t.strip()]
     if not names:
         raise UserError("--tasks is empty: give comma-separated task names")
     levels = [d.strip() for d in difficulty.split(",") if d.strip()]
+    given = {"samples": samples, **settings}
     data = {
         "name": "cli",
-        "samples": samples,
-        **{k: v for k, v in settings.items() if v is not None},
-        "tasks": [{"name": t, "difficulties": levels, "n": n} for t in names],
+        **{k: v for k, v in given.items() if v is not None},
+        "tasks": [{"name": t, "difficulties": levels, **({} if n is None else {"n": n})} for t in names],
     }
     return parse_suite(data, "from --tasks")
 

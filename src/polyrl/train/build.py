@@ -95,10 +95,7 @@ class RunParts:
 
     def sampling(self) -> Sampling:
         """How RL rollouts sample (one home: the config's rl and env sections)."""
-        cfg, env = self.config.rl, self.config.env
-        return Sampling(
-            cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.top_p, env.max_episode_tokens, env.concurrency
-        )
+        return Sampling.of(self.config.rl, self.config.env)
 
 
 def _resolve_tasks(config: TrainConfig) -> tuple[dict, dict]:
