@@ -146,7 +146,7 @@ def polyrl_step(args, device: torch.device, work: Path) -> float:
     trainer.parts.backend._eos = []  # full-length completions, as for the other engines
     rl = trainer.rl
     cfg = trainer.config.rl
-    trainer.state.training.make_optimizer(cfg.lr, 0, cfg.steps, cosine=False)
+    trainer.state.training.make_optimizer(cfg.lr, 0, cfg.steps, cosine=False, weight_decay=cfg.weight_decay)
     times = []
     for k in range(args.steps + 1):
         _sync(device)

@@ -157,7 +157,7 @@ def phases(trainer: Trainer, flat: list[list[int]], args) -> dict[str, tuple[flo
         (logp * batch.loss_mask).sum().backward()
 
     out["fwd+bwd"] = (best_time(fwd_bwd, args.repeats), 3 * pass_flops, None)
-    optimizer, _ = make_optimizer(list(model.parameters()), 1e-12, 0, 1, False)  # polyrl's AdamW (fused if large)
+    optimizer, _ = make_optimizer(list(model.parameters()), 1e-12, 0, 1, False, 0.0)  # polyrl's AdamW (fused if large)
     optimizer.step()  # the moments exist from here on
     out["optimizer"] = (best_time(optimizer.step, args.repeats), 0.0, 28 * shape.params)
     return out

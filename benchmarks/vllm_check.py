@@ -38,8 +38,9 @@ def main() -> int:
 
     from polyrl.cli.train import default_config_path
     from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
+    from polyrl.policy.backends import GenerationConfig
     from polyrl.policy.loading import ModelConfig
-    from polyrl.policy.vllm_backend import VLLMBackend
+    from polyrl.policy.vllm_backend import VLLMBackend, engine_options
     from polyrl.tasks import get_task
     from polyrl.train.config import load_config
 
@@ -49,9 +50,9 @@ def main() -> int:
     names = ["countdown", "subset_sum", "graph_coloring", "maze_path", "topological_sort", "sat"]
     problems = [get_task(names[i % len(names)]).generate(i, "easy") for i in range(args.prompts)]
     ids = [prompts.ids(p) for p in problems]
-    hf = TransformersBackend(policy.model, policy.tokenizer)
+    hf = TransformersBackend(policy.model, policy.tokenizer, device=policy.device)
     t0 = time.perf_counter()
-    engine = VLLMBackend(policy.model, policy.tokenizer, gpu_memory_utilization=0.3, seed=0)
+    engine = VLLMBackend(policy.model, policy.tokenizer, **engine_options(GenerationConfig()), seed=0)
     results.append({"check": "vllm_start", "seconds": round(time.perf_counter() - t0, 1)})
 
     def agreement() -> float:

@@ -61,13 +61,13 @@ from rich.console import Console
 from rich.table import Table
 
 from polyrl.cli.train import default_config_path
-from polyrl.eval import evaluate_policy
 from polyrl.experiments.curriculum import free_memory
 from polyrl.policy import PromptBuilder, TransformersBackend
 from polyrl.rewards import compute_rewards
 from polyrl.tasks.io import problem_row, row_problem
 from polyrl.train.build import step_seed
 from polyrl.train.config import TrainConfig, load_config
+from polyrl.train.evaluation import evaluate
 from polyrl.train.trainer import Trainer
 
 GOAL_SPEEDUP = {"tiny": 5.0, "real": 8.0}
@@ -122,17 +122,16 @@ def sft_warm_start(args, work: Path) -> tuple[Path, dict]:
     trainer = Trainer(cfg)
     trainer.run_sft(None)
     trainer.run_dir.close()
-    accuracy = held_out(trainer.backend, trainer.prompts, trainer.eval_tasks(), args)
+    accuracy = held_out(cfg, trainer.backend, trainer.prompts, trainer.eval_tasks(), args)
     model_dir = trainer.run_dir.model_dir("sft_model")
     del trainer
     free_memory()
     return model_dir, accuracy
 
 
-def held_out(backend, prompts: PromptBuilder, eval_tasks: dict, args) -> dict:
-    return evaluate_policy(
-        backend, prompts, eval_tasks, args.eval_problems, args.max_new_tokens, pass_k=1, seed=args.seed
-    )
+def held_out(config: TrainConfig, backend, prompts: PromptBuilder, eval_tasks: dict, args) -> dict:
+    """Greedy held-out accuracy on ``args.eval_problems`` eval-split problems per task (the config's settings)."""
+    return evaluate(config, backend, prompts, eval_tasks, args.eval_problems, pass_k=1)
 
 
 @dataclass
@@ -166,7 +165,7 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
         cfg, trainer.tasks, trainer.prompts, trainer.policy.tokenizer, trainer.eval_tasks(),
         step_problems(cfg, trainer), bf16,
     )  # fmt: skip
-    accuracy = held_out(trainer.backend, trainer.prompts, matched.eval_tasks, args)
+    accuracy = held_out(cfg, trainer.backend, trainer.prompts, matched.eval_tasks, args)
     del trainer
     free_memory()
     return {
@@ -264,7 +263,7 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl: Matched) -> dict:
         "wall": wall,
         "cpu": cpu,
         "precision": "bf16=True" if trl_args.bf16 else "fp32",
-        "accuracy": held_out(backend, polyrl.prompts, polyrl.eval_tasks, args),
+        "accuracy": held_out(cfg, backend, polyrl.prompts, polyrl.eval_tasks, args),
     }
 
 

@@ -62,7 +62,7 @@ def _fused(parameters: list[Tensor]) -> bool | None:
     return sum(p.numel() for p in parameters) >= FUSED_ADAMW_MIN_PARAMS or None
 
 
-def make_optimizer(parameters, lr: float, warmup: int, total: int, cosine: bool, weight_decay: float = 0.0):
+def make_optimizer(parameters, lr: float, warmup: int, total: int, cosine: bool, weight_decay: float):
     """AdamW with the warmup (+ cosine) schedule; returns ``(optimizer, scheduler)``."""
     parameters = list(parameters)
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay, fused=_fused(parameters))

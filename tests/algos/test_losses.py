@@ -53,13 +53,13 @@ def test_token_logprobs_match_log_softmax_gather():
     torch.manual_seed(0)
     logits, tokens = torch.randn(2, 3, 11), torch.randint(0, 11, (2, 3))
     expected = torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    close(token_logprobs(logits, tokens), expected)
+    close(token_logprobs(logits, tokens, 1.0), expected)
 
 
 def test_token_logprobs_do_not_depend_on_chunk_size():
     torch.manual_seed(0)
     logits, tokens = torch.randn(3, 5, 7), torch.randint(0, 7, (3, 5))
-    close(token_logprobs(logits, tokens, chunk_rows=1), token_logprobs(logits, tokens, chunk_rows=4))
+    close(token_logprobs(logits, tokens, 1.0, chunk_rows=1), token_logprobs(logits, tokens, 1.0, chunk_rows=4))
 
 
 def test_token_logprobs_divide_logits_by_temperature():
@@ -72,8 +72,8 @@ def test_token_logprobs_upcast_bf16_and_pass_gradients():
     torch.manual_seed(0)
     logits = torch.randn(1, 2, 5, dtype=torch.float64, requires_grad=True)
     tokens = torch.tensor([[0, 3]])
-    assert token_logprobs(logits.bfloat16(), tokens).dtype == torch.float32
-    assert torch.autograd.gradcheck(lambda z: token_logprobs(z, tokens, chunk_rows=1), (logits,))
+    assert token_logprobs(logits.bfloat16(), tokens, 1.0).dtype == torch.float32
+    assert torch.autograd.gradcheck(lambda z: token_logprobs(z, tokens, 1.0, chunk_rows=1), (logits,))
 
 
 def test_nonpositive_temperature_is_a_user_error():
@@ -82,19 +82,19 @@ def test_nonpositive_temperature_is_a_user_error():
 
 
 def test_entropy_of_uniform_logits_is_log_vocab_size():
-    close(entropy_from_logits(torch.zeros(2, 3, 8)), torch.full((2, 3), math.log(8)))
+    close(entropy_from_logits(torch.zeros(2, 3, 8), 1.0), torch.full((2, 3), math.log(8)))
 
 
 def test_entropy_matches_definition():
     torch.manual_seed(0)
     logits = torch.randn(2, 4, 6)
     log_p = torch.log_softmax(logits, -1)
-    close(entropy_from_logits(logits, chunk_rows=3), -(log_p.exp() * log_p).sum(-1))
+    close(entropy_from_logits(logits, 1.0, chunk_rows=3), -(log_p.exp() * log_p).sum(-1))
 
 
 def test_entropy_ignores_masked_out_tokens():
     logits = torch.tensor([[[0.0, 0.0, -math.inf, -math.inf]]])
-    close(entropy_from_logits(logits), [[LN2]])
+    close(entropy_from_logits(logits, 1.0), [[LN2]])
 
 
 # --- clipped surrogate -------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ def test_hl_gauss_target_is_normalized_cdf_differences():
 
 
 def test_hl_gauss_target_is_symmetric_at_the_support_centre():
-    got = hl_gauss_targets(torch.tensor([0.0]), -1.0, 1.0, 4)[0]
+    got = hl_gauss_targets(torch.tensor([0.0]), -1.0, 1.0, 4, 0.75)[0]
     assert got.tolist() == pytest.approx(got.flip(0).tolist(), abs=1e-7)
 
 
@@ -64,7 +64,7 @@ def test_categorical_value_loss_is_cross_entropy_to_the_target():
 
 def test_hl_gauss_loss_is_minimized_by_its_target():
     returns = torch.tensor([[0.3]])
-    target = hl_gauss_targets(returns, -1.0, 1.0, 8)
+    target = hl_gauss_targets(returns, -1.0, 1.0, 8, 0.75)
     at_target = value_loss(
         target.log().unsqueeze(0)[0].unsqueeze(0), returns, torch.ones(1, 1), "hl_gauss", -1.0, 1.0, 0.75
     )

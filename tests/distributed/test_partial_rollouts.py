@@ -3,6 +3,7 @@ log-probs of the weights that generated it."""
 
 import pytest
 import torch
+from rollout_sampling import sampling
 
 from polyrl.device import HOST
 from polyrl.distributed.workers import behaviour_logprobs
@@ -11,7 +12,7 @@ from polyrl.learner import collate, sequence_logprobs
 from polyrl.policy import load_policy
 from polyrl.policy.generation import Generation
 from polyrl.policy.loading import ModelConfig
-from polyrl.rollout import Sampling, rollout
+from polyrl.rollout import rollout
 from polyrl.rollout.episodes import rollout_episodes
 from polyrl.tasks import get_task
 
@@ -57,6 +58,8 @@ def test_each_turn_is_generated_by_the_newest_weights_and_the_episode_is_as_old_
         1,
         40,
         latest=lambda: (backend, next(versions)),
+        temperature=1.0,
+        top_p=1.0,
     )
     assert t.info["turns"] == 2 and t.verdict.correct
     assert t.turn_versions == [3, 4] and t.policy_version == 3
@@ -72,6 +75,8 @@ def test_without_interruption_every_turn_has_the_requested_version(prompts, scri
         1,
         40,
         version=5,
+        temperature=1.0,
+        top_p=1.0,
     )
     assert t.turn_versions == [5, 5] and t.policy_version == 5
 
@@ -80,7 +85,7 @@ def test_single_turn_groups_take_the_newest_weights_when_they_start(prompts, scr
     backend = scripted(lambda _: "<answer>1</answer>")
     task = get_task("addition")
     trajs = rollout(
-        [task.generate(0, "easy")], {"addition": task}, None, prompts, Sampling(2, 20), latest=lambda: (backend, 7)
+        [task.generate(0, "easy")], {"addition": task}, None, prompts, sampling(2, 20), latest=lambda: (backend, 7)
     )
     assert [t.policy_version for t in trajs] == [7, 7]
 
@@ -107,6 +112,8 @@ def test_behaviour_logprobs_of_a_partial_rollout_come_from_each_turns_weights(pr
         1,
         40,
         latest=lambda: (backend, next(versions)),
+        temperature=1.0,
+        top_p=1.0,
     )
     behaviour_logprobs({0: old, 1: new}, HOST, [t], tiny_tokenizer.pad_token_id, 1.0, 1.0)
     got = torch.tensor(t.behaviour_logprobs)

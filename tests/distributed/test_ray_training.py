@@ -6,10 +6,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from rollout_sampling import sampling  # noqa: E402
+
 from polyrl.distributed.config import RayConfig  # noqa: E402
 from polyrl.distributed.pool import connect  # noqa: E402
 from polyrl.errors import UserError  # noqa: E402
-from polyrl.rollout import Sampling  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def test_trajectories_carry_version_and_behaviour_logprobs(local_ray, tiny_train
     try:
         pool.sync_weights(trainer.policy.model, 7)
         problems = [trainer.tasks["addition"].generate(1, "easy")]
-        (group,) = pool.groups(1, lambda n: problems * n, Sampling(3, 6))
+        (group,) = pool.groups(1, lambda n: problems * n, sampling(3, 6))
         assert [t.policy_version for t in group] == [7, 7, 7]
         for t in group:
             assert len(t.behaviour_logprobs) == len(t.response_ids)

@@ -9,12 +9,13 @@ from dataclasses import replace
 import pytest
 import torch
 from pydantic import ValidationError
+from rollout_sampling import sampling
 
 from polyrl.envs import EnvConfig, get_env_task
 from polyrl.envs.base import Environment, EnvTask, StepResult
 from polyrl.envs.latency import LatencyModel, with_latency
 from polyrl.rewards import RewardConfig, score
-from polyrl.rollout import Sampling, rollout
+from polyrl.rollout import rollout
 from polyrl.rollout.env_steps import EnvSteps
 from polyrl.rollout.episodes import rollout_episodes
 
@@ -34,14 +35,18 @@ def test_environment_waits_overlap_up_to_the_concurrency(prompts, scripted):
     task = with_latency(get_env_task("env/retry:addition"), 0.2)
     problems = _problems(task, 4)
     t0 = time.perf_counter()
-    trajs = rollout_episodes(problems, {task.name: task}, scripted(answer), prompts, 2, 40, env_concurrency=8)
+    trajs = rollout_episodes(
+        problems, {task.name: task}, scripted(answer), prompts, 2, 40, env_concurrency=8, temperature=1.0, top_p=1.0
+    )
     concurrent = time.perf_counter() - t0
     assert all(t.verdict.correct for t in trajs) and len(trajs) == 8
     # 8 one-step episodes: one 0.2 s wait when all 8 overlap; sequential waits take at least 1.6 s, so any time well
     # under that shows the overlap (the margin is for a loaded machine, where threads wake late)
     assert concurrent < 1.2
     t0 = time.perf_counter()
-    rollout_episodes(problems, {task.name: task}, scripted(answer), prompts, 2, 40, env_concurrency=1)
+    rollout_episodes(
+        problems, {task.name: task}, scripted(answer), prompts, 2, 40, env_concurrency=1, temperature=1.0, top_p=1.0
+    )
     assert time.perf_counter() - t0 >= 1.6
 
 
@@ -57,7 +62,7 @@ def test_concurrent_stepping_gives_the_trajectories_of_sequential_stepping(promp
     def play(concurrency):
         torch.manual_seed(7)
         backend = TransformersBackend(model, tiny_tokenizer)
-        trajs = rollout(problems, {task.name: task}, backend, prompts, Sampling(3, 8, env_concurrency=concurrency))
+        trajs = rollout(problems, {task.name: task}, backend, prompts, sampling(3, 8, env_concurrency=concurrency))
         score(trajs, {task.name: task}, RewardConfig(), 8)
         task._episodes.clear()  # the next run numbers the episodes of each problem from 0 again
         return [(t.group, t.response_ids, t.policy_mask, t.reward, t.verdict.reason) for t in trajs]
@@ -97,7 +102,7 @@ def test_async_native_environments_step_on_an_event_loop_beside_plain_ones(promp
     problems = _problems(plain, 2) + [replace(p, task=native.name) for p in _problems(plain, 2)]
     t0 = time.perf_counter()
     tasks = {plain.name: plain, native.name: native}
-    trajs = rollout(problems, tasks, scripted(answer), prompts, Sampling(4, 40))
+    trajs = rollout(problems, tasks, scripted(answer), prompts, sampling(4, 40))
     assert time.perf_counter() - t0 < 1.6  # 16 waits of 0.2 s overlap (one after another: at least 3.2 s)
     assert [t.task for t in trajs] == [plain.name] * 8 + [native.name] * 8
     score(trajs, tasks, RewardConfig(), 40)
@@ -119,6 +124,8 @@ def test_an_async_environment_that_raises_ends_its_episode_as_env_error(prompts,
             prompts,
             1,
             40,
+            temperature=1.0,
+            top_p=1.0,
         )
     assert t.verdict.reason == "env_error" and t.info["success"] is False
 
@@ -163,7 +170,9 @@ def test_fixed_latency_waits_the_median_every_step():
 def test_a_step_longer_than_the_timeout_ends_the_episode_as_tool_timeout(prompts, scripted):
     task = with_latency(get_env_task("env/retry:addition"), LatencyModel("fixed", 2.0, timeout_s=0.05))
     t0 = time.perf_counter()
-    (t,) = rollout_episodes(_problems(task, 1), {task.name: task}, scripted(answer), prompts, 1, 40)
+    (t,) = rollout_episodes(
+        _problems(task, 1), {task.name: task}, scripted(answer), prompts, 1, 40, temperature=1.0, top_p=1.0
+    )
     assert time.perf_counter() - t0 < 1.0  # waited the 0.05 s timeout, not the 2 s delay
     score([t], {task.name: task}, RewardConfig(), 40)
     assert t.verdict.reason == "tool_timeout" and t.reward == 0.0 and t.info["tool_timeouts"] == 1

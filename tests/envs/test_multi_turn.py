@@ -1,13 +1,14 @@
 import json
 
 import pytest
+from rollout_sampling import sampling
 
 from polyrl.algos import turn_advantages
 from polyrl.envs import get_env_task
 from polyrl.learner import collate
 from polyrl.learner.update_batch import episode_credit
 from polyrl.rewards import RewardConfig, score
-from polyrl.rollout import Sampling, Trajectory, rollout
+from polyrl.rollout import Trajectory, rollout
 from polyrl.rollout.episode_metrics import episode_metrics
 from polyrl.rollout.episodes import rollout_episodes
 from polyrl.rollout.reference import reference_episode
@@ -31,7 +32,7 @@ def test_episodes_generate_in_one_batched_call_per_turn_and_mask_environment_tok
     task = get_env_task("env/calculator:multiplication")
     problems = [task.generate(s, {"digits_a": 4, "digits_b": 4}) for s in range(3)]
     backend = scripted(tool_user)
-    trajs = rollout_episodes(problems, {task.name: task}, backend, prompts, 2, 80, 200)
+    trajs = rollout_episodes(problems, {task.name: task}, backend, prompts, 2, 80, 200, temperature=1.0, top_p=1.0)
     score(trajs, {task.name: task}, RewardConfig(), 80)
     assert backend.calls == [6, 6]  # two turns, all six episodes in each generate call
     for t in trajs:
@@ -46,7 +47,9 @@ def test_episodes_generate_in_one_batched_call_per_turn_and_mask_environment_tok
 def test_the_episode_token_budget_ends_an_episode_with_a_reason(prompts, scripted):
     task = get_env_task("env/calculator:multiplication")
     problem = task.generate(0, {"digits_a": 4, "digits_b": 4})
-    trajs = rollout_episodes([problem], {task.name: task}, scripted(lambda _: "x" * 50), prompts, 2, 60, 100)
+    trajs = rollout_episodes(
+        [problem], {task.name: task}, scripted(lambda _: "x" * 50), prompts, 2, 60, 100, temperature=1.0, top_p=1.0
+    )
     score(trajs, {task.name: task}, RewardConfig(), 60)
     assert [t.verdict.reason for t in trajs] == ["token_budget"] * 2
     assert all(len(t.response_ids) <= 100 and t.reward == 0.0 for t in trajs)
@@ -63,6 +66,8 @@ def test_garbage_every_turn_ends_at_the_turn_limit_and_is_counted(prompts, scrip
         1,
         40,
         1000,
+        temperature=1.0,
+        top_p=1.0,
     )
     assert t.verdict.reason == "max_turns" and t.info["tool_errors"] == 3 and t.info["turns"] == 3
     metrics = episode_metrics([t])
@@ -74,7 +79,7 @@ def test_mixed_batches_keep_problem_order_and_group_indices(prompts, scripted):
     single = get_task("addition")
     tasks = {env.name: env, "addition": single}
     problems = [single.generate(0), env.generate(1), single.generate(2)]
-    trajs = rollout(problems, tasks, scripted(lambda _: "<answer>0</answer>"), prompts, Sampling(2, 16))
+    trajs = rollout(problems, tasks, scripted(lambda _: "<answer>0</answer>"), prompts, sampling(2, 16))
     assert [(t.task, t.group) for t in trajs] == [("addition", 0)] * 2 + [(env.name, 1)] * 2 + [("addition", 2)] * 2
     assert trajs[2].info["turns"] == 3 and trajs[0].policy_mask == [1] * len(trajs[0].response_ids)
 
@@ -138,7 +143,9 @@ def test_a_template_with_native_tools_gets_the_schemas_and_closes_turns_its_way(
     prompts = PromptBuilder(tok, PromptConfig(field="question"))
     task = get_env_task("env/calculator:multiplication")
     problem = task.generate(0)
-    (t,) = rollout_episodes([problem], {task.name: task}, scripted(tool_user), prompts, 1, 80, 200)
+    (t,) = rollout_episodes(
+        [problem], {task.name: task}, scripted(tool_user), prompts, 1, 80, 200, temperature=1.0, top_p=1.0
+    )
     prompt = tok.decode(t.prompt_ids)
     assert '"name": "calculator"' in prompt and "Tools:" not in prompt
     env_text = tok.decode([i for i, m in zip(t.response_ids, t.policy_mask) if m == 0])
@@ -155,7 +162,9 @@ def test_natural_prompts_describe_the_tools_in_sentences_and_word_the_game_for_a
 
     def prompt_texts(config):
         backend = scripted(lambda _: "<answer>north</answer>")
-        episodes = rollout_episodes(problems, tasks, backend, PromptBuilder(tiny_tokenizer, config), 1, 16, 200)
+        episodes = rollout_episodes(
+            problems, tasks, backend, PromptBuilder(tiny_tokenizer, config), 1, 16, 200, temperature=1.0, top_p=1.0
+        )
         return [tiny_tokenizer.decode(t.prompt_ids) for t in episodes]
 
     calc_prompt, grid_prompt = prompt_texts(PromptConfig(style="natural"))

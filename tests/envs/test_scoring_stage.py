@@ -1,11 +1,12 @@
 """The scoring stage: rollouts come back unscored, and one score() weighs single- and multi-turn samples alike."""
 
 import pytest
+from rollout_sampling import sampling
 
 from polyrl.envs import get_env_task
 from polyrl.rewards import RULE_TERMS, RewardConfig, RewardScorer, score
 from polyrl.rewards.rules import RULES
-from polyrl.rollout import Sampling, rollout
+from polyrl.rollout import rollout
 from polyrl.tasks import get_task
 
 RETRY = "env/retry:addition"
@@ -21,7 +22,7 @@ def _mixed(scripted, prompts):
     env, single = get_env_task(RETRY), get_task("addition")
     tasks = {RETRY: env, "addition": single}
     problems = [single.generate(0, "easy"), env.generate(1, "easy")]
-    trajs = rollout(problems, tasks, scripted(_answer_right), prompts, Sampling(2, 16))
+    trajs = rollout(problems, tasks, scripted(_answer_right), prompts, sampling(2, 16))
     return tasks, trajs
 
 
@@ -57,7 +58,7 @@ def test_batched_terms_are_weighed_once_per_task_and_gated_on_episodes_too(promp
         tasks,
         scripted(lambda _: "<answer>x</answer>"),
         prompts,
-        Sampling(2, 16),
+        sampling(2, 16),
     )
     score(wrong, tasks, config, 16, RewardScorer(config, list(tasks)))
     assert [t.reward for t in wrong] == [0.0, 0.0]  # the agreeing but wrong pair gets nothing behind the gate

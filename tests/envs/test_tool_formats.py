@@ -250,7 +250,7 @@ def test_an_episode_round_trips_through_the_calculator_in_each_family(family, sc
     a, b = expression.split("*")
     backend = type(scripted(str))(tok, _scripted_policy(FAMILY_FORMAT[name], expression, str(int(a) * int(b))))
     prompts = PromptBuilder(tok, PromptConfig(field="question"))
-    (t,) = rollout_episodes([problem], {task.name: task}, backend, prompts, 1, 200, 2000)
+    (t,) = rollout_episodes([problem], {task.name: task}, backend, prompts, 1, 200, 2000, temperature=1.0, top_p=1.0)
     assert t.verdict.correct and t.info["tool_calls"] == 1 and t.info["tool_errors"] == 0 and t.info["turns"] == 2
     env_text = tok.decode([i for i, m in zip(t.response_ids, t.policy_mask) if m == 0])
     assert env_text == RESULT_TEXT[name].replace("408", str(int(a) * int(b)))
@@ -307,3 +307,12 @@ def test_calls_past_the_per_turn_limit_are_answered_with_an_addressed_error():
     observation = env.step(f"[TOOL_CALLS] [{calls}]").observation
     assert len(observation) == 5 and observation[-1]["tool_call_id"] == "c00010004"
     assert json.loads(observation[-1]["content"]) == "error: at most 4 tool calls per turn"
+
+
+@pytest.mark.parametrize("name", ["env/search", "env/calculator:multiplication"])
+def test_every_tool_environment_follows_env_tool_format(name):
+    """env/search built its environment with ToolEnvironment's own ``tool_format="auto"``: env.tool_format was
+    ignored there."""
+    task = get_env_task(name, EnvConfig(tool_format="mistral"))
+    env = task.make_env(task.generate(0, "easy"))
+    assert env.requested_tool_format == "mistral"

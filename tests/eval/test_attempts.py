@@ -3,6 +3,7 @@ again; ``attempt<k>`` is the share of problems right within the first k attempts
 with hand-counted numbers."""
 
 import pytest
+from rollout_sampling import sampling
 
 from polyrl.envs.registry import resolve_task
 from polyrl.envs.retry import feedback
@@ -12,7 +13,6 @@ from polyrl.eval.heldout import attempt_accuracy, attempt_tasks
 from polyrl.policy.generation import Generation
 from polyrl.policy.prompts import PromptBuilder, PromptConfig
 from polyrl.policy.tiny import build_tiny_tokenizer
-from polyrl.rollout import Sampling
 from polyrl.tasks import get_task
 
 PROBLEMS = 6
@@ -67,12 +67,12 @@ def setup():
 def test_attempt_accuracy_counts_right_within_k_attempts(setup):
     tok, prompts, task, problems = setup
     policy = ScriptedPolicy(tok, task, problems)
-    two = attempt_accuracy(policy, prompts, task, problems, 2, Sampling(1, 32, max_episode_tokens=384))
+    two = attempt_accuracy(policy, prompts, task, problems, 2, sampling(1, 32, max_episode_tokens=384))
     assert two == {"attempt1": 2 / 6, "attempt2": 4 / 6}
     # 6 first attempts + 4 second ones (the problems wrong at attempt 1)
     assert len(policy.prompts) == 10
     three = attempt_accuracy(
-        ScriptedPolicy(tok, task, problems), prompts, task, problems, 3, Sampling(1, 32, max_episode_tokens=384)
+        ScriptedPolicy(tok, task, problems), prompts, task, problems, 3, sampling(1, 32, max_episode_tokens=384)
     )
     assert three == {"attempt1": 2 / 6, "attempt2": 4 / 6, "attempt3": 6 / 6}
 
@@ -80,7 +80,7 @@ def test_attempt_accuracy_counts_right_within_k_attempts(setup):
 def test_the_second_attempt_sees_env_retry_feedback(setup):
     tok, prompts, task, problems = setup
     policy = ScriptedPolicy(tok, task, problems)
-    attempt_accuracy(policy, prompts, task, problems, 2, Sampling(1, 32, max_episode_tokens=384))
+    attempt_accuracy(policy, prompts, task, problems, 2, sampling(1, 32, max_episode_tokens=384))
     second = [p for p in policy.prompts if p.count("<|assistant|>") == 2]
     wrong = task.verify(problems[1], task.answer_format.wrap("-1"))
     missing = task.verify(problems[2], "I am not sure.")
@@ -95,23 +95,31 @@ def test_a_token_budget_cut_counts_as_wrong_from_there_on(setup):
     tok, prompts, task, problems = setup
     # room for the first answer only: the feedback does not fit, so nobody gets a second attempt
     two = attempt_accuracy(
-        ScriptedPolicy(tok, task, problems), prompts, task, problems, 2, Sampling(1, 32, max_episode_tokens=20)
+        ScriptedPolicy(tok, task, problems), prompts, task, problems, 2, sampling(1, 32, max_episode_tokens=20)
     )
     assert two == {"attempt1": 2 / 6, "attempt2": 2 / 6}
+
+
+GREEDY = dict(pass_k=1, temperature=1.0, seed=0, max_episode_tokens=384, env_concurrency=16)
+"""evaluate_policy's settings besides ``attempts``: greedy answers only, episodes of up to 384 tokens."""
 
 
 def test_evaluate_policy_adds_attempts_and_scores_env_retry_on_the_plain_task(setup):
     tok, prompts, task, problems = setup
     policy = ScriptedPolicy(tok, task, problems)
     retry = resolve_task("env/retry:addition")
-    results = evaluate_policy(policy, prompts, {"env/retry:addition": (retry, 0.0)}, PROBLEMS, 32, attempts=2)
+    results = evaluate_policy(
+        policy, prompts, {"env/retry:addition": (retry, 0.0)}, PROBLEMS, 32, **GREEDY, attempts=2
+    )
     assert set(results) == {"addition", "mean"}  # the plain task's problems, under its name
     row = results["addition"]
     assert row["accuracy"] == row["attempt1"] == 2 / 6  # the same greedy first answer
     assert row["attempt2"] == 4 / 6
     assert results["mean"]["attempt2"] == 4 / 6
     # one attempt: no attempt metrics, the environment played as before (its own problems and attempts)
-    single = evaluate_policy(ScriptedPolicy(tok, task, problems), prompts, {"addition": (task, 0.0)}, PROBLEMS, 32)
+    single = evaluate_policy(
+        ScriptedPolicy(tok, task, problems), prompts, {"addition": (task, 0.0)}, PROBLEMS, 32, **GREEDY, attempts=1
+    )
     assert "attempt1" not in single["addition"] and single["addition"]["accuracy"] == 2 / 6
 
 

@@ -22,7 +22,8 @@ def local_ray():
 
 
 def test_rl_steps_on_ray_workers_play_the_agent(local_ray, tiny_train_config):
-    from polyrl.rollout import Sampling
+    from rollout_sampling import sampling
+
     from polyrl.train.trainer import Trainer
 
     cfg = tiny_train_config(
@@ -41,7 +42,7 @@ def test_rl_steps_on_ray_workers_play_the_agent(local_ray, tiny_train_config):
     pool = trainer.rollout_pool
     pool.sync_weights(trainer.policy.model, 0)
     problems = [trainer.tasks["addition"].generate(1, "easy")]
-    (group,) = pool.groups(1, lambda n: problems * n, Sampling(group_size=3, max_new_tokens=6))
+    (group,) = pool.groups(1, lambda n: problems * n, sampling(3, 6))
     assert [t.info["end_reason"] for t in group] == ["returned"] * 3
     assert all(len(t.behaviour_logprobs) == len(t.response_ids) for t in group)
     trainer.run()

@@ -143,7 +143,7 @@ def test_a_shuffled_minibatch_that_cuts_groups_apart():
 
 def test_the_layout_holds_each_distinct_prompt_once_and_no_padding():
     batch = _batch(group_size=4, n_groups=3)
-    packed = pack(batch)
+    packed = pack(batch, share_prompts=True)
     lengths = batch.attention_mask.sum(1)
     prompt_tokens = sum(int(p) for p in batch.prompt_lengths[::4])
     assert len(packed.ids) == prompt_tokens + int((lengths - batch.prompt_lengths).sum())

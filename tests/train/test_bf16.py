@@ -216,9 +216,9 @@ def test_large_models_step_with_fused_adamw_and_the_tiny_default_keeps_foreach()
     from polyrl.optim import FUSED_ADAMW_MIN_PARAMS, make_optimizer
 
     large = [torch.nn.Parameter(torch.zeros(FUSED_ADAMW_MIN_PARAMS))]
-    assert make_optimizer(large, 1e-3, 0, 10, False)[0].defaults["fused"] is True
+    assert make_optimizer(large, 1e-3, 0, 10, False, 0.0)[0].defaults["fused"] is True
     tiny = list(build_tiny_policy()[0].parameters())
-    assert not make_optimizer(tiny, 1e-3, 0, 10, False)[0].defaults["fused"]
+    assert not make_optimizer(tiny, 1e-3, 0, 10, False, 0.0)[0].defaults["fused"]
 
 
 @pytest.mark.parametrize("autocast", ["none", "bf16"])
@@ -233,7 +233,9 @@ def test_single_turn_rollouts_carry_behaviour_log_probs_only_under_autocast(poli
     problems = [task.generate(seed, "easy") for seed in range(2)]
     prompts = PromptBuilder(tok, PromptConfig(field="question"))
     backend = TransformersBackend(model, tok)
-    trajs = [t for group in rollout_problems(problems, backend, prompts, 3, 6, top_p=0.9) for t in group]
+    trajs = [
+        t for group in rollout_problems(problems, backend, prompts, 3, 6, temperature=1.0, top_p=0.9) for t in group
+    ]
     if autocast == "none":
         assert all(t.behaviour_logprobs is None for t in trajs)
     else:

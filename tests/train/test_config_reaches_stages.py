@@ -4,6 +4,7 @@ evaluation, rejection sampling and the Ray workers, and no stage keeps a copied 
 import inspect
 
 import pytest
+from rollout_sampling import sampling
 
 from polyrl.envs.wrapped import WrappedTask
 from polyrl.rollout import Sampling
@@ -87,7 +88,7 @@ def test_a_ray_worker_builds_its_backend_with_the_options_it_was_given(monkeypat
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr("polyrl.policy.TransformersBackend", Spy)
-    trajs = worker.rollout(task.generate(0, "easy"), 0, [None], Sampling(2, 4))
+    trajs = worker.rollout(task.generate(0, "easy"), 0, [None], sampling(2, 4))
     assert made == [{"device": worker.policy.device, "batch_size": 3}]  # the worker's device and the options
     assert len(trajs) == 2 and all(t.verdict is None for t in trajs)
 

@@ -69,7 +69,7 @@ def test_chunked_scores_equal_the_full_log_softmax_and_its_gradients():
 
 def test_an_entropy_without_entropy_grad_is_detached():
     head = torch.nn.Linear(8, 50, bias=False)
-    logp, ent = scores_from_hidden(torch.randn(20, 8), torch.zeros(20, dtype=torch.long), head, entropy=True)
+    logp, ent = scores_from_hidden(torch.randn(20, 8), torch.zeros(20, dtype=torch.long), head, 1.0, entropy=True)
     assert logp.requires_grad and not ent.requires_grad
 
 
@@ -93,7 +93,9 @@ def test_chunked_scores_keep_no_full_vocabulary_logits_for_the_backward():
     targets = torch.randint(0, 4000, (256,))
     full_logits = 256 * 4000 * 4
     naive = _saved_bytes(lambda: _naive(hidden, targets, head, 1.0))
-    chunked = _saved_bytes(lambda: scores_from_hidden(hidden, targets, head, entropy=True, chunk_bytes=32 * 4000 * 4))
+    chunked = _saved_bytes(
+        lambda: scores_from_hidden(hidden, targets, head, 1.0, entropy=True, chunk_bytes=32 * 4000 * 4)
+    )
     assert naive >= full_logits
     assert chunked < full_logits / 4  # the hidden states and small per-chunk tensors, no [256, 4000] logits
 

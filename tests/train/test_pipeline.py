@@ -138,7 +138,7 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
     cfg = tiny_train_config(sft__steps=4, rl__epochs=1, rl__minibatches=1, rl__group_size=4, rl__prompts_per_step=8)
     trainer = Trainer(cfg)
     trainer.run_sft(None)
-    trainer.state.training.make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
+    trainer.state.training.make_optimizer(cfg.rl.lr, 0, 10, cosine=False, weight_decay=0.0)
     torch.manual_seed(0)
     trajs = trainer.rl.collect(0, np.random.default_rng(0)).trajectories
     for k, t in enumerate(trajs):  # mixed rewards in the first two groups, all-zero rewards elsewhere
@@ -147,7 +147,7 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
 
     def update(skip: bool):
         trainer.policy.model.load_state_dict(start)
-        trainer.state.training.make_optimizer(cfg.rl.lr, 0, 10, cosine=False)
+        trainer.state.training.make_optimizer(cfg.rl.lr, 0, 10, cosine=False, weight_decay=0.0)
         rl = UpdateSettings.from_config(cfg.rl).replace(skip_zero_advantage=skip)
         batch = prepare_update(trajs, list(trainer.tasks), trainer.policy.tokenizer.pad_token_id, rl)
         out = policy_update(trainer.policy.model, trainer.optimizer, batch, rl, trainer.trainable_parameters())

@@ -97,10 +97,12 @@ def fake_vllm(monkeypatch):
 
 @pytest.fixture
 def backend(fake_vllm, tmp_path):
-    from polyrl.policy.vllm_backend import VLLMBackend
+    from polyrl.policy.backends import GenerationConfig
+    from polyrl.policy.vllm_backend import VLLMBackend, engine_options
 
     model, tok = build_tiny_policy()
-    b = VLLMBackend(model, tok, gpu_memory_utilization=0.4, work_dir=str(tmp_path / "vllm"), seed=3)
+    options = engine_options(GenerationConfig(vllm_gpu_memory_utilization=0.4))
+    b = VLLMBackend(model, tok, **options, work_dir=str(tmp_path / "vllm"), seed=3)
     return b, fake_vllm.created[-1], model, tok
 
 
@@ -154,12 +156,13 @@ def test_sync_weights_sends_every_tensor_by_hf_name_and_clears_the_prefix_cache(
 def test_lora_weights_are_merged_before_sync(fake_vllm, tmp_path):
     from peft import LoraConfig, get_peft_model
 
-    from polyrl.policy.vllm_backend import VLLMBackend
+    from polyrl.policy.backends import GenerationConfig
+    from polyrl.policy.vllm_backend import VLLMBackend, engine_options
 
     base, tok = build_tiny_policy()
     plain_names = set(base.state_dict())
     model = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
-    b = VLLMBackend(model, tok, work_dir=str(tmp_path / "v"))
+    b = VLLMBackend(model, tok, **engine_options(GenerationConfig()), seed=0, work_dir=str(tmp_path / "v"))
     llm = fake_vllm.created[-1]
     b.sync_weights(model, 1)
     loaded = dict(llm.model.loaded)

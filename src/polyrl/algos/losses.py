@@ -60,15 +60,13 @@ def _row_chunks(logits: Tensor, temperature: float, chunk_rows: int):
         yield start, chunk / temperature if temperature != 1.0 else chunk
 
 
-def token_logprobs(
-    logits: Tensor, tokens: Tensor, temperature: float = 1.0, chunk_rows: int = DEFAULT_CHUNK_ROWS
-) -> Tensor:
+def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Tensor:
     """``log softmax(logits / temperature)[token]`` per position: ``Tensor[N, T]``, at least float32.
 
     ``logits[:, t]`` must already be the prediction *for* ``tokens[:, t]`` (shifted by the caller).
     Computed as ``logit[token] - logsumexp(logits)`` over chunks of rows so the full [N, T, V]
     log-softmax is never materialized. ``temperature`` must match the one used for sampling, or the
-    ratio to the behaviour log-probs is biased.
+    ratio to the behaviour log-probs is biased (so it has no default: the caller passes the sampling one).
     """
     flat_tokens = tokens.reshape(-1, 1)
     pieces = [
@@ -78,7 +76,7 @@ def token_logprobs(
     return torch.cat(pieces).reshape(tokens.shape)
 
 
-def entropy_from_logits(logits: Tensor, temperature: float = 1.0, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Tensor:
+def entropy_from_logits(logits: Tensor, temperature: float, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Tensor:
     """Entropy of the next-token distribution per position, ``Tensor[N, T]``.
 
     ``H = logsumexp(z) - sum_v softmax(z)_v z_v``, which avoids computing ``log p`` for every token.
@@ -133,12 +131,12 @@ class _ChosenLogprob(torch.autograd.Function):
 
 
 def chosen_logprobs(
-    logits: Tensor, targets: Tensor, temperature: float = 1.0, entropy: bool = False
+    logits: Tensor, targets: Tensor, temperature: float, entropy: bool = False
 ) -> tuple[Tensor, Tensor | None]:
-    """``(token_logprobs(logits, targets), entropy_from_logits(logits) or None)`` for ``logits [M, V]`` and
-    ``targets [M]`` in one pass over the logits (the same numbers, up to float rounding); the entropy carries
-    no gradient. Used on the update's hidden-state chunks, where each ``[M, V]`` pass costs as much as a
-    large matmul."""
+    """``(token_logprobs(logits, targets, temperature), entropy_from_logits(logits, temperature) or None)``
+    for ``logits [M, V]`` and ``targets [M]`` in one pass over the logits (the same numbers, up to float
+    rounding); the entropy carries no gradient. Used on the update's hidden-state chunks, where each ``[M, V]``
+    pass costs as much as a large matmul."""
     if temperature <= 0:
         raise UserError(f"temperature must be > 0, got {temperature}")
     return _ChosenLogprob.apply(logits, targets, temperature, entropy)

@@ -92,9 +92,14 @@ def eval_cmd(
     difficulty: str = typer.Option(
         DEFAULT_DIFFICULTY, "--difficulty", help="With --tasks: comma-separated knobs or presets."
     ),
-    n: int = typer.Option(50, "--n", min=1, help="With --tasks: problems per task and difficulty."),
-    samples: int = typer.Option(
-        1, "--samples", min=1, help="With --tasks: sampled completions per problem (pass@k, maj@k)."
+    n: int | None = typer.Option(
+        None, "--n", min=1, help="With --tasks: problems per task and difficulty (default: a suite task's n)."
+    ),
+    samples: int | None = typer.Option(
+        None,
+        "--samples",
+        min=1,
+        help="With --tasks: sampled completions per problem (pass@k, maj@k; default: a suite's samples).",
     ),
     out: Path | None = typer.Option(None, "--out", help="Output directory (default: evals/<time>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted evaluation in --out."),

@@ -7,6 +7,8 @@ import sys
 
 import typer
 
+from polyrl.tasks.base import DEFAULT_DIFFICULTY
+
 
 def invoked_command() -> str | None:
     """The ``polyrl experiment …`` command line this process runs, for the report; None when called otherwise
@@ -89,7 +91,7 @@ def compose(
     seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1)."),
     arms: str | None = typer.Option(None, "--arms", help="Comma-separated arms (default: all under strategies:)."),
     out: str = typer.Option("runs/compose", "--out", help="Output directory (runs, report.md, results.json)."),
-    difficulty: str = typer.Option("easy", "--difficulty", help="Knob or preset of the evaluated chains."),
+    difficulty: str = typer.Option(DEFAULT_DIFFICULTY, "--difficulty", help="Knob or preset of the evaluated chains."),
     problems: int = typer.Option(32, "--problems", help="Held-out problems per chain."),
     depth3: int = typer.Option(0, "--depth3", help="Held-out depth-3 chains to evaluate (0: all)."),
     share_sft: bool = typer.Option(

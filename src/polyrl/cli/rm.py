@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from polyrl.tasks.base import DEFAULT_DIFFICULTY
+
 app = typer.Typer(help="Reward models: build preference data, train.", no_args_is_help=True)
 
 
@@ -13,7 +15,7 @@ def build_data(
     n: int = typer.Option(200, "--n", help="Pairs per task."),
     out: str = typer.Option(..., "--out", help="Output: a .jsonl/.parquet file, or a datasets directory."),
     seed: int = typer.Option(0, "--seed", help="Problem seed."),
-    difficulty: str = typer.Option("easy", "--difficulty", help="Difficulty preset or knob."),
+    difficulty: str = typer.Option(DEFAULT_DIFFICULTY, "--difficulty", help="Difficulty preset or knob."),
 ) -> None:
     """Pairs (prompt, chosen=verified reference, rejected=corrupted answer the verifier rejects)."""
     from polyrl.errors import UserError

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from polyrl.errors import UserError
 from polyrl.tasks import get_task, list_tasks
+from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, SPLITS, Problem
 
 app = typer.Typer(help="Browse, sample, export and score verifiable tasks.", no_args_is_help=True)
@@ -149,7 +150,9 @@ def export_cmd(
 def score_cmd(
     file: Path = typer.Argument(..., help="A .jsonl/.parquet file of problems with a 'response' column."),
     out: Path = typer.Option(None, help="Also write one verdict per row here (.jsonl or .parquet)."),
-    answer_format: str = typer.Option("tags", help="How responses mark answers: tags, boxed or last_line."),
+    answer_format: str = typer.Option(
+        DEFAULT_ANSWER_STYLE, help="How responses mark answers: tags, boxed or last_line."
+    ),
     config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
 ) -> None:
     """Score responses: per-task accuracy, mean score and format compliance."""

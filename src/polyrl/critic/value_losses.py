@@ -82,8 +82,9 @@ def bin_centers(v_min: float, v_max: float, num_bins: int) -> Tensor:
     return (edges[:-1] + edges[1:]) / 2
 
 
-def hl_gauss_targets(y: Tensor, v_min: float, v_max: float, num_bins: int, sigma_ratio: float = 0.75) -> Tensor:
-    """HL-Gauss target distribution ``[..., num_bins]`` for returns ``y`` (Farebrother et al. 2024, §3.1)."""
+def hl_gauss_targets(y: Tensor, v_min: float, v_max: float, num_bins: int, sigma_ratio: float) -> Tensor:
+    """HL-Gauss target distribution ``[..., num_bins]`` for returns ``y`` (Farebrother et al. 2024, §3.1), with
+    ``σ = sigma_ratio`` bin widths (``rl.critic.sigma_ratio``)."""
     edges = bin_edges(v_min, v_max, num_bins).to(y.device, torch.float64)
     sigma = sigma_ratio * (v_max - v_min) / num_bins
     z = (edges - y.double().unsqueeze(-1)) / (sigma * math.sqrt(2.0))

@@ -85,7 +85,7 @@ class SearchIndex:
 
 
 class SearchEnvironment(ToolEnvironment):
-    def __init__(self, problem: Problem, task: Task, max_turns: int, timeout_s: float):
+    def __init__(self, problem: Problem, task: Task, max_turns: int, timeout_s: float, tool_format: str):
         self.index = SearchIndex(problem.answer["docs"])
 
         def search(args, timeout):
@@ -122,7 +122,7 @@ class SearchEnvironment(ToolEnvironment):
                 open_doc,
             ),
         ]
-        super().__init__(problem, task, tools, max_turns, timeout_s)
+        super().__init__(problem, task, tools, max_turns, timeout_s, tool_format)
 
     def close(self) -> None:
         self.index.close()
@@ -141,6 +141,8 @@ class SearchTask(EnvTask):
         super().__init__("tags")
         self.max_turns = config.max_turns or 6
         self.tool_timeout_s = config.tool_timeout_s
+        self.requested_tool_format = config.tool_format
+        """``env.tool_format``: what this task's environments are asked to read tool calls in."""
 
     def make(self, rng, p) -> Example:
         world = build_world(rng, p["people"], max(2, p["people"] // 2), max(2, p["people"] // 2))
@@ -176,7 +178,7 @@ class SearchTask(EnvTask):
         return float(answer.strip().lower() == problem.answer["target"].lower())
 
     def make_env(self, problem: Problem) -> Environment:
-        return SearchEnvironment(problem, self, self.max_turns, self.tool_timeout_s)
+        return SearchEnvironment(problem, self, self.max_turns, self.tool_timeout_s, self.requested_tool_format)
 
     def verify(self, problem, response):
         # the episode's final answer is scored here, so this cannot be EnvTask.verify (which plays an episode)

@@ -102,7 +102,7 @@ class ToolEnvironment(UsesToolFormat, Environment):
         tools: list[Tool],
         max_turns: int,
         tool_timeout_s: float,
-        tool_format: str = "auto",
+        tool_format: str,
     ):
         super().__init__(problem, max_turns)
         self.use_tool_format(tool_format)

@@ -4,12 +4,13 @@ feedback and the policy answers again)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 
 from polyrl.envs.base import is_environment
-from polyrl.envs.registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS, EnvConfig
+from polyrl.envs.registry import EnvConfig
 from polyrl.envs.retry import RetryTask
 from polyrl.errors import UserError
 from polyrl.eval.metrics import pass_at_k
@@ -33,17 +34,19 @@ def evaluate_policy(
     tasks: dict[str, tuple[Task, Any]],
     problems_per_task: int,
     max_new_tokens: int,
-    pass_k: int = 1,
-    temperature: float = 1.0,
-    seed: int = 0,
-    max_episode_tokens: int = MAX_EPISODE_TOKENS,
-    attempts: int = 1,
-    env_concurrency: int = ENV_CONCURRENCY,
+    *,
+    pass_k: int,
+    temperature: float,
+    seed: int,
+    max_episode_tokens: int,
+    attempts: int,
+    env_concurrency: int,
 ) -> dict[str, dict[str, float]]:
     """Per task: ``accuracy`` (greedy), ``score`` (mean verifier score, greedy), ``format_rate``,
     ``mean_length`` and, with ``pass_k > 1``, ``pass@1`` (sampled) and ``pass@k``. Adds a ``mean`` row.
     Environments (``env/...`` tasks) are played as episodes of at most ``max_episode_tokens``; their
     accuracy is the success rate; their environments step ``env_concurrency`` at a time (``env.concurrency``).
+    No setting has a default here: a run passes its config's (``polyrl.train.evaluation.evaluate``).
 
     With ``attempts > 1`` every task is scored on its single-turn held-out problems (``env/retry:<task>`` on
     ``<task>``'s, under that name: see :func:`attempt_tasks`), and each row adds ``attempt1`` …
@@ -53,11 +56,9 @@ def evaluate_policy(
         tasks = attempt_tasks(tasks)
     results: dict[str, dict[str, float]] = {}
     instances = {name: task for name, (task, _) in tasks.items()}
-    greedy_sampling = Sampling(
-        1, max_new_tokens, max_episode_tokens=max_episode_tokens, env_concurrency=env_concurrency
-    )
-    # top_p 1: pass@k samples the policy's whole distribution at the eval temperature
-    sampled_sampling = Sampling(pass_k, max_new_tokens, temperature, 1.0, max_episode_tokens, env_concurrency)
+    # top_p 1: pass@k samples the policy's whole distribution at the eval temperature (greedy ignores both)
+    greedy_sampling = Sampling(1, max_new_tokens, temperature, 1.0, max_episode_tokens, env_concurrency)
+    sampled_sampling = dataclasses.replace(greedy_sampling, group_size=pass_k)
     for name, (task, difficulty) in tasks.items():
         problems = [task.generate(i, difficulty, split="eval") for i in range(problems_per_task)]
         greedy = _played(problems, instances, backend, prompts, greedy_sampling, greedy=True)

@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from polyrl.envs.registry import EnvConfig
 from polyrl.errors import UserError
 from polyrl.harness.resolve import resolve_task_spec
-from polyrl.tasks.answers import AnswerFormat
+from polyrl.policy.generation import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE, AnswerFormat
 from polyrl.tasks.base import Problem, Task
 from polyrl.yaml_files import describe, safe_load
 
@@ -56,7 +57,7 @@ class SuiteTasks:
         """The training config's ``env`` section: environments' turns, tool time-outs, episode token budget."""
         self._resolved: dict[tuple[str, str], Task] = {}
 
-    def __call__(self, name: str, answer_format: str = "tags") -> Task:
+    def __call__(self, name: str, answer_format: str = DEFAULT_ANSWER_STYLE) -> Task:
         key = (name, answer_format)
         if key not in self._resolved:
             entry = self.entries.get(name, _Entry(name))
@@ -85,10 +86,14 @@ class EvalSuite(BaseModel):
     samples: int = Field(
         1, ge=1, le=256, description="Sampled completions per problem for pass@k / maj@k (1: greedy only)."
     )
-    temperature: float = Field(1.0, ge=0.0, le=2.0, description="Sampling temperature of the sampled completions.")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling of the sampled completions.")
+    temperature: float = Field(
+        DEFAULT_TEMPERATURE, ge=0.0, le=2.0, description="Sampling temperature of the sampled completions."
+    )
+    top_p: float = Field(DEFAULT_TOP_P, gt=0.0, le=1.0, description="Nucleus sampling of the sampled completions.")
     max_new_tokens: int = Field(64, ge=1, description="Longest response in tokens.")
-    answer_format: Literal["tags", "boxed", "last_line"] = Field("tags", description="How responses mark answers.")
+    answer_format: Literal["tags", "boxed", "last_line"] = Field(
+        DEFAULT_ANSWER_STYLE, description="How responses mark answers."
+    )
     prompt_field: Literal["prompt", "question"] | None = Field(
         None,
         description="'prompt' (with the answer instruction) or 'question'; default: the run's setting, else 'prompt'.",
@@ -156,18 +161,19 @@ def load_suite(
 
 
 def suite_from_options(
-    names: str, difficulty: str, n: int, samples: int, tasks: SuiteTasks | None = None, **settings: Any
+    names: str, difficulty: str, n: int | None, samples: int | None, tasks: SuiteTasks | None = None, **settings: Any
 ) -> EvalSuite:
-    """The suite that ``--tasks a,b --difficulty D --n N --samples K`` describes."""
+    """The suite that ``--tasks a,b --difficulty D --n N --samples K`` describes (a setting that is None: the
+    suite's default); ``tasks`` resolves the names as training does."""
     names = [t.strip() for t in names.split(",") if t.strip()]
     if not names:
         raise UserError("--tasks is empty: give comma-separated task names")
     levels = [d.strip() for d in difficulty.split(",") if d.strip()]
+    given = {"samples": samples, **settings}
     data = {
         "name": "cli",
-        "samples": samples,
-        **{k: v for k, v in settings.items() if v is not None},
-        "tasks": [{"name": t, "difficulties": levels, "n": n} for t in names],
+        **{k: v for k, v in given.items() if v is not None},
+        "tasks": [{"name": t, "difficulties": levels, **({} if n is None else {"n": n})} for t in names],
     }
     return parse_suite(data, "from --tasks", tasks)
 

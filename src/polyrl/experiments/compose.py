@@ -23,6 +23,7 @@ import numpy as np
 from polyrl.errors import UserError
 from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, train_all
 from polyrl.run_dir import atomic_write_text
+from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.builtin.compose import PRIMITIVES, chain_name, held_out_chains, training_chains
 
 
@@ -30,8 +31,8 @@ from polyrl.tasks.builtin.compose import PRIMITIVES, chain_name, held_out_chains
 class HeldOutSuite:
     """Which chains the final policies are evaluated on, at which difficulty, with how many problems."""
 
-    difficulty: float | str = "easy"
-    """Knob or preset of every chain (``easy``: strings of 4 letters from a-f)."""
+    difficulty: float | str = DEFAULT_DIFFICULTY
+    """Knob or preset of every chain (``easy``, the default: strings of 4 letters from a-f)."""
     problems: int = 32
     """Eval-split problems per chain (seeds 0..problems-1)."""
     depth3: int = 0
@@ -50,20 +51,12 @@ class HeldOutSuite:
 
 def evaluate_held_out(trainer, suite: HeldOutSuite) -> dict[str, dict[str, float]]:
     """Greedy accuracy and mean verifier score of ``trainer``'s policy on every chain of ``suite``."""
-    from polyrl.eval import evaluate_policy
     from polyrl.tasks import get_task
+    from polyrl.train.evaluation import evaluate
 
     names = sorted({n for group in suite.groups().values() for n in group})
-    cfg = trainer.config
-    return evaluate_policy(
-        trainer.backend,
-        trainer.prompts,
-        {n: (get_task(n), suite.difficulty) for n in names},
-        suite.problems,
-        cfg.eval.max_new_tokens or cfg.rl.max_new_tokens,
-        pass_k=1,
-        seed=cfg.seed,
-    )
+    tasks = {n: (get_task(n), suite.difficulty) for n in names}
+    return evaluate(trainer.config, trainer.backend, trainer.prompts, tasks, suite.problems, pass_k=1)
 
 
 def plan_compose(

@@ -224,21 +224,10 @@ def run_finished(plan: ExperimentPlan, run: Path) -> bool:
 
 
 def _hard_eval(trainer, plan: ExperimentPlan) -> dict[str, dict[str, float]]:
-    from polyrl.eval import evaluate_policy
+    from polyrl.train.evaluation import evaluate
 
-    cfg = trainer.config
     split = {n: (t, plan.hard[n]) for n, t in trainer.tasks.items()}
-    return evaluate_policy(
-        trainer.backend,
-        trainer.prompts,
-        split,
-        cfg.eval.problems_per_task,
-        cfg.eval.max_new_tokens or cfg.rl.max_new_tokens,
-        pass_k=1,
-        seed=cfg.seed,
-        max_episode_tokens=cfg.env.max_episode_tokens,
-        attempts=cfg.eval.attempts,
-    )
+    return evaluate(trainer.config, trainer.backend, trainer.prompts, split, pass_k=1)
 
 
 def train_from_warm_start(config: TrainConfig, sft_run: Path):

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from polyrl.errors import UserError
-from polyrl.tasks.base import Difficulty, DifficultySpace, Problem, Task, Verdict
+from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, DifficultySpace, Problem, Task, Verdict
 
 
 class HarnessSpec(BaseModel):
@@ -100,7 +100,7 @@ class HarnessTask(Task):
     def difficulty_space(self) -> DifficultySpace:  # type: ignore[override]
         return self.inner.difficulty_space()
 
-    def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
+    def generate(self, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY, split: str = "train") -> Problem:
         return self.inner.generate(seed, difficulty, split)
 
     def make(self, rng, params):

@@ -20,7 +20,7 @@ from typing import Any
 from polyrl.errors import UserError
 from polyrl.harness.outcome import Outcome
 from polyrl.harness.task import HarnessSpec, HarnessTask
-from polyrl.tasks.base import Difficulty, DifficultySpace, Problem, Task
+from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, Problem, Task
 
 VF_PREFIX = "vf/"
 
@@ -88,10 +88,7 @@ class TasksetProblems(Task):
             task.hooks = _awaitable_hooks(task.hooks)
         self.description = f"verifiers taskset {type(taskset).__name__} ({len(self.tasks)} tasks)"
 
-    def difficulty_space(self) -> DifficultySpace:  # type: ignore[override]
-        return DifficultySpace((), {"easy": 0.0, "medium": 0.5, "hard": 1.0})
-
-    def generate(self, seed: int, difficulty: Difficulty = "medium", split: str = "train") -> Problem:
+    def generate(self, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY, split: str = "train") -> Problem:
         index = int(seed) % len(self.tasks)
         text = self.tasks[index].data.prompt_text
         return Problem(self.name, text, text, index, None, int(seed), split, None, {})

@@ -15,12 +15,13 @@ and none asks the weights where they are.
 from polyrl.learner.batch import TokenBatch, collate
 from polyrl.learner.forward import sequence_logprobs
 from polyrl.learner.settings import UpdateSettings
-from polyrl.learner.sft import SFT_MAX_GRAD_NORM, sft_step
+from polyrl.learner.sft import SFT_MAX_GRAD_NORM, SFT_WEIGHT_DECAY, sft_step
 from polyrl.learner.update import BaseModelReference, UpdateResult, critic_update, policy_update
 from polyrl.learner.update_batch import UpdateBatch, prepare_update
 
 __all__ = [
     "SFT_MAX_GRAD_NORM",
+    "SFT_WEIGHT_DECAY",
     "BaseModelReference",
     "TokenBatch",
     "UpdateBatch",

@@ -14,17 +14,17 @@ from polyrl.learner.batch import TokenBatch
 from polyrl.learner.packed import packed_logprobs
 from polyrl.learner.token_scores import scores_from_hidden, split_lm
 from polyrl.policy.decoder import Decoder
-from polyrl.policy.generation import distinct, forward_args, prefill
+from polyrl.policy.generation import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE, distinct, forward_args, prefill
 from polyrl.policy.precision import forward_precision
 
 
 def sequence_logprobs(
     model,
     batch: TokenBatch,
-    temperature: float = 1.0,
+    temperature: float = DEFAULT_TEMPERATURE,
     entropy: bool = False,
     entropy_grad: bool = False,
-    share_prompts: bool = True,
+    share_prompts: bool = DEFAULT_SHARE_PROMPTS,
 ):
     """Per-token log-probs ``[N, L-1]`` of each next token (and the entropies if asked; detached unless
     ``entropy_grad``, for an entropy bonus); 0 at padding.

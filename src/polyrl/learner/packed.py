@@ -39,7 +39,7 @@ class PackedBatch:
     """``[M]`` column of its score in the ``[N, width - 1]`` output (the position that predicts it)."""
 
 
-def pack(batch, device=None, share_prompts: bool = True) -> PackedBatch:
+def pack(batch, device=None, *, share_prompts: bool) -> PackedBatch:
     """The packed layout of ``batch`` (a ``TokenBatch``), its tensors made on ``device``. Rows split into prompt
     and continuation at ``batch.prompt_lengths`` (rows with equal prompts share one, unless ``share_prompts`` is
     off); without prompt lengths every row's first token is its prompt, so every later token is scored. The
@@ -104,11 +104,11 @@ def _continuation_block(p_start, p_len, source, r_start, r_len, device) -> Atten
 
 
 def packed_logprobs(
-    dec: Decoder, batch, temperature: float, entropy: bool, entropy_grad: bool, share_prompts: bool = True
+    dec: Decoder, batch, temperature: float, entropy: bool, entropy_grad: bool, share_prompts: bool
 ) -> tuple[Tensor, Tensor | None]:
     """``sequence_logprobs`` on the packed forward: ``[N, width - 1]`` log-probs (and entropies) on
     ``batch.device``, 0 at prompt and padding positions."""
-    packed = pack(batch, batch.device, share_prompts)
+    packed = pack(batch, batch.device, share_prompts=share_prompts)
     hidden = packed_hidden(dec, packed.ids, packed.positions, packed.blocks)
     logp, ent = scores_from_hidden(
         hidden[packed.predictors], packed.targets, dec.head, temperature, entropy, entropy_grad=entropy_grad

@@ -32,7 +32,9 @@ class UpdateSettings:
     objective: str
     """Registered policy objective."""
     objective_settings: ObjectiveSettings
-    """What the objective reads; ``tis_cap`` is None here (see :meth:`objective_for`)."""
+    """What the objective reads; ``tis_cap`` is None here (see :meth:`objective_for`). Its ``aggregation`` and
+    ``max_tokens`` (``rl.loss_aggregation``, ``rl.max_new_tokens``) are the update's too: the KL and entropy
+    terms are aggregated as the policy loss is, from this one copy."""
     tis_cap: float | None
     """Truncated importance sampling cap, applied to batches that carry behaviour log-probs."""
     epochs: int
@@ -44,8 +46,6 @@ class UpdateSettings:
     kl_coef: float
     kl_estimator: str
     entropy_coef: float
-    loss_aggregation: str
-    max_new_tokens: int
     max_grad_norm: float
     gradient_surgery: str
 
@@ -79,8 +79,6 @@ class UpdateSettings:
             kl_coef=rl.kl_coef,
             kl_estimator=rl.kl_estimator,
             entropy_coef=rl.entropy_coef,
-            loss_aggregation=rl.loss_aggregation,
-            max_new_tokens=rl.max_new_tokens,
             max_grad_norm=rl.max_grad_norm,
             gradient_surgery=rl.gradient_surgery,
         )

@@ -13,6 +13,8 @@ Sequence = tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]
 """``(prompt_ids, response_ids)``, or with a policy mask for multi-turn references (environment tokens 0)."""
 
 SFT_MAX_GRAD_NORM = 1.0
+SFT_WEIGHT_DECAY = 0.0
+"""AdamW weight decay of SFT steps (the warm start has no config field for it; ``rl.weight_decay`` is RL's)."""
 
 
 def sft_step(

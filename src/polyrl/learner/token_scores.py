@@ -80,7 +80,7 @@ def scores_from_hidden(
     hidden: Tensor,
     targets: Tensor,
     head: nn.Module,
-    temperature: float = 1.0,
+    temperature: float,
     entropy: bool = False,
     chunk_bytes: int | None = None,
     entropy_grad: bool = False,

@@ -230,13 +230,14 @@ class _Pass:
         loss, stats = self.objective(inputs, self.objective_settings)
         if inputs.behaviour_logprobs is not None:  # how far the sampler's log-probs are from the trainer's
             stats = {**stats, **logprob_mismatch(inputs.behaviour_logprobs, inputs.old_logprobs, inputs.mask)}
-        mask = loss_mask(inputs.mask, inputs.truncated, self.objective_settings.mask_truncated)
+        shared = self.objective_settings  # the KL and entropy terms aggregate as the policy loss does
+        mask = loss_mask(inputs.mask, inputs.truncated, shared.mask_truncated)
         kl_tok = None
         if micro.ref_logprobs is not None:
             kl_tok = kl_penalty(logp, micro.ref_logprobs, st.kl_estimator)
-            loss = loss + st.kl_coef * aggregate(kl_tok, mask, st.loss_aggregation, st.max_new_tokens, *totals)
+            loss = loss + st.kl_coef * aggregate(kl_tok, mask, shared.aggregation, shared.max_tokens, *totals)
         if st.entropy_coef:
-            loss = loss - st.entropy_coef * aggregate(ent, mask, st.loss_aggregation, st.max_new_tokens, *totals)
+            loss = loss - st.entropy_coef * aggregate(ent, mask, shared.aggregation, shared.max_tokens, *totals)
         with torch.no_grad():
             # the same statistics over each task's rows (the task ids are read on the host: no device sync)
             tasks = {

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from polyrl.device import device_kind
+from polyrl.policy.generation import CUDA_GRAPHS, GENERATION_BATCH_SIZE
 from polyrl.registry import Registry, registered
 
 __all__ = [
@@ -46,9 +47,9 @@ class GenerationConfig(BaseModel):
         "transformers",
         description="A registered generation backend: transformers (CPU or GPU, the default) or vllm (optional extra polyrl[vllm], CUDA only; weights synced after every update), or a plugin's.",
     )
-    batch_size: int = Field(256, ge=1, description="transformers: sequences generated together.")
+    batch_size: int = Field(GENERATION_BATCH_SIZE, ge=1, description="transformers: sequences generated together.")
     cuda_graphs: bool = Field(
-        True,
+        CUDA_GRAPHS,
         description="transformers on CUDA: replay each decode step of polyrl's packed forward as one CUDA graph (a fixed batch: finished rows keep their slots); a small model's eager step is bound by kernel launches.",
     )
     vllm_gpu_memory_utilization: float = Field(

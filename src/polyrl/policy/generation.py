@@ -18,6 +18,20 @@ from polyrl.policy.decoder import MODULES, Decoder
 from polyrl.policy.packed_decode import GraphedDecode, PackedDecode, PackedLinears
 from polyrl.policy.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
 
+DEFAULT_TEMPERATURE = 1.0
+"""Sampling temperature wherever none is given: ``rl.temperature``, ``eval.temperature``, an eval suite's, and a
+library call of ``generate`` (1: the policy's own distribution)."""
+DEFAULT_TOP_P = 1.0
+"""Nucleus wherever none is given: ``rl.top_p``, an eval suite's, and a library call of ``generate`` (1: the
+whole distribution)."""
+DEFAULT_SHARE_PROMPTS = True
+"""``rl.share_prompts``, and what :class:`TransformersBackend` and ``sequence_logprobs`` do when not told: each
+distinct prompt runs through the model once per group."""
+GENERATION_BATCH_SIZE = 256
+"""``generation.batch_size``, and :class:`TransformersBackend`'s when not told: sequences generated together."""
+CUDA_GRAPHS = True
+"""``generation.cuda_graphs``, and :class:`TransformersBackend`'s when not told (CUDA only)."""
+
 
 @dataclass
 class Generation:
@@ -42,8 +56,8 @@ class GenerationBackend(Protocol):
         prompts: Sequence[list[int]],
         *,
         max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
+        temperature: float = DEFAULT_TEMPERATURE,
+        top_p: float = DEFAULT_TOP_P,
         greedy: bool = False,
     ) -> list[Generation]: ...
 
@@ -147,10 +161,10 @@ class TransformersBackend:
         self,
         model,
         tokenizer,
-        batch_size: int = 256,
-        shared_prefill: bool = True,
+        batch_size: int = GENERATION_BATCH_SIZE,
+        shared_prefill: bool = DEFAULT_SHARE_PROMPTS,
         device: torch.device | str = HOST,
-        cuda_graphs: bool = True,
+        cuda_graphs: bool = CUDA_GRAPHS,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -175,7 +189,7 @@ class TransformersBackend:
         return autocast_mode(self.model) != "none"
 
     @torch.no_grad()
-    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False):
+    def generate(self, prompts, *, max_new_tokens, temperature=DEFAULT_TEMPERATURE, top_p=DEFAULT_TOP_P, greedy=False):
         out: list[Generation] = []
         was_training = self.model.training
         self.model.eval()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.policy.decoder import set_forward
 from polyrl.policy.model_files import (
@@ -22,6 +23,9 @@ from polyrl.policy.model_files import (
 from polyrl.policy.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
 from polyrl.policy.presets import resolve_model_path
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
+
+if TYPE_CHECKING:
+    import torch
 
 TINY = "tiny"
 
@@ -153,7 +157,7 @@ def load_checkpoint(path: str, dtype=None):
     return model, tokenizer
 
 
-def load_policy(config: ModelConfig | None = None, seed: int = 0, device: str = "cpu") -> Policy:
+def load_policy(config: ModelConfig | None = None, seed: int = 0, device: torch.device | str = HOST) -> Policy:
     """Build or load the policy described by ``config`` on ``device``."""
     import torch
 

@@ -95,7 +95,7 @@ class PromptConfig(BaseModel):
         return self.model_copy(update={"style": default_style(model_path)})
 
 
-def problem_text(problem: Problem, field: str = "prompt", style: PromptStyle | None = "terse") -> str:
+def problem_text(problem: Problem, field: str, style: PromptStyle | None = "terse") -> str:
     """The text shown for ``problem``: its natural statement when asked for and the task has one, else the terse
     one (``style`` None, an unresolved config, means terse)."""
     if style == "natural":

@@ -74,7 +74,7 @@ def keep_freed_memory() -> bool:
         return False
 
 
-def configure_torch(threads: int | None, deterministic: bool, device, keep_memory: bool = False) -> int:
+def configure_torch(threads: int | None, deterministic: bool, device, keep_memory: bool) -> int:
     """Set torch's CPU threads (``threads``, or :func:`default_threads`) and, with ``deterministic``, make every
     run of the same config at the same thread count compute the same numbers on ``device`` (the run's; another
     thread count adds float reductions in another order: close, not identical; docs/training.md, "Determinism").

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from polyrl.errors import UserError
-from polyrl.policy.backends import BackendContext, register_backend
-from polyrl.policy.generation import Generation, eos_ids
+from polyrl.policy.backends import BackendContext, GenerationConfig, register_backend
+from polyrl.policy.generation import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, Generation, eos_ids
 from polyrl.policy.loading import Policy, merged
 
 
@@ -75,6 +75,7 @@ class VLLMBackend:
     by default) when the backend starts; after that, weights move in memory. Each completion gets its own
     sampling seed drawn from torch's generator, so runs are reproducible for a fixed trainer seed and the G
     completions of a group differ. Identical prompts share their prefill through vLLM's prefix cache.
+    The engine keywords have no defaults here: :func:`engine_options` reads them from the ``generation`` section.
     """
 
     def __init__(
@@ -82,11 +83,11 @@ class VLLMBackend:
         model,
         tokenizer,
         *,
-        gpu_memory_utilization: float = 0.3,
-        max_model_len: int | None = None,
-        enforce_eager: bool = False,
-        dtype: str = "auto",
-        seed: int = 0,
+        gpu_memory_utilization: float,
+        max_model_len: int | None,
+        enforce_eager: bool,
+        dtype: str,
+        seed: int,
         work_dir: str | None = None,
     ):
         vllm = require_vllm()
@@ -123,7 +124,9 @@ class VLLMBackend:
             self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
         self.version = version
 
-    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False) -> list[Generation]:
+    def generate(
+        self, prompts, *, max_new_tokens, temperature=DEFAULT_TEMPERATURE, top_p=DEFAULT_TOP_P, greedy=False
+    ) -> list[Generation]:
         if not prompts:
             return []
         seeds = torch.randint(0, 2**31 - 1, (len(prompts),)).tolist()
@@ -163,13 +166,15 @@ class VLLMBackend:
 @register_backend("vllm", cuda_only=True, check=require_vllm)
 def make_vllm_backend(model, tokenizer, ctx: BackendContext) -> VLLMBackend:
     """``generation.engine: vllm``: the ``generation.vllm_*`` fields, the run seed."""
-    gen = ctx.generation
-    return VLLMBackend(
-        model,
-        tokenizer,
-        gpu_memory_utilization=gen.vllm_gpu_memory_utilization,
-        max_model_len=gen.vllm_max_model_len,
-        enforce_eager=gen.vllm_enforce_eager,
-        dtype=gen.vllm_dtype,
-        seed=ctx.seed,
-    )
+    return VLLMBackend(model, tokenizer, **engine_options(ctx.generation), seed=ctx.seed)
+
+
+def engine_options(generation: GenerationConfig) -> dict[str, Any]:
+    """:class:`VLLMBackend`'s engine keywords from the ``generation`` section (their one home: its ``vllm_*``
+    fields)."""
+    return {
+        "gpu_memory_utilization": generation.vllm_gpu_memory_utilization,
+        "max_model_len": generation.vllm_max_model_len,
+        "enforce_eager": generation.vllm_enforce_eager,
+        "dtype": generation.vllm_dtype,
+    }

@@ -30,11 +30,14 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from polyrl.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 _SCORE_RE = re.compile(r"score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 _PAIR_RE = re.compile(r"\[\[\s*([ABC])\s*\]\]")
@@ -181,11 +184,13 @@ class OpenAIJudgeClient:
 class LocalJudgeClient:
     """A local causal LM (any path load_policy accepts), greedy, batched."""
 
-    def __init__(self, config: JudgeConfig, device: str = "cpu"):
+    def __init__(self, config: JudgeConfig, device: torch.device | str | None = None):
+        """``device``: where the judge model runs (None: :data:`polyrl.device.HOST`)."""
+        from polyrl.device import HOST
         from polyrl.policy import TransformersBackend
         from polyrl.policy.loading import ModelConfig, load_policy
 
-        self.policy = load_policy(ModelConfig(path=config.model), device=device)
+        self.policy = load_policy(ModelConfig(path=config.model), device=HOST if device is None else device)
         self.backend = TransformersBackend(self.policy.model, self.policy.tokenizer, device=self.policy.device)
         self.config = config
 
@@ -231,7 +236,7 @@ class JudgeSource:
     e.g. ``[[A]]`` in both orders), over every sample scored, cached ones included.
     """
 
-    def __init__(self, config: JudgeConfig, device: str = "cpu", client=None):
+    def __init__(self, config: JudgeConfig, device: torch.device | str | None = None, client=None):
         self.config = config
         self.rubric = load_rubric(config.rubric)
         if client is None:

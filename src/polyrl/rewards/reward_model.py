@@ -17,11 +17,19 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+
+REWARD_MODEL_MAX_LENGTH = 512
+"""Longest prompt + response in reward-model tokens: what ``polyrl rm train`` trains on and, by default, what a
+reward-model term scores (``reward.reward_model.max_length``)."""
 
 
 class RewardModelConfig(BaseModel):
@@ -37,7 +45,9 @@ class RewardModelConfig(BaseModel):
     )
     batch_size: int = Field(64, ge=1, description="Completions scored per forward pass.")
     max_length: int = Field(
-        512, ge=8, description="Longest prompt + response in reward-model tokens (longer ones are cut from the left)."
+        REWARD_MODEL_MAX_LENGTH,
+        ge=8,
+        description="Longest prompt + response in reward-model tokens (longer ones are cut from the left).",
     )
 
 
@@ -69,9 +79,12 @@ def build_tiny_reward_model(seed: int = 0, **shape):
     return model, tokenizer
 
 
-def load_reward_model(path: str | Path, device: str = "cpu"):
-    """``(model, tokenizer)`` of a reward-model directory; UserError when it is not one."""
+def load_reward_model(path: str | Path, device: torch.device | str | None = None):
+    """``(model, tokenizer)`` of a reward-model directory, the model on ``device`` (None:
+    :data:`polyrl.device.HOST`); UserError when it is not one."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from polyrl.device import HOST
 
     p = Path(path)
     cfg_file = p / "config.json"
@@ -98,7 +111,7 @@ def load_reward_model(path: str | Path, device: str = "cpu"):
             raise UserError(f"reward model tokenizer at {str(path)!r} has neither a pad nor an EOS token")
         tokenizer.pad_token = tokenizer.eos_token
     model.config.pad_token_id = tokenizer.pad_token_id
-    return model.to(device).eval(), tokenizer
+    return model.to(HOST if device is None else device).eval(), tokenizer
 
 
 def pair_text(tokenizer, prompt: str, response: str) -> str:
@@ -129,10 +142,13 @@ def encode_pairs(tokenizer, prompts: list[str], responses: list[str], max_length
 class RewardModelSource:
     """Batched scoring of completions by a reward model (one forward pass per ``batch_size`` completions)."""
 
-    def __init__(self, config: RewardModelConfig, device: str = "cpu"):
+    def __init__(self, config: RewardModelConfig, device: torch.device | str | None = None):
+        """``device``: where the reward model runs (None: :data:`polyrl.device.HOST`)."""
+        from polyrl.device import HOST
+
         self.config = config
-        self.model, self.tokenizer = load_reward_model(config.path, device)
-        self.device = device
+        self.device = HOST if device is None else device
+        self.model, self.tokenizer = load_reward_model(config.path, self.device)
 
     def raw_scores(self, prompts: list[str], responses: list[str]) -> list[float]:
         import torch

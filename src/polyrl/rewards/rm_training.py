@@ -11,6 +11,8 @@ import random
 from pathlib import Path
 
 from polyrl.errors import UserError
+from polyrl.rewards.reward_model import REWARD_MODEL_MAX_LENGTH
+from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.dataset_files import check_local_file
 
 COLUMNS = ("prompt", "chosen", "rejected")
@@ -69,7 +71,9 @@ def corrupt_answer(answer: str, rng: random.Random) -> str:
     return "".join(chars)
 
 
-def build_preference_data(task_names: list[str], n: int, seed: int = 0, difficulty="easy") -> list[dict[str, str]]:
+def build_preference_data(
+    task_names: list[str], n: int, seed: int = 0, difficulty=DEFAULT_DIFFICULTY
+) -> list[dict[str, str]]:
     """``n`` pairs per task: the verified-correct reference response (chosen) and a corrupted answer that
     the verifier rejects (rejected). Problems without a reference, or whose corruption still verifies,
     are skipped."""
@@ -117,7 +121,7 @@ def train_reward_model(
     batch_size: int = 16,
     lr: float = 1e-3,
     heldout_fraction: float = 0.1,
-    max_length: int = 512,
+    max_length: int = REWARD_MODEL_MAX_LENGTH,
     seed: int = 0,
     log=print,
     tiny_shape: dict | None = None,

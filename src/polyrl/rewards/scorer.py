@@ -10,6 +10,8 @@ disagree (``Trajectory.judge_position_inconsistent``, logged per step); those ke
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from polyrl.errors import UserError
 from polyrl.rewards.builtin_terms import majority_vote_scores
 from polyrl.rewards.compose import RewardConfig
@@ -22,10 +24,13 @@ from polyrl.rewards.terms import (
 )
 from polyrl.tasks.verifiers import import_callable
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["RewardScorer", "callable_source", "majority_vote_scores", "register_reward_source", "register_reward_term"]
 
 
-def _source(term, config: RewardConfig, device: str):
+def _source(term, config: RewardConfig, device: torch.device | str | None):
     """The scoring function of a built-in term (by name) or of a ``reward.terms`` entry."""
     if isinstance(term, str):
         return REWARD_SOURCES[term](config, device)
@@ -35,9 +40,10 @@ def _source(term, config: RewardConfig, device: str):
 
 
 class RewardScorer:
-    """The model and group terms of a run, built once at start-up (configuration errors surface here)."""
+    """The model and group terms of a run, built once at start-up (configuration errors surface here); model
+    terms run on ``device`` (None: :data:`polyrl.device.HOST`)."""
 
-    def __init__(self, config: RewardConfig, task_names: list[str], device: str = "cpu"):
+    def __init__(self, config: RewardConfig, task_names: list[str], device: torch.device | str | None = None):
         self.config = config
         unknown = sorted(set(config.tasks) - set(task_names))
         if unknown:

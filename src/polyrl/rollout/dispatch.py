@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polyrl.envs.base import is_environment
-from polyrl.envs.registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS
+from polyrl.envs.registry import EnvConfig
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rollout.episodes import PolicySource, episode_groups
@@ -22,17 +22,23 @@ from polyrl.tasks import Problem
 
 @dataclass(frozen=True)
 class Sampling:
-    """How completions are sampled: one group of ``group_size`` per problem."""
+    """How completions are sampled: one group of ``group_size`` per problem. No field has a default: each comes
+    from the config (:meth:`of`), the one home of its default."""
 
     group_size: int
     max_new_tokens: int
     """Token budget of one completion (of one policy turn of an episode)."""
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_episode_tokens: int = MAX_EPISODE_TOKENS
+    temperature: float
+    top_p: float
+    max_episode_tokens: int
     """Token budget of a whole episode, policy and environment tokens (``env.max_episode_tokens``)."""
-    env_concurrency: int = ENV_CONCURRENCY
+    env_concurrency: int
     """Environment steps run at once (``env.concurrency``)."""
+
+    @classmethod
+    def of(cls, rl, env: EnvConfig) -> Sampling:
+        """The sampling of the config's ``rl`` section (an ``RLConfig``) and ``env`` section."""
+        return cls(rl.group_size, rl.max_new_tokens, rl.temperature, rl.top_p, env.max_episode_tokens, env.concurrency)
 
 
 def rollout_groups(
@@ -67,10 +73,10 @@ def rollout_groups(
             prompts,
             s.group_size,
             s.max_new_tokens,
-            s.temperature,
-            s.top_p,
-            greedy,
-            single_version,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            greedy=greedy,
+            version=single_version,
         )
         for i, group in zip(single_idx, groups):
             if env_idx or own_idx:  # explicit all-policy masks, so a mixed batch collates with one mask per row

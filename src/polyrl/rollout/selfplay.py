@@ -66,7 +66,7 @@ class SelfPlaySettings:
     """Proposer prompts per step; each is a group of ``proposals`` completions."""
     reward: str
     """A key of :data:`LEARNABILITY`."""
-    invalid_reward: float = 0.0
+    invalid_reward: float
     """The proposer's reward for a proposal the verifier rejects."""
 
 

@@ -14,8 +14,9 @@ def rollout_problems(
     prompts: PromptBuilder,
     group_size: int,
     max_new_tokens: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
+    *,
+    temperature: float,
+    top_p: float,
     greedy: bool = False,
     version: int = 0,
 ) -> list[list[Trajectory]]:

@@ -12,6 +12,9 @@ from typing import Literal
 from polyrl.tasks.thinking import split_thinking
 
 AnswerStyle = Literal["tags", "boxed", "last_line"]
+DEFAULT_ANSWER_STYLE: AnswerStyle = "tags"
+"""How responses mark answers wherever none is given: a task's answer format, an eval suite's ``answer_format``
+and ``polyrl tasks score --answer-format`` (a suite scores a trained policy as its tasks taught it)."""
 
 #: Responses longer than this are not searched; they get reason ``too_long``.
 MAX_RESPONSE_CHARS = 200_000
@@ -38,7 +41,7 @@ class Extraction:
 class AnswerFormat:
     """How answers are marked in responses: ``<answer>…</answer>`` (default), ``\\boxed{…}`` or the last line."""
 
-    style: AnswerStyle = "tags"
+    style: AnswerStyle = DEFAULT_ANSWER_STYLE
     think_tags: tuple[str, str] | None = None
     """Reasoning models: the thinking block these tags delimit is cut off before the answer is looked for."""
 

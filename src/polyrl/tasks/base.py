@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from polyrl.errors import UserError
-from polyrl.tasks.answers import MAX_ANSWER_CHARS, AnswerFormat
+from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE, MAX_ANSWER_CHARS, AnswerFormat
 from polyrl.tasks.verdict import VERIFIER_ERROR, Verdict
 
 CATEGORIES = ("arithmetic", "logic", "grid", "graph", "sequential", "crypto", "search")
@@ -219,7 +219,7 @@ class Task:
     its time and memory are bounded by the answer's length. Tasks that are not pure are verified in the
     isolated worker pool (:mod:`polyrl.tasks.isolation`); plugins opt in with ``pure = True``."""
 
-    def __init__(self, answer_format: AnswerFormat | str = "tags"):
+    def __init__(self, answer_format: AnswerFormat | str = DEFAULT_ANSWER_STYLE):
         self.answer_format = AnswerFormat(answer_format) if isinstance(answer_format, str) else answer_format
 
     @classmethod

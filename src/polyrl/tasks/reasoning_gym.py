@@ -19,6 +19,7 @@ import math
 from typing import Any, ClassVar
 
 from polyrl.errors import UserError
+from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, SPLITS, Difficulty, Param, Problem, Task
 from polyrl.tasks.rg_guards import guard_answer, replace_eval
 
@@ -63,7 +64,7 @@ class ReasoningGymTask(Task):
     partial_credit = True  # many score_answer functions give partial credit
     pure = False  # several score_answer functions eval or sympy-parse the answer: always verified isolated
 
-    def __init__(self, answer_format="tags"):
+    def __init__(self, answer_format=DEFAULT_ANSWER_STYLE):
         super().__init__(answer_format)
         factory = _rg()
         self._dataset_cls, self._config_cls = factory.DATASETS[self.rg_dataset]
@@ -195,7 +196,7 @@ def rg_task_class(name: str) -> type[ReasoningGymTask]:
     return cls
 
 
-def rg_task(name: str, answer_format: str = "tags") -> ReasoningGymTask:
+def rg_task(name: str, answer_format: str) -> ReasoningGymTask:
     """The ``rg/<name>`` task (how a verifier worker rebuilds one it was sent)."""
     return rg_task_class(name)(answer_format)
 

@@ -135,15 +135,7 @@ class RunParts:
 
     def sampling(self) -> Sampling:
         """How RL rollouts sample (one home: the config's rl and env sections)."""
-        return rl_sampling(self.config)
-
-
-def rl_sampling(config: TrainConfig) -> Sampling:
-    """How RL rollouts sample, from the config's rl and env sections."""
-    cfg, env = config.rl, config.env
-    return Sampling(
-        cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.top_p, env.max_episode_tokens, env.concurrency
-    )
+        return Sampling.of(self.config.rl, self.config.env)
 
 
 def _resolve_tasks(config: TrainConfig) -> tuple[dict, dict]:
@@ -188,7 +180,7 @@ def _load_policy(config: TrainConfig, placement) -> tuple[Policy, PromptBuilder,
 def _rollouts(config: TrainConfig, tasks: dict, local) -> tuple[GroupSource, RolloutPool | None, SelfPlay | None]:
     """Where RL groups come from — Ray workers (joined or started now, their CPUs checked) or this process
     (``local(sampling)`` makes an in-process source) — and the self-play game."""
-    sampling, pool = rl_sampling(config), None
+    sampling, pool = Sampling.of(config.rl, config.env), None
     if config.backend == "ray":
         from polyrl.distributed.pool import RaySource, RolloutPool
 

@@ -22,6 +22,7 @@ from polyrl.errors import UserError
 from polyrl.harness.task import HarnessSpec
 from polyrl.optim import MAX_LR
 from polyrl.policy.backends import GenerationConfig, check_engine
+from polyrl.policy.generation import DEFAULT_TEMPERATURE
 from polyrl.policy.loading import TINY, ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.policy.threads import check_threads
@@ -195,7 +196,7 @@ class EvalConfig(Strict):
     problems_per_task: int = Field(100, ge=1, description="Held-out problems per task.")
     every: int = Field(0, ge=0, description="Evaluate every N RL steps (0: only before and after RL).")
     pass_k: int = Field(4, ge=1, description="Samples per problem for pass@k (1 disables sampling).")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature for pass@k.")
+    temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, description="Sampling temperature for pass@k.")
     max_new_tokens: int | None = Field(None, description="Longest completion (default: rl.max_new_tokens).")
     attempts: int = Field(
         1,

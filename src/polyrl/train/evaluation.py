@@ -19,22 +19,31 @@ def held_out(
     if path.exists() and name == "after_sft":
         results = json.loads(path.read_text())
     else:
-        cfg = config.eval
         before()
-        results = evaluate_policy(
-            parts.backend,
-            parts.prompts,
-            parts.eval_tasks(),
-            cfg.problems_per_task,
-            cfg.max_new_tokens or config.rl.max_new_tokens,
-            cfg.pass_k,
-            cfg.temperature,
-            seed=config.seed,
-            max_episode_tokens=config.env.max_episode_tokens,
-            attempts=cfg.attempts,
-            env_concurrency=config.env.concurrency,
-        )
+        results = evaluate(config, parts.backend, parts.prompts, parts.eval_tasks())
         run_dir.save_json(path, results)
     if log is not None:
         log({"name": name, **{f"{m}/{t}": v for t, row in results.items() for m, v in row.items()}})
     return results
+
+
+def evaluate(
+    config, backend, prompts, tasks: dict, problems_per_task: int | None = None, pass_k: int | None = None
+) -> dict[str, dict[str, float]]:
+    """:func:`~polyrl.eval.evaluate_policy` of ``tasks`` with every setting from ``config`` (a ``TrainConfig``: its
+    ``eval``, ``rl`` and ``env`` sections and the run seed); ``problems_per_task`` and ``pass_k`` replace the
+    config's (an experiment's own held-out split, greedy only)."""
+    cfg = config.eval
+    return evaluate_policy(
+        backend,
+        prompts,
+        tasks,
+        problems_per_task or cfg.problems_per_task,
+        cfg.max_new_tokens or config.rl.max_new_tokens,
+        pass_k=pass_k or cfg.pass_k,
+        temperature=cfg.temperature,
+        seed=config.seed,
+        max_episode_tokens=config.env.max_episode_tokens,
+        attempts=cfg.attempts,
+        env_concurrency=config.env.concurrency,
+    )

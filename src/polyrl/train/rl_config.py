@@ -17,6 +17,7 @@ from polyrl.algos import (
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
 from polyrl.optim import MAX_LR
+from polyrl.policy.generation import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 from polyrl.registry import registered
 from polyrl.train.config_fields import Strict
 
@@ -40,8 +41,8 @@ class RLConfig(Strict):
     )
     group_size: int = Field(8, ge=1, description="Completions per problem (G).")
     max_new_tokens: int = Field(24, ge=1, description="Longest completion in tokens.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature for rollouts.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling for rollouts.")
+    temperature: float = Field(DEFAULT_TEMPERATURE, gt=0, description="Sampling temperature for rollouts.")
+    top_p: float = Field(DEFAULT_TOP_P, gt=0, le=1, description="Nucleus sampling for rollouts.")
     lr: float = Field(1e-4, gt=0, le=MAX_LR, description="Learning rate, at most 1 (constant after warmup).")
     warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
@@ -102,7 +103,7 @@ class RLConfig(Strict):
         description="Leave zero-advantage sequences out of the update when no KL/entropy term needs them (same gradient, less compute).",
     )
     share_prompts: bool = Field(
-        True,
+        DEFAULT_SHARE_PROMPTS,
         description="Run each distinct prompt through the model once per group, in generation and in the update (same numbers, less compute; off: one full forward per completion).",
     )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from polyrl.learner import sft_step
+from polyrl.learner import SFT_WEIGHT_DECAY, sft_step
 from polyrl.train import sft
 from polyrl.train.checkpoint import Checkpoint
 
@@ -30,7 +30,7 @@ class SFTStage:
         """SFT from the start, or from ``ckpt`` (an SFT checkpoint)."""
         cfg = self.parts.config.sft
         total = cfg.steps if cfg.enabled else 0
-        self.training.make_optimizer(cfg.lr, cfg.warmup_steps, total, cosine=True)
+        self.training.make_optimizer(cfg.lr, cfg.warmup_steps, total, cosine=True, weight_decay=SFT_WEIGHT_DECAY)
         start = 0
         if ckpt is not None:
             self.state.restore(ckpt)

@@ -34,7 +34,7 @@ class Training:
         """The trainable parameters (all of them, or the LoRA adapters)."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def make_optimizer(self, lr: float, warmup: int, total: int, cosine: bool, weight_decay: float = 0.0) -> None:
+    def make_optimizer(self, lr: float, warmup: int, total: int, cosine: bool, weight_decay: float) -> None:
         """A fresh optimizer and schedule for a stage."""
         self.optimizer, self.scheduler = make_optimizer(self.parameters(), lr, warmup, total, cosine, weight_decay)
 
