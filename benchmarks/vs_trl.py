@@ -384,6 +384,25 @@ def run_seed(args, console: Console) -> dict:
 
 
 def main() -> None:
+    args, seeds = parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    console = Console(stderr=True)
+
+    load = [os.getloadavg()[0]]
+    results = []
+    for seed in seeds:
+        args.seed = seed
+        results.append(run_seed(args, console))
+    load.append(os.getloadavg()[0])
+    report(args, seeds, results, load)
+
+
+def parse_args() -> tuple[argparse.Namespace, list[int]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--model", default="tiny", help="tiny, or a real model: a preset, a .gguf file or a Hugging Face directory."
@@ -427,20 +446,11 @@ def main() -> None:
         parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
     if not seeds:
         parser.error("--seeds is empty")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore")
-    from transformers.utils import logging as hf_logging
+    return args, seeds
 
-    hf_logging.set_verbosity_error()
-    torch.set_num_threads(args.threads)
-    console = Console(stderr=True)
 
-    load = [os.getloadavg()[0]]
-    results = []
-    for seed in seeds:
-        args.seed = seed
-        results.append(run_seed(args, console))
-    load.append(os.getloadavg()[0])
+def report(args, seeds: list[int], results: list[dict], load: list[float]) -> None:
+    """The tables and the verdict (``--markdown``: as Markdown; ``--json``: every figure to a file too)."""
     goal = GOAL_SPEEDUP["tiny" if args.model == "tiny" else "real"]
 
     completions = args.steps * args.prompts * args.group_size
@@ -460,56 +470,23 @@ def main() -> None:
         f"TRL {results[0]['trl']['precision']}"
     )
 
-    def acc(r: dict, who: str, task: str = "mean") -> float:
-        return 100 * (r[who] if who == "sft" else r[who]["accuracy"])[task]["accuracy"]
-
-    per_seed_header = ["seed", "polyrl RL s", "TRL RL s", "speed-up", "SFT start", "polyrl held-out", "TRL held-out"]
-    per_seed_rows = [
-        [
-            str(r["seed"]),
-            f"{r['polyrl']['wall']:.1f}",
-            f"{r['trl']['wall']:.1f}",
-            f"{r['trl']['wall'] / r['polyrl']['wall']:.2f}×",
-            f"{acc(r, 'sft'):.1f}%",
-            f"{acc(r, 'polyrl'):.1f}%",
-            f"{acc(r, 'trl'):.1f}%",
-        ]
-        for r in results
-    ]
-    speed_header = ["trainer", "RL wall s", "RL CPU s", "compl./s", "compl./CPU-s", "held-out mean"]
-    speed_rows = [
-        [
-            label,
-            mean_std([r[who]["wall"] for r in results]),
-            mean_std([r[who]["cpu"] for r in results]),
-            mean_std([completions / r[who]["wall"] for r in results]),
-            mean_std([completions / r[who]["cpu"] for r in results]),
-            mean_std([acc(r, who) for r in results]) + "%",
-        ]
-        for label, who in (("polyrl", "polyrl"), ("TRL GRPOTrainer", "trl"))
-    ]
-    acc_header = ["task", "SFT start", "polyrl", "TRL GRPOTrainer"]
-    acc_rows = [
-        [n, *(mean_std([acc(r, who, n) for r in results]) + "%" for who in ("sft", "polyrl", "trl"))]
-        for n in [*task_names, "mean"]
-    ]
+    tables = summary_tables(results, completions, task_names)
     speedups = [r["trl"]["wall"] / r["polyrl"]["wall"] for r in results]
     cpu_speedups = [r["trl"]["cpu"] / r["polyrl"]["cpu"] for r in results]
-    diffs = [acc(r, "polyrl") - acc(r, "trl") for r in results]
+    diffs = [accuracy(r, "polyrl") - accuracy(r, "trl") for r in results]
+
+    def moved(who: str) -> str:
+        return mean_std([r[who]["update"]["total_delta"] for r in results], "{:.3f}")
+
     gen_share = [100 * r["polyrl"]["gen_time"] / max(r["polyrl"]["step_time"], 1e-9) for r in results]
     verdict = (
         f"polyrl/TRL throughput: {mean_std(speedups, '{:.2f}')}× wall, {mean_std(cpu_speedups, '{:.2f}')}× CPU "
         f"(goal ≥ {goal:.0f}×: {'met' if min(speedups) >= goal else 'NOT met'} in "
         f"{sum(s >= goal for s in speedups)}/{len(speedups)} seeds); held-out mean accuracy polyrl − TRL: "
         f"{mean_std(diffs)} points over {len(results)} seed(s); {mean_std(gen_share, '{:.0f}')}% of polyrl's RL "
-        f"step time in generation"
+        f"step time in generation; ‖θ_end − θ_start‖ polyrl {moved('polyrl')}, TRL {moved('trl')}"
     )
-    tables = [
-        ("Per seed", per_seed_header, per_seed_rows),
-        ("Throughput (mean ± std over seeds)", speed_header, speed_rows),
-        ("Held-out accuracy, greedy (mean ± std over seeds)", acc_header, acc_rows),
-        ("The update, per seed (per optimizer step: mean [min, max])", *update_table(results)),
-    ]
+    tables.append(("The update, per seed (per optimizer step: mean (min–max))", *update_table(results)))
     if args.json:
         Path(args.json).write_text(json.dumps({"setup": setup, "machine": machine, "results": results}, indent=1))
     if args.markdown:
@@ -529,9 +506,53 @@ def main() -> None:
     out.print(verdict)
 
 
+def accuracy(r: dict, who: str, task: str = "mean") -> float:
+    """Held-out accuracy in percent of ``who`` (sft, polyrl, trl) in one seed's result."""
+    return 100 * (r[who] if who == "sft" else r[who]["accuracy"])[task]["accuracy"]
+
+
+def summary_tables(results: list[dict], completions: int, task_names: list[str]) -> list[tuple]:
+    """``(title, header, rows)`` of the per-seed, throughput and held-out accuracy tables."""
+    per_seed_header = ["seed", "polyrl RL s", "TRL RL s", "speed-up", "SFT start", "polyrl held-out", "TRL held-out"]
+    per_seed_rows = [
+        [
+            str(r["seed"]),
+            f"{r['polyrl']['wall']:.1f}",
+            f"{r['trl']['wall']:.1f}",
+            f"{r['trl']['wall'] / r['polyrl']['wall']:.2f}×",
+            f"{accuracy(r, 'sft'):.1f}%",
+            f"{accuracy(r, 'polyrl'):.1f}%",
+            f"{accuracy(r, 'trl'):.1f}%",
+        ]
+        for r in results
+    ]
+    speed_header = ["trainer", "RL wall s", "RL CPU s", "compl./s", "compl./CPU-s", "held-out mean"]
+    speed_rows = [
+        [
+            label,
+            mean_std([r[who]["wall"] for r in results]),
+            mean_std([r[who]["cpu"] for r in results]),
+            mean_std([completions / r[who]["wall"] for r in results]),
+            mean_std([completions / r[who]["cpu"] for r in results]),
+            mean_std([accuracy(r, who) for r in results]) + "%",
+        ]
+        for label, who in (("polyrl", "polyrl"), ("TRL GRPOTrainer", "trl"))
+    ]
+    acc_header = ["task", "SFT start", "polyrl", "TRL GRPOTrainer"]
+    acc_rows = [
+        [n, *(mean_std([accuracy(r, who, n) for r in results]) + "%" for who in ("sft", "polyrl", "trl"))]
+        for n in [*task_names, "mean"]
+    ]
+    return [
+        ("Per seed", per_seed_header, per_seed_rows),
+        ("Throughput (mean ± std over seeds)", speed_header, speed_rows),
+        ("Held-out accuracy, greedy (mean ± std over seeds)", acc_header, acc_rows),
+    ]
+
+
 def update_table(results: list[dict]) -> tuple[list[str], list[list[str]]]:
     """What each trainer's update did (benchmarks/update_probe.py): optimizer steps per RL step, the learning
-    rate and AdamW settings applied, the loss normalizer and mean |advantage| the updates were fed, and per
+    rate and AdamW settings applied, the loss normalizer and mean absolute advantage the updates were fed, and per
     optimizer step the applied (clipped) gradient norm, ``‖Δθ‖`` and the probe's KL(before ‖ after); last the
     run's ``‖θ_end − θ_start‖``."""
 
@@ -539,9 +560,9 @@ def update_table(results: list[dict]) -> tuple[list[str], list[list[str]]]:
         xs = [x for x in xs if x is not None]
         if not xs:
             return "–"
-        return f"{fmt.format(float(np.mean(xs)))} [{fmt.format(min(xs))}, {fmt.format(max(xs))}]"
+        return f"{fmt.format(float(np.mean(xs)))} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
 
-    header = ["seed", "trainer", "opt. steps / RL step", "lr", "AdamW β, ε, wd", "normalizer (tokens)", "mean |A|",
+    header = ["seed", "trainer", "opt. steps / RL step", "lr", "AdamW β, ε, wd", "normalizer (tokens)", "mean abs. advantage",
               "grad norm applied", "‖Δθ‖ per step", "KL per step", "‖θ_end − θ_start‖"]  # fmt: skip
     rows = []
     for r in results:
