@@ -563,7 +563,8 @@ def update_table(results: list[dict]) -> tuple[list[str], list[list[str]]]:
         return f"{fmt.format(float(np.mean(xs)))} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
 
     header = ["seed", "trainer", "opt. steps / RL step", "lr", "AdamW β, ε, wd", "normalizer (tokens)",
-              "mean abs. advantage", "grad norm applied", "‖Δθ‖ per step", "KL per step", "‖θ_end − θ_start‖"]  # fmt: skip
+              "mean abs. advantage", "grad norm applied", "‖Δθ‖ per step", "KL per step",
+              "‖θ_end − θ_start‖"]  # fmt: skip
     rows = []
     for r in results:
         for label, who in (("polyrl", "polyrl"), ("TRL", "trl")):
