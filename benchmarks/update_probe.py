@@ -12,6 +12,8 @@ loss normalizer (the token count a token-mean loss divides by).
 from __future__ import annotations
 
 import math
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -47,6 +49,9 @@ class UpdateProbe:
     probe: Probe
     steps: list[dict] = field(default_factory=list)
     batches: list[dict] = field(default_factory=list)
+    wall: float = 0.0
+    """Seconds the probe itself took inside the trainer's run (a benchmark takes them off its timing)."""
+    cpu: float = 0.0
 
     def __post_init__(self):
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
@@ -67,7 +72,25 @@ class UpdateProbe:
              "rows": rows, "nonzero_rows": int((a != 0).sum())}
         )  # fmt: skip
 
+    @contextmanager
+    def _timed(self):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.wall += time.perf_counter() - wall
+            self.cpu += time.process_time() - cpu
+
     def _pre(self, optimizer, args, kwargs) -> None:
+        with self._timed():
+            self._record_before(optimizer)
+
+    @torch.no_grad()
+    def _post(self, optimizer, args, kwargs) -> None:
+        with self._timed():
+            self._record_after()
+
+    def _record_before(self, optimizer) -> None:
         group = optimizer.param_groups[0]
         grads = [p.grad for p in self.parameters if p.grad is not None]
         self._pending = {
@@ -81,8 +104,7 @@ class UpdateProbe:
         }
         self._before = [p.detach().clone() for p in self.parameters]
 
-    @torch.no_grad()
-    def _post(self, optimizer, args, kwargs) -> None:
+    def _record_after(self) -> None:
         delta = math.sqrt(
             sum(float((p.detach() - b).float().pow(2).sum()) for p, b in zip(self.parameters, self._before))
         )

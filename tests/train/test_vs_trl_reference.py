@@ -22,7 +22,7 @@ from polyrl.optim import clip_and_step, make_optimizer
 from polyrl.policy import TransformersBackend
 from polyrl.policy.loading import ModelConfig, load_policy
 
-# polyrl's token batches and their log-probs: moving to a new package (update these two lines there)
+# collate and sequence_logprobs are moving out of polyrl.rollout into a new package: update this import there
 from polyrl.rollout import Trajectory, collate, sequence_logprobs
 from polyrl.tasks import Problem, Verdict
 from polyrl.train.config import RLConfig
