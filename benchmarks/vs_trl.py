@@ -3,7 +3,7 @@ problems, same hyperparameters, in one run.
 
     .venv/bin/python benchmarks/vs_trl.py [--steps 60] [--prompts 16] [--group-size 8] [--tasks a,b]
                                           [--sft-steps 200] [--eval-problems 100] [--seeds 0,1,2] [--quick]
-                                          [--markdown]
+                                          [--markdown] [--json out.json]
     .venv/bin/python benchmarks/vs_trl.py --model smollm2-135m-instruct [--seeds 0,1,2] [--markdown]
 
 ``--model`` other than ``tiny`` (a preset, a .gguf file or a Hugging Face directory) starts from
@@ -24,17 +24,27 @@ polyrl's resolves to bf16; ``--precision fp32`` runs both in float32; ``--precis
    the same polyrl reward (task verifier + format term, ``polyrl.rewards.compute_rewards``); ``train()`` is
    timed.
 4. Both final models, and the SFT start, are scored by ``polyrl.eval.evaluate_policy`` (greedy) on the eval
-   split.
+   split, all three at polyrl's precision (TRL's model is given polyrl's autocast setting first).
 
 Matched settings: group size (``num_generations``), completions per optimizer step
 (``per_device_train_batch_size = prompts * G``, no gradient accumulation), ``max_new_tokens``
 (``max_completion_length``), temperature, top-p/top-k off, learning rate (constant, no warmup), AdamW, grad
 clip 1.0, no KL (``beta=0``), one epoch per batch (``num_iterations=1``), clip 0.2 / 0.28 (``epsilon``,
 ``epsilon_high``), token-mean loss (TRL ``loss_type="dapo"``), group-std advantages (``scale_rewards="group"``),
-the precision chosen above, no gradient checkpointing. Known differences: TRL's group std is the sample std
-(n-1) with eps 1e-4, polyrl's the population std with eps 1e-6 (advantages differ by a constant factor
-sqrt(G/(G-1)) per group, which AdamW nearly cancels); polyrl writes one checkpoint at the end of RL (inside the
-timed region), TRL saves nothing.
+the precision chosen above, no gradient checkpointing. On one batch the two updates are the same to float
+rounding (tests/train/test_vs_trl_reference.py). Known differences: TRL's group std is the sample std (n-1) with
+eps 1e-4, polyrl's the population std with eps 1e-6 (advantages differ by a constant factor sqrt(G/(G-1)) per
+group, which the gradient clip and AdamW cancel); in bf16 polyrl samples with bf16 weights and corrects towards
+its training forward with truncated importance sampling (``ray.tis_cap``), while TRL's ``generate`` runs in
+float32 outside its autocast; polyrl takes no optimizer step when every advantage of a step is zero, TRL takes
+one with zero gradients (AdamW's momentum still moves the weights); polyrl writes one checkpoint at the end of
+RL (inside the timed region), TRL saves nothing.
+
+Beside the tables, each trainer's update is measured the same way (benchmarks/update_probe.py): optimizer steps
+per RL step, the learning rate and AdamW settings applied, the loss normalizer and mean |advantage| fed to each
+update, and per optimizer step the applied gradient norm, ``‖Δθ‖`` and KL(before ‖ after) on a fixed probe set;
+``--json`` keeps every step's figures. The probe's own time (a weight copy and a probe forward per step) is taken
+off both trainers' timings.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ import platform
 import tempfile
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,15 +70,19 @@ from machine import (  # benchmarks/machine.py (scripts run from benchmarks/)
 )
 from rich.console import Console
 from rich.table import Table
+from update_probe import Probe, UpdateProbe  # benchmarks/update_probe.py
 
 from polyrl.cli.train import default_config_path
 from polyrl.experiments.curriculum import free_memory
 from polyrl.policy import PromptBuilder, TransformersBackend
+from polyrl.policy.precision import set_autocast
 from polyrl.rewards import compute_rewards
 from polyrl.tasks.io import problem_row, row_problem
+from polyrl.train import rl_stage
 from polyrl.train.build import step_seed
 from polyrl.train.config import TrainConfig, load_config
 from polyrl.train.evaluation import evaluate
+from polyrl.train.sft import reference_batch
 from polyrl.train.trainer import Trainer
 
 GOAL_SPEEDUP = {"tiny": 5.0, "real": 8.0}
@@ -81,6 +96,11 @@ SIZES = {
     "real": {"steps": 8, "prompts": 4, "group_size": 4, "sft_steps": 30, "eval_problems": 30,
              "max_new_tokens": 32, "lr": 5e-6},
 }  # fmt: skip
+POLYRL_STEP_METRICS = ("reward", "grad_norm", "zero_variance_frac", "updates", "skipped_updates", "tis_weight_mean",
+                       "tis_truncated_fraction", "mismatch_abs_mean")  # fmt: skip
+"""What polyrl's metrics log says of each RL step, kept beside the probe's figures (``--json``)."""
+PROBE_SEQUENCES = 8
+"""Reference solutions (train split, a fixed seed) on which each optimizer step's KL(before ‖ after) is measured."""
 
 
 def polyrl_config(args, run_dir: Path, overrides: list[str]) -> TrainConfig:
@@ -147,14 +167,20 @@ class Matched:
     eval_tasks: dict
     problems: list
     bf16: bool
+    probe: Probe
 
 
 def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
     cfg = polyrl_config(args, work / "polyrl", [f"model.path={sft_dir}", "sft.enabled=false"])
     trainer = Trainer(cfg)
-    wall, cpu = time.perf_counter(), time.process_time()
-    trainer.run_rl(None)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    probe = probe_set(trainer)
+    watch = UpdateProbe(trainer.policy.model, probe)
+    with watched_polyrl(trainer, watch):
+        wall, cpu = time.perf_counter(), time.process_time()
+        trainer.run_rl(None)
+        wall, cpu = time.perf_counter() - wall - watch.wall, time.process_time() - cpu - watch.cpu
+    update = watch.summary(cfg.rl.steps)
+    watch.release()
     trainer.run_dir.close()
     steps = [json.loads(line) for line in trainer.run_dir.metrics_file.read_text().splitlines()]
     steps = [r for r in steps if r.get("stage") == "rl"]
@@ -163,11 +189,13 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
     bf16 = trainer.policy.model.polyrl_autocast == "bf16"
     matched = Matched(
         cfg, trainer.tasks, trainer.prompts, trainer.policy.tokenizer, trainer.eval_tasks(),
-        step_problems(cfg, trainer), bf16,
+        step_problems(cfg, trainer), bf16, probe,
     )  # fmt: skip
     accuracy = held_out(cfg, trainer.backend, trainer.prompts, matched.eval_tasks, args)
     del trainer
     free_memory()
+    for key in POLYRL_STEP_METRICS:
+        update[key] = [r.get(key) for r in steps]
     return {
         "wall": wall,
         "cpu": cpu,
@@ -176,7 +204,39 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
         "gen_time": gen_time,
         "matched": matched,
         "accuracy": accuracy,
+        "update": update,
     }
+
+
+def probe_set(trainer: Trainer) -> Probe:
+    """The fixed sequences every optimizer step's KL is measured on: reference solutions of the run's tasks."""
+    rng = np.random.default_rng(12345)
+    pairs = reference_batch(
+        trainer.tasks, trainer.difficulty, trainer.prompts, trainer.policy.tokenizer.eos_token_id, rng, PROBE_SEQUENCES
+    )
+    return Probe.of([pair[:2] for pair in pairs], trainer.policy.tokenizer.pad_token_id)
+
+
+@contextmanager
+def watched_polyrl(trainer: Trainer, watch: UpdateProbe):
+    """polyrl's RL stage with ``watch`` on its optimizer (built when the stage starts) and on every batch the
+    update is fed (``policy_update`` as the RL stage calls it)."""
+    training, make, update = trainer.state.training, trainer.state.training.make_optimizer, rl_stage.policy_update
+
+    def make_watched(*a, **k):
+        make(*a, **k)
+        watch.watch(training.optimizer)
+
+    def update_watched(model, optimizer, batch, settings, *a, **k):
+        watch.see_batch(batch.advantages, float(batch.tokens.loss_mask.sum()), len(batch))
+        return update(model, optimizer, batch, settings, *a, **k)
+
+    training.make_optimizer, rl_stage.policy_update = make_watched, update_watched
+    try:
+        yield
+    finally:
+        del training.make_optimizer
+        rl_stage.policy_update = update
 
 
 def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
@@ -224,7 +284,7 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl: Matched) -> dict:
         report_to=[],
         save_strategy="no",
         disable_tqdm=True,
-        logging_steps=max(rl.steps, 1),
+        logging_steps=1,  # each step's reward and gradient norm, beside polyrl's
         seed=args.seed,
         bf16=polyrl.bf16,  # --precision best: what polyrl resolved
         gradient_checkpointing=False,
@@ -254,17 +314,47 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl: Matched) -> dict:
     )
     check_same_prompt_ids(tokenizer, polyrl.prompts, problems[0], data[0]["prompt"])
     trainer.remove_callback(PrinterCallback)  # its per-log dict printing; the metrics stay in trainer.state
+    watch = watched_trl(trainer, polyrl.probe)
     wall, cpu = time.perf_counter(), time.process_time()
     trainer.train()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    # the same tokenizer and PromptBuilder polyrl evaluates with (the SFT directory holds a copy of it)
-    backend = TransformersBackend(trainer.model, polyrl.tokenizer)
+    wall, cpu = time.perf_counter() - wall - watch.wall, time.process_time() - cpu - watch.cpu
+    update = watch.summary(rl.steps)
+    watch.release()
+    logs = [r for r in trainer.state.log_history if "reward" in r]
+    update["reward"] = [r["reward"] for r in logs]
+    update["grad_norm"] = [r.get("grad_norm") for r in logs]
     return {
         "wall": wall,
         "cpu": cpu,
         "precision": "bf16=True" if trl_args.bf16 else "fp32",
-        "accuracy": held_out(cfg, backend, polyrl.prompts, polyrl.eval_tasks, args),
+        "accuracy": held_out(cfg, eval_backend(trainer.model, polyrl), polyrl.prompts, polyrl.eval_tasks, args),
+        "update": update,
     }
+
+
+def eval_backend(model, polyrl: Matched) -> TransformersBackend:
+    """TRL's trained model, evaluated as polyrl's models are: with the same tokenizer and PromptBuilder (the SFT
+    directory holds a copy of it) and at the same precision — polyrl's bf16 autocast when its run resolved to it.
+    (A model that never went through polyrl's loader runs in float32: the SFT start and polyrl's model were then
+    evaluated in bf16 and TRL's in float32, which alone moved seed 0's TRL accuracy by 2.5 points.)"""
+    set_autocast(model, "bf16" if polyrl.bf16 else "none")
+    return TransformersBackend(model, polyrl.tokenizer)
+
+
+def watched_trl(trainer, probe: Probe) -> UpdateProbe:
+    """``trainer`` with an :class:`UpdateProbe` on its optimizer (created here, before ``train()``, which then
+    keeps it) and on every batch ``compute_loss`` is fed."""
+    watch = UpdateProbe(trainer.model, probe)
+    watch.watch(trainer.create_optimizer())
+    compute_loss = trainer.compute_loss
+
+    def compute_loss_watched(model, inputs, *a, **k):
+        normalizer = inputs.get("num_items_in_batch", inputs["completion_mask"].sum())
+        watch.see_batch(inputs["advantages"], float(normalizer), len(inputs["advantages"]))
+        return compute_loss(model, inputs, *a, **k)
+
+    trainer.compute_loss = compute_loss_watched
+    return watch
 
 
 def check_same_prompt_ids(tokenizer, prompts: PromptBuilder, problem, messages) -> None:
@@ -294,6 +384,25 @@ def run_seed(args, console: Console) -> dict:
 
 
 def main() -> None:
+    args, seeds = parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    console = Console(stderr=True)
+
+    load = [os.getloadavg()[0]]
+    results = []
+    for seed in seeds:
+        args.seed = seed
+        results.append(run_seed(args, console))
+    load.append(os.getloadavg()[0])
+    report(args, seeds, results, load)
+
+
+def parse_args() -> tuple[argparse.Namespace, list[int]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--model", default="tiny", help="tiny, or a real model: a preset, a .gguf file or a Hugging Face directory."
@@ -324,6 +433,7 @@ def main() -> None:
         "--quick", action="store_true", help="Smoke size: 20 RL steps, 60 SFT steps, 30 eval problems."
     )
     parser.add_argument("--markdown", action="store_true", help="Print markdown tables instead.")
+    parser.add_argument("--json", help="Also write every figure, each optimizer step's included, to this file.")
     args = parser.parse_args()
     for name, value in SIZES["tiny" if args.model == "tiny" else "real"].items():
         if getattr(args, name) is None:
@@ -336,20 +446,11 @@ def main() -> None:
         parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
     if not seeds:
         parser.error("--seeds is empty")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore")
-    from transformers.utils import logging as hf_logging
+    return args, seeds
 
-    hf_logging.set_verbosity_error()
-    torch.set_num_threads(args.threads)
-    console = Console(stderr=True)
 
-    load = [os.getloadavg()[0]]
-    results = []
-    for seed in seeds:
-        args.seed = seed
-        results.append(run_seed(args, console))
-    load.append(os.getloadavg()[0])
+def report(args, seeds: list[int], results: list[dict], load: list[float]) -> None:
+    """The tables and the verdict (``--markdown``: as Markdown; ``--json``: every figure to a file too)."""
     goal = GOAL_SPEEDUP["tiny" if args.model == "tiny" else "real"]
 
     completions = args.steps * args.prompts * args.group_size
@@ -369,55 +470,25 @@ def main() -> None:
         f"TRL {results[0]['trl']['precision']}"
     )
 
-    def acc(r: dict, who: str, task: str = "mean") -> float:
-        return 100 * (r[who] if who == "sft" else r[who]["accuracy"])[task]["accuracy"]
-
-    per_seed_header = ["seed", "polyrl RL s", "TRL RL s", "speed-up", "SFT start", "polyrl held-out", "TRL held-out"]
-    per_seed_rows = [
-        [
-            str(r["seed"]),
-            f"{r['polyrl']['wall']:.1f}",
-            f"{r['trl']['wall']:.1f}",
-            f"{r['trl']['wall'] / r['polyrl']['wall']:.2f}×",
-            f"{acc(r, 'sft'):.1f}%",
-            f"{acc(r, 'polyrl'):.1f}%",
-            f"{acc(r, 'trl'):.1f}%",
-        ]
-        for r in results
-    ]
-    speed_header = ["trainer", "RL wall s", "RL CPU s", "compl./s", "compl./CPU-s", "held-out mean"]
-    speed_rows = [
-        [
-            label,
-            mean_std([r[who]["wall"] for r in results]),
-            mean_std([r[who]["cpu"] for r in results]),
-            mean_std([completions / r[who]["wall"] for r in results]),
-            mean_std([completions / r[who]["cpu"] for r in results]),
-            mean_std([acc(r, who) for r in results]) + "%",
-        ]
-        for label, who in (("polyrl", "polyrl"), ("TRL GRPOTrainer", "trl"))
-    ]
-    acc_header = ["task", "SFT start", "polyrl", "TRL GRPOTrainer"]
-    acc_rows = [
-        [n, *(mean_std([acc(r, who, n) for r in results]) + "%" for who in ("sft", "polyrl", "trl"))]
-        for n in [*task_names, "mean"]
-    ]
+    tables = summary_tables(results, completions, task_names)
     speedups = [r["trl"]["wall"] / r["polyrl"]["wall"] for r in results]
     cpu_speedups = [r["trl"]["cpu"] / r["polyrl"]["cpu"] for r in results]
-    diffs = [acc(r, "polyrl") - acc(r, "trl") for r in results]
+    diffs = [accuracy(r, "polyrl") - accuracy(r, "trl") for r in results]
+
+    def moved(who: str) -> str:
+        return mean_std([r[who]["update"]["total_delta"] for r in results], "{:.3f}")
+
     gen_share = [100 * r["polyrl"]["gen_time"] / max(r["polyrl"]["step_time"], 1e-9) for r in results]
     verdict = (
         f"polyrl/TRL throughput: {mean_std(speedups, '{:.2f}')}× wall, {mean_std(cpu_speedups, '{:.2f}')}× CPU "
         f"(goal ≥ {goal:.0f}×: {'met' if min(speedups) >= goal else 'NOT met'} in "
         f"{sum(s >= goal for s in speedups)}/{len(speedups)} seeds); held-out mean accuracy polyrl − TRL: "
         f"{mean_std(diffs)} points over {len(results)} seed(s); {mean_std(gen_share, '{:.0f}')}% of polyrl's RL "
-        f"step time in generation"
+        f"step time in generation; ‖θ_end − θ_start‖ polyrl {moved('polyrl')}, TRL {moved('trl')}"
     )
-    tables = [
-        ("Per seed", per_seed_header, per_seed_rows),
-        ("Throughput (mean ± std over seeds)", speed_header, speed_rows),
-        ("Held-out accuracy, greedy (mean ± std over seeds)", acc_header, acc_rows),
-    ]
+    tables.append(("The update, per seed (per optimizer step: mean (min–max))", *update_table(results)))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"setup": setup, "machine": machine, "results": results}, indent=1))
     if args.markdown:
         print(f"Machine: {machine}.\n\nSetup: {setup}.\n")
         for _, header, rows in tables:
@@ -433,6 +504,81 @@ def main() -> None:
     out.print(setup)
     out.print(machine)
     out.print(verdict)
+
+
+def accuracy(r: dict, who: str, task: str = "mean") -> float:
+    """Held-out accuracy in percent of ``who`` (sft, polyrl, trl) in one seed's result."""
+    return 100 * (r[who] if who == "sft" else r[who]["accuracy"])[task]["accuracy"]
+
+
+def summary_tables(results: list[dict], completions: int, task_names: list[str]) -> list[tuple]:
+    """``(title, header, rows)`` of the per-seed, throughput and held-out accuracy tables."""
+    per_seed_header = ["seed", "polyrl RL s", "TRL RL s", "speed-up", "SFT start", "polyrl held-out", "TRL held-out"]
+    per_seed_rows = [
+        [
+            str(r["seed"]),
+            f"{r['polyrl']['wall']:.1f}",
+            f"{r['trl']['wall']:.1f}",
+            f"{r['trl']['wall'] / r['polyrl']['wall']:.2f}×",
+            f"{accuracy(r, 'sft'):.1f}%",
+            f"{accuracy(r, 'polyrl'):.1f}%",
+            f"{accuracy(r, 'trl'):.1f}%",
+        ]
+        for r in results
+    ]
+    speed_header = ["trainer", "RL wall s", "RL CPU s", "compl./s", "compl./CPU-s", "held-out mean"]
+    speed_rows = [
+        [
+            label,
+            mean_std([r[who]["wall"] for r in results]),
+            mean_std([r[who]["cpu"] for r in results]),
+            mean_std([completions / r[who]["wall"] for r in results]),
+            mean_std([completions / r[who]["cpu"] for r in results]),
+            mean_std([accuracy(r, who) for r in results]) + "%",
+        ]
+        for label, who in (("polyrl", "polyrl"), ("TRL GRPOTrainer", "trl"))
+    ]
+    acc_header = ["task", "SFT start", "polyrl", "TRL GRPOTrainer"]
+    acc_rows = [
+        [n, *(mean_std([accuracy(r, who, n) for r in results]) + "%" for who in ("sft", "polyrl", "trl"))]
+        for n in [*task_names, "mean"]
+    ]
+    return [
+        ("Per seed", per_seed_header, per_seed_rows),
+        ("Throughput (mean ± std over seeds)", speed_header, speed_rows),
+        ("Held-out accuracy, greedy (mean ± std over seeds)", acc_header, acc_rows),
+    ]
+
+
+def update_table(results: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """What each trainer's update did (benchmarks/update_probe.py): optimizer steps per RL step, the learning
+    rate and AdamW settings applied, the loss normalizer and mean absolute advantage the updates were fed, and per
+    optimizer step the applied (clipped) gradient norm, ``‖Δθ‖`` and the probe's KL(before ‖ after); last the
+    run's ``‖θ_end − θ_start‖``."""
+
+    def spread(xs: list[float], fmt: str) -> str:
+        xs = [x for x in xs if x is not None]
+        if not xs:
+            return "–"
+        return f"{fmt.format(float(np.mean(xs)))} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
+
+    header = ["seed", "trainer", "opt. steps / RL step", "lr", "AdamW β, ε, wd", "normalizer (tokens)",
+              "mean abs. advantage", "grad norm applied", "‖Δθ‖ per step", "KL per step",
+              "‖θ_end − θ_start‖"]  # fmt: skip
+    rows = []
+    for r in results:
+        for label, who in (("polyrl", "polyrl"), ("TRL", "trl")):
+            u = r[who]["update"]
+            adam = u["adam"]
+            rows.append([
+                str(r["seed"]), label, f"{u['optimizer_steps_per_rl_step']:.2f}",
+                ", ".join(f"{x:g}" for x in u["lr"]) or "–",
+                f"{adam['betas']}, {adam['eps']:g}, {adam['weight_decay']:g}" if adam["betas"] else "–",
+                spread(u["normalizer"], "{:.0f}"), spread(u["mean_abs_adv"], "{:.3f}"),
+                spread(u["grad_norm_applied"], "{:.3f}"), spread(u["delta_norm"], "{:.4f}"),
+                spread(u["probe_kl"], "{:.2e}"), f"{u['total_delta']:.4f}",
+            ])  # fmt: skip
+    return header, rows
 
 
 def _version(package: str) -> str:
