@@ -224,7 +224,7 @@ def test_large_models_step_with_fused_adamw_and_the_tiny_default_keeps_foreach()
 @pytest.mark.parametrize("autocast", ["none", "bf16"])
 def test_single_turn_rollouts_carry_behaviour_log_probs_only_under_autocast(policy, autocast):
     from polyrl.policy.prompts import PromptBuilder, PromptConfig
-    from polyrl.rollout.single_turn import rollout_problems
+    from polyrl.rollout import rollout_problems
     from polyrl.tasks.registry import get_task
 
     model, tok = copy.deepcopy(policy[0]), policy[1]

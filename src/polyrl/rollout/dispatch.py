@@ -1,6 +1,6 @@
 """The one rollout path: RL, held-out evaluation, rejection sampling and the Ray workers all call :func:`rollout`.
 
-Single-turn problems go to :func:`~polyrl.rollout.single_turn.rollout_problems`, environment problems to
+Single-turn problems go to :func:`rollout_problems` (here), environment problems to
 :func:`~polyrl.rollout.episodes.episode_groups`; one group per problem comes back, in problem order, unscored
 (:func:`polyrl.rewards.stage.score` makes the rewards). The sampling settings travel as one :class:`Sampling`,
 built from the config once by the trainer, so no caller has its own copy of a default.
@@ -15,7 +15,6 @@ from polyrl.envs.registry import EnvConfig
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rollout.episodes import PolicySource, episode_groups
-from polyrl.rollout.single_turn import rollout_problems
 from polyrl.rollout.trajectory import Trajectory, number_groups
 from polyrl.tasks import Problem
 
@@ -127,3 +126,42 @@ def rollout(
 ) -> list[Trajectory]:
     """:func:`rollout_groups`, flat: group ``k`` (``Trajectory.group``) answers ``problems[k]``."""
     return number_groups(rollout_groups(problems, tasks, backend, prompts, sampling, greedy, version, latest))
+
+
+def rollout_problems(
+    problems: list[Problem],
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    group_size: int,
+    max_new_tokens: int,
+    *,
+    temperature: float,
+    top_p: float,
+    greedy: bool = False,
+    version: int = 0,
+) -> list[list[Trajectory]]:
+    """One group of ``group_size`` completions per problem, in problem order (groups not yet numbered)."""
+    prompt_ids = [prompts.ids(p) for p in problems]
+    flat = [ids for ids in prompt_ids for _ in range(group_size)]
+    gens = backend.generate(flat, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy)
+    groups: list[list[Trajectory]] = [[] for _ in problems]
+    for k, gen in enumerate(gens):
+        problem = problems[k // group_size]
+        groups[k // group_size].append(
+            Trajectory(
+                problem.task,
+                0,
+                problem,
+                gen.prompt_ids,
+                gen.completion_ids,
+                gen.text,
+                gen.finished,
+                0.0,
+                {},
+                None,
+                version,
+                behaviour_logprobs=gen.logprobs if getattr(backend, "behaviour_logprobs", False) else None,
+                prompt_text=prompts.content(problem),
+            )
+        )
+    return groups
