@@ -78,3 +78,15 @@ def test_the_run_prints_the_device_it_trains_on(tmp_path, capsys):
 
 def test_a_cpu_is_described_by_its_name():
     assert describe(torch.device("cpu")) == "cpu"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["eval", "--model", "tiny", "--tasks", "addition", "--n", "1"], ["serve", "tiny", "--port", "8765"]],
+    ids=["eval", "serve"],
+)
+def test_eval_and_serve_take_a_device_and_refuse_a_missing_gpu_in_one_line(args, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    assert run([*args, "--device", "cuda"]) == 2
+    assert "device=cuda but this machine has no CUDA device" in _one_line_error(capsys)

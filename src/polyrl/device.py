@@ -14,6 +14,9 @@ from polyrl.errors import UserError
 
 DEVICE_KINDS = ("auto", "cpu", "cuda", "mps")
 
+DEFAULT_DEVICE = "auto"
+"""What a run, ``polyrl eval`` and ``polyrl serve`` use when no device is named: CUDA when present, else the CPU."""
+
 HOST = torch.device("cpu")
 """Where a library function called without a device works (a script that builds its own model on the CPU); a run
 never relies on it: its placement passes the device it resolved."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from polyrl.device import DEFAULT_DEVICE
 from polyrl.errors import UserError
 from polyrl.tasks.base import DEFAULT_DIFFICULTY
 
@@ -18,6 +19,7 @@ app = typer.Typer(
 
 
 def _source(
+    device: str,
     model: str | None,
     endpoint: str | None,
     api_key_env: str | None,
@@ -34,11 +36,12 @@ def _source(
     if model is not None:
         from transformers.utils import logging as hf_logging
 
+        from polyrl.device import resolve_device
         from polyrl.eval.sources import LocalModelSource
         from polyrl.policy.loading import ModelConfig, load_policy
 
         hf_logging.disable_progress_bar()
-        policy = load_policy(ModelConfig(path=model), seed=suite.seed)
+        policy = load_policy(ModelConfig(path=model), seed=suite.seed, device=resolve_device(device))
         source = LocalModelSource(policy, field, suite.system, seed=suite.seed, style=style, env=tasks.env_config)
         return source, f"checkpoint {model}"
     from polyrl.eval.endpoint import EndpointSource
@@ -102,6 +105,9 @@ def eval_cmd(
         help="With --tasks: sampled completions per problem (pass@k, maj@k; default: a suite's samples).",
     ),
     out: Path | None = typer.Option(None, "--out", help="Output directory (default: evals/<time>)."),
+    device: str = typer.Option(
+        DEFAULT_DEVICE, "--device", help="With --model: where it runs (auto: CUDA when present, else the CPU)."
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted evaluation in --out."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Endpoint requests in flight."),
     timeout: float = typer.Option(60.0, "--timeout", min=0.1, help="Per-request timeout in seconds (endpoint)."),
@@ -136,7 +142,7 @@ def eval_cmd(
 
         out = Path("evals") / time.strftime("%Y%m%d-%H%M%S")
     source, description = _source(
-        model, endpoint, api_key_env, model_name, concurrency, timeout, field, suite, style, resolve
+        device, model, endpoint, api_key_env, model_name, concurrency, timeout, field, suite, style, resolve
     )
     log = lambda m: print(m, flush=True)
     results = run_suite(suite, source, out, field, description, resume, log=log, style=style, resolve=resolve)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from polyrl.device import DEFAULT_DEVICE
 from polyrl.errors import UserError
 from polyrl.serve.limits import ServeLimits
 
@@ -50,6 +51,9 @@ def register(app: typer.Typer) -> None:
         threads: int | None = typer.Option(
             None, "--threads", help="torch CPU threads (default: half the CPU cores, 1 to 4)."
         ),
+        device: str = typer.Option(
+            DEFAULT_DEVICE, "--device", help="Where the model runs: auto (CUDA when present, else the CPU), cpu, cuda."
+        ),
     ) -> None:
         """Serve CHECKPOINT at /v1/chat/completions, /v1/models and /health."""
         try:
@@ -62,6 +66,9 @@ def register(app: typer.Typer) -> None:
         from polyrl.policy.threads import check_threads
         from polyrl.serve.app import serve as run_server
 
+        from polyrl.device import resolve_device
+
+        placed = resolve_device(device)  # before anything loads: a missing GPU is one line
         if not 1 <= port <= 65535:
             raise UserError(f"--port: {port} is not a TCP port (1-65535)")
         if threads is not None and threads < 1:
@@ -84,4 +91,4 @@ def register(app: typer.Typer) -> None:
         )
         checkpoint = resolve_model_path(checkpoint)
         check_model_dir(checkpoint)
-        run_server(checkpoint, host, port, model_name, limits, threads)
+        run_server(checkpoint, host, port, model_name, limits, threads, placed)

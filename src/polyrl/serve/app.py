@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request  # at module level: FastAPI resolves the ha
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.policy.generation import TransformersBackend
 from polyrl.serve.completion import add_logprobs, completion_events, completion_object, make_choice
@@ -134,9 +135,11 @@ def serve(
     model_name: str | None = None,
     limits: ServeLimits | None = None,
     threads: int | None = None,
+    device=HOST,
 ) -> None:
-    """Load ``checkpoint`` and serve it until interrupted, generating with ``threads`` torch CPU threads
-    (default: :func:`~polyrl.policy.threads.default_threads`; torch's one per core collapses on a busy machine)."""
+    """Load ``checkpoint`` on ``device`` and serve it until interrupted, generating with ``threads`` torch CPU
+    threads (default: :func:`~polyrl.policy.threads.default_threads`; torch's one per core collapses on a busy
+    machine)."""
     from pathlib import Path
 
     import uvicorn
@@ -145,7 +148,7 @@ def serve(
     from polyrl.policy.threads import available_cores, default_threads
 
     torch.set_num_threads(threads or default_threads(available_cores()))
-    policy = load_policy(ModelConfig(path=checkpoint))
+    policy = load_policy(ModelConfig(path=checkpoint), device=device)
     name = model_name or Path(checkpoint).resolve().name
     limits = limits or ServeLimits()
     uvicorn.Server(server_config(build_app(policy, name, limits), limits, host, port, "info")).run()

@@ -14,7 +14,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from polyrl.curriculum import SAMPLERS
-from polyrl.device import check_device_spec, device_kind
+from polyrl.device import DEFAULT_DEVICE, check_device_spec, device_kind
 from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
@@ -218,7 +218,7 @@ class TrainConfig(Strict):
     )
     run_dir: str = Field("runs/default", description="Run directory (config, metrics, checkpoints, models).")
     device: str = Field(
-        "auto",
+        DEFAULT_DEVICE,
         description="Torch device the policy trains on: auto (CUDA when this machine has it, else the CPU), cpu, cuda, cuda:N or mps; printed at the start of a run (under torchrun each rank takes cuda:LOCAL_RANK).",
     )
     threads: int | None = Field(
