@@ -25,6 +25,7 @@ cd "$(dirname "$0")/.."
 REPO=$PWD
 PY=${PYTHON:-python3}
 [[ -x .venv/bin/python && -z ${PYTHON:-} ]] && PY=.venv/bin/python
+[[ $PY == */* ]] && PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")  # absolute: some checks run elsewhere
 OUT=${GPU_CHECK_OUT:-gpu_check}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 DEVICE=${GPU_CHECK_DEVICE:-cuda}

@@ -124,24 +124,10 @@ class StaticCache:
 def decode_step(dec: Decoder, cache: StaticCache, ids: Tensor, positions: Tensor, linears: Linears) -> Tensor:
     """One token per row (``ids, positions [N]``) through the decoder against ``cache`` (written at its next
     column); the last hidden states ``[N, hidden]``."""
-    col = cache.filled
-    cache.allowed[:, col] = True
-    x = dec.trunk.embed_tokens(ids)
-    cos, sin = dec.rotary(positions, x)
-    n, group = ids.shape[0], dec.heads // dec.kv_heads
-    hidden = torch.finfo(torch.float32).min
-    blocked = ~cache.allowed.view(n, 1, 1, -1)
-    for i, layer in enumerate(dec.layers):
-        q, k, v = layer_qkv(dec, layer, x, cos, sin, linears)
-        keys, values = cache.keys[i], cache.values[i]  # [N, KV, width, D]
-        keys[:, :, col] = k
-        values[:, :, col] = v
-        qg = q.view(n, dec.kv_heads, group, dec.head_dim).to(keys.dtype)
-        scores = torch.matmul(qg, keys.transpose(-1, -2)) * layer.self_attn.scaling  # [N, KV, group, width]
-        probs = torch.softmax(scores.float().masked_fill_(blocked, hidden), dim=-1).to(values.dtype)
-        x = layer_rest(layer, x, torch.matmul(probs, values).reshape(n, -1), linears)
-    cache.filled = col + 1
-    return dec.trunk.norm(x)
+    col = torch.tensor([cache.filled], device=ids.device)
+    hidden = static_decode_step(dec, cache, ids, positions, col, linears)
+    cache.filled += 1
+    return hidden
 
 
 def static_decode_step(
