@@ -61,12 +61,12 @@ def prompt_ids(model_dir: str, prompts: int) -> list[list[int]]:
     from polyrl.train.config import load_config
 
     cfg = load_config(None, base={"model": {"path": model_dir}})
-    from polyrl.harness.resolve import resolve_task_spec
+    from polyrl.tasks import resolve_task
 
     tokenizer = load_policy(ModelConfig(path=model_dir)).tokenizer
     builder = PromptBuilder(tokenizer, cfg.prompt)
     rng = np.random.default_rng(0)
-    tasks = [resolve_task_spec(spec, cfg.env) for spec in cfg.tasks]
+    tasks = [resolve_task(spec.name, env=cfg.env, harness=spec.harness, dataset=spec.dataset) for spec in cfg.tasks]
     out = []
     for k in range(prompts):
         task = tasks[k % len(tasks)]

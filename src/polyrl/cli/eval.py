@@ -99,9 +99,9 @@ def eval_cmd(
     if (suite_file is None) == (tasks is None):
         raise UserError("give exactly one of --suite FILE or --tasks a,b,c")
     if config is not None:
-        from polyrl.tasks.dataset import register_config_datasets
+        from polyrl.tasks.dataset import load_config_datasets
 
-        register_config_datasets(config)
+        load_config_datasets(config)
     overrides = {"max_new_tokens": max_new_tokens, "temperature": temperature}
     if suite_file is not None:
         suite = load_suite(suite_file)

@@ -65,7 +65,10 @@ class EvalSuite(BaseModel):
     @classmethod
     def _known_tasks(cls, tasks: list[SuiteTask]) -> list[SuiteTask]:
         for t in tasks:
-            space = get_task(t.name).difficulty_space()  # UserError for an unknown task
+            task = get_task(t.name)  # UserError for an unknown task
+            if getattr(task, "is_environment", False) or getattr(task, "is_harness", False):
+                raise UserError(f"task {t.name!r} is played in episodes; polyrl eval scores single-turn tasks")
+            space = task.difficulty_space()
             for d in t.difficulties:
                 space.knob(d)  # UserError for a bad difficulty
         return tasks
