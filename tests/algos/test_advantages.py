@@ -236,3 +236,45 @@ def test_gae_is_a_registered_critic_estimator_that_asks_the_critic():
 
     adv, returns, stats = get_advantage_estimator("gae")(Critic(), None, torch.tensor([1.0, -1.0]))
     assert adv.tolist() == [[2.0], [-2.0]] and returns.tolist() == [[1.0], [-1.0]] and stats == {"value_mean": 0.5}
+
+
+# --- one registry, one calling convention ---------------------------------------------------------------------
+
+
+def test_every_estimator_is_called_with_the_same_inputs_and_reads_what_it_declared():
+    from polyrl.algos import AdvantageInputs, EpisodeCredit
+
+    credit = [EpisodeCredit(0, 1.0, [1.0], [(0, 2)], 0), EpisodeCredit(0, 0.0, [0.0], [(0, 1)], 0)]
+    inputs = AdvantageInputs(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), credit, width=3)
+    close(ADVANTAGE_ESTIMATORS.lookup("grpo")(inputs).advantages, [1.0, -1.0])
+    # returns 1 and 0: mean 0.5, std 0.5; turn k of each episode gets (reward-to-go - 0.5) / 0.5
+    assert ADVANTAGE_ESTIMATORS.lookup("turn")(inputs).advantages.tolist() == [[1.0, 1.0, 0.0], [-1.0, 0.0, 0.0]]
+    assert {n: ADVANTAGE_ESTIMATORS[n].reads for n in ("grpo", "turn", "gae")} == {
+        "grpo": "rewards",
+        "turn": "turns",
+        "gae": "critic",
+    }
+
+
+def test_rl_advantage_takes_group_rewards_or_the_critic_and_advantage_level_takes_turns():
+    from pydantic import ValidationError
+
+    from polyrl.train.rl_config import RLConfig
+
+    with pytest.raises(ValidationError, match="advantage estimator 'turn' reads episode turns"):
+        RLConfig(advantage="turn")
+    with pytest.raises(ValidationError, match="advantage estimator 'rloo' reads group rewards"):
+        RLConfig(advantage_level="rloo")
+
+
+def test_a_registered_turns_estimator_is_an_advantage_level():
+    from polyrl.train.rl_config import RLConfig
+
+    @register_advantage("flat_turns_for_test", reads="turns")
+    def flat(samples, width, eps=1e-6):
+        return torch.ones(len(samples), width)
+
+    try:
+        assert RLConfig(advantage_level="flat_turns_for_test").advantage_level == "flat_turns_for_test"
+    finally:
+        del ADVANTAGE_ESTIMATORS["flat_turns_for_test"]
