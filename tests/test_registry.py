@@ -201,6 +201,27 @@ def test_register_sampler_rejects_a_second_class_under_a_taken_name():
             pass
 
 
+def test_register_task_names_the_class_and_a_bare_decorator_uses_the_class_s_own_name():
+    from polyrl.tasks import Task, register_task
+
+    @register_task("named_by_registration")
+    class Named(Task):
+        category = "text"
+
+    class SelfNamed(Task):
+        name = "named_by_itself"
+        category = "text"
+
+    try:
+        assert Named.name == "named_by_registration" and TASKS["named_by_registration"] is Named
+        assert register_task(SelfNamed) is SelfNamed and TASKS["named_by_itself"] is SelfNamed
+        with pytest.raises(ValueError, match="SelfNamed is named 'named_by_itself'"):
+            register_task("another_name")(SelfNamed)
+    finally:
+        TASKS.remove("named_by_registration")
+        TASKS.remove("named_by_itself")
+
+
 def test_environments_list_their_argument():
     assert "env/retry:<argument>" in list_envs() and "env/wordle" in list_envs()
 
