@@ -57,9 +57,9 @@ def prompt_ids(model_dir: str, prompts: int) -> list[list[int]]:
     import numpy as np
 
     from polyrl.cli.train import default_config_path
-    from polyrl.harness.resolve import resolve_task_spec
     from polyrl.policy import PromptBuilder
     from polyrl.policy.loading import ModelConfig, load_policy
+    from polyrl.tasks import resolve_task
     from polyrl.train.config import load_config
 
     cfg = load_config(default_config_path(), [f"model.path={model_dir}"])
@@ -67,7 +67,7 @@ def prompt_ids(model_dir: str, prompts: int) -> list[list[int]]:
     tokenizer = load_policy(ModelConfig(path=model_dir)).tokenizer
     builder = PromptBuilder(tokenizer, cfg.prompt)
     rng = np.random.default_rng(0)
-    tasks = [resolve_task_spec(spec, cfg.env) for spec in cfg.tasks]
+    tasks = [resolve_task(spec.name, env=cfg.env, harness=spec.harness, dataset=spec.dataset) for spec in cfg.tasks]
     out = []
     for k in range(prompts):
         task = tasks[k % len(tasks)]

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from polyrl.cli.train import default_config_path
-from polyrl.envs.registry import resolve_task_spec
 from polyrl.learner import collate, sequence_logprobs
 from polyrl.policy import PromptBuilder, TransformersBackend
 from polyrl.policy.decoder import Decoder, set_forward
 from polyrl.policy.loading import load_policy
+from polyrl.tasks import resolve_task
 from polyrl.train.config import load_config
 
 LOGPROB_TOLERANCE, GRADIENT_TOLERANCE = 1e-4, 1e-3
@@ -63,7 +63,10 @@ def main() -> None:
     set_forward(model, "packed")
     if Decoder.of(model) is None:
         raise SystemExit(f"{args.model}: the packed forward does not apply to this model")
-    tasks = {spec.name: resolve_task_spec(spec, cfg.env) for spec in cfg.tasks}
+    tasks = {
+        spec.name: resolve_task(spec.name, env=cfg.env, harness=spec.harness, dataset=spec.dataset)
+        for spec in cfg.tasks
+    }
     prompts = PromptBuilder(tok, cfg.prompt)
     rng = np.random.default_rng(0)
     names = list(tasks)

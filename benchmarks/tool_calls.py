@@ -53,12 +53,13 @@ def parse_difficulty(text: str):
 
 def measure(policy, path: str, task_name: str, difficulty, n: int, max_turns, max_new_tokens: int):
     """One row (a dict of shares) and the episodes (text and counters) of ``task_name`` played by ``policy``."""
-    from polyrl.envs.registry import EnvConfig, resolve_task
+    from polyrl.envs.registry import EnvConfig
     from polyrl.policy import TransformersBackend
     from polyrl.policy.prompts import PromptBuilder, PromptConfig
     from polyrl.rollout.dispatch import Sampling, rollout_groups
+    from polyrl.tasks import resolve_task
 
-    task = resolve_task(task_name, EnvConfig(max_turns=max_turns))
+    task = resolve_task(task_name, env=EnvConfig(max_turns=max_turns))
     turns_allowed = getattr(task, "max_turns", max_turns or 1)
     prompts = PromptBuilder(policy.tokenizer, PromptConfig().resolved(path))
     problems = [task.generate(seed, difficulty, split="eval") for seed in range(n)]

@@ -34,11 +34,17 @@ from polyrl.algos import (
 from polyrl.algos.gradient_surgery import SURGERIES, get_surgery
 from polyrl.critic.value_losses import VALUE_LOSSES, value_loss
 from polyrl.curriculum import SAMPLERS, make_sampler
-from polyrl.envs.registry import ENVS, get_env_task
+from polyrl.envs.registry import ENVS, EnvConfig, get_env_task
+from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
 from polyrl.policy.backends import BACKENDS, GenerationConfig, make_backend
+from polyrl.rewards.terms import REWARD_SOURCES
+from polyrl.rollout.selfplay import LEARNABILITY
 from polyrl.tasks import get_task, list_tasks
+from polyrl.tasks.prefixes import TASK_PREFIXES
 from polyrl.tasks.registry import TASKS
+from polyrl.tasks.verifiers import DATASET_VERIFIERS
+from polyrl.trackers import TRACKERS, LoggingConfig, open_trackers
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRIES = (
@@ -52,6 +58,12 @@ REGISTRIES = (
     VALUE_LOSSES,
     SURGERIES,
     BACKENDS,
+    TASK_PREFIXES,
+    DATASET_VERIFIERS,
+    REWARD_SOURCES,
+    TRACKERS,
+    TOOL_FORMATS,
+    LEARNABILITY,
 )
 
 
@@ -117,8 +129,13 @@ def example_task_plugin(install, entry_point: str = "polyrl_plugin_example:Count
 
 def test_docs_show_one_module_per_kind():
     files, entry_points = docs_plugin()
-    assert len(files) == 1 + 9  # __init__ and one module per kind
+    assert len(files) == 1 + 14  # __init__ and one module per kind
     assert set(entry_points) == {
+        "polyrl.task_prefixes",
+        "polyrl.verifiers",
+        "polyrl.trackers",
+        "polyrl.tool_formats",
+        "polyrl.learnability",
         "polyrl.envs",
         "polyrl.samplers",
         "polyrl.advantages",
@@ -275,12 +292,55 @@ def test_plugin_surgery_keeps_the_coordinates_tasks_agree_on(my_plugin):
     torch.testing.assert_close(get_surgery("and_mask")(grads, None), torch.tensor([4.0, 0.0, -3.0]))
 
 
+def test_plugin_prefix_makes_a_task_of_every_name_it_starts(my_plugin):
+    task = get_task("count/e")
+    problem = task.generate(3)
+    assert problem.task == "count/e" and problem.answer == problem.question.split("'")[3].count("e")
+    assert task.verify(problem, task.reference_response(problem)).correct
+    with pytest.raises(UserError, match="count/ takes one lowercase letter"):
+        get_task("count/ee")
+
+
+def test_plugin_verifier_accepts_the_items_in_any_order(my_plugin):
+    check = DATASET_VERIFIERS.lookup("unordered_list").bind("unordered_list", {})
+    assert (check("Blue, red", "red,blue"), check("red", "red,blue")) == (1.0, 0.0)
+
+
+def test_plugin_tracker_writes_every_scalar(my_plugin, tmp_path):
+    (tracker,) = open_trackers(LoggingConfig(trackers=["csv"]), tmp_path, {})
+    tracker.log({"stage": "rl", "step": 3, "global_step": 7, "loss": 0.5})
+    tracker.close()
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == ["step,name,value", "7,rl/loss,0.5"]
+
+
+def test_plugin_tool_format_writes_and_parses_its_calls(my_plugin):
+    task = get_env_task("env/calculator:addition", EnvConfig(tool_format="call_tags"))
+    problem = task.generate(0, "easy")
+    call, answer = task.reference_actions(problem)
+    assert call.startswith("<call>{") and answer == f"<answer>{problem.answer}</answer>"
+    env = task.make_env(problem)
+    env.reset()
+    assert env.step(call).observation[0]["content"] == str(problem.answer)
+
+
+def test_plugin_learnability_is_a_selfplay_reward(my_plugin, tiny_train_config):
+    assert LEARNABILITY.lookup("squared_variance")(0.25) == 0.5625  # (4 * 0.25 * 0.75)^2
+    assert tiny_train_config(selfplay__reward="squared_variance").selfplay.reward == "squared_variance"
+    with pytest.raises(UserError, match="unknown learnability 'squared_varianse'; did you mean squared_variance"):
+        tiny_train_config(selfplay__reward="squared_varianse")
+
+
 def test_plugins_sit_next_to_the_builtins(my_plugin):
     assert {"higher_lower", "retry"} <= set(ENVS.names())
     assert {"least_seen", "uniform"} <= set(SAMPLERS.names())
     assert {"vanilla_pg", "ppo_clip"} <= set(OBJECTIVES.names())
     assert {"k3_clamped", "k3"} <= set(KL_ESTIMATORS.names())
     assert {"hf_generate", "transformers", "vllm"} <= set(BACKENDS.names())
+    assert {"count/", "env/"} <= set(TASK_PREFIXES.names())
+    assert {"csv", "tensorboard"} <= set(TRACKERS.names())
+    assert {"call_tags", "hermes"} <= set(TOOL_FORMATS.names())
+    assert {"squared_variance", "variance"} <= set(LEARNABILITY.names())
+    assert {"unordered_list", "numeric"} <= set(DATASET_VERIFIERS.names())
 
 
 # --- the task plugin -----------------------------------------------------------------------------------------

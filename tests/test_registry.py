@@ -1,22 +1,35 @@
 """The one Registry shape every extension kind uses: registration, duplicates, lookups with suggestions,
 lazy loading of the explicit built-in modules, and the existing registration functions as thin names."""
 
+import ast
+import importlib
 import sys
 import textwrap
+import typing
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from polyrl.algos import ADVANTAGE_ESTIMATORS, AGGREGATIONS, KL_ESTIMATORS, OBJECTIVES
 from polyrl.algos.gradient_surgery import SURGERIES
 from polyrl.critic.value_losses import VALUE_LOSSES
 from polyrl.curriculum import SAMPLERS, TaskSampler, register_sampler
 from polyrl.envs.registry import ENVS, list_envs
+from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
 from polyrl.policy.backends import BACKENDS
 from polyrl.registry import Registry
+from polyrl.rewards.terms import REWARD_SOURCES
+from polyrl.rollout.selfplay import LEARNABILITY
 from polyrl.tasks.builtin import MODULES
+from polyrl.tasks.prefixes import TASK_PREFIXES
 from polyrl.tasks.registry import TASKS
+from polyrl.tasks.verifiers import DATASET_VERIFIERS
+from polyrl.trackers import TRACKERS
+from polyrl.train.config import TrainConfig
+
+SRC = Path(__file__).parents[1] / "src" / "polyrl"
 
 
 def double(x):
@@ -99,6 +112,17 @@ def test_unhashable_name_is_a_user_error():
         Registry("widget").lookup(["double"])
 
 
+def test_metadata_goes_to_the_kinds_entry_and_the_object_comes_back_unchanged():
+    widgets = Registry("widget", entry=lambda name, obj, size=1: (obj, size))
+    assert widgets.register("double", size=3)(double) is double
+    assert widgets.lookup("double") == (double, 3)
+
+
+def test_a_kind_without_an_entry_takes_no_metadata():
+    with pytest.raises(TypeError, match="widget is registered by name only"):
+        Registry("widget").register("double", size=3)(double)
+
+
 def test_remove_forgets_a_name():
     widgets = Registry("widget")
     widgets.add("f", double)
@@ -142,6 +166,12 @@ def test_builtin_modules_load_on_first_read_only(tmp_path, monkeypatch):
         (VALUE_LOSSES, "polyrl.value_losses", "hl_gauss"),
         (SURGERIES, "polyrl.gradient_surgery", "pcgrad"),
         (BACKENDS, "polyrl.backends", "vllm"),
+        (TASK_PREFIXES, "polyrl.task_prefixes", "env/"),
+        (REWARD_SOURCES, "polyrl.rewards", "majority_vote"),
+        (DATASET_VERIFIERS, "polyrl.verifiers", "numeric"),
+        (TRACKERS, "polyrl.trackers", "tensorboard"),
+        (TOOL_FORMATS, "polyrl.tool_formats", "hermes"),
+        (LEARNABILITY, "polyrl.learnability", "variance"),
     ],
 )
 def test_every_kind_is_a_registry_with_its_entry_point_group(registry, group, builtin):
@@ -171,5 +201,126 @@ def test_register_sampler_rejects_a_second_class_under_a_taken_name():
             pass
 
 
+def test_register_task_names_the_class_and_a_bare_decorator_uses_the_class_s_own_name():
+    from polyrl.tasks import Task, register_task
+
+    @register_task("named_by_registration")
+    class Named(Task):
+        category = "text"
+
+    class SelfNamed(Task):
+        name = "named_by_itself"
+        category = "text"
+
+    try:
+        assert Named.name == "named_by_registration" and TASKS["named_by_registration"] is Named
+        assert register_task(SelfNamed) is SelfNamed and TASKS["named_by_itself"] is SelfNamed
+        with pytest.raises(ValueError, match="SelfNamed is named 'named_by_itself'"):
+            register_task("another_name")(SelfNamed)
+    finally:
+        TASKS.remove("named_by_registration")
+        TASKS.remove("named_by_itself")
+
+
 def test_environments_list_their_argument():
     assert "env/retry:<argument>" in list_envs() and "env/wordle" in list_envs()
+
+
+# --- one shape for every kind: a new kind that bypasses it fails here ---------------------------------------
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {
+        ".".join(p.relative_to(SRC.parent).with_suffix("").parts): ast.parse(p.read_text()) for p in SRC.rglob("*.py")
+    }
+
+
+def _registry_calls() -> list[tuple[str, ast.Call]]:
+    return [
+        (module, node)
+        for module, tree in _modules().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Registry"
+    ]
+
+
+def _registries() -> dict[str, Registry]:
+    """Every module-level Registry of the library, by ``module.NAME``."""
+    found = {}
+    for module, tree in _modules().items():
+        for node in tree.body:
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "Registry":
+                found[f"{module}.{target.id}"] = getattr(importlib.import_module(module), target.id)
+    return found
+
+
+def test_every_registry_in_the_library_has_a_plugin_group_of_its_own():
+    groups = []
+    for module, call in _registry_calls():
+        group = (
+            call.args[1]
+            if len(call.args) > 1
+            else next((k.value for k in call.keywords if k.arg == "entry_point_group"), None)
+        )
+        assert isinstance(group, ast.Constant) and str(group.value).startswith("polyrl."), f"{module}: {group}"
+        groups.append(group.value)
+    assert len(groups) == len(set(groups)) >= 16
+
+
+def test_every_register_function_takes_the_name_then_keyword_metadata_and_is_its_registry_s_register():
+    functions = [
+        (module, node)
+        for module, tree in _modules().items()
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("register_")
+    ]
+    assert len(functions) >= 17
+    for module, fn in functions:
+        where = f"{module}.{fn.name}"
+        assert [a.arg for a in fn.args.posonlyargs + fn.args.args] == ["name"], where
+        assert not fn.args.defaults and fn.args.vararg is None and fn.args.kwarg is None, where
+        last = fn.body[-1]
+        assert isinstance(last, ast.Return) and isinstance(last.value, ast.Call), where
+        call = last.value.func
+        assert isinstance(call, ast.Attribute) and call.attr == "register", where
+        assert isinstance(last.value.args[0], ast.Name) and last.value.args[0].id == "name", where
+
+
+def test_no_module_keeps_a_hand_made_table_of_its_functions_or_classes():
+    """A dict literal mapping names to functions or classes of its own module is a registry without the
+    registry's duplicate check, plugins and one-line errors (as LEARNABILITY and the trackers' table were)."""
+    tables = []
+    for module, tree in _modules().items():
+        defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        for node in tree.body:
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Dict) and len(value.values) >= 2:
+                if all(isinstance(v, ast.Name) and v.id in defined for v in value.values):
+                    tables.append(f"{module}:{node.lineno}")
+    assert not tables, tables
+
+
+def _choices(model: type[BaseModel], prefix: str = ""):
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _choices(annotation, f"{prefix}{name}.")
+        for arg in (annotation, *typing.get_args(annotation)):
+            if typing.get_origin(arg) is typing.Literal:
+                yield f"{prefix}{name}", set(typing.get_args(arg))
+
+
+def test_no_config_field_copies_a_registry_s_names_into_a_literal():
+    """A choice among registered names is validated by the registry (plugins included), never a Literal copy
+    (one shared word such as ``none`` is a coincidence; two are a copy)."""
+    registries = _registries()
+    assert len(registries) >= 16
+    copies = [
+        (field, where)
+        for field, values in _choices(TrainConfig)
+        for where, registry in registries.items()
+        if len(values & set(registry.names())) >= 2
+    ]
+    assert not copies, copies

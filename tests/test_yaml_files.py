@@ -61,11 +61,11 @@ def test_a_run_directorys_config_with_a_key_twice_is_refused_by_the_report(tmp_p
 
 
 def test_the_dataset_tasks_of_a_config_are_read_with_the_same_check(tmp_path):
-    from polyrl.tasks.dataset import register_config_datasets
+    from polyrl.tasks.dataset import load_config_datasets
 
     (tmp_path / "c.yaml").write_text(TWICE)
     with pytest.raises(UserError, match=r"key 'lr' appears twice \(lines 4 and 5\)"):
-        register_config_datasets(tmp_path / "c.yaml")
+        load_config_datasets(tmp_path / "c.yaml")
 
 
 def test_the_run_config_beside_an_evaluated_model_with_a_key_twice_is_refused(tmp_path):

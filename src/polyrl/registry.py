@@ -1,15 +1,25 @@
 """One registry shape for every extension kind: named objects, built-in modules, entry-point plugins.
 
-Each kind (task, environment, sampler, advantage estimator, policy objective, loss aggregation, KL
-estimator, value loss, reward term) is one :class:`Registry`::
+Each kind (task, task-name prefix, environment, sampler, advantage estimator, policy objective, loss
+aggregation, KL estimator, value loss, gradient surgery, reward term, dataset verifier, generation backend,
+tracker, tool format, self-play learnability) is one :class:`Registry` with its entry-point group, and one
+``register_<kind>(name, **metadata)`` decorator that hands the decorated function or class to it::
 
-    OBJECTIVES = Registry("policy objective", "polyrl.objectives", builtins=("polyrl.algos.objectives",))
+    OBJECTIVES = Registry("policy objective", "polyrl.objectives", builtins=("polyrl.algos.objectives",),
+                          entry=_objective_entry)
 
-    @OBJECTIVES.register("ppo_clip")
+    def register_objective(name: str, *, settings: type[BaseModel] | None = None):
+        return OBJECTIVES.register(name, settings=settings)
+
+    @register_objective("ppo_clip")
     def ppo_clip(inputs, settings): ...
 
     OBJECTIVES.lookup("ppo_clip")   # UserError "unknown policy objective 'ppo_clp'; did you mean ppo_clip?"
     OBJECTIVES.names()              # sorted names, built-ins and plugins
+
+The decorator returns what it decorates unchanged. ``entry(name, obj, **metadata)`` makes what the registry
+holds (the object itself when a kind has no ``entry``; a record with the metadata otherwise) and refuses an
+object of the wrong kind; ``tests/test_registry.py`` checks that every ``register_*`` has this shape.
 
 On the first read (``lookup``, ``names``, ``in``, iteration) a registry imports its built-in modules,
 which register their objects with decorators, then loads its plugins: every entry point of its group
@@ -37,11 +47,13 @@ T = TypeVar("T")
 
 
 class Registry(MutableMapping[str, T], Generic[T]):
-    """Name → object for one extension kind, loading its built-ins and plugins on first read.
+    """Name → entry for one extension kind, loading its built-ins and plugins on first read.
 
-    ``kind`` names the kind in messages ("policy objective"); ``entry_point_group`` is the plugin group
-    (None: no plugins); ``builtins`` lists the modules that register the built-in objects;
-    ``adopt(name, obj)`` registers an object an entry point names (default: ``self.add(name, obj)``).
+    ``kind`` names the kind in messages ("policy objective"); ``entry_point_group`` is the plugin group;
+    ``builtins`` lists the modules that register the built-in objects; ``entry(name, obj, **metadata)``
+    makes the entry held for a registered object (default: the object itself, and no metadata) and raises
+    TypeError or ValueError for an object of the wrong kind; ``adopt(name, obj)`` registers an object an
+    entry point names (default: ``self.add(name, obj)``).
     """
 
     def __init__(
@@ -50,36 +62,47 @@ class Registry(MutableMapping[str, T], Generic[T]):
         entry_point_group: str | None = None,
         builtins: tuple[str, ...] = (),
         adopt: Callable[[str, Any], Any] | None = None,
+        entry: Callable[..., T] | None = None,
     ):
         self.kind = kind
         self.entry_point_group = entry_point_group
         self.builtins = tuple(builtins)
         self._adopt = adopt
-        self._entries: dict[str, T] = {}
+        self._entry = entry
+        self._entries: dict[str, tuple[Any, T]] = {}
+        """name → (the registered object, its entry); duplicates are judged on the object."""
         self._loaded = False
 
     # --- registration (never triggers loading: built-in modules call it while being imported) -----------
 
-    def add(self, name: str, obj: T) -> T:
-        """Register ``obj`` as ``name``; the same object (or its reloaded definition) again is fine."""
+    def add(self, name: str, obj: Any, **metadata: Any) -> Any:
+        """Register ``obj`` as ``name`` with its kind's ``metadata``; returns ``obj``. The same object (or its
+        reloaded definition) again is fine; a different one under a taken name raises ValueError."""
         if not isinstance(name, str) or not name or any(c.isspace() for c in name):
             raise ValueError(f"{self.kind} name must be a non-empty string without spaces, got {name!r}")
         existing = self._entries.get(name)
-        if existing is not None and _definition(existing) != _definition(obj):
-            raise ValueError(f"{self.kind} {name!r} is already registered by {_origin(existing)}")
-        self._entries[name] = obj
+        if existing is not None and _definition(existing[0]) != _definition(obj):
+            raise ValueError(f"{self.kind} {name!r} is already registered by {_origin(existing[0])}")
+        if self._entry is not None:
+            entry = self._entry(name, obj, **metadata)
+        elif metadata:
+            raise TypeError(f"a {self.kind} is registered by name only, not with {', '.join(sorted(metadata))}")
+        else:
+            entry = obj
+        self._entries[name] = (obj, entry)
         return obj
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: register the decorated object as ``name``."""
+    def register(self, name: str, **metadata: Any) -> Callable[[Any], Any]:
+        """Decorator: register the decorated function or class as ``name`` with ``metadata``; it is
+        returned unchanged. Every ``register_<kind>`` function is this call."""
 
-        def decorator(obj: T) -> T:
-            return self.add(name, obj)
+        def decorator(obj):
+            return self.add(name, obj, **metadata)
 
         return decorator
 
     def remove(self, name: str) -> None:
-        """Forget ``name`` (tests register temporary objects and remove them)."""
+        """Forget ``name`` (tests register temporary objects and remove them; a dataset task is replaced)."""
         del self._entries[name]
 
     # --- reading (loads built-ins and plugins once) -----------------------------------------------------
@@ -111,7 +134,7 @@ class Registry(MutableMapping[str, T], Generic[T]):
         """The object registered as ``name``; a one-line UserError with the closest names otherwise."""
         self.load()
         try:
-            return self._entries[name]
+            return self._entries[name][1]
         except (KeyError, TypeError):
             raise UserError(self.unknown_message(name)) from None
 
@@ -128,9 +151,9 @@ class Registry(MutableMapping[str, T], Generic[T]):
 
     def __getitem__(self, name: str) -> T:
         self.load()
-        return self._entries[name]
+        return self._entries[name][1]
 
-    def __setitem__(self, name: str, obj: T) -> None:
+    def __setitem__(self, name: str, obj: Any) -> None:
         self.add(name, obj)
 
     def __delitem__(self, name: str) -> None:

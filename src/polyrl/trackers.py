@@ -19,20 +19,53 @@ import importlib.util
 import json
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from polyrl.errors import UserError
+from polyrl.registry import Registry
 
-TrackerName = Literal["tensorboard", "trackio", "wandb", "mlflow"]
-# the imports each tracker needs (MLflow's local database: sqlalchemy, alembic), and the pip extra that installs them
-_PACKAGES = {"tensorboard": (("tensorboard",), "polyrl"), "trackio": (("trackio",), "polyrl[trackio]")}
-_PACKAGES |= {
-    "wandb": (("wandb",), "polyrl[wandb]"),
-    "mlflow": (("mlflow", "sqlalchemy", "alembic"), "polyrl[mlflow]"),
-}
+
+@dataclass(frozen=True)
+class TrackerKind:
+    """A registered tracker: its class, the modules it imports and the pip requirement that installs them."""
+
+    cls: type[Tracker]
+    packages: tuple[str, ...] = ()
+    extra: str = "polyrl"
+
+
+def _tracker_entry(name: str, cls: Any, **metadata: Any) -> TrackerKind:
+    if not (isinstance(cls, type) and issubclass(cls, Tracker)):
+        raise TypeError(f"register_tracker expects a Tracker subclass, got {cls!r}")
+    return TrackerKind(cls, **metadata)
+
+
+TRACKERS: Registry[TrackerKind] = Registry(
+    "tracker", "polyrl.trackers", builtins=("polyrl.trackers",), entry=_tracker_entry
+)
+"""``logging.trackers`` names: the built-ins below and the plugins of the ``polyrl.trackers`` entry-point group."""
+
+
+def register_tracker(name: str, *, packages: tuple[str, ...] = (), extra: str = "polyrl") -> Callable[[type], type]:
+    """Class decorator: a :class:`Tracker` subclass becomes ``logging.trackers: [name]``; ``packages`` are the
+    modules it imports (checked before the run starts), ``extra`` what to pip-install when one is missing."""
+    return TRACKERS.register(name, packages=packages, extra=extra)
+
+
+def _known_tracker(name: str) -> str:
+    try:
+        TRACKERS.lookup(name)
+    except UserError as exc:
+        raise ValueError(str(exc)) from None
+    return name
+
+
+TrackerName = Annotated[str, AfterValidator(_known_tracker)]
 
 
 class LoggingConfig(BaseModel):
@@ -143,6 +176,7 @@ class Tracker:
         raise NotImplementedError
 
 
+@register_tracker("tensorboard", packages=("tensorboard",))
 class TensorBoardTracker(Tracker):
     """Event files in ``RUN_DIR/tb``, every stage on the global-step axis."""
 
@@ -164,6 +198,7 @@ class TensorBoardTracker(Tracker):
         self.writer.close()
 
 
+@register_tracker("trackio", packages=("trackio",), extra="polyrl[trackio]")
 class TrackioTracker(Tracker):
     """A local trackio project (``$TRACKIO_DIR``, by default in the Hugging Face cache; ``trackio show``)."""
 
@@ -189,6 +224,7 @@ class TrackioTracker(Tracker):
         self.run.finish()
 
 
+@register_tracker("wandb", packages=("wandb",), extra="polyrl[wandb]")
 class WandbTracker(Tracker):
     """A W&B run in ``RUN_DIR/wandb``; every metric is plotted against ``global_step``, logged as a hidden metric
     of its own (W&B's custom x-axis) rather than as W&B's step, which would merge the records of two stages that
@@ -222,6 +258,7 @@ class WandbTracker(Tracker):
         self.run.finish()
 
 
+@register_tracker("mlflow", packages=("mlflow", "sqlalchemy", "alembic"), extra="polyrl[mlflow]")  # its local database
 class MlflowTracker(Tracker):
     """An MLflow run: the config as parameters (``section.key``) and as ``config.json``, metrics per step."""
 
@@ -263,20 +300,13 @@ class MlflowTracker(Tracker):
         self.client.set_terminated(self.run_id)
 
 
-_TRACKERS: dict[str, type[Tracker]] = {
-    "tensorboard": TensorBoardTracker,
-    "trackio": TrackioTracker,
-    "wandb": WandbTracker,
-    "mlflow": MlflowTracker,
-}
-
-
 def open_trackers(settings: LoggingConfig, run_dir: str | Path, config: dict[str, Any]) -> list[Tracker]:
     """The trackers ``settings`` lists, for the run in ``run_dir`` with resolved ``config`` (JSON-ready); a
     tracker whose package is missing is a user error naming the extra to install."""
     out = []
     for name in settings.trackers:
-        modules, extra = _PACKAGES[name]
+        kind = TRACKERS.lookup(name)
+        modules, extra = kind.packages, kind.extra
         if name == "mlflow" and settings.mlflow_tracking_uri is not None:
             modules = modules[:1]  # another store: MLflow's client alone
         for module in modules:
@@ -284,5 +314,5 @@ def open_trackers(settings: LoggingConfig, run_dir: str | Path, config: dict[str
                 raise UserError(
                     f"logging.trackers lists {name}, which needs the {module} package: pip install '{extra}'"
                 )
-        out.append(_TRACKERS[name](Path(run_dir), settings, config))
+        out.append(kind.cls(Path(run_dir), settings, config))
     return out

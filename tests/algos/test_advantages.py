@@ -9,6 +9,7 @@ import torch
 from polyrl import UserError
 from polyrl.algos import (
     ADVANTAGE_ESTIMATORS,
+    advantage_names,
     dr_grpo,
     gae,
     get_advantage_estimator,
@@ -105,8 +106,8 @@ def test_reinforce_pp_baseline_centers_per_group_then_divides_by_batch_std():
 
 def test_all_equal_batch_gives_zero_not_nan():
     rewards, group_ids = torch.ones(4), torch.tensor([0, 0, 1, 1])
-    for name, estimator in ADVANTAGE_ESTIMATORS.items():
-        assert estimator(rewards, group_ids, EPS).tolist() == [0.0] * 4, name
+    for name in advantage_names("rewards"):
+        assert get_advantage_estimator(name)(rewards, group_ids, EPS).tolist() == [0.0] * 4, name
 
 
 # --- registry -----------------------------------------------------------------------------------------------
@@ -225,7 +226,7 @@ def test_gae_rejects_gamma_outside_unit_interval():
 
 
 def test_gae_is_a_registered_critic_estimator_that_asks_the_critic():
-    from polyrl.algos import CRITIC_ADVANTAGE_ESTIMATORS, uses_critic
+    from polyrl.algos import uses_critic
 
     assert uses_critic("gae") and not uses_critic("grpo") and not uses_critic("rloo")
 
@@ -233,5 +234,47 @@ def test_gae_is_a_registered_critic_estimator_that_asks_the_critic():
         def advantages(self, tokens, rewards):
             return rewards[:, None] * 2, rewards[:, None], {"value_mean": 0.5}
 
-    adv, returns, stats = CRITIC_ADVANTAGE_ESTIMATORS.lookup("gae")(Critic(), None, torch.tensor([1.0, -1.0]))
+    adv, returns, stats = get_advantage_estimator("gae")(Critic(), None, torch.tensor([1.0, -1.0]))
     assert adv.tolist() == [[2.0], [-2.0]] and returns.tolist() == [[1.0], [-1.0]] and stats == {"value_mean": 0.5}
+
+
+# --- one registry, one calling convention ---------------------------------------------------------------------
+
+
+def test_every_estimator_is_called_with_the_same_inputs_and_reads_what_it_declared():
+    from polyrl.algos import AdvantageInputs, EpisodeCredit
+
+    credit = [EpisodeCredit(0, 1.0, [1.0], [(0, 2)], 0), EpisodeCredit(0, 0.0, [0.0], [(0, 1)], 0)]
+    inputs = AdvantageInputs(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), credit, width=3)
+    close(ADVANTAGE_ESTIMATORS.lookup("grpo")(inputs).advantages, [1.0, -1.0])
+    # returns 1 and 0: mean 0.5, std 0.5; turn k of each episode gets (reward-to-go - 0.5) / 0.5
+    assert ADVANTAGE_ESTIMATORS.lookup("turn")(inputs).advantages.tolist() == [[1.0, 1.0, 0.0], [-1.0, 0.0, 0.0]]
+    assert {n: ADVANTAGE_ESTIMATORS[n].reads for n in ("grpo", "turn", "gae")} == {
+        "grpo": "rewards",
+        "turn": "turns",
+        "gae": "critic",
+    }
+
+
+def test_rl_advantage_takes_group_rewards_or_the_critic_and_advantage_level_takes_turns():
+    from pydantic import ValidationError
+
+    from polyrl.train.rl_config import RLConfig
+
+    with pytest.raises(ValidationError, match="advantage estimator 'turn' reads episode turns"):
+        RLConfig(advantage="turn")
+    with pytest.raises(ValidationError, match="advantage estimator 'rloo' reads group rewards"):
+        RLConfig(advantage_level="rloo")
+
+
+def test_a_registered_turns_estimator_is_an_advantage_level():
+    from polyrl.train.rl_config import RLConfig
+
+    @register_advantage("flat_turns_for_test", reads="turns")
+    def flat(samples, width, eps=1e-6):
+        return torch.ones(len(samples), width)
+
+    try:
+        assert RLConfig(advantage_level="flat_turns_for_test").advantage_level == "flat_turns_for_test"
+    finally:
+        del ADVANTAGE_ESTIMATORS["flat_turns_for_test"]

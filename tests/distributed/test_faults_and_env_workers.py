@@ -8,10 +8,10 @@ from rollout_sampling import sampling  # noqa: E402
 
 from polyrl.distributed.config import RayConfig  # noqa: E402
 from polyrl.distributed.pool import RolloutPool  # noqa: E402
-from polyrl.envs import resolve_task  # noqa: E402
 from polyrl.policy import load_policy  # noqa: E402
 from polyrl.policy.loading import ModelConfig  # noqa: E402
 from polyrl.policy.prompts import PromptConfig  # noqa: E402
+from polyrl.tasks import resolve_task  # noqa: E402
 
 MODEL = ModelConfig(path="tiny", tiny={"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2})
 SAMPLING = sampling(2, 6, max_episode_tokens=64)

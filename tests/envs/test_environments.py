@@ -1,11 +1,12 @@
 import pytest
 from system_packages import needs_bwrap
 
-from polyrl.envs import get_env_task, list_envs, resolve_task
+from polyrl.envs import get_env_task, list_envs
 from polyrl.envs.games import WORDS, wordle_feedback, wordle_solver
 from polyrl.envs.search import SearchIndex
 from polyrl.envs.tools import ToolError
 from polyrl.errors import UserError
+from polyrl.tasks import resolve_task
 
 WITH_REFERENCES = [
     "env/calculator:multiplication",
@@ -260,8 +261,8 @@ def test_textarena_missing_is_a_user_error_naming_the_extra(monkeypatch):
 def test_latency_wrapper_delays_steps_and_keeps_everything_else():
     import time
 
-    from polyrl.envs import resolve_task
     from polyrl.envs.latency import with_latency
+    from polyrl.tasks import resolve_task
 
     inner = resolve_task("env/retry:addition")
     slow = with_latency(inner, 0.05)

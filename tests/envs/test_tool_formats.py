@@ -7,11 +7,11 @@ from family_tokenizers import family_tokenizer
 
 from polyrl.envs import EnvConfig, get_env_task
 from polyrl.envs.tool_formats import (
-    FORMATS,
     HERMES,
     LLAMA3_JSON,
     MISTRAL,
     QWEN3,
+    TOOL_FORMATS,
     detect_tool_format,
     parse_tool_calls,
     resolve_tool_format,
@@ -107,12 +107,12 @@ def test_the_first_prompt_shows_the_tools_the_way_each_template_does(family):
 def test_the_templates_own_rendering_of_a_call_parses_back(family):
     name, tok = family
     text = _assistant_turn(tok, {"role": "assistant", "content": "", "tool_calls": [CALL]})
-    (call,) = FORMATS[FAMILY_FORMAT[name]].parse(text)
+    (call,) = TOOL_FORMATS[FAMILY_FORMAT[name]].parse(text)
     assert (call.name, call.arguments, call.error) == ("calculator", {"expression": "12*34"}, None)
 
 
 def test_a_written_call_parses_back_in_every_format():
-    for fmt in FORMATS.values():
+    for fmt in TOOL_FORMATS.values():
         (call,) = fmt.parse(fmt.write([("calculator", {"expression": "2*3"})]))
         assert (call.name, call.arguments) == ("calculator", {"expression": "2*3"}), fmt.name
 
@@ -225,7 +225,7 @@ RESULT_TEXT = {
 def test_the_tool_result_is_rendered_the_way_the_template_expects(family):
     name, tok = family
     env = _env(FAMILY_FORMAT[name])
-    call = FORMATS[FAMILY_FORMAT[name]].write([("calculator", {"expression": "12*34"})])
+    call = TOOL_FORMATS[FAMILY_FORMAT[name]].write([("calculator", {"expression": "12*34"})])
     observation = env.step(call).observation
     assert tok.decode(_codec(tok).between_turns(observation, finished=True)) == RESULT_TEXT[name]
 
@@ -273,7 +273,7 @@ def test_reference_episodes_write_calls_in_the_familys_syntax(family):
     _, response_ids, mask = reference_episode(task, problem, prompts, tok.eos_token_id)
     first_turn = tok.decode(response_ids[: mask.index(0)], skip_special_tokens=False)
     assert first_turn.startswith(
-        FORMATS[FAMILY_FORMAT[name]].write([("calculator", {"expression": problem.question.rstrip("=")})])
+        TOOL_FORMATS[FAMILY_FORMAT[name]].write([("calculator", {"expression": problem.question.rstrip("=")})])
     )
 
 

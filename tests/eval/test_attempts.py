@@ -5,7 +5,6 @@ with hand-counted numbers."""
 import pytest
 from rollout_sampling import sampling
 
-from polyrl.envs.registry import resolve_task
 from polyrl.envs.retry import feedback
 from polyrl.errors import UserError
 from polyrl.eval import evaluate_policy
@@ -13,7 +12,7 @@ from polyrl.eval.heldout import attempt_accuracy, attempt_tasks
 from polyrl.policy.generation import Generation
 from polyrl.policy.prompts import PromptBuilder, PromptConfig
 from polyrl.policy.tiny import build_tiny_tokenizer
-from polyrl.tasks import get_task
+from polyrl.tasks import get_task, resolve_task
 
 PROBLEMS = 6
 

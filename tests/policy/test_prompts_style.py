@@ -83,8 +83,8 @@ def test_unknown_style_is_a_config_error():
 
 
 def test_an_environment_first_message_follows_the_prompt_style(tokenizer):
-    from polyrl.envs import resolve_task
     from polyrl.rollout.chat import ChatCodec
+    from polyrl.tasks import resolve_task
 
     task = resolve_task("env/retry:addition")
     p = task.generate(0, "easy")

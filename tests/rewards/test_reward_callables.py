@@ -170,12 +170,10 @@ def test_unknown_term_names_and_duplicates_are_config_errors(tmp_path, rewards_m
 
 
 def test_a_plugin_entry_point_naming_a_function_becomes_a_term_by_that_name():
-    from polyrl.rewards.terms import _adopt_plugin_term
-
     def polite(response):
         return float("please" in response)
 
-    _adopt_plugin_term("test_polite", polite)  # what loading the entry point test_polite = "pkg:polite" does
+    REWARD_SOURCES.add("test_polite", polite)  # what loading the entry point test_polite = "pkg:polite" does
     try:
         (t,) = _score(RewardConfig.model_validate({"test_polite": 0.5}), [_traj("please <answer>1</answer>")])
         assert t.reward_terms["test_polite"] == 1.0

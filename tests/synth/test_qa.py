@@ -191,16 +191,14 @@ def test_a_missing_leak_check_file_is_a_user_error(fake_openai, docs, tmp_path, 
     assert "no such file" in capsys.readouterr().err
 
 
-def test_problems_of_the_written_dataset_are_tagged_dataset(fake_openai, docs, tmp_path, monkeypatch):
-    from polyrl.tasks import dataset as dataset_module
+def test_problems_of_the_written_dataset_are_tagged_dataset(fake_openai, docs, tmp_path):
     from polyrl.tasks import get_task
-    from polyrl.tasks.dataset import register_dataset_task
+    from polyrl.tasks.dataset import load_dataset_task
     from polyrl.tasks.registry import TASKS
 
-    monkeypatch.setattr(dataset_module, "_CLASSES", {})  # the registration is forgotten after the test
     out = tmp_path / "qa.jsonl"
     assert synth(fake_openai(writer), docs, out) == 0
-    register_dataset_task("synth_qa_demo", {"path": str(out), "verifier": "normalized", "eval_fraction": 0.5})
+    load_dataset_task("synth_qa_demo", {"path": str(out), "verifier": "normalized", "eval_fraction": 0.5})
     try:
         problem = get_task("synth_qa_demo").generate(0, split="train")
         assert problem.source == "dataset"

@@ -15,12 +15,10 @@ from polyrl.tasks.dataset import DatasetSpec, dataset_task
 
 
 @pytest.fixture(autouse=True)
-def _forget_registered_datasets(monkeypatch):
-    from polyrl.tasks import dataset as dataset_module
+def _forget_registered_datasets():
     from polyrl.tasks.registry import TASKS
 
     before = set(TASKS.names())
-    monkeypatch.setattr(dataset_module, "_CLASSES", {})
     yield
     for name in set(TASKS.names()) - before:
         TASKS.remove(name)

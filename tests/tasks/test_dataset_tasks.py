@@ -18,13 +18,11 @@ from polyrl.train.config import TaskSpec
 
 
 @pytest.fixture(autouse=True)
-def _forget_registered_datasets(monkeypatch):
+def _forget_registered_datasets():
     """Dataset tasks registered by a test leave the process-wide task registry when it ends."""
-    from polyrl.tasks import dataset as dataset_module
     from polyrl.tasks.registry import TASKS
 
     before = set(TASKS.names())
-    monkeypatch.setattr(dataset_module, "_CLASSES", {})
     yield
     for name in set(TASKS.names()) - before:
         TASKS.remove(name)
@@ -350,10 +348,10 @@ def test_cli_commands_take_dataset_tasks_from_a_config(tmp_path, gsm8k, capsys):
 
 
 def test_a_mix_entry_can_wrap_its_dataset_in_an_environment(gsm8k):
-    from polyrl.envs.registry import resolve_task_spec
+    from polyrl.tasks import resolve_task
 
     entry = TaskSpec.model_validate({"name": "env/retry:gsm8k_env", "dataset": gsm8k, "answer_after": "####"})
-    env = resolve_task_spec(entry)
+    env = resolve_task(entry.name, dataset=entry.dataset)
     assert env.name == "env/retry:gsm8k_env" and get_task("gsm8k_env").name == "gsm8k_env"
     problem = env.generate(7)
     assert env.reference_actions(problem) == [f"<answer>{problem.answer}</answer>"]
@@ -370,15 +368,15 @@ def test_asking_for_more_eval_problems_than_eval_rows_warns_once(gsm8k, capsys):
 def test_the_worked_example_config_builds_its_task_and_reward_term(monkeypatch):
     from pathlib import Path
 
-    from polyrl.envs.registry import resolve_task_spec
     from polyrl.rewards import RewardScorer
+    from polyrl.tasks import resolve_task
     from polyrl.train.config import load_config
 
     root = Path(__file__).parents[2]
     monkeypatch.chdir(root)
     monkeypatch.syspath_prepend(str(root / "examples"))
     config = load_config("configs/gsm8k_demo.yaml")
-    task = resolve_task_spec(config.tasks[0])
+    task = resolve_task(config.tasks[0].name, dataset=config.tasks[0].dataset)
     assert (len(task.rows.splits["train"]), len(task.rows.splits["eval"])) == (171, config.eval.problems_per_task)
     assert task.pure is False  # verifier: math
     assert RewardScorer(config.reward, ["gsm8k"]).sources.keys() == {"brevity"}

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from polyrl.device import HOST
-from polyrl.policy.backends import BACKENDS, BackendSpec, check_engine, get_backend
+from polyrl.policy.backends import BACKENDS, check_engine, get_backend, register_backend
 from polyrl.policy.generation import TransformersBackend
 from polyrl.train.placement import LocalPlacement
 from polyrl.train.trainer import Trainer
@@ -83,7 +83,7 @@ def test_a_backend_is_one_registration(tiny_train_config, monkeypatch):
         return TransformersBackend(model, tokenizer, batch_size=context.generation.batch_size)
 
     monkeypatch.setattr(BACKENDS, "_entries", dict(BACKENDS._entries))
-    BACKENDS.add("recorded", BackendSpec("recorded", make))
+    register_backend("recorded")(make)
     trainer = Trainer(tiny_train_config(generation={"engine": "recorded", "batch_size": 7}))
     assert isinstance(trainer.backend, TransformersBackend) and trainer.backend.batch_size == 7
     assert [c.seed for c in made] == [trainer.config.seed]

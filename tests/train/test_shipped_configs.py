@@ -10,7 +10,7 @@ import yaml
 from system_packages import names_python_tool, needs_bwrap
 
 from polyrl.experiments.curriculum import plan_experiment
-from polyrl.harness.resolve import resolve_task_spec
+from polyrl.tasks import resolve_task
 from polyrl.train.config import load_config
 
 CONFIGS = Path(__file__).parents[2] / "configs"
@@ -35,7 +35,8 @@ def test_a_shipped_training_config_loads_and_names_real_tasks(path, monkeypatch)
     monkeypatch.syspath_prepend(str(CONFIGS.parent / "examples"))  # the demos' own modules, as their comments say
     config = load_config(path)
     for spec in config.tasks:
-        assert resolve_task_spec(spec, config.env).name, spec.name
+        task = resolve_task(spec.name, env=config.env, harness=spec.harness, dataset=spec.dataset)
+        assert task.name, spec.name
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)

@@ -5,21 +5,28 @@ the prompt completion ``i`` answers. Groups may differ in size (dynamic sampling
 rollouts drop samples) and need not be contiguous, so every group statistic here is computed with
 scatter reductions over ``group_ids`` rather than by reshaping to ``[P, G]``.
 
-Estimators are registered by name so a YAML config can pick one (``advantage: grpo``)::
+Estimators are registered by name in one registry, :data:`ADVANTAGE_ESTIMATORS`, so a YAML config can pick
+one (``advantage: grpo``); each declares what it reads::
 
-    @register_advantage("my_estimator")
-    def my_estimator(rewards, group_ids, eps=1e-6): ...
+    @register_advantage("my_estimator")                    # reads="rewards": the group's outcome rewards
+    def my_estimator(rewards, group_ids, eps=1e-6): ...    # -> Tensor[N]
 
-Every estimator returns ``Tensor[N]``; the trainer broadcasts it over the response tokens and may then
-apply :func:`task_normalize`. Token-level estimators of episodes (``rl.advantage_level: turn``:
-:func:`turn_advantages`) are registered in :data:`TOKEN_ADVANTAGE_ESTIMATORS` and return ``Tensor[N, T]``.
+    @register_advantage("my_credit", reads="turns")        # each episode's turn rewards (rl.advantage_level)
+    def my_credit(samples, width, eps=1e-6): ...           # -> Tensor[N, width]
+
+    @register_advantage("my_critic", reads="critic")       # the learned value function (the run trains one)
+    def my_critic(critic, tokens, rewards): ...            # -> (advantages [N, T], returns [N, T], stats)
+
+and every one is called the same way: ``ADVANTAGE_ESTIMATORS.lookup(name)(AdvantageInputs(...))`` returns
+:class:`Advantages`. A rewards estimator's ``Tensor[N]`` is broadcast over the response tokens, after an
+optional :func:`task_normalize`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -29,9 +36,12 @@ from polyrl.registry import Registry
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
-    "TOKEN_ADVANTAGE_ESTIMATORS",
     "AdvantageEstimator",
+    "AdvantageInputs",
+    "Advantages",
     "EpisodeCredit",
+    "advantage_estimator",
+    "advantage_names",
     "dr_grpo",
     "gae",
     "get_advantage_estimator",
@@ -42,6 +52,7 @@ __all__ = [
     "rloo",
     "task_normalize",
     "turn_advantages",
+    "uses_critic",
     "zero_variance_group_fraction",
     "zero_variance_groups",
 ]
@@ -49,21 +60,115 @@ __all__ = [
 Ids = Tensor | Sequence[Hashable]
 
 
-class AdvantageEstimator(Protocol):
-    def __call__(self, rewards: Tensor, group_ids: Ids, eps: float = 1e-6) -> Tensor: ...
+Reads = Literal["rewards", "turns", "critic"]
+_READS = {"rewards": "group rewards", "turns": "episode turns", "critic": "the critic"}
 
 
-ADVANTAGE_ESTIMATORS = Registry("advantage estimator", "polyrl.advantages", builtins=("polyrl.algos.advantages",))
+@dataclass(frozen=True)
+class EpisodeCredit:
+    """What a ``turns`` estimator reads of one sample (an episode, or a one-turn completion)."""
+
+    group: Hashable
+    reward: float
+    """The sample's reward (its weighted environment return plus any other terms)."""
+    turn_rewards: Sequence[float]
+    """The environment's reward per policy turn (``[reward]`` for a single-turn completion)."""
+    turn_spans: Sequence[tuple[int, int]]
+    """``[start, end)`` of each policy turn within the response."""
+    offset: int
+    """Column of the first response token's loss position (``len(prompt_ids) - 1``)."""
 
 
-def register_advantage(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
-    """Decorator: make an estimator available as ``get_advantage_estimator(name)``."""
-    return ADVANTAGE_ESTIMATORS.register(name)
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """One step's samples as an estimator may read them; each reads the part its ``reads`` names."""
+
+    rewards: Tensor
+    """``[N]`` outcome rewards."""
+    group_ids: Ids
+    """The prompt (group) each sample answers."""
+    credit: Sequence[EpisodeCredit] = ()
+    """Each sample's turns (``turns`` estimators)."""
+    width: int = 0
+    """Columns of the token batch (``turns`` estimators)."""
+    critic: Any = None
+    """The value model (``critic`` estimators)."""
+    tokens: Any = None
+    """The collated token batch the critic reads (``critic`` estimators)."""
 
 
-def get_advantage_estimator(name: str) -> AdvantageEstimator:
-    """The estimator registered as ``name``; a UserError listing the known names otherwise."""
-    return ADVANTAGE_ESTIMATORS.lookup(name)
+@dataclass(frozen=True)
+class Advantages:
+    """What an estimator gives: ``[N]`` (rewards) or ``[N, T]`` advantages; a critic's targets and statistics."""
+
+    advantages: Tensor
+    returns: Tensor | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """A registered estimator: its function and what it reads, called the same way whatever it reads."""
+
+    fn: Callable[..., Any]
+    reads: Reads = "rewards"
+
+    def __call__(self, inputs: AdvantageInputs) -> Advantages:
+        if self.reads == "rewards":
+            return Advantages(self.fn(inputs.rewards, inputs.group_ids))
+        if self.reads == "turns":
+            return Advantages(self.fn(inputs.credit, inputs.width))
+        advantages, returns, stats = self.fn(inputs.critic, inputs.tokens, inputs.rewards)
+        return Advantages(advantages, returns, stats)
+
+
+def _estimator_entry(name: str, fn: Any, **metadata: Any) -> AdvantageEstimator:
+    if not callable(fn):
+        raise TypeError(f"advantage estimator {name!r} must be a function, got {fn!r}")
+    estimator = AdvantageEstimator(fn, **metadata)
+    if estimator.reads not in _READS:
+        raise ValueError(f"advantage estimator {name!r} reads one of {', '.join(_READS)}, not {estimator.reads!r}")
+    return estimator
+
+
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
+    "advantage estimator", "polyrl.advantages", builtins=("polyrl.algos.advantages",), entry=_estimator_entry
+)
+"""Every advantage estimator: ``rl.advantage`` names one that reads rewards or the critic (the run then trains
+one), ``rl.advantage_level`` (other than ``episode``) one that reads turns."""
+
+
+def register_advantage(name: str, *, reads: Reads = "rewards") -> Callable[[Callable], Callable]:
+    """Decorator: make an estimator available by ``name``; ``reads`` says what it is called with (see the
+    module docstring)."""
+    return ADVANTAGE_ESTIMATORS.register(name, reads=reads)
+
+
+def advantage_names(*reads: Reads) -> list[str]:
+    """The registered estimators that read one of ``reads``, sorted."""
+    return [n for n in ADVANTAGE_ESTIMATORS.names() if ADVANTAGE_ESTIMATORS[n].reads in reads]
+
+
+def advantage_estimator(name: str, *reads: Reads) -> AdvantageEstimator:
+    """The estimator registered as ``name``, which must read one of ``reads``; a one-line UserError otherwise."""
+    estimator = ADVANTAGE_ESTIMATORS.lookup(name)
+    if estimator.reads not in reads:
+        wanted = " or ".join(_READS[r] for r in reads)
+        raise UserError(
+            f"advantage estimator {name!r} reads {_READS[estimator.reads]}; one that reads {wanted} is needed here "
+            f"({', '.join(advantage_names(*reads))})"
+        )
+    return estimator
+
+
+def get_advantage_estimator(name: str) -> Callable[..., Any]:
+    """The function registered as ``name``; a UserError listing the known names otherwise."""
+    return ADVANTAGE_ESTIMATORS.lookup(name).fn
+
+
+def uses_critic(name: str) -> bool:
+    """Whether the advantage estimator ``name`` asks a critic (so the run trains one)."""
+    return isinstance(name, str) and name in ADVANTAGE_ESTIMATORS and ADVANTAGE_ESTIMATORS[name].reads == "critic"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -278,30 +383,7 @@ def gae(rewards_per_token: Tensor, values: Tensor, mask: Tensor, gamma: float, l
 # Token-level estimators of episodes (``rl.advantage_level``): one advantage per response token
 
 
-@dataclass(frozen=True)
-class EpisodeCredit:
-    """What a token-level estimator reads of one sample (an episode, or a one-turn completion)."""
-
-    group: Hashable
-    reward: float
-    """The sample's reward (its weighted environment return plus any other terms)."""
-    turn_rewards: Sequence[float]
-    """The environment's reward per policy turn (``[reward]`` for a single-turn completion)."""
-    turn_spans: Sequence[tuple[int, int]]
-    """``[start, end)`` of each policy turn within the response."""
-    offset: int
-    """Column of the first response token's loss position (``len(prompt_ids) - 1``)."""
-
-
-class TokenAdvantageEstimator(Protocol):
-    def __call__(self, samples: Sequence[EpisodeCredit], width: int, eps: float = 1e-6) -> Tensor: ...
-
-
-TOKEN_ADVANTAGE_ESTIMATORS = Registry("token-level advantage estimator", builtins=("polyrl.algos.advantages",))
-"""``rl.advantage_level`` values other than ``episode`` → an estimator of ``[N, width]`` per-token advantages."""
-
-
-@TOKEN_ADVANTAGE_ESTIMATORS.register("turn")
+@register_advantage("turn", reads="turns")
 def turn_advantages(samples: Sequence[EpisodeCredit], width: int, eps: float = 1e-6) -> Tensor:
     """Per-token advantages ``[N, width]`` aligned with the loss mask: the tokens of turn ``k`` get the
     episode's return-to-go from turn ``k``, minus the group's mean return, over the group's std (GRPO's
@@ -327,21 +409,7 @@ def turn_advantages(samples: Sequence[EpisodeCredit], width: int, eps: float = 1
 # Estimators that ask a learned value function (``rl.advantage: gae``)
 
 
-class CriticAdvantageEstimator(Protocol):
-    def __call__(self, critic, tokens, rewards: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]: ...
-
-
-CRITIC_ADVANTAGE_ESTIMATORS = Registry("critic advantage estimator", builtins=("polyrl.algos.advantages",))
-"""``rl.advantage`` values that need a critic (the run builds one): ``(critic, tokens, rewards) ->
-(advantages [N, T], returns [N, T] — the critic's targets, statistics)``."""
-
-
-def uses_critic(name: str) -> bool:
-    """Whether the advantage estimator ``name`` asks a critic (so the run trains one)."""
-    return name in CRITIC_ADVANTAGE_ESTIMATORS.names()
-
-
-@CRITIC_ADVANTAGE_ESTIMATORS.register("gae")
+@register_advantage("gae", reads="critic")
 def gae_from_critic(critic, tokens, rewards: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
     """:func:`gae` over the critic's values of ``tokens`` (PPO with a value model; Schulman et al. 2016,
     eq. 16), the outcome reward on each sequence's last policy token."""

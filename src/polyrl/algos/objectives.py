@@ -139,20 +139,22 @@ class Objective(Protocol):
     ) -> tuple[Tensor, dict[str, RowStat | Tensor]]: ...
 
 
-OBJECTIVES = Registry("policy objective", "polyrl.objectives", builtins=("polyrl.algos.objectives",))
+def _objective_entry(name: str, objective: Objective, settings: type[BaseModel] | None = None) -> Objective:
+    if settings is not None:
+        objective.settings_class = settings
+    return objective
 
 
-def register_objective(name: str, settings: type[BaseModel] | None = None) -> Callable[[Objective], Objective]:
+OBJECTIVES = Registry(
+    "policy objective", "polyrl.objectives", builtins=("polyrl.algos.objectives",), entry=_objective_entry
+)
+
+
+def register_objective(name: str, *, settings: type[BaseModel] | None = None) -> Callable[[Objective], Objective]:
     """Decorator: make a policy objective available as ``get_objective(name)``. ``settings`` is the pydantic
     class of its own settings: ``rl.objective_settings`` is validated against it, and the objective reads
     the instance as ``settings.own``."""
-
-    def decorator(objective: Objective) -> Objective:
-        if settings is not None:
-            objective.settings_class = settings
-        return OBJECTIVES.register(name)(objective)
-
-    return decorator
+    return OBJECTIVES.register(name, settings=settings)
 
 
 def objective_settings_class(name: str) -> type[BaseModel] | None:

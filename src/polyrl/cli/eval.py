@@ -62,11 +62,11 @@ def _suite_tasks(config: Path | None):
 
     if config is None:
         return SuiteTasks()
-    from polyrl.tasks.dataset import register_config_datasets
+    from polyrl.tasks.dataset import load_config_datasets
     from polyrl.train.config import load_config
 
     cfg = load_config(config)
-    register_config_datasets(config)  # every dataset of the mix, so that env/retry:<dataset> names resolve too
+    load_config_datasets(config)  # every dataset of the mix, so that env/retry:<dataset> names resolve too
     return SuiteTasks({spec.name: spec for spec in cfg.tasks}, cfg.env)
 
 

@@ -61,12 +61,11 @@ def register(app: typer.Typer) -> None:
             import uvicorn  # noqa: F401
         except ImportError:
             raise UserError("polyrl serve needs FastAPI and uvicorn: pip install 'polyrl[serve]'") from None
+        from polyrl.device import resolve_device
         from polyrl.policy.loading import check_model_dir
         from polyrl.policy.presets import resolve_model_path
         from polyrl.policy.threads import check_threads
         from polyrl.serve.app import serve as run_server
-
-        from polyrl.device import resolve_device
 
         placed = resolve_device(device)  # before anything loads: a missing GPU is one line
         if not 1 <= port <= 65535:

@@ -25,9 +25,9 @@ CONFIG_HELP = "A training config whose dataset tasks become available by name."
 
 def _register_datasets(config: Path | None) -> None:
     if config is not None:
-        from polyrl.tasks.dataset import register_config_datasets
+        from polyrl.tasks.dataset import load_config_datasets
 
-        register_config_datasets(config)
+        load_config_datasets(config)
 
 
 def _say(text: str) -> None:

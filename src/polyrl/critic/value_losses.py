@@ -57,19 +57,17 @@ class ValueLoss:
 
 
 VALUE_LOSSES: Registry[ValueLoss] = Registry(
-    "value loss", "polyrl.value_losses", builtins=("polyrl.critic.value_losses",)
+    "value loss",
+    "polyrl.value_losses",
+    builtins=("polyrl.critic.value_losses",),
+    entry=lambda name, per_token, **metadata: ValueLoss(per_token, **metadata),
 )
 
 
-def register_value_loss(name: str, categorical: bool) -> Callable[[PerTokenValueLoss], PerTokenValueLoss]:
+def register_value_loss(name: str, *, categorical: bool) -> Callable[[PerTokenValueLoss], PerTokenValueLoss]:
     """Decorator for ``(outputs, returns[N, T], support) -> loss[N, T]``; ``outputs`` is ``[N, T, B]`` bin
     logits when ``categorical``, else ``[N, T]`` values."""
-
-    def wrap(per_token: PerTokenValueLoss) -> PerTokenValueLoss:
-        VALUE_LOSSES.add(name, ValueLoss(per_token, categorical))
-        return per_token
-
-    return wrap
+    return VALUE_LOSSES.register(name, categorical=categorical)
 
 
 def bin_edges(v_min: float, v_max: float, num_bins: int) -> Tensor:

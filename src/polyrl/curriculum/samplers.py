@@ -21,29 +21,24 @@ if TYPE_CHECKING:
     from polyrl.tasks.base import Problem, Task
 
 
-def _adopt_plugin_sampler(name: str, cls: Any) -> None:
-    register_sampler(name)(cls)
+def _sampler_entry(name: str, cls: Any) -> type[TaskSampler]:
+    if not (isinstance(cls, type) and issubclass(cls, TaskSampler)):
+        raise TypeError(f"register_sampler expects a TaskSampler subclass, got {cls!r}")
+    cls.name = name
+    return cls
 
 
 SAMPLERS: Registry[type[TaskSampler]] = Registry(
     "sampler",
     "polyrl.samplers",
     builtins=("polyrl.curriculum.samplers", "polyrl.curriculum.adaptive", "polyrl.curriculum.weakness"),
-    adopt=_adopt_plugin_sampler,
+    entry=_sampler_entry,
 )
 
 
 def register_sampler(name: str) -> Callable[[type[TaskSampler]], type[TaskSampler]]:
     """Class decorator: make a :class:`TaskSampler` subclass available as ``make_sampler(name, ...)``."""
-
-    def deco(cls):
-        if not (isinstance(cls, type) and issubclass(cls, TaskSampler)):
-            raise TypeError(f"register_sampler expects a TaskSampler subclass, got {cls!r}")
-        SAMPLERS.add(name, cls)
-        cls.name = name
-        return cls
-
-    return deco
+    return SAMPLERS.register(name)
 
 
 class TaskSampler:

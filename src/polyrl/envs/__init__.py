@@ -5,7 +5,7 @@ in the OpenAI function-calling format and called with ``<tool_call>{...}</tool_c
 """
 
 from polyrl.envs.base import Environment, EnvTask, StepResult, is_environment
-from polyrl.envs.registry import ENV_PREFIX, EnvConfig, get_env_task, list_envs, register_env, resolve_task
+from polyrl.envs.registry import ENV_PREFIX, EnvConfig, get_env_task, list_envs, register_env
 from polyrl.envs.tools import Tool, ToolError, parse_tool_calls
 
 __all__ = [
@@ -21,5 +21,4 @@ __all__ = [
     "list_envs",
     "parse_tool_calls",
     "register_env",
-    "resolve_task",
 ]

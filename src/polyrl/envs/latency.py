@@ -18,7 +18,7 @@ that problem, so in one process a fixed seed gives the same delays (and timeouts
 scheduled. A copy of the task sent to another process (a Ray worker) adds its own salt, so that episodes
 started from separate copies do not share delays.
 
-    from polyrl.envs import resolve_task
+    from polyrl.tasks import resolve_task
     from polyrl.envs.latency import LatencyModel, with_latency
     slow = with_latency(resolve_task("env/retry:graph_coloring"), 0.2)
     tail = with_latency(resolve_task("env/retry:graph_coloring"),

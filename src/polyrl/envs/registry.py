@@ -1,27 +1,27 @@
 """Environment registry: ``env/<name>`` and ``env/<name>:<argument>`` task names.
 
 An environment is registered as a factory ``(argument, options) -> EnvTask``; the argument is what follows
-the colon (a wrapped task for ``retry``/``calculator``/``python``, a game id for ``textarena``).
-:func:`resolve_task` is what the trainer calls for every task name, so ``env/...`` names work wherever a
-task name does. A plugin package registers its environments with :func:`register_env` on import and
-names the module in an entry point: ``[project.entry-points."polyrl.envs"] my_env = "my_package.envs"``
-(or names a factory taking no argument: ``my_env = "my_package.envs:make_my_env"``).
+the colon (a wrapped task for ``retry``/``calculator``/``python``, a game id for ``textarena``). This module
+registers the ``env/`` task-name prefix, so ``env/...`` names work wherever a task name does
+(:func:`polyrl.tasks.resolve_task`). A plugin package registers its environments with :func:`register_env`
+on import and names the module in an entry point: ``[project.entry-points."polyrl.envs"] my_env =
+"my_package.envs"`` (or names a factory taking no argument: ``my_env = "my_package.envs:make_my_env"``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from polyrl.envs.base import EnvTask
+from polyrl.envs.base import EnvTask, is_environment
 from polyrl.envs.sandbox import SandboxMode
+from polyrl.envs.tool_formats import check_tool_format
 from polyrl.errors import UserError
-from polyrl.registry import Registry
-from polyrl.tasks import Task, get_task
-from polyrl.tasks.dataset import dataset_task_name, register_dataset_task
+from polyrl.registry import Registry, registered
+from polyrl.tasks.prefixes import TaskRequest, register_task_prefix, with_answer_format
 
 ENV_PREFIX = "env/"
 MAX_EPISODE_TOKENS = 384
@@ -35,13 +35,13 @@ class EnvFactory:
     """A registered environment: its factory and whether its name takes ``:<argument>``."""
 
     factory: Callable[..., EnvTask]
-    needs_argument: bool
+    needs_argument: bool = False
 
 
-def _adopt_plugin_env(name: str, factory: Any) -> None:
+def _env_entry(name: str, factory: Any, **metadata: Any) -> EnvFactory:
     if not callable(factory):
         raise TypeError(f"an environment entry point names a module or a factory, got {factory!r}")
-    register_env(name)(factory)
+    return EnvFactory(factory, **metadata)
 
 
 ENVS: Registry[EnvFactory] = Registry(
@@ -50,7 +50,7 @@ ENVS: Registry[EnvFactory] = Registry(
     builtins=tuple(
         f"polyrl.envs.{module}" for module in ("tool_use", "retry", "search", "games", "textarena_adapter")
     ),
-    adopt=_adopt_plugin_env,
+    entry=_env_entry,
 )
 
 
@@ -70,7 +70,7 @@ class EnvConfig(BaseModel):
     retry_discount: float = Field(
         0.5, ge=0, le=1, description="env/retry: reward of a success at attempt k is discount**(k-1)."
     )
-    tool_format: Literal["auto", "hermes", "qwen3", "llama3_json", "mistral", "native"] = Field(
+    tool_format: str = Field(
         "auto",
         description="Tool-call syntax of the policy: auto (from the chat template), a model family, or native "
         "(the tokenizer's own response_template).",
@@ -87,15 +87,13 @@ class EnvConfig(BaseModel):
         "on an event loop), so that tool waits overlap; 1 steps environments one after another.",
     )
 
+    _tool_format = field_validator("tool_format")(registered(check_tool_format))
 
-def register_env(name: str, needs_argument: bool = False):
-    """Decorator for a factory ``(argument: str | None, config: EnvConfig) -> EnvTask`` named ``env/<name>``."""
 
-    def wrap(factory):
-        ENVS.add(name, EnvFactory(factory, needs_argument))
-        return factory
-
-    return wrap
+def register_env(name: str, *, needs_argument: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator for a factory ``(argument: str | None, config: EnvConfig) -> EnvTask`` named ``env/<name>``;
+    with ``needs_argument`` the name takes ``:<argument>``."""
+    return ENVS.register(name, needs_argument=needs_argument)
 
 
 def list_envs() -> list[str]:
@@ -113,25 +111,14 @@ def get_env_task(name: str, config: EnvConfig | None = None) -> EnvTask:
     if argument and not spec.needs_argument:
         raise UserError(f"environment {ENV_PREFIX}{base} takes no argument (got {argument!r})")
     task = spec.factory(argument or None, config or EnvConfig())
+    inner = getattr(task, "inner", None)
+    if inner is not None and (is_environment(inner) or getattr(inner, "is_harness", False)):
+        raise UserError(f"environment {ENV_PREFIX}{base} wraps a single-turn task, not {argument!r}")
     task.name = name
     return task
 
 
-def resolve_task(name: str, env_config: EnvConfig | None = None, answer_format=None, **kwargs: Any) -> Task:
-    """A task or an environment by name: ``env/...`` names go to the environment registry. ``answer_format``
-    (e.g. with think tags for a reasoning model) replaces the task's, and the wrapped task's of an
-    environment, so every verifier in the episode reads answers the same way."""
-    task = get_env_task(name, env_config) if name.startswith(ENV_PREFIX) else get_task(name, **kwargs)
-    node = task
-    while answer_format is not None and node is not None:
-        node.answer_format = answer_format
-        node = getattr(node, "inner", None)
-    return task
-
-
-def resolve_task_spec(spec, env_config=None, answer_format=None) -> Task:
-    """The task of one training-mix entry (a ``TaskSpec``): its dataset, if it has one, is registered under the
-    entry's name first; then the name resolves as any task name does (``env/...`` wrappers included)."""
-    if getattr(spec, "dataset", None) is not None:
-        register_dataset_task(dataset_task_name(spec.name), spec.dataset)
-    return resolve_task(spec.name, env_config, answer_format)
+@register_task_prefix(ENV_PREFIX)
+def _env_by_name(request: TaskRequest) -> EnvTask:
+    """``env/<name>[:<argument>]``: the environment, with the run's ``env`` limits."""
+    return with_answer_format(get_env_task(request.name, request.env), request)

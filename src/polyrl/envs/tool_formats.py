@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from polyrl.errors import UserError
+from polyrl.registry import Registry
 
 Message = dict[str, Any]
-TOOL_FORMAT_NAMES = ("auto", "hermes", "qwen3", "llama3_json", "mistral", "native")
+CHOSEN_BY_TOKENIZER = ("auto", "native")
+"""``env.tool_format`` values that are not a family: the chat template's (auto) or the tokenizer's own (native)."""
 
 
 @dataclass
@@ -103,6 +105,9 @@ class ToolFormat:
     """The opening tag whose missing close makes the last call an error."""
     call_example: str = '<tool_call>{"name":...,"arguments":{...}}</tool_call>'
     """The call syntax in the one-line tool listing for templates without native tools."""
+    detection_rank: int = 0
+    """``auto`` tries the families whose markers a chat template holds in decreasing rank (the more specific
+    first: qwen3's template also holds hermes's ``<tool_call>``)."""
 
     def parse(self, text: str, response_template: dict | None = None) -> list[ToolCall]:
         """Every call in an assistant turn, parsed or with the reason it failed."""
@@ -125,6 +130,30 @@ def _is_json(text: str) -> bool:
     return True
 
 
+def _tool_format_entry(name: str, fmt: Any) -> ToolFormat:
+    if not isinstance(fmt, ToolFormat) or fmt.name != name:
+        raise TypeError(f"tool format {name!r} must be a ToolFormat named {name!r}, got {fmt!r}")
+    return fmt
+
+
+TOOL_FORMATS: Registry[ToolFormat] = Registry(
+    "tool format", "polyrl.tool_formats", builtins=("polyrl.envs.tool_formats",), entry=_tool_format_entry
+)
+
+
+def register_tool_format(name: str) -> Callable[[ToolFormat], ToolFormat]:
+    """Decorator (called on a :class:`ToolFormat`): the family's syntax becomes ``env.tool_format: name``."""
+    return TOOL_FORMATS.register(name)
+
+
+def check_tool_format(requested: str) -> str:
+    """``requested`` if it is ``auto``, ``native`` or a registered family; the one-line error otherwise."""
+    if requested in CHOSEN_BY_TOKENIZER or (isinstance(requested, str) and requested in TOOL_FORMATS):
+        return requested
+    known = ("auto", *TOOL_FORMATS, "native")
+    raise UserError(f"unknown tool format {requested!r}; choose one of {', '.join(known)}")
+
+
 HERMES = ToolFormat(
     "hermes",
     _call_regions(_HERMES_CALL, _IM_END, "<|im_start|>assistant\n"),
@@ -132,6 +161,7 @@ HERMES = ToolFormat(
     "tool",
     "<tool_call>",
     unclosed="<tool_call>",
+    detection_rank=1,
 )
 QWEN3 = ToolFormat(
     "qwen3",
@@ -141,6 +171,7 @@ QWEN3 = ToolFormat(
     "<tool_call>",
     template_markers=("<think>",),
     unclosed="<tool_call>",
+    detection_rank=2,
 )
 LLAMA3_JSON = ToolFormat(
     "llama3_json",
@@ -166,9 +197,10 @@ MISTRAL = ToolFormat(
     call_ids=True,
     keep_tokens=("[TOOL_CALLS]",),
     call_example='[TOOL_CALLS] [{"name":...,"arguments":{...}}]',
+    detection_rank=3,
 )
-FORMATS = {f.name: f for f in (HERMES, QWEN3, LLAMA3_JSON, MISTRAL)}
-_DETECTION_ORDER = (MISTRAL, QWEN3, HERMES, LLAMA3_JSON)
+for _builtin in (HERMES, QWEN3, LLAMA3_JSON, MISTRAL):
+    register_tool_format(_builtin.name)(_builtin)
 
 
 def parse_tool_calls(
@@ -242,10 +274,9 @@ class UsesToolFormat:
     """The tokenizer's own response template, when it ships one (parsing then uses it)."""
 
     def use_tool_format(self, requested: str) -> None:
-        if requested not in TOOL_FORMAT_NAMES:
-            raise UserError(f"unknown tool format {requested!r}; choose one of {', '.join(TOOL_FORMAT_NAMES)}")
+        check_tool_format(requested)
         self.requested_tool_format = requested
-        self.tool_format = FORMATS.get(requested, HERMES)
+        self.tool_format = HERMES if requested in CHOSEN_BY_TOKENIZER else TOOL_FORMATS[requested]
 
     def bind_tool_format(self, tool_format: ToolFormat, response_template: dict | None) -> None:
         self.tool_format, self.response_template = tool_format, response_template
@@ -255,7 +286,7 @@ def detect_tool_format(chat_template: str | None) -> ToolFormat | None:
     """The family whose tool-call syntax ``chat_template`` renders, or None when it renders no tool calls."""
     if not chat_template or not isinstance(chat_template, str):
         return None
-    for fmt in _DETECTION_ORDER:
+    for fmt in sorted(TOOL_FORMATS.values(), key=lambda f: -f.detection_rank):
         if fmt.call_marker in chat_template and all(m in chat_template for m in fmt.template_markers):
             return fmt
     return None
@@ -273,11 +304,9 @@ def resolve_tool_format(requested: str, tokenizer) -> tuple[ToolFormat, dict | N
     detected = detect_tool_format(template)
     if requested == "native" and shipped is None:
         raise UserError("env.tool_format: native needs a tokenizer that ships a response_template; use auto")
-    if requested in ("auto", "native"):
+    if requested in CHOSEN_BY_TOKENIZER:
         return detected or HERMES, shipped
-    if requested not in FORMATS:
-        raise UserError(f"unknown tool format {requested!r}; choose one of {', '.join(TOOL_FORMAT_NAMES)}")
-    fmt = FORMATS[requested]
+    fmt = TOOL_FORMATS[check_tool_format(requested)]
     if detected is not None and fmt.call_marker != detected.call_marker:
         raise UserError(
             f"env.tool_format {requested!r} cannot be rendered by this tokenizer's chat template, which writes "

@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from polyrl.envs.registry import EnvConfig
 from polyrl.errors import UserError
-from polyrl.harness.resolve import resolve_task_spec
 from polyrl.policy.generation import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from polyrl.tasks import resolve_task
 from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE, AnswerFormat
 from polyrl.tasks.base import Problem, Task
 from polyrl.yaml_files import describe, safe_load
@@ -61,7 +61,13 @@ class SuiteTasks:
         key = (name, answer_format)
         if key not in self._resolved:
             entry = self.entries.get(name, _Entry(name))
-            self._resolved[key] = resolve_task_spec(entry, self.env_config, AnswerFormat(answer_format))
+            self._resolved[key] = resolve_task(
+                entry.name,
+                answer_format=AnswerFormat(answer_format),
+                env=self.env_config,
+                harness=entry.harness,
+                dataset=entry.dataset,
+            )
         return self._resolved[key]
 
 

@@ -25,9 +25,10 @@ from typing import Any
 import yaml
 
 from polyrl.curriculum import SAMPLERS, make_difficulty_controller, make_sampler
-from polyrl.envs.registry import EnvConfig, resolve_task
+from polyrl.envs.registry import EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
+from polyrl.tasks import resolve_task
 from polyrl.train.config import TrainConfig, load_config, save_config
 from polyrl.yaml_files import describe, safe_load
 
@@ -164,7 +165,7 @@ def plan_experiment(
     has_hard = hard_difficulty is not None or any(spec["eval_difficulty"] is not None for spec in base["tasks"])
     for spec in base["tasks"]:
         name = spec["name"]
-        tasks[name] = resolve_task(name, EnvConfig(**base["env"]))
+        tasks[name] = resolve_task(name, env=EnvConfig(**base["env"]))
         if has_hard:
             hard[name] = spec["eval_difficulty"] if spec["eval_difficulty"] is not None else hard_difficulty
             if hard[name] is None:
@@ -176,7 +177,7 @@ def plan_experiment(
         for seed in plan.seeds:
             cfg = plan.config(strategy, seed)
             # a strategy may set its own tasks:
-            mix = {s.name: tasks[s.name] if s.name in tasks else resolve_task(s.name, cfg.env) for s in cfg.tasks}
+            mix = {s.name: tasks[s.name] if s.name in tasks else resolve_task(s.name, env=cfg.env) for s in cfg.tasks}
             make_sampler(cfg.sampler.name, list(mix), cfg.sampler.options)
             make_difficulty_controller(cfg.difficulty_control, mix, {s.name: s for s in cfg.tasks})
             if strategy is not None:

@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from polyrl.errors import UserError
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, DifficultySpace, Problem, Task, Verdict
+from polyrl.tasks.prefixes import TaskRequest, register_task_prefix
+from polyrl.tasks.resolve import inner, route
 
 
 class HarnessSpec(BaseModel):
@@ -139,3 +141,9 @@ class HarnessTask(Task):
 
 def is_harness(task: Task) -> bool:
     return bool(getattr(task, "is_harness", False))
+
+
+@register_task_prefix("harness:")
+def _played_by_agent(request: TaskRequest) -> HarnessTask:
+    """A training-mix entry with ``harness:``: its task (resolved as any name is), played by the user's agent."""
+    return HarnessTask(route(inner(request)), request.harness)

@@ -21,6 +21,7 @@ from polyrl.errors import UserError
 from polyrl.harness.outcome import Outcome
 from polyrl.harness.task import HarnessSpec, HarnessTask
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, Problem, Task
+from polyrl.tasks.prefixes import TaskRequest, register_task_prefix
 
 VF_PREFIX = "vf/"
 
@@ -159,3 +160,10 @@ def scored_trace(task, messages: list[dict[str, Any]], reply: str):
     trace.nodes.append(vf.MessageNode(parent=parent, message=vf.AssistantMessage(content=reply), sampled=True))
     trace.is_completed = trace.ok = True
     return trace
+
+
+@register_task_prefix(VF_PREFIX, plays_harness=True)
+def _taskset_by_name(request: TaskRequest) -> VerifiersTask:
+    """``vf/<module>:<taskset>``: the taskset, played through the harness endpoint (with the entry's harness
+    settings, if it has any)."""
+    return VerifiersTask(request.name, request.harness)

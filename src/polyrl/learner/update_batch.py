@@ -16,12 +16,10 @@ import torch
 from torch import Tensor
 
 from polyrl.algos import (
-    CRITIC_ADVANTAGE_ESTIMATORS,
-    TOKEN_ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_ESTIMATORS,
+    AdvantageInputs,
     EpisodeCredit,
-    get_advantage_estimator,
     task_normalize,
-    uses_critic,
     zero_variance_groups,
 )
 from polyrl.learner.batch import TokenBatch, collate
@@ -147,22 +145,21 @@ def compute_advantages(
 ):
     """``(advantages, returns, critic_stats, zero_variance)`` for one step.
 
-    Group estimators give one value per sequence; ``task_normalize`` then standardizes within each task
-    (AgentRL). Members of zero-variance groups get exactly 0 whatever comes after the estimator, so that
-    they are recognisably signal-free (and skipped). ``advantage_level: turn`` credits each turn of an
-    episode with its group-normalized reward-to-go; ``gae`` asks the critic."""
+    The registered estimator ``rl.advantage`` (or, with ``advantage_level`` other than ``episode``, that one)
+    reads what it declared: group rewards give one value per sequence, which ``task_normalize`` then
+    standardizes within each task (AgentRL), and members of zero-variance groups get exactly 0 whatever comes
+    after the estimator, so that they are recognisably signal-free (and skipped); ``turn`` credits each turn
+    of an episode with its group-normalized reward-to-go; ``gae`` asks the critic."""
     rewards = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     group_ids = torch.tensor([t.group for t in trajs])
     zero_var = zero_variance_groups(rewards, group_ids)
-    if uses_critic(cfg.advantage):  # a registered critic estimator (gae)
-        advantages, returns, stats = CRITIC_ADVANTAGE_ESTIMATORS.lookup(cfg.advantage)(critic, tokens, rewards)
-        return advantages, returns, stats, zero_var
-    if cfg.advantage_level != "episode":  # a token-level estimator: turn-level credit
-        estimator = TOKEN_ADVANTAGE_ESTIMATORS.lookup(cfg.advantage_level)
-        return estimator([episode_credit(t) for t in trajs], tokens.loss_mask.shape[1]), None, {}, zero_var
-    advantages = get_advantage_estimator(cfg.advantage)(rewards, group_ids)
-    if cfg.task_normalize:
-        advantages = task_normalize(advantages, task_ids)
+    estimator = ADVANTAGE_ESTIMATORS.lookup(cfg.advantage if cfg.advantage_level == "episode" else cfg.advantage_level)
+    credit = [episode_credit(t) for t in trajs] if estimator.reads == "turns" else ()
+    inputs = AdvantageInputs(rewards, group_ids, credit, tokens.loss_mask.shape[1], critic, tokens)
+    out = estimator(inputs)
+    if estimator.reads != "rewards":
+        return out.advantages, out.returns, out.stats, zero_var
+    advantages = task_normalize(out.advantages, task_ids) if cfg.task_normalize else out.advantages
     return torch.where(zero_var, torch.zeros_like(advantages), advantages), None, {}, zero_var
 
 

@@ -106,7 +106,10 @@ class BackendSpec:
 
 
 BACKENDS: Registry[BackendSpec] = Registry(
-    "generation backend", "polyrl.backends", builtins=("polyrl.policy.backends", "polyrl.policy.vllm_backend")
+    "generation backend",
+    "polyrl.backends",
+    builtins=("polyrl.policy.backends", "polyrl.policy.vllm_backend"),
+    entry=lambda name, make, **metadata: BackendSpec(name, make, **metadata),
 )
 
 
@@ -119,12 +122,7 @@ def register_backend(
     check: Callable[[], Any] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Decorator: register the decorated factory ``(model, tokenizer, context) -> backend`` as ``name``."""
-
-    def decorator(make: Callable) -> Callable:
-        BACKENDS.add(name, BackendSpec(name, make, settings, cuda_only, shares_weights, check))
-        return make
-
-    return decorator
+    return BACKENDS.register(name, settings=settings, cuda_only=cuda_only, shares_weights=shares_weights, check=check)
 
 
 def get_backend(name: str) -> BackendSpec:

@@ -19,8 +19,8 @@ Episode terms (multi-turn):
   return is its verifier), with the task's ``reward.tasks`` overrides like every other term.
 
 A term returns None where it does not apply (a zero weight it would only cost time for, no think tags).
-Each is weighted by a ``RewardConfig`` field, so this registry holds the built-ins; a new term of your own is a
-batched term (:func:`polyrl.rewards.register_reward_term`), configurable by name.
+Each is weighted by a ``RewardConfig`` field, so this table holds the built-ins only; a new term of your own is a
+reward term (:func:`polyrl.rewards.register_reward_term`), configurable by name.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from polyrl.registry import Registry
 from polyrl.tasks import Problem, Task, Verdict
 from polyrl.tasks.thinking import think_format, thinking_length
 
@@ -62,15 +61,16 @@ class RuleTerm:
     """The name of its weight in ``RewardConfig.weights``."""
 
 
-RULES: Registry[RuleTerm] = Registry("rule reward term")
-"""Rule terms by name, in the order they are computed and summed."""
+RULES: dict[str, RuleTerm] = {}
+"""The built-in rule terms by name, in the order they are computed and summed. Not an extension kind (each has
+its own ``RewardConfig`` weight): a term of your own is a reward term (:data:`polyrl.rewards.REWARD_SOURCES`)."""
 
 
 def rule_term(name: str, episode: bool = False, weight: str | None = None) -> Callable[[Callable], Callable]:
     """Decorator: ``fn(sample) -> value or None`` becomes rule term ``name`` (weighted by ``weight``, default ``name``)."""
 
     def decorator(fn):
-        RULES.add(name, RuleTerm(fn, episode, weight or name))
+        RULES[name] = RuleTerm(fn, episode, weight or name)
         return fn
 
     return decorator

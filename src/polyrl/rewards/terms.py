@@ -45,13 +45,20 @@ RESERVED += ("term_timeout", "env_return")
 SourceFactory = Callable[[Any, str], Callable[[list], Scores]]
 
 
-def _adopt_plugin_term(name: str, obj: Any) -> None:
-    """A ``polyrl.rewards`` entry point naming a function makes it the term ``name`` (a module registers its own)."""
-    register_reward_term(name)(obj)
+def _term_entry(name: str, obj: Any, factory: bool = False) -> SourceFactory:
+    """What the registry holds for term ``name``: ``obj`` itself when it is a factory (``register_reward_source``),
+    else the factory of the reward function ``obj`` (``register_reward_term``, or a ``polyrl.rewards`` entry point
+    naming a function)."""
+    if name in RESERVED:
+        raise ValueError(f"{name!r} is a built-in reward option, not a name for a new term")
+    if factory:
+        return obj
+    term = user_callable(obj, name)
+    return lambda config, device: callable_source(term, name, config.term_timeout)
 
 
 REWARD_SOURCES: Registry[SourceFactory] = Registry(
-    "reward term", "polyrl.rewards", builtins=("polyrl.rewards.builtin_terms",), adopt=_adopt_plugin_term
+    "reward term", "polyrl.rewards", builtins=("polyrl.rewards.builtin_terms",), entry=_term_entry
 )
 """The reward-term registry: a term's name → ``factory(config, device)`` returning a function that scores a
 list of trajectories as ``[(value, failure reason or None), …]``. The built-in model/group terms, every
@@ -59,26 +66,14 @@ list of trajectories as ``[(value, failure reason or None), …]``. The built-in
 entry-point group land here."""
 
 
+def register_reward_term(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: a reward function (per completion, per group or TRL's signature) becomes reward term ``name``."""
+    return REWARD_SOURCES.register(name)
+
+
 def register_reward_source(name: str) -> Callable[[SourceFactory], SourceFactory]:
     """Decorator: ``factory(config, device) -> score(trajectories) -> Scores`` becomes reward term ``name``."""
-    if name in RESERVED:
-        raise ValueError(f"{name!r} is a built-in reward option, not a name for a new term")
-
-    def decorator(factory: SourceFactory) -> SourceFactory:
-        return REWARD_SOURCES.add(name, factory)
-
-    return decorator
-
-
-def register_reward_term(name: str):
-    """Decorator: a reward function (per completion, per group or TRL's signature) becomes reward term ``name``."""
-
-    def decorator(fn):
-        term = user_callable(fn, name)
-        register_reward_source(name)(lambda config, device: callable_source(term, name, config.term_timeout))
-        return fn
-
-    return decorator
+    return REWARD_SOURCES.register(name, factory=True)
 
 
 def callable_source(fn: UserCallable, term: str, timeout: float | None = TERM_TIMEOUT):

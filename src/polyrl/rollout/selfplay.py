@@ -6,7 +6,7 @@ The **proposer** is shown prompts of a proposer task (:class:`polyrl.tasks.selfp
 becomes a problem of the solver task (``source="proposed"``), and the **solver** — the same policy — answers it
 ``solver_group_size`` times; the solver's reward is the verifier's, as for any problem. The proposer's reward is
 the *learnability* of its problem, a function of the solver group's success rate ``p`` that is highest for
-problems solved half of the time (:data:`LEARNABILITY`), and ``selfplay.invalid_reward`` (default 0) for an
+problems solved half of the time (a :data:`LEARNABILITY` entry, ``selfplay.reward``), and ``selfplay.invalid_reward`` (default 0) for an
 invalid proposal. A proposer prompt's ``proposals`` completions form one GRPO group; each proposed problem's solver
 completions form another; both roles' groups go into the step's update.
 
@@ -26,32 +26,43 @@ from typing import Any
 
 import numpy as np
 
+from polyrl.registry import Registry
 from polyrl.rewards.stage import verify_trajectories
 from polyrl.rollout.collect import Collected, GroupSource, has_signal, numbered
 from polyrl.rollout.trajectory import Trajectory, number_groups
 from polyrl.tasks import Problem, Task, Verdict
 from polyrl.tasks.selfplay import ProposerTask
 
+LEARNABILITY: Registry[Callable[[float], float]] = Registry(
+    "learnability", "polyrl.learnability", builtins=("polyrl.rollout.selfplay",)
+)
+"""The proposer's reward for a valid proposal whose solver group succeeded with rate ``p`` (``selfplay.reward``)."""
 
+
+def register_learnability(name: str) -> Callable[[Callable[[float], float]], Callable[[float], float]]:
+    """Decorator: ``learnability(p) -> reward`` becomes ``selfplay.reward: name``."""
+    return LEARNABILITY.register(name)
+
+
+@register_learnability("variance")
 def variance(p: float) -> float:
     """``4 p (1 - p)``: proportional to the variance of the solver group's 0/1 rewards, i.e. to how much GRPO
     signal the problem gives the solver; 1 at p = 1/2, 0 at p = 0 and p = 1."""
     return 4.0 * p * (1.0 - p)
 
 
+@register_learnability("triangle")
 def triangle(p: float) -> float:
     """``1 - |2p - 1|``: the same peak and zeros as ``variance``, falling linearly."""
     return 1.0 - abs(2.0 * p - 1.0)
 
 
+@register_learnability("azr")
 def azr(p: float) -> float:
     """Absolute Zero's proposer reward (Zhao et al. 2025): ``1 - p`` for 0 < p < 1, else 0 (harder is better,
     as long as the solver solves it sometimes)."""
     return 0.0 if p <= 0.0 or p >= 1.0 else 1.0 - p
 
-
-LEARNABILITY: dict[str, Callable[[float], float]] = {"variance": variance, "triangle": triangle, "azr": azr}
-"""The proposer's reward for a valid proposal whose solver group succeeded with rate ``p``."""
 
 EXAMPLES_PER_STEP = 8
 """Proposals logged per step (``selfplay/examples``: text, validity, the solver's success rate, reward)."""
@@ -65,7 +76,7 @@ class SelfPlaySettings:
     prompts: int
     """Proposer prompts per step; each is a group of ``proposals`` completions."""
     reward: str
-    """A key of :data:`LEARNABILITY`."""
+    """A name in :data:`LEARNABILITY`."""
     invalid_reward: float
     """The proposer's reward for a proposal the verifier rejects."""
 
@@ -85,7 +96,7 @@ class SelfPlay:
         self.solver = tasks[proposer.solver_task]
         self.proposers, self.solvers = proposers, solvers
         self.tasks = tasks
-        self.learnability = LEARNABILITY[settings.reward]
+        self.learnability = LEARNABILITY.lookup(settings.reward)
         self.pool: set[str] = set()
         """Every distinct valid proposal of the run so far (checkpointed)."""
 

@@ -2,7 +2,9 @@
 
 from polyrl.tasks.answers import AnswerFormat, Extraction
 from polyrl.tasks.base import CATEGORIES, DifficultySpace, Example, Param, Problem, Task, Verdict
-from polyrl.tasks.registry import get_task, get_task_class, list_tasks, register_task
+from polyrl.tasks.prefixes import register_task_prefix
+from polyrl.tasks.registry import list_tasks, register_task
+from polyrl.tasks.resolve import get_task, resolve_task
 
 __all__ = [
     "CATEGORIES",
@@ -15,7 +17,8 @@ __all__ = [
     "Task",
     "Verdict",
     "get_task",
-    "get_task_class",
     "list_tasks",
     "register_task",
+    "register_task_prefix",
+    "resolve_task",
 ]

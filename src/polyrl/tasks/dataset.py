@@ -8,7 +8,7 @@ In a training config (the dataset fields may sit in the task entry, or under ``d
          answer_after: "####", verifier: numeric, eval_fraction: 0.1}
       - countdown                                   # generated tasks mix in as usual
 
-In Python: ``register_dataset_task("gsm8k", DatasetSpec(path="data/gsm8k.jsonl", answer_after="####"))``,
+In Python: ``load_dataset_task("gsm8k", DatasetSpec(path="data/gsm8k.jsonl", answer_after="####"))``,
 after which ``get_task("gsm8k")`` (and ``env/retry:gsm8k``) works like any registered task.
 
 * **Rows and splits.** Without ``eval_path``/``eval_split``, a row belongs to the eval split when the hash of
@@ -49,9 +49,9 @@ __all__ = [
     "bucket_bounds",
     "dataset_task",
     "fold_dataset_fields",
+    "load_config_datasets",
+    "load_dataset_task",
     "prompt_hash",
-    "register_config_datasets",
-    "register_dataset_task",
 ]
 
 
@@ -72,7 +72,7 @@ def fold_dataset_fields(value: Any, task_fields: set[str]) -> Any:
 
 # -- the task -----------------------------------------------------------------------------------------
 class DatasetTask(Task):
-    """A dataset behind the Task protocol. Made per dataset by :func:`register_dataset_task`."""
+    """A dataset behind the Task protocol. Made per dataset by :func:`load_dataset_task`."""
 
     spec: ClassVar[DatasetSpec]
     category = "dataset"
@@ -140,7 +140,7 @@ class DatasetTask(Task):
         return _verify_with_callable(self._verifier, self.answer_format.extract(response), problem, response)
 
     def __reduce__(self):
-        # made by register_dataset_task, so not importable by name: an isolated verifier worker rebuilds the
+        # made by load_dataset_task, so not importable by name: an isolated verifier worker rebuilds the
         # class from the spec (checking needs the verifier only, so the rows are not loaded there)
         return _dataset_task_in_worker, (self.name, self.spec.model_dump(), self.params, self.answer_format)
 
@@ -200,33 +200,35 @@ def verifier_is_pure(spec: DatasetSpec) -> bool:
     return ":" not in spec.verifier and DATASET_VERIFIERS.lookup(spec.verifier).pure
 
 
-_CLASSES: dict[str, type[DatasetTask]] = {}
+def load_dataset_task(name: str, spec: DatasetSpec | dict[str, Any]) -> type[DatasetTask]:
+    """Load and check the dataset now, and register it as task ``name`` for this process.
 
-
-def register_dataset_task(name: str, spec: DatasetSpec | dict[str, Any]) -> type[DatasetTask]:
-    """Load and check the dataset now, and make it available as ``get_task(name)`` for this process.
-
-    Registering the same name again with the same spec returns the same class; with another spec it
-    replaces the earlier dataset task (never a built-in or plugin task of that name)."""
-    from polyrl.tasks.registry import builtin_and_plugin_tasks, register_task
+    Loading the same name again with the same spec returns the same class; with another spec it replaces
+    the earlier dataset task (never a built-in or plugin task of that name)."""
+    from polyrl.tasks.prefixes import prefix_of
+    from polyrl.tasks.registry import TASKS, register_task
 
     if not isinstance(spec, DatasetSpec):
         spec = DatasetSpec.model_validate(spec)
-    if name in _CLASSES and _CLASSES[name].spec == spec:
-        return _CLASSES[name]
-    existing = builtin_and_plugin_tasks().get(name)
+    existing = TASKS.get(name) if isinstance(name, str) else None
+    if existing is not None and issubclass(existing, DatasetTask) and existing.spec == spec:
+        return existing
     if existing is not None and not issubclass(existing, DatasetTask):
         raise UserError(f"dataset task name {name!r} is already the name of a registered task; choose another")
-    if name.startswith("env/") or ":" in name:
-        raise UserError(f"dataset task name {name!r} must not start with env/ or contain ':'")
+    prefix = prefix_of(name)
+    if prefix is not None or ":" in name:
+        raise UserError(
+            f"dataset task name {name!r} must not start with {prefix or 'a task-name prefix'} or contain ':'"
+        )
     verifier_for(spec)  # unknown verifier, bad options, unimportable callable: fail before loading rows
     rows = dataset_rows(spec)
     buckets = len(rows.bounds)
     params = (Param("bucket", 0, buckets - 1, "difficulty bucket (0 = easiest rows)"),) if buckets > 1 else ()
     counts = f"{len(rows.splits['train'])} train / {len(rows.splits['eval'])} eval rows"
     cls = _dataset_task_class(name, spec, params, f"rows of {spec.path} ({counts}), verifier {spec.verifier}")
-    _CLASSES[name] = register_task(cls)
-    return cls
+    if existing is not None:
+        TASKS.remove(name)  # another spec under the same name: this dataset replaces the earlier one
+    return register_task(name)(cls)
 
 
 def _dataset_task_class(name: str, spec: DatasetSpec, params: tuple[Param, ...], description: str):
@@ -241,20 +243,23 @@ def _dataset_task_in_worker(name: str, spec: dict[str, Any], params: tuple[Param
 
 def dataset_task(name: str, spec: DatasetSpec | dict[str, Any], **kwargs: Any) -> DatasetTask:
     """An instance of the dataset task ``name`` (registered as a side effect)."""
-    return register_dataset_task(name, spec)(**kwargs)
+    return load_dataset_task(name, spec)(**kwargs)
 
 
 def dataset_task_name(entry_name: str) -> str:
-    """The dataset task's own name in a mix entry: ``gsm8k``, also for ``env/retry:gsm8k``."""
-    return entry_name.partition(":")[2] if entry_name.startswith("env/") else entry_name
+    """The dataset task's own name in a mix entry: ``gsm8k``, also for ``env/retry:gsm8k`` (the argument of a
+    name with a task-name prefix)."""
+    from polyrl.tasks.prefixes import prefix_of
+
+    return entry_name.partition(":")[2] if ":" in entry_name and prefix_of(entry_name) else entry_name
 
 
 TASK_ENTRY_FIELDS = {"name", "difficulty", "eval_difficulty", "harness"}
 """Keys of a training-mix entry that are not dataset fields (see ``TaskSpec``)."""
 
 
-def register_config_datasets(path: str | Path) -> list[str]:
-    """Register the dataset tasks in a training config's ``tasks:`` (for CLI commands given ``--config``)."""
+def load_config_datasets(path: str | Path) -> list[str]:
+    """Load the dataset tasks in a training config's ``tasks:`` (for CLI commands given ``--config``)."""
     import yaml
     from pydantic import ValidationError
 
@@ -279,5 +284,5 @@ def register_config_datasets(path: str | Path) -> list[str]:
             where = ".".join(str(x) for x in err["loc"])
             raise UserError(f"config {str(path)!r}: tasks.{i}.{where}: {err['msg']}") from None
         names.append(dataset_task_name(str(entry.get("name", ""))))
-        register_dataset_task(names[-1], spec)
+        load_dataset_task(names[-1], spec)
     return names

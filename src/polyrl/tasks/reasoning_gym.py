@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from polyrl.errors import UserError
 from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, SPLITS, Difficulty, Param, Problem, Task
+from polyrl.tasks.prefixes import RG_PREFIX, TaskRequest, register_task_prefix, with_answer_format
 from polyrl.tasks.rg_guards import guard_answer, replace_eval
 
 INSTALL_HINT = "reasoning-gym is not installed; install it with `pip install polyrl[rg]`"
@@ -194,6 +195,12 @@ def rg_task_class(name: str) -> type[ReasoningGymTask]:
     )
     _CLASSES[name] = cls
     return cls
+
+
+@register_task_prefix(RG_PREFIX)
+def _rg_by_name(request: TaskRequest) -> ReasoningGymTask:
+    """``rg/<dataset>``: the reasoning-gym dataset's task."""
+    return with_answer_format(rg_task_class(request.name[len(RG_PREFIX) :])(), request)
 
 
 def rg_task(name: str, answer_format: str) -> ReasoningGymTask:

@@ -39,9 +39,9 @@ class ProposerTask(Task):
 
 def proposer_task_class(name: str) -> type[ProposerTask]:
     """The registered proposer task ``name``; a one-line UserError when it is unknown or not a proposer."""
-    from polyrl.tasks.registry import get_task_class
+    from polyrl.tasks.registry import TASKS
 
-    cls = get_task_class(name)
+    cls = TASKS.lookup(name)
     if not (isinstance(cls, type) and issubclass(cls, ProposerTask)):
         raise UserError(
             f"task {name!r} is not a proposer task: self-play needs a ProposerTask (polyrl.tasks.selfplay), "

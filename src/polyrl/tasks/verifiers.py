@@ -41,7 +41,7 @@ class DatasetVerifier:
     """A registered dataset verifier: ``check(answer, target, **options)`` and whether it is pure."""
 
     check: Callable[..., CheckResult]
-    pure: bool
+    pure: bool = True
     """False when it evaluates expressions (run it in an isolated worker)."""
 
     def bind(self, name: str, options: dict[str, Any]) -> Callable[[str, str], CheckResult]:
@@ -57,17 +57,22 @@ class DatasetVerifier:
         return lambda answer, target: self.check(answer, target, **options)
 
 
-DATASET_VERIFIERS = Registry("dataset verifier")
+def _verifier_entry(name: str, check: Any, **metadata: Any) -> DatasetVerifier:
+    if not callable(check):
+        raise TypeError(f"dataset verifier {name!r} must be a function, got {check!r}")
+    return DatasetVerifier(check, **metadata)
 
 
-def register_verifier(name: str, pure: bool = True):
-    """Decorator: ``check(answer, target, **options) -> score | (score, reason)`` becomes verifier ``name``."""
+DATASET_VERIFIERS: Registry[DatasetVerifier] = Registry(
+    "dataset verifier", "polyrl.verifiers", builtins=("polyrl.tasks.verifiers",), entry=_verifier_entry
+)
+"""``verifier:`` names of dataset tasks: the built-ins below and the plugins of the ``polyrl.verifiers`` group."""
 
-    def decorator(check):
-        DATASET_VERIFIERS.register(name)(DatasetVerifier(check, pure))
-        return check
 
-    return decorator
+def register_verifier(name: str, *, pure: bool = True) -> Callable[[Callable], Callable]:
+    """Decorator: ``check(answer, target, **options) -> score | (score, reason)`` becomes verifier ``name``;
+    ``pure=False`` when it evaluates anything (it then runs in an isolated worker)."""
+    return DATASET_VERIFIERS.register(name, pure=pure)
 
 
 _STRIP = " \t\n\"'`$.,;:!?"

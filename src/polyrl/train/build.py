@@ -21,7 +21,6 @@ from polyrl.curriculum import make_difficulty_controller, make_sampler
 from polyrl.curriculum.difficulty import DifficultyController
 from polyrl.curriculum.samplers import TaskSampler
 from polyrl.errors import UserError
-from polyrl.harness.resolve import resolve_task_spec
 from polyrl.learner import UpdateSettings
 from polyrl.policy import PromptBuilder, load_policy
 from polyrl.policy.backends import check_installed, make_backend
@@ -32,7 +31,7 @@ from polyrl.rewards import RewardScorer
 from polyrl.rollout.collect import GroupSource, LocalSource, Sampling
 from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
 from polyrl.run_dir import RunDir
-from polyrl.tasks import Task
+from polyrl.tasks import Task, resolve_task
 from polyrl.tasks.answers import AnswerFormat
 from polyrl.trackers import open_trackers
 from polyrl.train.config import TaskSpec, TrainConfig
@@ -141,7 +140,12 @@ class RunParts:
 def _resolve_tasks(config: TrainConfig) -> tuple[dict, dict]:
     """The mix's tasks, each difficulty they will be asked for checked against the task's space."""
     answers = AnswerFormat(think_tags=config.prompt.think_tags) if config.prompt.think_tags else None
-    tasks = {spec.name: resolve_task_spec(spec, config.env, answers) for spec in config.tasks}
+    tasks = {
+        spec.name: resolve_task(
+            spec.name, answer_format=answers, env=config.env, harness=spec.harness, dataset=spec.dataset
+        )
+        for spec in config.tasks
+    }
     for spec in config.tasks:
         space = tasks[spec.name].difficulty_space()
         space.resolve(spec.difficulty)

@@ -28,6 +28,7 @@ from polyrl.policy.prompts import PromptConfig
 from polyrl.policy.threads import check_threads
 from polyrl.registry import registered
 from polyrl.rewards import RewardConfig
+from polyrl.rollout.selfplay import LEARNABILITY
 from polyrl.run_dir import ResumeRecord, atomic_write_text
 from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
@@ -156,7 +157,7 @@ class SelfPlayConfig(Strict):
     solver_group_size: int = Field(
         8, ge=2, description="Solver completions per valid proposal; their success rate p sets the proposer's reward."
     )
-    reward: Literal["variance", "triangle", "azr"] = Field(
+    reward: str = Field(
         "variance",
         description="Proposer reward of a valid proposal from p: variance 4p(1-p), triangle 1-|2p-1|, azr 1-p for "
         "0<p<1 else 0 (Absolute Zero). An invalid proposal gets `invalid_reward`.",
@@ -170,6 +171,8 @@ class SelfPlayConfig(Strict):
     max_new_tokens: int | None = Field(
         None, ge=1, description="Longest proposal in tokens (default: rl.max_new_tokens)."
     )
+
+    _reward = field_validator("reward")(registered(LEARNABILITY.lookup))
 
     @field_validator("invalid_reward")
     @classmethod

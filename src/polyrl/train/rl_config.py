@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from polyrl.algos import (
     KL_ESTIMATORS,
-    get_advantage_estimator,
+    advantage_estimator,
     get_aggregation,
     get_objective,
     objective_settings_class,
@@ -75,7 +75,7 @@ class RLConfig(Strict):
     critic: CriticConfig = Field(
         default_factory=CriticConfig, description="Value model and value loss (used when advantage is gae)."
     )
-    advantage_level: Literal["episode", "turn"] = Field(
+    advantage_level: str = Field(
         "episode",
         description="Multi-turn credit: one advantage per episode, or per turn from the group-normalized reward-to-go.",
     )
@@ -113,8 +113,9 @@ class RLConfig(Strict):
     )
     max_bad_steps: int = Field(5, ge=1, description="Consecutive NaN/inf steps that stop the run.")
 
-    _advantage = field_validator("advantage")(
-        registered(lambda name: uses_critic(name) or get_advantage_estimator(name))
+    _advantage = field_validator("advantage")(registered(lambda name: advantage_estimator(name, "rewards", "critic")))
+    _level = field_validator("advantage_level")(
+        registered(lambda name: name == "episode" or advantage_estimator(name, "turns"))
     )
     _aggregation = field_validator("loss_aggregation")(registered(get_aggregation))
     _objective = field_validator("objective")(registered(get_objective))
@@ -157,17 +158,18 @@ class RLConfig(Strict):
     def _compatible(self):
         if uses_critic(self.advantage) and self.task_normalize:
             raise ValueError(
-                "rl.task_normalize applies to group advantages, not rl.advantage=gae (the critic's advantages are "
-                "normalized by rl.critic.normalize_advantages)"
+                f"rl.task_normalize applies to group advantages, not rl.advantage={self.advantage} (the critic's "
+                "advantages are normalized by rl.critic.normalize_advantages)"
             )
-        if self.advantage_level == "turn":
+        level = self.advantage_level
+        if level != "episode":
             if self.advantage != "grpo":
                 raise ValueError(
-                    f"rl.advantage_level=turn uses GRPO's normalization of the reward-to-go; it cannot be combined "
-                    f"with rl.advantage={self.advantage}"
+                    f"rl.advantage_level={level} computes every advantage itself (turn: GRPO's normalization of the "
+                    f"reward-to-go); it cannot be combined with rl.advantage={self.advantage}"
                 )
             if self.task_normalize:
-                raise ValueError("rl.advantage_level=turn cannot be combined with rl.task_normalize")
+                raise ValueError(f"rl.advantage_level={level} cannot be combined with rl.task_normalize")
         rows = self.prompts_per_step * self.group_size
         if rows and self.minibatches > rows:  # rows 0: self-play supplies them (selfplay:)
             raise ValueError(

@@ -22,9 +22,8 @@ def random_with_digits(rng, digits: int) -> int:
     return rng.randint(10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1)
 
 
-@register_task
+@register_task("addition")
 class Addition(Task):
-    name = "addition"
     category = "arithmetic"
     pure = True
     description = "Add several non-negative integers."
@@ -47,9 +46,8 @@ class Addition(Task):
         return float(parse_int(answer) == problem.answer)
 
 
-@register_task
+@register_task("multiplication")
 class Multiplication(Task):
-    name = "multiplication"
     category = "arithmetic"
     pure = True
     description = "Multiply two non-negative integers."
@@ -102,9 +100,8 @@ def expression_example(text: str, value: int) -> Example:
     return Example(f"{text}=", value, str(value), statement)
 
 
-@register_task
+@register_task("expression_evaluation")
 class ExpressionEvaluation(Task):
-    name = "expression_evaluation"
     category = "arithmetic"
     pure = True
     description = "Evaluate an integer expression with + - * and parentheses, respecting precedence."
@@ -125,9 +122,8 @@ class ExpressionEvaluation(Task):
         return float(parse_int(answer) == problem.answer)
 
 
-@register_task
+@register_task("modular_arithmetic")
 class ModularArithmetic(Task):
-    name = "modular_arithmetic"
     category = "arithmetic"
     pure = True
     description = "Compute a power of an integer modulo m (the least non-negative residue)."
@@ -168,9 +164,8 @@ def to_base(n: int, base: int) -> str:
             return "".join(reversed(out))
 
 
-@register_task
+@register_task("base_conversion")
 class BaseConversion(Task):
-    name = "base_conversion"
     category = "arithmetic"
     pure = True
     description = "Rewrite a non-negative integer from one base into another (digits 0-9 then a-z)."
@@ -218,9 +213,8 @@ def _linear_side(a: int, b: int) -> str:
 _X_PREFIX_RE = re.compile(r"^\s*x\s*=\s*")
 
 
-@register_task
+@register_task("linear_equation")
 class LinearEquation(Task):
-    name = "linear_equation"
     category = "arithmetic"
     pure = True
     description = "Solve a linear equation in x; the solution may be a fraction."
@@ -261,9 +255,8 @@ class LinearEquation(Task):
         return float(parse_rational(_X_PREFIX_RE.sub("", answer)) == Fraction(num, den))
 
 
-@register_task
+@register_task("gcd_lcm")
 class GcdLcm(Task):
-    name = "gcd_lcm"
     category = "arithmetic"
     pure = True
     description = "Greatest common divisor or least common multiple of a few integers."

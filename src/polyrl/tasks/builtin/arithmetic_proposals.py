@@ -91,9 +91,8 @@ def _expression_over(rng, numbers: list[int]) -> tuple[str, int]:
     return join_operands(left, left_level, op, right, right_level)
 
 
-@register_task
+@register_task("propose_expression")
 class ProposeExpression(ProposerTask):
-    name = "propose_expression"
     category = "arithmetic"
     pure = True
     solver_task = "expression_evaluation"

@@ -32,9 +32,8 @@ def _expression_value(answer: str, numbers: list[int], exactly_once: bool):
     return value, None
 
 
-@register_task
+@register_task("countdown")
 class Countdown(Task):
-    name = "countdown"
     category = "arithmetic"
     pure = True
     description = "Reach the target with + - * / over the given numbers, each used at most once."
@@ -111,9 +110,8 @@ def _split(rng, value: int, leaves: int, max_number: int):
     return f"({lhs[0]}{op}{rhs[0]})", lhs[1] + rhs[1]
 
 
-@register_task
+@register_task("game24")
 class Game24(Task):
-    name = "game24"
     category = "arithmetic"
     pure = True
     description = "Make 24 with + - * / using every given number exactly once."

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from polyrl.errors import UserError
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._text import positional_credit, random_letters
-from polyrl.tasks.registry import register_task, register_task_family
+from polyrl.tasks.prefixes import TaskRequest, register_task_prefix, with_answer_format
+from polyrl.tasks.registry import register_task
 
 PREFIX = "compose/"
 SEPARATOR = "+"
@@ -150,18 +151,17 @@ def chain_task_class(ops: tuple[str, ...]) -> type[ChainTask]:
 
 
 for _op in PRIMITIVES:
-    register_task(chain_task_class((_op,)))
+    register_task(chain_name((_op,)))(chain_task_class((_op,)))
 
 
-@register_task_family("compose/")
-def _chain_by_name(name: str) -> type[ChainTask]:
+@register_task_prefix(PREFIX)
+def _chain_by_name(request: TaskRequest) -> ChainTask:
     """Any chain by its name (``compose/rot+sort+up``), built on first use."""
-    return chain_task_class(parse_chain(name))
+    return with_answer_format(chain_task_class(parse_chain(request.name))(), request)
 
 
-@register_task
+@register_task("compose/mix")
 class ComposeMix(Task):
-    name = "compose/mix"
     category = "compose"
     pure = True
     partial_credit = True

@@ -35,9 +35,8 @@ def score_plaintext(answer: str, target: str):
     return positional_credit(" ".join(answer.lower().split()), target)
 
 
-@register_task
+@register_task("caesar")
 class Caesar(Task):
-    name = "caesar"
     category = "crypto"
     pure = True
     description = "Decode a Caesar cipher by shifting each letter back by the given amount."
@@ -63,9 +62,8 @@ class Caesar(Task):
         return score_plaintext(answer, problem.answer)
 
 
-@register_task
+@register_task("vigenere")
 class Vigenere(Task):
-    name = "vigenere"
     category = "crypto"
     pure = True
     description = "Decode a Vigenere cipher with the given key (key letters advance on letters only)."
@@ -94,9 +92,8 @@ class Vigenere(Task):
 _ATBASH = str.maketrans(_ALPHABET, _ALPHABET[::-1])
 
 
-@register_task
+@register_task("atbash")
 class Atbash(Task):
-    name = "atbash"
     category = "crypto"
     pure = True
     description = "Decode an Atbash cipher (a<->z, b<->y, ...)."
@@ -120,9 +117,8 @@ class Atbash(Task):
 _CODE_SEPARATORS_RE = re.compile(r"[\s,\-]+")
 
 
-@register_task
+@register_task("letter_numbers")
 class LetterNumbers(Task):
-    name = "letter_numbers"
     category = "crypto"
     pure = True
     description = "A1Z26: turn letters into their alphabet positions, or positions back into letters."
@@ -157,9 +153,8 @@ class LetterNumbers(Task):
         return float(answer.strip().lower() == "".join(_ALPHABET[c - 1] for c in codes))
 
 
-@register_task
+@register_task("cryptarithm")
 class Cryptarithm(Task):
-    name = "cryptarithm"
     category = "crypto"
     pure = True
     description = "Give each letter a distinct digit (no leading zeros) so the sum holds; any valid answer counts."

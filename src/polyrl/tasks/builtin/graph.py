@@ -12,9 +12,8 @@ from polyrl.tasks.builtin.graph_paths import edges_text
 from polyrl.tasks.registry import register_task
 
 
-@register_task
+@register_task("connected_components")
 class ConnectedComponents(Task):
-    name = "connected_components"
     category = "graph"
     pure = True
     description = "Count the connected components of an undirected graph (isolated nodes count too)."
@@ -50,9 +49,8 @@ class ConnectedComponents(Task):
         return float(parse_int(answer) == problem.answer)
 
 
-@register_task
+@register_task("graph_coloring")
 class GraphColoring(Task):
-    name = "graph_coloring"
     category = "graph"
     pure = True
     description = (
@@ -90,9 +88,8 @@ class GraphColoring(Task):
         return float(all(color[a] != color[b] for a, b in edges))
 
 
-@register_task
+@register_task("topological_sort")
 class TopologicalSort(Task):
-    name = "topological_sort"
     category = "graph"
     pure = True
     description = (

@@ -65,9 +65,8 @@ _PATH_PARAMS = (
 )
 
 
-@register_task
+@register_task("graph_distance")
 class GraphDistance(Task):
-    name = "graph_distance"
     category = "graph"
     pure = True
     description = "The number of edges on a shortest path between two nodes of an undirected graph."
@@ -88,9 +87,8 @@ class GraphDistance(Task):
         return float(parse_int(answer) == problem.answer)
 
 
-@register_task
+@register_task("shortest_path")
 class ShortestPath(Task):
-    name = "shortest_path"
     category = "graph"
     pure = True
     description = (
@@ -123,9 +121,8 @@ class ShortestPath(Task):
         return 1.0 if steps == a["steps"] else 0.5 * a["steps"] / steps
 
 
-@register_task
+@register_task("hamiltonian_path")
 class HamiltonianPath(Task):
-    name = "hamiltonian_path"
     category = "graph"
     pure = True
     description = "A path that visits every node exactly once; any such path counts."

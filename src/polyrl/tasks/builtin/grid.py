@@ -46,9 +46,8 @@ def _maze_moves(rows: list[str], start: tuple[int, int], goal: tuple[int, int]) 
     return None
 
 
-@register_task
+@register_task("maze_path")
 class MazePath(Task):
-    name = "maze_path"
     category = "grid"
     pure = True
     description = "Walk a grid maze from S to E with moves U/D/L/R; any shortest path scores 1, longer ones partial."
@@ -118,9 +117,8 @@ def _count_islands(rows: list[str]) -> int:
     return count
 
 
-@register_task
+@register_task("count_islands")
 class CountIslands(Task):
-    name = "count_islands"
     category = "grid"
     pure = True
     description = "Count the islands (4-connected groups of #) in a grid."
@@ -171,9 +169,8 @@ def _transform(rows: list[str], op: str) -> list[str]:
     raise ValueError(op)
 
 
-@register_task
+@register_task("grid_transform")
 class GridTransform(Task):
-    name = "grid_transform"
     category = "grid"
     pure = True
     description = "Apply rotations (clockwise), transposes and flips to a letter grid, left to right."

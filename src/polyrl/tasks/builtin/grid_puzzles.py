@@ -52,9 +52,8 @@ def _sudoku_valid(rows: list[str], br: int, bc: int) -> bool:
     return True
 
 
-@register_task
+@register_task("sudoku")
 class Sudoku(Task):
-    name = "sudoku"
     category = "grid"
     pure = True
     description = "Fill the blanks of a sudoku (4x4, 6x6 with 2x3 boxes, or 9x9); any valid completion counts."
@@ -126,9 +125,8 @@ def _queens_valid(cols: list[int]) -> bool:
     )
 
 
-@register_task
+@register_task("n_queens")
 class NQueens(Task):
-    name = "n_queens"
     category = "grid"
     pure = True
     description = "Place n non-attacking queens, one per row, keeping the given ones; any valid placement counts."

@@ -64,9 +64,8 @@ def render(f: list, top: bool = True) -> str:
     return text if top else f"({text})"
 
 
-@register_task
+@register_task("boolean_evaluation")
 class BooleanEvaluation(Task):
-    name = "boolean_evaluation"
     category = "logic"
     pure = True
     description = "Evaluate a boolean formula (! & | ^) under a given assignment of 0/1 values."
@@ -114,9 +113,8 @@ def _variable_names(n: int) -> list[str]:
     return list(string.ascii_lowercase[:n]) if n <= 26 else [f"x{i + 1}" for i in range(n)]
 
 
-@register_task
+@register_task("sat")
 class Satisfiability(Task):
-    name = "sat"
     category = "logic"
     pure = True
     description = "Find an assignment satisfying a CNF formula; any satisfying assignment is accepted."
@@ -171,9 +169,8 @@ class Satisfiability(Task):
 _ENTAILMENT_OPS = ("&", "|", "->")
 
 
-@register_task
+@register_task("entailment")
 class Entailment(Task):
-    name = "entailment"
     category = "logic"
     pure = True
     description = "Decide whether a conclusion follows from propositional premises (yes/no)."

@@ -55,9 +55,8 @@ def _random_statement(rng, speaker: int, n: int) -> tuple:
     return (kind, a, b, rng.random() < 0.5) if kind in ("both", "either") else (kind, a, b)
 
 
-@register_task
+@register_task("knights_knaves")
 class KnightsAndKnaves(Task):
-    name = "knights_knaves"
     category = "logic"
     pure = True
     description = "Knights always tell the truth, knaves always lie: say who is which (the solution is unique)."
@@ -113,9 +112,8 @@ _ORDINALS = {1: "", 2: "2nd ", 3: "3rd "}
 _ORDINAL_WORDS = {1: "", 2: "second ", 3: "third ", 4: "fourth ", 5: "fifth "}
 
 
-@register_task
+@register_task("height_ordering")
 class HeightOrdering(Task):
-    name = "height_ordering"
     category = "logic"
     pure = True
     description = "From pairwise height comparisons (X>Y: X is taller), name the person at a given rank."

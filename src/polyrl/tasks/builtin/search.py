@@ -14,9 +14,8 @@ from polyrl.tasks.builtin._text import random_letters
 from polyrl.tasks.registry import register_task
 
 
-@register_task
+@register_task("subset_sum")
 class SubsetSum(Task):
-    name = "subset_sum"
     category = "search"
     pure = True
     description = (
@@ -62,9 +61,8 @@ def _knapsack_optimum(items: list[list[int]], capacity: int) -> tuple[int, list[
     return best[-1][capacity], sorted(chosen)
 
 
-@register_task
+@register_task("knapsack")
 class Knapsack(Task):
-    name = "knapsack"
     category = "search"
     pure = True
     description = "Choose items (by number, from 1) of the greatest total value within the weight capacity; suboptimal packings get partial credit."
@@ -147,9 +145,8 @@ def _is_magic(square: list[list[int]], total: int) -> bool:
     return all(sum(line) == total for line in lines)
 
 
-@register_task
+@register_task("magic_square")
 class MagicSquare(Task):
-    name = "magic_square"
     category = "search"
     pure = True
     description = "Fill the blanks (_) so that every row, column and diagonal adds up to the given sum, with all entries distinct."
@@ -185,9 +182,8 @@ class MagicSquare(Task):
         return float(len({x for row in square for x in row}) == n * n and _is_magic(square, total))
 
 
-@register_task
+@register_task("letter_count")
 class LetterCount(Task):
-    name = "letter_count"
     category = "search"
     pure = True
     description = "How many times a letter occurs in a string."

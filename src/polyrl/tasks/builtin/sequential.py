@@ -10,9 +10,8 @@ from polyrl.tasks.builtin._text import positional_credit, random_letters
 from polyrl.tasks.registry import register_task
 
 
-@register_task
+@register_task("reverse_letters")
 class ReverseLetters(Task):
-    name = "reverse_letters"
     category = "sequential"
     pure = True
     description = "Write a string of letters backwards."
@@ -32,9 +31,8 @@ class ReverseLetters(Task):
         return positional_credit(answer.strip(), problem.answer)
 
 
-@register_task
+@register_task("sort_digits")
 class SortDigits(Task):
-    name = "sort_digits"
     category = "sequential"
     pure = True
     description = "Sort a list of integers in ascending order."
@@ -57,9 +55,8 @@ class SortDigits(Task):
         return float(parse_int_list(answer) == problem.answer)
 
 
-@register_task
+@register_task("reverse_words")
 class ReverseWords(Task):
-    name = "reverse_words"
     category = "sequential"
     pure = True
     description = "Write the words of a sentence in reverse order."
@@ -100,9 +97,8 @@ def _rle_runs(answer: str) -> list[list[tuple[int, str]]]:
     return readings
 
 
-@register_task
+@register_task("run_length_encoding")
 class RunLengthEncoding(Task):
-    name = "run_length_encoding"
     category = "sequential"
     pure = True
     description = "Run-length encode a string of letters as count-letter pairs (aaab -> 3a1b)."
@@ -163,9 +159,8 @@ def _list_op_words(op: str) -> str:
     return "reverse the list"
 
 
-@register_task
+@register_task("list_ops")
 class ListOps(Task):
-    name = "list_ops"
     category = "sequential"
     pure = True
     description = "Apply list operations (rotl k, rotr k, dedupe keeping first occurrences, rev) left to right."
@@ -195,9 +190,8 @@ class ListOps(Task):
         return float(parse_int_list(answer, len(problem.answer) + 1) == problem.answer)
 
 
-@register_task
+@register_task("tower_of_hanoi")
 class TowerOfHanoi(Task):
-    name = "tower_of_hanoi"
     category = "sequential"
     pure = True
     description = "Move a tower of disks between pegs A, B, C; moves written from-to (AC AB CB). Longer legal solutions get partial credit."
@@ -263,9 +257,8 @@ def _next_term_candidates(terms: list[int]) -> set[int]:
     return out
 
 
-@register_task
+@register_task("next_term")
 class NextTerm(Task):
-    name = "next_term"
     category = "sequential"
     pure = True
     description = "The next term of an arithmetic, geometric, quadratic or Fibonacci-like integer sequence."
