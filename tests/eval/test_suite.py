@@ -22,7 +22,6 @@ def test_suite_records_seeds_so_problems_are_reproducible():
         ({"tasks": [{"name": "addition", "n": 0}]}, "tasks.0.n"),
         ({"tasks": [{"name": "addition"}], "samples": "many"}, "samples"),
         ({"tasks": [{"name": "additon"}]}, "unknown task 'additon'"),
-        ({"tasks": [{"name": "env/retry:addition"}]}, "'env/retry:addition' is played in episodes"),
         ({"tasks": [{"name": "addition", "difficulties": [3]}]}, "outside [0, 1]"),
         ({"tasks": [{"name": "addition"}], "colour": "red"}, "colour"),
         (["addition"], "a suite is a YAML mapping"),
