@@ -89,7 +89,7 @@ check packed_train 60 "$PY" -m polyrl train --config configs/smollm2.yaml --run-
 check fsdp 90 "$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$OUT/fsdp" \
     model.path="$WORK/smollm2" device="$DEVICE" model.autocast=none progress=false tensorboard=false "${SMALL_RUN[@]}"
 check memory 90 bash -c "cd benchmarks && '$PY' memory.py ${MEMORY[*]} --only chunked,all,trl --markdown \
-    > '$OUT/memory.md'"
+    > '$OUT/memory.md' && ! grep -q '| failed |' '$OUT/memory.md'"  # a setting that failed fails the check
 check speed 120 "$PY" benchmarks/gpu_throughput.py --model "$WORK/smollm2" --device "$DEVICE" "${SPEED[@]}" \
     --out "$OUT/speed.json"
 if "$PY" -c "import vllm" 2>/dev/null; then
