@@ -225,7 +225,7 @@ def test_large_models_step_with_fused_adamw_and_the_tiny_default_keeps_foreach()
 def test_single_turn_rollouts_carry_behaviour_log_probs_only_under_autocast(policy, autocast):
     from polyrl.policy.prompts import PromptBuilder, PromptConfig
     from polyrl.rollout import rollout_problems
-    from polyrl.tasks.registry import get_task
+    from polyrl.tasks import get_task
 
     model, tok = copy.deepcopy(policy[0]), policy[1]
     set_autocast(model, autocast)
