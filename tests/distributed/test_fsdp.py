@@ -231,9 +231,9 @@ def test_each_rank_takes_every_world_th_row():
 
 
 def test_statistics_of_two_ranks_combine_as_one():
-    from polyrl.learner.update import _Stats
+    from polyrl.learner.statistics import StatMeans
 
-    a, b, both = _Stats(), _Stats(), _Stats()
+    a, b, both = StatMeans(), StatMeans(), StatMeans()
     a.add({"clip_frac": torch.tensor(0.5), "ratio_max": torch.tensor(1.5)}, weight=2.0)
     b.add({"clip_frac": torch.tensor(0.2), "ratio_max": torch.tensor(1.25)}, weight=8.0)
     both.absorb(a.sums, a.weights)

@@ -4,7 +4,8 @@
 - ``forward.py``: :func:`sequence_logprobs`, the one training forward (packed, shared-prompt or padded);
 - ``packed.py`` and ``token_scores.py``: the packed layout, and log-probs from hidden states in chunks;
 - ``update_batch.py``: advantages and the rows to train on (:class:`UpdateBatch`, :func:`prepare_update`);
-- ``update.py``: the policy update (:func:`policy_update`) and the critic's (:func:`critic_update`);
+- ``update.py``: the policy update (:func:`policy_update`) and the critic's (:func:`critic_update`); ``statistics.py``:
+  the objective's statistics, read off the device once per micro-batch;
 - ``sft.py``: the supervised step (:func:`sft_step`), for one process and for FSDP ranks alike;
 - ``settings.py``: the frozen :class:`UpdateSettings` built once from the config.
 

@@ -21,7 +21,6 @@ passes (``Ranks.lockstep``), and the gradients are summed by FSDP — the one-pr
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from collections import defaultdict
 from collections.abc import Iterator
@@ -33,7 +32,6 @@ from torch import Tensor
 from polyrl.algos import (
     ObjectiveInputs,
     ObjectiveSettings,
-    RowStat,
     aggregate,
     get_objective,
     kl_penalty,
@@ -47,6 +45,7 @@ from polyrl.distributed.fsdp import idle_pass
 from polyrl.learner.batch import length_ordered, pack_rows
 from polyrl.learner.forward import sequence_logprobs
 from polyrl.learner.settings import UpdateSettings
+from polyrl.learner.statistics import StatMeans, read_stats
 from polyrl.learner.update_batch import UpdateBatch
 from polyrl.optim import clip_and_step
 
@@ -101,42 +100,6 @@ def micro_batches(rows: Tensor, lengths: Tensor, group_ids: Tensor, budget: int 
 # The update
 
 
-class _Stats:
-    """Token-weighted running means of the objective's statistics (extremes for ``*_max`` / ``*_min``)."""
-
-    def __init__(self):
-        self.sums: dict[str, float] = defaultdict(float)
-        self.weights: dict[str, float] = defaultdict(float)
-
-    def add(self, values: dict[str, float], weight: float) -> None:
-        """Add one micro-batch's statistics (read by :func:`_read_stats`), weighted by its loss tokens."""
-        for key, v in values.items():
-            if key.endswith("_max"):
-                self.sums[key] = max(self.sums.get(key, -math.inf), v)
-            elif key.endswith("_min"):
-                self.sums[key] = min(self.sums.get(key, math.inf), v)
-            elif math.isfinite(v):
-                self.sums[key] += v * weight
-                self.weights[key] += weight
-
-    def absorb(self, sums: dict[str, float], weights: dict[str, float]) -> None:
-        """Add another rank's running sums (the same keys mean the same statistics)."""
-        for key, value in sums.items():
-            if key.endswith("_max"):
-                self.sums[key] = max(self.sums.get(key, -math.inf), value)
-            elif key.endswith("_min"):
-                self.sums[key] = min(self.sums.get(key, math.inf), value)
-            else:
-                self.sums[key] += value
-                self.weights[key] += weights.get(key, 0.0)
-
-    def result(self) -> dict[str, float]:
-        return {
-            k: (v if k.endswith(("_max", "_min")) else v / self.weights[k] if self.weights[k] else float("nan"))
-            for k, v in self.sums.items()
-        }
-
-
 def _inputs(micro: UpdateBatch, logp: Tensor, totals) -> ObjectiveInputs:
     """What the objective reads of a micro-batch on the device (its old log-probs: the update's own forward,
     detached, when the update steps once)."""
@@ -150,31 +113,6 @@ def _inputs(micro: UpdateBatch, logp: Tensor, totals) -> ObjectiveInputs:
         total_tokens=totals[0],
         total_sequences=totals[1],
     )
-
-
-def _read_stats(stats: dict[str, RowStat | Tensor], mask: Tensor, task_rows: dict[str, Tensor], device):
-    """Every statistic of one micro-batch over all its rows and over each task's rows (``task_rows``: a bool mask
-    on the device per task), with the loss tokens each is weighted by, read from the device in one copy:
-    ``(overall, weight, {task: (values, weight)})``. A plain tensor is a whole-batch statistic: overall only."""
-    keys, values = [], []
-    for key, value in stats.items():
-        keys.append((None, key))
-        values.append(value.over() if isinstance(value, RowStat) else value)
-    keys.append((None, ""))
-    values.append(mask.sum())
-    for task, keep in task_rows.items():
-        for key, value in stats.items():
-            if isinstance(value, RowStat):
-                keys.append((task, key))
-                values.append(value.over(keep))
-        keys.append((task, ""))
-        values.append(mask[keep].sum())
-    numbers = torch.stack([v.detach().float().reshape(()).to(device) for v in values]).tolist()
-    by: dict = defaultdict(dict)
-    for (task, key), number in zip(keys, numbers):
-        by[task][key] = number
-    split = lambda d: ({k: v for k, v in d.items() if k}, d[""])
-    return (*split(by.pop(None)), {task: split(d) for task, d in by.items()})
 
 
 def _totals(batch: UpdateBatch, rows: Tensor, settings: ObjectiveSettings) -> tuple[Tensor, Tensor]:
@@ -195,8 +133,8 @@ class _Pass:
     objective_settings: ObjectiveSettings
     lengths: Tensor
     device: torch.device
-    overall: _Stats = field(default_factory=_Stats)
-    by_task: dict[str, _Stats] = field(default_factory=lambda: defaultdict(_Stats))
+    overall: StatMeans = field(default_factory=StatMeans)
+    by_task: dict[str, StatMeans] = field(default_factory=lambda: defaultdict(StatMeans))
     seq_entropy: Tensor | None = None
     seq_kl: Tensor | None = None
     ranks: object = None
@@ -243,7 +181,7 @@ class _Pass:
             tasks = {
                 self.batch.task_names[t]: micro.task_ids == t for t in self.batch.task_ids[rows].unique().tolist()
             }
-            overall, weight, by_task = _read_stats(stats, mask, tasks, self.device)
+            overall, weight, by_task = read_stats(stats, mask, tasks, self.device)
             self.overall.add(overall, weight)
             for task, (values, task_weight) in by_task.items():
                 self.by_task[task].add(values, task_weight)
@@ -263,7 +201,7 @@ class _Pass:
                 {k: (dict(v.sums), dict(v.weights)) for k, v in self.by_task.items()},
             )
         )
-        self.overall, self.by_task = _Stats(), defaultdict(_Stats)
+        self.overall, self.by_task = StatMeans(), defaultdict(StatMeans)
         for (sums, weights), tasks in parts:
             self.overall.absorb(sums, weights)
             for name, (t_sums, t_weights) in tasks.items():
