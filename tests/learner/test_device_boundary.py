@@ -67,7 +67,7 @@ def _step(behaviour: bool = False, turns: bool = False) -> list[Trajectory]:
     return out
 
 
-def _update(policy, cfg: RLConfig, *, trajs=None, reference=None, lora=False, critic=False, tis_cap=None):
+def _update(policy, cfg: RLConfig, *, trajs=None, reference=None, lora=False, critic=False, tis_cap=None, ranks=None):
     """One policy update of a copy of the tiny policy on the pretend device, everything built inside the guard."""
     model = copy.deepcopy(policy.model)
     if lora:
@@ -85,7 +85,15 @@ def _update(policy, cfg: RLConfig, *, trajs=None, reference=None, lora=False, cr
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
         params = [p for p in model.parameters() if p.requires_grad]
         result = policy_update(
-            model, optimizer, batch, settings, params, reference=ref, critic=value_model, device=guard.device
+            model,
+            optimizer,
+            batch,
+            settings,
+            params,
+            reference=ref,
+            critic=value_model,
+            device=guard.device,
+            ranks=ranks,
         )
         assert guard.checked > 100  # the update really ran on the pretend device
     assert result.updates and not result.skipped_updates
@@ -195,6 +203,14 @@ def test_the_critic_and_gae_update_on_the_device(policy):
 def test_the_kl_reference_and_entropy_terms_update_on_the_device(policy, lora):
     result = _update(policy, RLConfig(kl_coef=0.1, entropy_coef=0.01), reference=True, lora=lora)
     assert all(kl == kl for kl in result.seq_kl)
+
+
+def test_the_fsdp_ranks_branch_of_the_update_runs_on_the_device(policy):
+    """Each rank's share of each minibatch, idle passes where another rank has one more micro-batch, the frozen
+    log-probs summed across ranks and the statistics merged (``ranks=``), with one rank standing for them all."""
+    cfg = RLConfig(epochs=2, minibatches=2, micro_batch_tokens=48, kl_coef=0.05)
+    result = _update(policy, cfg, reference=True, ranks=OneRank())
+    assert result.objective and all(kl == kl for kl in result.seq_kl)
 
 
 @pytest.mark.parametrize("surgery", ["pcgrad", "cagrad"])
