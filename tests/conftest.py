@@ -37,6 +37,19 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [item for group in groups for item in group]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _tasks_registered_by_a_module_end_with_it():
+    """Tasks a test module registers (a dataset task a config names, a test's own task class) are forgotten when
+    the module ends, so no module sees another's: the task registry is process-global, and a module that lists
+    every task (``list_tasks()``) would otherwise depend on which modules ran before it."""
+    from polyrl.tasks.registry import TASKS
+
+    before = set(TASKS.names())
+    yield
+    for name in set(TASKS.names()) - before:
+        TASKS.remove(name)
+
+
 TINY_TRAIN = {
     "seed": 0,
     "model": {"path": "tiny", "tiny": {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}},
