@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from polyrl.envs.tool_formats import ToolFormat, call_id
-from polyrl.serve.schema import LONE_SURROGATE
+from polyrl.serve.schema import check_no_lone_surrogate
 
 
 class ToolFunction(BaseModel):
@@ -60,9 +60,7 @@ class HarnessMessage(BaseModel):
             text = content
         else:
             raise ValueError(f"content must be a string or a list of text parts, not {type(content).__name__}")
-        bad = LONE_SURROGATE.search(text)
-        if bad is not None:  # no tokenizer (or UTF-8 encoder) takes one
-            raise ValueError(f"contains a lone UTF-16 surrogate (U+{ord(bad.group()):04X}) at character {bad.start()}")
+        check_no_lone_surrogate(text)
         return content
 
 

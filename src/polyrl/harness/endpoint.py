@@ -32,6 +32,7 @@ from polyrl.harness.http import MODEL_NAME, HarnessServer, handler
 from polyrl.harness.ledger import EpisodeLedger, Turn
 from polyrl.harness.logprobs import response_logprobs, token_logprobs_content
 from polyrl.policy.generation import Generation, GenerationBackend
+from polyrl.policy.model_files import model_positions
 from polyrl.rollout.chat import ChatCodec
 from polyrl.serve.errors import ServeError, error_body, validation_message
 from polyrl.serve.limits import ServeLimits, chars_per_token, check_prompt_chars, refuse_long_prompt
@@ -71,11 +72,11 @@ class Waiting:
     error: tuple[int, str] | None = None
 
 
-def model_positions(backend: GenerationBackend) -> int | None:
+def backend_positions(backend: GenerationBackend) -> int | None:
     """The longest prompt + completion the backend's model takes (None when it does not say)."""
-    config = getattr(getattr(backend, "model", None), "config", None)
-    if config is not None:
-        return getattr(config, "max_position_embeddings", None)
+    model = getattr(backend, "model", None)
+    if getattr(model, "config", None) is not None:
+        return model_positions(model)
     engine = getattr(getattr(backend, "llm", None), "llm_engine", None)  # vLLM
     return getattr(getattr(engine, "model_config", None), "max_model_len", None)
 
@@ -99,7 +100,7 @@ class HarnessEndpoint:
             batch_wait_s,
         )
         self.limits = limits or ServeLimits()
-        self.positions = positions or model_positions(backend)
+        self.positions = positions or backend_positions(backend)
         self.chars_per_token = _chars_per_token(codec.tok) if self.positions else 0
         self.tool_format, self.response_template = codec.resolve("auto")
         self.episodes: dict[str, EpisodeState] = {}

@@ -126,11 +126,9 @@ class HarnessTask(Task):
 
         return rollout_harness(problems, tasks, backend, prompts, sampling, greedy, version)
 
-    def client(self, base_url: str, http_client=None):
-        """What the agent's first argument is: the URL, or an OpenAI client (async for a coroutine agent) on
-        ``http_client`` (the episode's own: :func:`polyrl.harness.agents.start_agent`)."""
-        if self.wants_url:
-            return base_url
+    def client(self, base_url: str, http_client):
+        """The OpenAI client (async for a coroutine agent) an agent that does not take the URL gets as its first
+        argument, on ``http_client`` (the episode's own: :func:`polyrl.harness.agents.start_agent`)."""
         import openai
 
         cls = openai.AsyncOpenAI if self.is_async else openai.OpenAI

@@ -120,3 +120,9 @@ def first_nonfinite(named: Iterable[tuple[str, Any]]) -> tuple[str, int, int] | 
             if bad:  # else finite values whose sum overflowed
                 return name, bad, local.numel()
     return None
+
+
+def model_positions(model) -> int | None:
+    """The longest sequence ``model`` was built for (``max_position_embeddings``), or None where it has no limit."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return positions if isinstance(positions, int) and positions > 0 else None

@@ -10,6 +10,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
+
+def check_no_lone_surrogate(text: str) -> None:
+    """ValueError where ``text`` holds a lone UTF-16 surrogate: JSON "\\ud800" decodes to a str that no tokenizer
+    (or UTF-8 encoder) accepts; a valid pair is one character. What ``polyrl serve`` and the harness endpoint
+    check of every message's text."""
+    bad = LONE_SURROGATE.search(text)
+    if bad is not None:
+        raise ValueError(f"contains a lone UTF-16 surrogate (U+{ord(bad.group()):04X}) at character {bad.start()}")
+
+
 # Below these, sampling is greedy. vLLM uses the same 1e-5 (``_SAMPLING_EPS``): logits / 1e-300 overflow to inf
 # and softmax turns inf into NaN, and a nucleus below the top token's probability keeps only that token anyway.
 MIN_TEMPERATURE = 1e-5
@@ -25,10 +35,7 @@ class ChatMessage(BaseModel):
     @field_validator("content")
     @classmethod
     def _no_lone_surrogate(cls, content: str) -> str:
-        # JSON "\ud800" decodes to a str that no tokenizer (or UTF-8 encoder) accepts; a valid pair is one character
-        bad = LONE_SURROGATE.search(content)
-        if bad is not None:
-            raise ValueError(f"contains a lone UTF-16 surrogate (U+{ord(bad.group()):04X}) at character {bad.start()}")
+        check_no_lone_surrogate(content)
         return content
 
 

@@ -18,6 +18,7 @@ from polyrl.envs import is_environment
 from polyrl.envs.registry import ENV_PREFIX
 from polyrl.errors import UserError
 from polyrl.policy.loading import TINY
+from polyrl.policy.model_files import model_positions
 
 SAMPLED_PROBLEMS = 8
 """Problems per task, split and difficulty whose prompts are measured when the run is built (each prompt is
@@ -51,12 +52,6 @@ def check_budgets(budgets: dict[str, int], positions: int, where: str) -> None:
                 f"{name}={tokens} does not fit the model's {positions} positions ({where}), which hold the prompt "
                 f"and the response together: lower {name}"
             )
-
-
-def model_positions(model) -> int | None:
-    """The longest sequence ``model`` was built for (``max_position_embeddings``), or None where it has no limit."""
-    positions = getattr(model.config, "max_position_embeddings", None)
-    return positions if isinstance(positions, int) and positions > 0 else None
 
 
 def check_run_lengths(config, policy, prompts, mix) -> None:
