@@ -50,8 +50,6 @@ class UpdateBatch:
     returns: Tensor | None = None
     """``[N, T]`` critic targets (PPO with GAE)."""
     critic_stats: dict[str, float] = field(default_factory=dict)
-    zero_variance: Tensor | None = None
-    """``[N]`` bool: the row's group has identical rewards."""
     old_logprobs: Tensor | None = None
     """``[N, T]`` the policy's log-probs before the update (taken by the learner when it steps more than once)."""
     ref_logprobs: Tensor | None = None
@@ -80,7 +78,6 @@ class UpdateBatch:
             behaviour_logprobs=cut(self.behaviour_logprobs),
             returns=cut(self.returns),
             critic_stats=self.critic_stats,
-            zero_variance=cut(self.zero_variance),
             old_logprobs=cut(self.old_logprobs),
             ref_logprobs=cut(self.ref_logprobs),
         )
@@ -103,7 +100,6 @@ _TENSORS = (
     "active",
     "behaviour_logprobs",
     "returns",
-    "zero_variance",
     "old_logprobs",
     "ref_logprobs",
 )
@@ -143,7 +139,7 @@ def episode_credit(t: Trajectory) -> EpisodeCredit:
 def compute_advantages(
     trajs: list[Trajectory], tokens: TokenBatch, task_ids: Tensor, cfg: UpdateSettings, critic=None
 ):
-    """``(advantages, returns, critic_stats, zero_variance)`` for one step.
+    """``(advantages, returns, critic_stats)`` for one step.
 
     The registered estimator ``rl.advantage`` (or, with ``advantage_level`` other than ``episode``, that one)
     reads what it declared: group rewards give one value per sequence, which ``task_normalize`` then
@@ -158,9 +154,9 @@ def compute_advantages(
     inputs = AdvantageInputs(rewards, group_ids, credit, tokens.loss_mask.shape[1], critic, tokens)
     out = estimator(inputs)
     if estimator.reads != "rewards":
-        return out.advantages, out.returns, out.stats, zero_var
+        return out.advantages, out.returns, out.stats
     advantages = task_normalize(out.advantages, task_ids) if cfg.task_normalize else out.advantages
-    return torch.where(zero_var, torch.zeros_like(advantages), advantages), None, {}, zero_var
+    return torch.where(zero_var, torch.zeros_like(advantages), advantages), None, {}
 
 
 def prepare_update(
@@ -174,7 +170,7 @@ def prepare_update(
     index = {name: i for i, name in enumerate(task_names)}
     tokens = collate_trajectories(trajs, pad_id)
     task_ids = torch.tensor([index[t.task] for t in trajs])
-    advantages, returns, critic_stats, zero_var = compute_advantages(trajs, tokens, task_ids, cfg, critic)
+    advantages, returns, critic_stats = compute_advantages(trajs, tokens, task_ids, cfg, critic)
     active = torch.arange(len(trajs))
     if cfg.skip_zero_advantage and advantages.dim() == 1 and cfg.kl_coef == 0 and cfg.entropy_coef == 0:
         active = torch.nonzero(advantages != 0).flatten()
@@ -189,5 +185,4 @@ def prepare_update(
         behaviour_logprobs=behaviour_logprobs(trajs, tokens.loss_mask.shape[1]),
         returns=returns,
         critic_stats=critic_stats,
-        zero_variance=zero_var,
     )

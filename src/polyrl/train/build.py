@@ -110,9 +110,7 @@ class RunParts:
 
     # the mix, as the stages read it
     tasks = property(lambda self: self.mix.tasks)
-    specs = property(lambda self: self.mix.specs)
     difficulty_controller = property(lambda self: self.mix.difficulty_controller)
-    has_references = property(lambda self: self.mix.has_references)
 
     def difficulty(self, name: str):
         return self.mix.difficulty(name)
