@@ -56,11 +56,11 @@ class TokenBatch:
         lengths = self.prompt_lengths[index] if self.prompt_lengths is not None else None
         return TokenBatch(b.input_ids[:, :width], b.attention_mask[:, :width], b.loss_mask[:, : width - 1], lengths)
 
-    def row_chunks(self, budget: int | None) -> list[torch.Tensor]:
-        """Consecutive row indices in pieces whose padded size (rows × longest sequence) stays within
-        ``budget`` tokens (a longer row goes alone); ``None``: all rows at once."""
-        rows = torch.arange(len(self))
-        if budget is None or len(self) == 0:
+    def row_chunks(self, budget: int | None, rows: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Consecutive indices of ``rows`` (default: every row) in pieces whose padded size (rows × longest
+        sequence) stays within ``budget`` tokens (a longer row goes alone); ``None``: all of them at once."""
+        rows = torch.arange(len(self)) if rows is None else rows
+        if budget is None or len(rows) == 0:
             return [rows]
         return pack_rows(rows, self.attention_mask.sum(1), budget)
 

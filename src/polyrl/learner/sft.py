@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from polyrl.distributed.fsdp import idle_pass
-from polyrl.learner.batch import collate, pack_rows
+from polyrl.learner.batch import collate
 from polyrl.learner.forward import sequence_logprobs
 from polyrl.optim import clip_and_step
 
@@ -39,22 +39,22 @@ def sft_step(
     batch = collate([s[:2] for s in sequences], pad_id, masks)
     total_tokens = batch.loss_mask.sum().clamp(min=1)  # a 0-d host tensor: a scalar to every device
     rows = torch.arange(len(batch)) if ranks is None else ranks.mine(torch.arange(len(batch)))
-    pieces = [rows] if micro_batch_tokens is None else pack_rows(rows, batch.attention_mask.sum(1), micro_batch_tokens)
-    pieces = [p for p in pieces if len(p)]
+    pieces = [p for p in batch.row_chunks(micro_batch_tokens, rows) if len(p)]
     if ranks is not None:
         pieces = ranks.lockstep(pieces)
     optimizer.zero_grad(set_to_none=True)
-    local = torch.zeros(())
+    local = torch.zeros(())  # a 0-d host tensor: the first sum moves it to the loss's device
     for piece in pieces:
         if piece is None:  # another rank has one more micro-batch: keep FSDP's collectives in step
-            idle_pass(model, batch.input_ids[:1].to(device), backward=True)
+            idle_pass(model, batch.input_ids, device, backward=True)
             continue
         micro = batch.select(piece).to(device)
         # a sharded forward must run the same passes on every rank: no shared-prompt prefill there
         logp, _ = sequence_logprobs(model, micro, share_prompts=ranks is None)
         loss = -(logp * micro.loss_mask.to(logp.dtype)).sum() / total_tokens
         loss.backward()
-        local = local + loss.detach().cpu()
+        local = local + loss.detach()
+    local = local.cpu()  # one read of the device per step, not one per micro-batch
     total = local if ranks is None else torch.tensor(ranks.sum(float(local)))
     if clip_and_step(optimizer, parameters, SFT_MAX_GRAD_NORM, total) is None:
         return None

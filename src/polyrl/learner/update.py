@@ -146,7 +146,7 @@ class _Pass:
         total = 0.0
         for piece in _pieces(rows, self.lengths, self.batch.group_ids, self.settings.micro_batch_tokens, self.ranks):
             if piece is None:  # another rank has one more micro-batch: keep FSDP's collectives in step
-                idle_pass(self.model, self.batch.tokens.input_ids[:1].to(self.device), backward=True)
+                idle_pass(self.model, self.batch.tokens.input_ids, self.device, backward=True)
                 continue
             loss = self._micro_loss(piece, totals, first_epoch)
             loss.backward()
@@ -352,7 +352,7 @@ def _frozen_logprobs(
     for piece in _pieces(mine, lengths, batch.group_ids, settings.micro_batch_tokens, ranks):
         if piece is None:
             model = source.model if isinstance(source, BaseModelReference) else source
-            idle_pass(model, batch.tokens.input_ids[:1].to(device), backward=False)
+            idle_pass(model, batch.tokens.input_ids, device, backward=False)
             continue
         micro = batch.tokens.select(piece).to(device)
         if isinstance(source, BaseModelReference):
