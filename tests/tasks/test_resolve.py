@@ -43,6 +43,12 @@ def test_a_name_with_no_route_is_an_unknown_task_with_the_closest_names():
         resolve_task("countdwn")
 
 
+def test_a_harness_prefix_without_an_agent_is_an_unknown_task_not_endless_routing():
+    # "harness:" routes entries that carry a harness option; as a bare name it used to route to itself forever
+    with pytest.raises(UserError, match=r"^unknown task 'harness:addition': an agent plays a task named in its own"):
+        resolve_task("harness:addition")
+
+
 def test_the_answer_format_reaches_every_task_a_name_wraps():
     boxed = AnswerFormat("boxed")
     retry = resolve_task("env/retry:addition", answer_format=boxed)

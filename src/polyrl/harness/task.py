@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from polyrl.errors import UserError
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, DifficultySpace, Problem, Task, Verdict
 from polyrl.tasks.prefixes import TaskRequest, register_task_prefix
-from polyrl.tasks.resolve import inner, route
+from polyrl.tasks.resolve import HARNESS, inner, route
 
 
 class HarnessSpec(BaseModel):
@@ -141,7 +141,12 @@ def is_harness(task: Task) -> bool:
     return bool(getattr(task, "is_harness", False))
 
 
-@register_task_prefix("harness:")
+@register_task_prefix(HARNESS)
 def _played_by_agent(request: TaskRequest) -> HarnessTask:
     """A training-mix entry with ``harness:``: its task (resolved as any name is), played by the user's agent."""
+    if request.harness is None:  # a name written "harness:...": no entry option to play it (and no end to routing)
+        raise UserError(
+            f"unknown task {request.name!r}: an agent plays a task named in its own entry, e.g. "
+            "{name: addition, harness: 'mymod:agent'}, not through a 'harness:' task name"
+        )
     return HarnessTask(route(inner(request)), request.harness)

@@ -49,9 +49,9 @@ def route(request: TaskRequest) -> Task:
     return with_answer_format(TASKS.lookup(request.name)(), request)  # unknown: the registry's one-line error
 
 
-def inner(request: TaskRequest, name: str | None = None) -> TaskRequest:
-    """The request for the task a route wraps: ``name`` (default: the same), without the harness."""
-    return dataclasses.replace(request, name=request.name if name is None else name, harness=None)
+def inner(request: TaskRequest) -> TaskRequest:
+    """The request for the task a harness route wraps: the same name, without the harness."""
+    return dataclasses.replace(request, harness=None)
 
 
 def get_task(name: str, answer_format: Any = None) -> Task:
