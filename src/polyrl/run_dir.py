@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -62,6 +63,15 @@ class ResumeRecord(BaseModel):
     stage: str = Field(description="Stage of the checkpoint the resumed run started from (sft, rl; none: none).")
     step: int = Field(description="Step of that checkpoint: the overrides apply from the step after it.")
     overrides: dict[str, Any] = Field(description="Each changed setting (dotted key) with its new value.")
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in blocks: a checkpoint's files, a model file the cache is keyed by."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

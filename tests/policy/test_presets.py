@@ -100,8 +100,8 @@ def test_the_same_file_in_two_environments_is_converted_once(tmp_path, tiny_gguf
 
 def test_a_file_is_hashed_once_until_it_changes(tiny_gguf, cache, monkeypatch):
     calls = []
-    real = presets.hashlib.sha256
-    monkeypatch.setattr(presets.hashlib, "sha256", lambda *a: calls.append(1) or real(*a))
+    real = presets.file_sha256
+    monkeypatch.setattr(presets, "file_sha256", lambda path: calls.append(1) or real(path))
     for _ in range(3):
         presets.content_digest(tiny_gguf)
     assert len(calls) == 1

@@ -10,7 +10,6 @@ conversion never leaves a half checkpoint behind.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from polyrl.errors import UserError
 from polyrl.policy.model_files import first_nonfinite
+from polyrl.run_dir import atomic_write_text, file_sha256
 
 CACHE_ENV = "POLYRL_CACHE"
 SOURCE_FILE = "polyrl_source.json"  # written into each converted checkpoint: which file it came from
@@ -110,24 +110,13 @@ def content_digest(source: Path) -> str:
         memo = {}
     if isinstance(memo.get(key), str):
         return memo[key]
-    digest = hashlib.sha256()
-    with source.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    memo[key] = digest.hexdigest()
-    _write_json_atomically(memo_path, memo)
-    return memo[key]
-
-
-def _write_json_atomically(path: Path, data) -> None:
-    """Best effort: the memo only saves time, so a cache that cannot be written is not an error here."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        tmp.replace(path)
+    memo[key] = file_sha256(source)
+    try:  # best effort: the memo only saves time, so a cache that cannot be written is not an error here
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(memo_path, json.dumps(memo, indent=1) + "\n")
     except OSError:
         pass
+    return memo[key]
 
 
 def gguf_label(source: Path) -> str:

@@ -65,10 +65,6 @@ def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
 # --- listing ------------------------------------------------------------------------------------------------
 
 
-def builtin_and_plugin_tasks() -> dict[str, type[Task]]:
-    return dict(TASKS)
-
-
 def list_tasks(category: str | None = None, include_rg: bool = False) -> list[type[Task]]:
     """Registered task classes sorted by name, optionally of one category (and the ``rg/`` adapters)."""
     tasks = [TASKS[name] for name in TASKS.names()]

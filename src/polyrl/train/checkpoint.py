@@ -8,7 +8,6 @@ half-written one that would be loaded.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import random
@@ -25,7 +24,7 @@ import torch
 from safetensors import SafetensorError
 
 from polyrl.errors import UserError
-from polyrl.run_dir import atomic_write_text
+from polyrl.run_dir import atomic_write_text, file_sha256
 
 STATE_FILE = "trainer_state.json"
 
@@ -146,7 +145,7 @@ def _write_checkpoint(root: Path, tmp: Path, stage, step, model, optimizer, sche
     )
     # trainer_state.json is written last: its presence marks a complete checkpoint, and the digests of every
     # other file let a resume tell an intact checkpoint from one damaged after the fact
-    files = {str(p.relative_to(tmp)): _digest(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+    files = {str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     state = {"stage": stage, "step": step, **extra, "files": files}
     atomic_write_text(tmp / STATE_FILE, json.dumps(state, indent=2))
     if final.exists():
@@ -170,14 +169,6 @@ def _prune(root: Path, keep: int) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _intact(path: Path) -> tuple[dict[str, Any] | None, str]:
     """The checkpoint's state if every file it lists is there with its digest; else None and what is wrong."""
     try:
@@ -191,7 +182,7 @@ def _intact(path: Path) -> tuple[dict[str, Any] | None, str]:
         file = path / name
         if not file.is_file():
             return None, f"{name} is missing"
-        if _digest(file) != digest:
+        if file_sha256(file) != digest:
             return None, f"{name} is damaged (checksum mismatch)"
     return state, ""
 
