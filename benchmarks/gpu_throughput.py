@@ -52,19 +52,17 @@ def timed(fn, device: torch.device, repeats: int = 1) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def prompt_ids(model_dir: str, prompts: int) -> list[list[int]]:
-    """``prompts`` distinct problems of the default job's tasks, in the model's chat template."""
+def prompt_ids(tokenizer, model_dir: str, prompts: int) -> list[list[int]]:
+    """``prompts`` distinct problems of the default job's tasks, in the chat template of ``tokenizer`` (the
+    model's; prompts need no padding settings, so any loader's tokenizer of ``model_dir`` gives the same ids)."""
     import numpy as np
 
     from polyrl.cli.train import default_config_path
     from polyrl.policy import PromptBuilder
-    from polyrl.policy.loading import ModelConfig, load_policy
     from polyrl.tasks import resolve_task
     from polyrl.train.config import load_config
 
     cfg = load_config(default_config_path(), [f"model.path={model_dir}"])
-
-    tokenizer = load_policy(ModelConfig(path=model_dir)).tokenizer
     builder = PromptBuilder(tokenizer, cfg.prompt)
     rng = np.random.default_rng(0)
     tasks = [resolve_task(spec.name, env=cfg.env, harness=spec.harness, dataset=spec.dataset) for spec in cfg.tasks]
@@ -84,7 +82,7 @@ def generation(args, device: torch.device) -> dict:
     policy = load_policy(ModelConfig(path=args.model, dtype=args.dtype, autocast="none"), device=device)
     model, tok = policy.model.eval(), policy.tokenizer
     model.generation_config.eos_token_id = None  # every row decodes all new tokens
-    distinct = prompt_ids(args.model, args.prompts)
+    distinct = prompt_ids(tok, args.model, args.prompts)
     batch = [p for p in distinct for _ in range(args.group_size)]
     ids, attention = (t.to(device) for t in left_pad(batch, tok.pad_token_id))
     hf_model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype)).to(device).eval()
@@ -168,7 +166,7 @@ def trl_step(args, device: torch.device, work: Path) -> float | None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     tok = AutoTokenizer.from_pretrained(args.model)
-    ids = prompt_ids(args.model, args.prompts)
+    ids = prompt_ids(tok, args.model, args.prompts)
     data = Dataset.from_list([{"prompt": tok.decode(p)} for p in ids] * (args.steps + 1))
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype))
     model.generation_config.eos_token_id = None

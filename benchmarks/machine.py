@@ -21,12 +21,9 @@ whose flags differ compute the same job's numbers with other last digits."""
 
 def cpu_flags() -> list[str]:
     """Which of :data:`SPEED_FLAGS` this CPU has."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return []
-    return [flag for flag in SPEED_FLAGS if flag in flags]
+    from polyrl.policy.precision import cpu_flags as all_flags
+
+    return [flag for flag in SPEED_FLAGS if flag in all_flags()]
 
 
 def machine() -> str:

@@ -64,13 +64,12 @@ class UpdateProbe:
         optimizer.register_step_pre_hook(self._pre)
         optimizer.register_step_post_hook(self._post)
 
-    def see_batch(self, advantages: torch.Tensor, normalizer: float, rows: int) -> None:
-        """What one update was fed: per-sequence advantages, the loss normalizer, the rows in the batch."""
+    def see_batch(self, advantages: torch.Tensor, normalizer: float) -> None:
+        """What one update was fed: per-sequence advantages and the loss normalizer."""
         a = advantages.detach().float()
         self.batches.append(
-            {"mean_abs_adv": float(a.abs().mean()), "max_abs_adv": float(a.abs().max()), "normalizer": normalizer,
-             "rows": rows, "nonzero_rows": int((a != 0).sum())}
-        )  # fmt: skip
+            {"mean_abs_adv": float(a.abs().mean()), "normalizer": normalizer, "nonzero_rows": int((a != 0).sum())}
+        )
 
     @contextmanager
     def _timed(self):

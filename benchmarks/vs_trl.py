@@ -228,7 +228,7 @@ def watched_polyrl(trainer: Trainer, watch: UpdateProbe):
         watch.watch(training.optimizer)
 
     def update_watched(model, optimizer, batch, settings, *a, **k):
-        watch.see_batch(batch.advantages, float(batch.tokens.loss_mask.sum()), len(batch))
+        watch.see_batch(batch.advantages, float(batch.tokens.loss_mask.sum()))
         return update(model, optimizer, batch, settings, *a, **k)
 
     training.make_optimizer, rl_stage.policy_update = make_watched, update_watched
@@ -350,7 +350,7 @@ def watched_trl(trainer, probe: Probe) -> UpdateProbe:
 
     def compute_loss_watched(model, inputs, *a, **k):
         normalizer = inputs.get("num_items_in_batch", inputs["completion_mask"].sum())
-        watch.see_batch(inputs["advantages"], float(normalizer), len(inputs["advantages"]))
+        watch.see_batch(inputs["advantages"], float(normalizer))
         return compute_loss(model, inputs, *a, **k)
 
     trainer.compute_loss = compute_loss_watched

@@ -18,8 +18,6 @@ import pytest
 import torch
 
 from polyrl.algos import ObjectiveInputs, get_objective
-
-# collate and sequence_logprobs are moving out of polyrl.rollout into a new package: update this import there
 from polyrl.learner import collate, sequence_logprobs
 from polyrl.learner.settings import UpdateSettings
 from polyrl.learner.update import policy_update

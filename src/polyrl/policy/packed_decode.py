@@ -207,7 +207,6 @@ class GraphedDecode:
     fixed_rows = True
 
     def __init__(self, state: PackedDecode, capture: bool):
-        self.state = state
         self.dec, self.linears, self.cache = state.dec, state.linears, state.cache
         self.first_logits = state.first_logits
         device = state.positions.device

@@ -54,14 +54,18 @@ the default job stays in fp32, bit for bit."""
 
 
 @functools.cache
-def bf16_cpu_flags() -> frozenset[str]:
-    """Which of :data:`BF16_CPU_FLAGS` this machine's CPU has (empty off Linux)."""
+def cpu_flags() -> frozenset[str]:
+    """The flags ``/proc/cpuinfo`` lists for this machine's CPU (empty off Linux)."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+            return frozenset(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
     except OSError:
         return frozenset()
-    return frozenset(flag for flag in BF16_CPU_FLAGS if flag in flags)
+
+
+def bf16_cpu_flags() -> frozenset[str]:
+    """Which of :data:`BF16_CPU_FLAGS` this machine's CPU has (empty off Linux)."""
+    return frozenset(BF16_CPU_FLAGS) & cpu_flags()
 
 
 def resolve_autocast(mode: str, model: torch.nn.Module, device: torch.device | str) -> str:
