@@ -103,7 +103,7 @@ def _shared_prompt_logprobs(model, batch: TokenBatch, temperature: float, entrop
     # the continuations (responses), right-padded
     lengths_t = batch.prompt_lengths.to(device)
     total = batch.attention_mask.sum(1)
-    r_width = int((total - lengths_t).max())
+    r_width = int((host.attention_mask.sum(1) - host.prompt_lengths).max())  # from the host copy: no device read
     cols = torch.arange(r_width, device=device)
     gather_cols = (lengths_t.unsqueeze(1) + cols).clamp(max=width - 1)
     resp_mask = (cols < (total - lengths_t).unsqueeze(1)).long()

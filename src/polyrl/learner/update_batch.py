@@ -84,25 +84,9 @@ class UpdateBatch:
 
     def to(self, device: torch.device | str) -> UpdateBatch:
         """This batch with every tensor on ``device``: the one move of a micro-batch to the training device."""
-        move = lambda t: None if t is None else t.to(device)
-        return dataclasses.replace(
-            self,
-            tokens=self.tokens.to(device),
-            **{f.name: move(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name in _TENSORS},
-        )
-
-
-_TENSORS = (
-    "advantages",
-    "task_ids",
-    "group_ids",
-    "truncated",
-    "active",
-    "behaviour_logprobs",
-    "returns",
-    "old_logprobs",
-    "ref_logprobs",
-)
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        moved = {name: value.to(device) for name, value in values.items() if isinstance(value, Tensor)}
+        return dataclasses.replace(self, tokens=self.tokens.to(device), **moved)
 
 
 def collate_trajectories(trajs: list[Trajectory], pad_id: int) -> TokenBatch:
