@@ -37,17 +37,28 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [item for group in groups for item in group]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _tasks_registered_by_a_module_end_with_it():
-    """Tasks a test module registers (a dataset task a config names, a test's own task class) are forgotten when
-    the module ends, so no module sees another's: the task registry is process-global, and a module that lists
-    every task (``list_tasks()``) would otherwise depend on which modules ran before it."""
+def _forgetting_new_tasks():
+    """Tasks registered while this generator is suspended leave the process-wide task registry after it."""
     from polyrl.tasks.registry import TASKS
 
     before = set(TASKS.names())
     yield
     for name in set(TASKS.names()) - before:
         TASKS.remove(name)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tasks_registered_by_a_module_end_with_it():
+    """Tasks a test module registers (a dataset task a config names, a test's own task class) are forgotten when
+    the module ends, so no module sees another's: the task registry is process-global, and a module that lists
+    every task (``list_tasks()``) would otherwise depend on which modules ran before it."""
+    yield from _forgetting_new_tasks()
+
+
+@pytest.fixture
+def forget_new_tasks():
+    """The same for one test: what it registers is forgotten when it ends (``pytestmark = usefixtures(...)``)."""
+    yield from _forgetting_new_tasks()
 
 
 TINY_TRAIN = {

@@ -2,6 +2,7 @@
 lazy loading of the explicit built-in modules, and the existing registration functions as thin names."""
 
 import ast
+import functools
 import importlib
 import sys
 import textwrap
@@ -229,7 +230,9 @@ def test_environments_list_their_argument():
 # --- one shape for every kind: a new kind that bypasses it fails here ---------------------------------------
 
 
+@functools.cache
 def _modules() -> dict[str, ast.Module]:
+    """Every module of src/polyrl parsed once (read, never changed, by the tests below)."""
     return {
         ".".join(p.relative_to(SRC.parent).with_suffix("").parts): ast.parse(p.read_text()) for p in SRC.rglob("*.py")
     }

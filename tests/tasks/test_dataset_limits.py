@@ -13,15 +13,8 @@ from polyrl.cli import run
 from polyrl.errors import UserError
 from polyrl.tasks.dataset import DatasetSpec, dataset_task
 
-
-@pytest.fixture(autouse=True)
-def _forget_registered_datasets():
-    from polyrl.tasks.registry import TASKS
-
-    before = set(TASKS.names())
-    yield
-    for name in set(TASKS.names()) - before:
-        TASKS.remove(name)
+# dataset tasks a test registers leave the process-wide task registry when it ends
+pytestmark = pytest.mark.usefixtures("forget_new_tasks")
 
 
 def _rows(n: int) -> list[dict]:

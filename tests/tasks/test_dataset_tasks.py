@@ -16,16 +16,8 @@ from polyrl.tasks.leakage import find_leakage
 from polyrl.tasks.verifiers import DATASET_VERIFIERS
 from polyrl.train.config import TaskSpec
 
-
-@pytest.fixture(autouse=True)
-def _forget_registered_datasets():
-    """Dataset tasks registered by a test leave the process-wide task registry when it ends."""
-    from polyrl.tasks.registry import TASKS
-
-    before = set(TASKS.names())
-    yield
-    for name in set(TASKS.names()) - before:
-        TASKS.remove(name)
+# dataset tasks a test registers leave the process-wide task registry when it ends
+pytestmark = pytest.mark.usefixtures("forget_new_tasks")
 
 
 def gsm8k_rows(n: int, start: int = 0) -> list[dict]:
