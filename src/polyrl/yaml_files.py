@@ -8,9 +8,12 @@ it raises :class:`DuplicateKeyError` (a ``yaml.YAMLError``) naming the key and b
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from polyrl.errors import UserError
 
 __all__ = ["DuplicateKeyError", "describe", "safe_load"]
 
@@ -55,3 +58,16 @@ def describe(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or type(exc).__name__
     return f"not valid YAML: {problem}" + (f" (line {mark.line + 1})" if mark else "")
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """The YAML file ``path`` (a ``what``: "config", "suite", ...) loaded with :func:`safe_load`; an unreadable
+    file or invalid YAML is a one-line UserError naming it."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        return safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{what} {str(path)!r}: {describe(exc)}") from None

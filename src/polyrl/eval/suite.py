@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from polyrl.envs.registry import EnvConfig
@@ -32,7 +31,7 @@ from polyrl.policy.generation import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
 from polyrl.tasks import resolve_task
 from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE, AnswerFormat
 from polyrl.tasks.base import Problem, Task
-from polyrl.yaml_files import describe, safe_load
+from polyrl.yaml_files import read_yaml
 
 
 @dataclass(frozen=True)
@@ -155,12 +154,7 @@ def load_suite(
     """Read and validate a suite YAML file, with ``overrides`` of its fields (any problem is a one-line
     UserError)."""
     path = Path(path)
-    try:
-        data = safe_load(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read suite {str(path)!r}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"suite {str(path)!r}: {describe(exc)}") from None
+    data = read_yaml(path, "suite")
     if overrides and isinstance(data, dict):
         data = {**data, **overrides}
     return parse_suite(data, repr(str(path)), tasks)

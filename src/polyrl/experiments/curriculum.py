@@ -22,15 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from polyrl.curriculum import SAMPLERS, make_difficulty_controller, make_sampler
 from polyrl.envs.registry import EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
 from polyrl.tasks import resolve_task
 from polyrl.train.config import TrainConfig, load_config, save_config
-from polyrl.yaml_files import describe, safe_load
+from polyrl.yaml_files import read_yaml
 
 DIFFICULTY_SUFFIX = "+difficulty"
 
@@ -108,12 +106,7 @@ class ExperimentPlan:
 
 
 def _read_mapping(path: Path, what: str) -> dict[str, Any]:
-    try:
-        raw = safe_load(path.read_text()) or {}
-    except OSError as exc:
-        raise UserError(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{what} {str(path)!r}: {describe(exc)}") from None
+    raw = read_yaml(path, what) or {}
     if not isinstance(raw, dict):
         raise UserError(f"{what} {str(path)!r} must be a mapping of fields")
     return raw

@@ -260,17 +260,11 @@ TASK_ENTRY_FIELDS = {"name", "difficulty", "eval_difficulty", "harness"}
 
 def load_config_datasets(path: str | Path) -> list[str]:
     """Load the dataset tasks in a training config's ``tasks:`` (for CLI commands given ``--config``)."""
-    import yaml
     from pydantic import ValidationError
 
-    from polyrl.yaml_files import describe, safe_load
+    from polyrl.yaml_files import read_yaml
 
-    try:
-        data = safe_load(Path(path).read_text()) or {}
-    except OSError as exc:
-        raise UserError(f"cannot read config {str(path)!r}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"config {str(path)!r}: {describe(exc)}") from None
+    data = read_yaml(path, "config") or {}
     entries = data.get("tasks", []) if isinstance(data, dict) else []
     names = []
     for i, entry in enumerate(entries if isinstance(entries, list) else []):

@@ -37,7 +37,7 @@ from polyrl.trackers import LoggingConfig
 from polyrl.train.config_fields import Strict, first_nonfinite_field
 from polyrl.train.lengths import check_budgets, response_budgets
 from polyrl.train.rl_config import MOVED_OBJECTIVE_KEYS, RLConfig
-from polyrl.yaml_files import DuplicateKeyError, describe, safe_load
+from polyrl.yaml_files import DuplicateKeyError, describe, read_yaml, safe_load
 
 MAX_SEED = 2**63 - 1
 """The largest run seed: torch's generators take a signed or unsigned 64-bit integer, numpy's any one >= 0."""
@@ -422,15 +422,7 @@ def load_config(
     run directory's config.yaml, which an earlier version may have written (:func:`upgrade_saved`)."""
     data: dict[str, Any] = dict(base or {})
     if path is not None:
-        p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise UserError(f"cannot read config {str(path)!r}: {exc.strerror or exc}") from None
-        try:
-            loaded = safe_load(text)
-        except yaml.YAMLError as exc:
-            raise UserError(f"config {str(path)!r}: {describe(exc)}") from None
+        loaded = read_yaml(path, "config")
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
