@@ -3,16 +3,11 @@ start of a run; a device the machine does not have is one line and exit code 2 b
 
 import pytest
 import torch
+from cli_errors import one_error_line
 
 from polyrl.cli import run
 from polyrl.device import describe, device_kind, resolve_device
 from polyrl.errors import UserError
-
-
-def _one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("polyrl: error: ") and "\n" not in err, err
-    return err
 
 
 @pytest.fixture
@@ -56,14 +51,14 @@ def test_the_default_config_trains_on_auto():
 @pytest.mark.parametrize("spec", ["gpu", "cuda:x", "cpu:0", ""])
 def test_a_device_polyrl_does_not_know_is_refused_by_the_config(spec, tmp_path, capsys):
     assert run(["train", "--run-dir", str(tmp_path / "run"), f"device={spec}"]) == 2
-    assert "give auto, cpu, cuda, cuda:N or mps" in _one_line_error(capsys)
+    assert "give auto, cpu, cuda, cuda:N or mps" in one_error_line(capsys)
     assert not (tmp_path / "run").exists()
 
 
 def test_train_on_cuda_without_cuda_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert run(["train", "--run-dir", str(tmp_path / "run"), "device=cuda"]) == 2
-    assert "device=cuda but this machine has no CUDA device" in _one_line_error(capsys)
+    assert "device=cuda but this machine has no CUDA device" in one_error_line(capsys)
     assert not (tmp_path / "run").exists()
 
 
@@ -89,4 +84,4 @@ def test_eval_and_serve_take_a_device_and_refuse_a_missing_gpu_in_one_line(args,
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.chdir(tmp_path)
     assert run([*args, "--device", "cuda"]) == 2
-    assert "device=cuda but this machine has no CUDA device" in _one_line_error(capsys)
+    assert "device=cuda but this machine has no CUDA device" in one_error_line(capsys)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from cli_errors import one_error_line
 
 from polyrl.cli import run as cli
 
@@ -174,27 +175,21 @@ def test_resume_after_sigkill_matches_uninterrupted(runs, tmp_path):
     assert _losses(tmp_path / "killed") == _losses(runs / "two")
 
 
-def _one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("polyrl: error: ") and "\n" not in err
-    return err
-
-
 def test_nproc_zero_is_refused(capsys):
     assert cli(["train", "--nproc", "0"]) == 2
-    assert "--nproc must be at least 1" in _one_line_error(capsys)
+    assert "--nproc must be at least 1" in one_error_line(capsys)
 
 
 def test_fsdp_with_vllm_is_refused_before_launch(tmp_path, capsys):
     args = ["train", "--nproc", "2", "--run-dir", str(tmp_path / "run"), "generation.engine=vllm", "device=cuda"]
     assert cli(args) == 2
-    assert "generation.engine=vllm" in _one_line_error(capsys)
+    assert "generation.engine=vllm" in one_error_line(capsys)
     assert not (tmp_path / "run").exists()
 
 
 def test_fsdp_with_ray_is_refused_before_launch(tmp_path, capsys):
     assert cli(["train", "--nproc", "2", "--ray", "local", "--run-dir", str(tmp_path / "run")]) == 2
-    assert "backend=ray" in _one_line_error(capsys)
+    assert "backend=ray" in one_error_line(capsys)
 
 
 def test_torchrun_without_a_config_trains_the_embedded_default(tmp_path):
@@ -246,5 +241,5 @@ def test_an_existing_run_is_refused_before_launch(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text("seed: 1\n")
     assert cli(["train", "--nproc", "2", "--run-dir", str(tmp_path / "run")]) == 2
-    assert "already holds a run" in _one_line_error(capsys)
+    assert "already holds a run" in one_error_line(capsys)
     assert (tmp_path / "run" / "config.yaml").read_text() == "seed: 1\n"

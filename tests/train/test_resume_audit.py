@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from cli_errors import one_error_line
 from safetensors import SafetensorError
 
 from polyrl.cli import run as cli
@@ -16,13 +17,6 @@ from polyrl.train.trainer import Trainer
 
 DISK_FULL = "Error while serializing: I/O error: No space left on device (os error 28)"
 """What safetensors raises when the disk fills during a write (seen on a full tmpfs)."""
-
-
-def _one_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert err[0].startswith("polyrl: error: ")
-    return err[0]
 
 
 def _config(settings: dict, run_dir, **model):
@@ -79,7 +73,7 @@ def test_a_disk_that_fills_during_a_weights_write_is_one_line_and_the_resume_is_
     cfg = _config(tiny_train_settings, tmp_path / "run")
     monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", disk_fills)
     assert cli(["train", "--config", str(_config_file(cfg, tmp_path)), "--run-dir", cfg.run_dir]) == 2
-    line = _one_line(capsys)
+    line = one_error_line(capsys)
     assert "the disk is full" in line and intact in line
     assert f"polyrl train --resume {cfg.run_dir}" in line
     assert not [p for p in Path(cfg.run_dir).rglob("*") if ".tmp" in p.name], "a partial write was left behind"
@@ -131,7 +125,7 @@ def test_a_resume_with_another_model_shape_is_refused_before_it_writes_anything(
     before = _files(cfg.run_dir)
     capsys.readouterr()
     assert cli(["train", "--resume", cfg.run_dir, override]) == 2
-    line = _one_line(capsys)
+    line = one_error_line(capsys)
     assert "cannot resume" in line and mismatch in line and override.partition("=")[0] in line
     assert _files(cfg.run_dir) == before  # config.yaml (and its resume history), metrics, checkpoints
     # so a plain resume goes on from where the run was

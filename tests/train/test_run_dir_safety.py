@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from cli_errors import one_error_line
 
 from polyrl.cli import run as cli
 from polyrl.train.checkpoint import latest_checkpoint
@@ -27,13 +28,6 @@ def _config_file(cfg, tmp_path) -> Path:
 
 def _train(cfg_file: Path, run_dir) -> int:
     return cli(["train", "--config", str(cfg_file), "--run-dir", str(run_dir)])
-
-
-def _one_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert err[0].startswith("polyrl: error: ")
-    return err[0]
 
 
 def _weights(run_dir) -> dict:
@@ -73,9 +67,9 @@ def test_a_second_trainer_on_a_directory_in_use_is_refused_and_touches_nothing(t
     holder = _hold(cfg.run_dir, resume=True)
     try:
         assert cli(["train", "--resume", cfg.run_dir, "rl.steps=8"]) == 2
-        assert "is in use by another polyrl train (pid " in _one_line(capsys)
+        assert "is in use by another polyrl train (pid " in one_error_line(capsys)
         assert _train(_config_file(cfg, tmp_path), cfg.run_dir) == 2
-        assert "in use" in _one_line(capsys)
+        assert "in use" in one_error_line(capsys)
     finally:
         holder.kill()
         holder.wait()
@@ -131,7 +125,7 @@ def test_a_fresh_run_refuses_a_directory_that_is_not_a_polyrl_run(tiny_train_con
     (mine / "metrics.jsonl").write_text('{"mine": 1}\n')
     cfg = tiny_train_config(run_dir=str(mine))
     assert _train(_config_file(cfg, tmp_path), mine) == 2
-    line = _one_line(capsys)
+    line = one_error_line(capsys)
     assert "is not empty and holds no polyrl run (metrics.jsonl, sft_model/)" in line
     assert (mine / "sft_model" / "weights.bin").read_bytes() == b"precious"
     assert (mine / "metrics.jsonl").read_text() == '{"mine": 1}\n'
@@ -170,7 +164,7 @@ def test_resume_with_every_checkpoint_damaged_is_an_error_not_a_restart(tiny_tra
             weights = ckpt / "model" / "model.safetensors"
             weights.write_bytes(weights.read_bytes()[:100])
     assert cli(["train", "--resume", cfg.run_dir]) == 2
-    line = _one_line(capsys)
+    line = one_error_line(capsys)
     assert "no usable checkpoint in" in line and "rl-000006 is not usable" in line
     assert (Path(cfg.run_dir) / "metrics.jsonl").read_bytes() == metrics
 
@@ -210,7 +204,7 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_loses_nothing(
     if torch_error:  # the disk is (almost) full when the write fails
         monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1, 1, 0))
     assert _train(_config_file(cfg, tmp_path), cfg.run_dir) == 2
-    line = _one_line(capsys)
+    line = one_error_line(capsys)
     assert "could not write checkpoint rl-000006" in line and "the disk is full" in line
     assert "the last checkpoint, rl-000003, is intact" in line
     assert not list((Path(cfg.run_dir) / "checkpoints").glob(".tmp-*"))
@@ -229,7 +223,7 @@ def test_a_full_disk_while_logging_is_one_line(tiny_train_config, tmp_path, caps
 
     monkeypatch.setattr(RunDir, "log", no_space)
     assert _train(_config_file(cfg, tmp_path), cfg.run_dir) == 2
-    assert "the disk is full (writing" in _one_line(capsys)
+    assert "the disk is full (writing" in one_error_line(capsys)
 
 
 def test_a_kept_metrics_line_that_is_not_utf8_survives_a_resume(tiny_train_config, tmp_path, interrupted_run):
@@ -252,7 +246,7 @@ def test_resume_without_the_kl_reference_model_is_one_line(tiny_train_config, tm
     shutil.rmtree(Path(cfg.run_dir) / "sft_model")
     assert latest_checkpoint(Path(cfg.run_dir) / "checkpoints").stage == "rl"
     assert cli(["train", "--resume", cfg.run_dir]) == 2
-    assert "sft_model holds no model weights (model.safetensors is missing)" in _one_line(capsys)
+    assert "sft_model holds no model weights (model.safetensors is missing)" in one_error_line(capsys)
 
 
 def test_an_abandoned_trainer_does_not_lock_its_directory_against_this_process(tiny_train_config, tmp_path):
