@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -280,8 +279,8 @@ def test_a_whole_run_keeps_every_tensor_on_the_placements_device(tiny_train_conf
 # -- memory.py ----------------------------------------------------------------------------------------------------
 
 
-def _memory_module():
-    sys.path.insert(0, str(REPO / "benchmarks"))  # memory.py imports benchmarks/machine.py
+def _memory_module(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # memory.py imports benchmarks/machine.py
     spec = importlib.util.spec_from_file_location("bench_memory", REPO / "benchmarks" / "memory.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -290,7 +289,7 @@ def _memory_module():
 
 @pytest.mark.parametrize("setting", ["before", "chunked", "micro", "checkpointing", "bf16-autocast", "all"])
 def test_every_polyrl_setting_of_the_memory_benchmark_updates_on_the_device(setting, monkeypatch):
-    memory = _memory_module()
+    memory = _memory_module(monkeypatch)
     args = memory.parse_args(["--hidden", "64", "--layers", "1", "--group-size", "4", "--length", "48"])
     args.prompt_length, args.micro_batch_tokens = 8, 96
     with second_device() as guard:

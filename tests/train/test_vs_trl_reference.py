@@ -299,17 +299,16 @@ def test_clipped_update_equals_trls_off_policy(saved, sampled, trajectories, tmp
     _assert_same_update(policy.model, optimizer, trainer)
 
 
-def test_vs_trl_evaluates_trls_model_at_polyrls_precision(saved):
+def test_vs_trl_evaluates_trls_model_at_polyrls_precision(saved, monkeypatch):
     """benchmarks/vs_trl.py scores TRL's trained model under the autocast polyrl's run resolved to, as it scores
     the SFT start and polyrl's model (a model that never went through polyrl's loader would run in float32)."""
-    import sys
     from pathlib import Path
 
     from transformers import AutoModelForCausalLM
 
     from polyrl.policy.precision import autocast_mode
 
-    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "benchmarks"))
     vs_trl = pytest.importorskip("vs_trl")
     policy = _polyrl_policy(saved)
     for bf16, mode in ((True, "bf16"), (False, "none")):
