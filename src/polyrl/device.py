@@ -31,22 +31,24 @@ def check_device_spec(spec: str) -> str:
     return spec
 
 
+def _concrete(spec: str) -> str:
+    """``spec``, checked, with ``auto`` made ``cuda`` (when CUDA is available) or ``cpu``."""
+    if check_device_spec(spec) == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return spec
+
+
 def device_kind(spec: str) -> str:
     """``cpu``, ``cuda`` or ``mps``: what ``spec`` resolves to here, without checking that the device exists (the
     config's cross-checks: an engine that needs CUDA, fp16 autocast)."""
-    kind = check_device_spec(spec).partition(":")[0]
-    if kind == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return kind
+    return _concrete(spec).partition(":")[0]
 
 
 def resolve_device(spec: str, local_rank: int | None = None) -> torch.device:
     """The torch device ``spec`` means on this machine: ``auto`` → ``cuda`` when CUDA is available, else ``cpu``;
     under ``torchrun`` (``local_rank`` given) a CUDA device is this process's own GPU, ``cuda:LOCAL_RANK``.
     A UserError when the device is not there."""
-    check_device_spec(spec)
-    if spec == "auto":
-        spec = "cuda" if torch.cuda.is_available() else "cpu"
+    spec = _concrete(spec)
     device = torch.device(spec)
     if device.type == "cuda":
         if not torch.cuda.is_available():
