@@ -281,6 +281,11 @@ class RunDir:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(_clean(data), indent=2))
 
+    def save_lines(self, path: Path, records: list[Any]) -> None:
+        """``records`` as JSON lines, written whole or not at all."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, "".join(json.dumps(_clean(r)) + "\n" for r in records))
+
     def close(self) -> None:
         """Close the trackers (flushing them) and give up the lock."""
         for tracker in self.trackers:
@@ -310,4 +315,7 @@ class SilentRunDir(RunDir):
         """Rank 0 owns ``metrics.jsonl``."""
 
     def save_json(self, path: Path, data: Any) -> None:
+        """Rank 0 writes the results."""
+
+    def save_lines(self, path: Path, records: list[Any]) -> None:
         """Rank 0 writes the results."""

@@ -153,6 +153,20 @@ def test_ci_sized_specialists_train_only_their_tasks_report_and_resume(tmp_path,
         assert text in report
     assert "in-domain (trained tasks):" in report.split("## Verdict")[1]
     assert (out / "specialists.png").stat().st_size > 0
+    # every run is scored on the problems pinned when the design started, each answer kept for pairing by problem
+    pinned = [json.loads(x) for x in (out / "heldout.jsonl").read_text().splitlines()]
+    assert [(r["task"], r["seed"]) for r in pinned] == [(t, k) for t in TASKS for k in range(4)]
+    for run in (
+        out / "runs" / "sft" / "seed0",
+        out / "runs" / "joint" / "seed1",
+        out / "runs" / "loco_logic" / "seed0",
+    ):
+        name = "after_sft" if run.parent.name == "sft" else "after_rl"
+        answers = [json.loads(x) for x in (run / "eval" / f"{name}.problems.jsonl").read_text().splitlines()]
+        assert [{k: r[k] for k in ("task", "seed", "key")} for r in answers] == pinned
+        by_task = json.loads((run / "eval" / f"{name}.json").read_text())
+        for t in TASKS:
+            assert by_task[t]["accuracy"] == pytest.approx(sum(r["correct"] for r in answers if r["task"] == t) / 4)
 
     assert cli(args) == 0  # a rerun trains nothing
     printed = capsys.readouterr().out
@@ -160,6 +174,21 @@ def test_ci_sized_specialists_train_only_their_tasks_report_and_resume(tmp_path,
     other = [a if a != "logic" else "sequential" for a in args]  # another design into the same directory
     assert cli(other) == 2
     assert "holds runs of another design" in capsys.readouterr().err
+
+
+def test_a_design_whose_tasks_now_generate_other_problems_is_refused(tmp_path):
+    from polyrl.experiments.heldout_set import pin_heldout
+
+    records = [{"task": "a", "seed": 0, "key": "k0"}, {"task": "b", "seed": 0, "key": "k1"}]
+    pin_heldout(tmp_path, records)
+    pin_heldout(tmp_path, [dict(r) for r in records])  # the same problems: accepted
+    with pytest.raises(UserError, match=r"held-out problems differ .*: b; finish the design at the commit"):
+        pin_heldout(tmp_path, [records[0], {"task": "b", "seed": 0, "key": "changed"}])
+    with pytest.raises(UserError, match="held-out problems differ"):
+        pin_heldout(tmp_path, records[:1])
+    (tmp_path / "heldout.jsonl").write_text("{not json\n")
+    with pytest.raises(UserError, match="is not readable JSON lines"):
+        pin_heldout(tmp_path, records)
 
 
 def test_a_config_with_strategies_or_a_sampler_is_refused(tmp_path, capsys):
@@ -194,6 +223,15 @@ def test_the_committed_real_model_designs_plan_as_documented():
         "loco_logic": 20,
     }
     assert plan.config(None, 0).sft.steps == 30 and plan.config(None, 0).model.path == "smollm2-135m-instruct"
+    plan, design = plan_specialists(configs / "smollm2_power.yaml", train, 2, "/nonexistent/out3", "compose")
+    assert {a: s for a, (_, s) in design.arms.items()} == {
+        "joint": 88,
+        **{f"only_{t.replace('/', '_')}": 22 for t in train},
+        "loco_others": 44,
+        "loco_compose": 44,
+    }
+    cfg = plan.config(None, 1)
+    assert (cfg.sft.steps, cfg.eval.problems_per_task, cfg.rl.group_size, cfg.rl.lr) == (30, 200, 4, 1e-5)
     gain = plan_experiment(configs / "smollm2_rl_gain.yaml", 5, None, "/nonexistent/out2", hard_difficulty=None)
     cfg = gain.config(gain.strategies[0], 4)  # the job's own recipe, from base: ../smollm2.yaml
     assert (cfg.sft.steps, cfg.rl.steps, cfg.seed, len(cfg.tasks)) == (15, 90, 4, 4)

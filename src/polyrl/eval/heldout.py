@@ -5,6 +5,8 @@ feedback and the policy answers again)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from typing import Any
 
 import torch
@@ -41,6 +43,7 @@ def evaluate_policy(
     max_episode_tokens: int,
     attempts: int,
     env_concurrency: int,
+    per_problem: list[dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Per task: ``accuracy`` (greedy), ``score`` (mean verifier score, greedy), ``format_rate``,
     ``mean_length`` and, with ``pass_k > 1``, ``pass@1`` (sampled) and ``pass@k``. Adds a ``mean`` row.
@@ -68,6 +71,8 @@ def evaluate_policy(
             "format_rate": sum(t.verdict.format_ok for t in greedy) / len(greedy),
             "mean_length": sum(len(t.response_ids) for t in greedy) / len(greedy),
         }
+        if per_problem is not None:
+            per_problem.extend(problem_record(name, t) for t in greedy)
         if pass_k > 1:
             with torch.random.fork_rng():
                 torch.manual_seed(seed)
@@ -83,6 +88,26 @@ def evaluate_policy(
     keys = next(iter(results.values())).keys()
     results["mean"] = {k: sum(r[k] for r in results.values()) / len(results) for k in keys}
     return results
+
+
+def problem_key(problem) -> str:
+    """A short digest of what a problem is (its task, prompt and answer): two evaluations whose records carry the
+    same key scored the same problem, whatever code generated it."""
+    text = json.dumps([problem.task, problem.prompt, problem.answer], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def problem_record(task: str, trajectory: Trajectory) -> dict[str, Any]:
+    """One greedy answer's line of ``eval/<name>.problems.jsonl``: the task it was scored under, the problem's
+    eval-split seed and :func:`problem_key`, and the verdict (correct, score)."""
+    problem = trajectory.problem
+    return {
+        "task": task,
+        "seed": problem.seed,
+        "key": problem_key(problem),
+        "correct": bool(trajectory.verdict.correct),
+        "score": float(trajectory.verdict.score),
+    }
 
 
 def attempt_tasks(tasks: dict[str, tuple[Task, Any]]) -> dict[str, tuple[Task, Any]]:

@@ -26,6 +26,7 @@ import numpy as np
 
 from polyrl.errors import UserError
 from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_design_file, read_experiment_config
+from polyrl.experiments.heldout_set import heldout_records, pin_heldout
 from polyrl.experiments.stats import ci_text as _ci
 from polyrl.experiments.stats import mean_ci, paired_difference
 from polyrl.experiments.stats import pct as _pct
@@ -142,6 +143,16 @@ def plan_specialists(
         raise UserError("specialists evaluates each task at its training difficulty; remove eval_difficulty")
     _check_out(plan.out, design)
     return plan, design
+
+
+def design_heldout(plan: ExperimentPlan) -> list[dict[str, Any]]:
+    """The held-out problems every run of ``plan`` is scored on (:mod:`polyrl.experiments.heldout_set`)."""
+    from polyrl.envs.registry import EnvConfig
+    from polyrl.tasks import resolve_task
+
+    env = EnvConfig(**plan.base["env"])
+    tasks = {s["name"]: (resolve_task(s["name"], env=env), s["difficulty"]) for s in plan.base["tasks"]}
+    return heldout_records(tasks, plan.base["eval"]["problems_per_task"])
 
 
 DESIGN_FILE = "specialists.json"
@@ -349,6 +360,7 @@ def run_specialists(
     from polyrl.experiments.curriculum import run_experiment
 
     record_design(plan.out, design)
+    pin_heldout(plan.out, design_heldout(plan))
     return run_experiment(
         plan,
         log=log,
