@@ -25,7 +25,7 @@ from machine import cpu_model  # benchmarks/machine.py (scripts run from benchma
 
 from polyrl.cli.train import default_config_path
 from polyrl.critic import Critic, CriticConfig
-from polyrl.learner import collate
+from polyrl.forward import collate
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
 from polyrl.policy.loading import ModelConfig
 from polyrl.rewards import compute_rewards

@@ -29,8 +29,8 @@ def measure(args) -> dict:
     import torch
     from roofline import load_trainer, rl_batch
 
-    from polyrl.learner.batch import collate
-    from polyrl.learner.forward import sequence_logprobs
+    from polyrl.forward.batch import collate
+    from polyrl.forward.logprobs import sequence_logprobs
 
     with tempfile.TemporaryDirectory() as tmp:
         extra = [f"keep_freed_memory={args.keep}"]

@@ -76,7 +76,8 @@ def prompt_ids(tokenizer, model_dir: str, prompts: int) -> list[list[int]]:
 def generation(args, device: torch.device) -> dict:
     from transformers import AutoModelForCausalLM
 
-    from polyrl.policy.generation import TransformersBackend, left_pad
+    from polyrl.forward.prefill import left_pad
+    from polyrl.policy.generation import TransformersBackend
     from polyrl.policy.loading import ModelConfig, load_policy
 
     policy = load_policy(ModelConfig(path=args.model, dtype=args.dtype, autocast="none"), device=device)

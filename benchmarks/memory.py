@@ -119,11 +119,11 @@ def trajectories(args):
 
 def polyrl_update(args, setting: str):
     """A closure running one polyrl update for ``setting``."""
-    import polyrl.learner.forward as batch_module
+    import polyrl.forward.logprobs as batch_module
+    from polyrl.forward.precision import enable_gradient_checkpointing, set_autocast
     from polyrl.learner.settings import UpdateSettings
     from polyrl.learner.update import policy_update
     from polyrl.learner.update_batch import prepare_update
-    from polyrl.policy.precision import enable_gradient_checkpointing, set_autocast
     from polyrl.train.config import RLConfig
 
     micro = args.micro_batch_tokens if setting in ("micro", "all", "pure-bf16") else None

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from polyrl.cli.train import default_config_path
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward.decoder import Decoder, set_forward
 from polyrl.policy import PromptBuilder, TransformersBackend
-from polyrl.policy.decoder import Decoder, set_forward
 from polyrl.policy.loading import load_policy
 from polyrl.tasks import resolve_task
 from polyrl.train.config import load_config

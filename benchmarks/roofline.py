@@ -36,12 +36,11 @@ from machine import cpu_model, markdown_table
 from torch import nn
 
 from polyrl.cli.train import default_config_path
-from polyrl.learner.batch import collate, length_ordered, pack_rows, padding_share
-from polyrl.learner.forward import sequence_logprobs
+from polyrl.forward.batch import collate, distinct, length_ordered, pack_rows, padding_share
+from polyrl.forward.decoder import Decoder, set_forward
+from polyrl.forward.logprobs import sequence_logprobs
+from polyrl.forward.precision import autocast_mode, bf16_cpu_flags, forward_precision, set_autocast
 from polyrl.optim import make_optimizer
-from polyrl.policy.decoder import Decoder, set_forward
-from polyrl.policy.generation import distinct
-from polyrl.policy.precision import autocast_mode, bf16_cpu_flags, forward_precision, set_autocast
 from polyrl.train.config import load_config
 from polyrl.train.trainer import Trainer
 

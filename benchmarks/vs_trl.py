@@ -74,8 +74,8 @@ from update_probe import Probe, UpdateProbe  # benchmarks/update_probe.py
 
 from polyrl.cli.train import default_config_path
 from polyrl.experiments.curriculum import free_memory
+from polyrl.forward.precision import set_autocast
 from polyrl.policy import PromptBuilder, TransformersBackend
-from polyrl.policy.precision import set_autocast
 from polyrl.rewards import compute_rewards
 from polyrl.tasks.io import problem_row, row_problem
 from polyrl.train import rl_stage

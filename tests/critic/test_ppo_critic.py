@@ -17,7 +17,7 @@ def test_outcome_reward_sits_on_the_last_policy_token():
 
 
 def test_fresh_critic_predicts_support_midpoint_and_learns_a_return():
-    from polyrl.learner import collate
+    from polyrl.forward import collate
     from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
     model, tok = build_tiny_policy(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2))
@@ -33,7 +33,7 @@ def test_fresh_critic_predicts_support_midpoint_and_learns_a_return():
 
 @pytest.mark.parametrize("loss", ["mse", "two_hot"])
 def test_every_value_loss_trains(loss):
-    from polyrl.learner import collate
+    from polyrl.forward import collate
     from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
     model, tok = build_tiny_policy(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2))

@@ -8,7 +8,7 @@ from rollout_sampling import sampling
 from polyrl.device import HOST
 from polyrl.distributed.workers import behaviour_logprobs
 from polyrl.envs import get_env_task
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.forward import collate, sequence_logprobs
 from polyrl.policy import load_policy
 from polyrl.policy.generation import Generation
 from polyrl.policy.loading import ModelConfig

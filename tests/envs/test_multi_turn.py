@@ -5,7 +5,7 @@ from rollout_sampling import sampling
 
 from polyrl.algos import turn_advantages
 from polyrl.envs import get_env_task
-from polyrl.learner import collate
+from polyrl.forward import collate
 from polyrl.learner.update_batch import episode_credit
 from polyrl.rewards import RewardConfig, score
 from polyrl.rollout import Trajectory, rollout

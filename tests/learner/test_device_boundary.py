@@ -23,7 +23,8 @@ from device_guard import DEVICE, DeviceMismatch, on_device, second_device
 
 from polyrl.algos import OBJECTIVES, advantage_names
 from polyrl.algos.losses import AGGREGATIONS
-from polyrl.learner import UpdateSettings, collate, policy_update, prepare_update, sequence_logprobs, sft_step
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.learner import UpdateSettings, policy_update, prepare_update, sft_step
 from polyrl.learner.update import BaseModelReference
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.rollout import Trajectory

@@ -11,12 +11,12 @@ import torch
 
 from polyrl.algos.objective_stats import logprob_mismatch
 from polyrl.device import HOST
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward import precision as precision_module
+from polyrl.forward.precision import resolve_autocast, set_autocast
 from polyrl.policy import TransformersBackend
-from polyrl.policy import precision as precision_module
 from polyrl.policy.generation import sample_tokens
 from polyrl.policy.loading import ModelConfig, load_policy
-from polyrl.policy.precision import resolve_autocast, set_autocast
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
 BF16_TOLERANCE = {"mismatch_abs_mean": 0.15, "mismatch_abs_max": 1.0, "mismatch_ratio_mean": 0.05}

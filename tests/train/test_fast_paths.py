@@ -15,9 +15,9 @@ from collections import Counter
 import pytest
 import torch
 
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward.decoder import set_forward
 from polyrl.policy import TransformersBackend
-from polyrl.policy.decoder import set_forward
 from polyrl.policy.tiny import build_tiny_policy
 
 
@@ -161,7 +161,7 @@ def test_distinct_prompts_take_the_plain_path(tiny, monkeypatch):
     different is tried for sharing, declined, and scored by one padded forward."""
     model = copy.deepcopy(tiny[0])
     set_forward(model, "transformers")
-    import polyrl.learner.forward as batch_module
+    import polyrl.forward.logprobs as batch_module
 
     calls = []
     real = batch_module._shared_prompt_logprobs

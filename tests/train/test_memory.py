@@ -9,9 +9,10 @@ import torch
 from polyrl.critic import Critic, CriticConfig
 from polyrl.device import HOST
 from polyrl.errors import UserError
-from polyrl.learner import collate, sequence_logprobs, sft_step
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward.token_scores import scores_from_hidden, split_lm
+from polyrl.learner import sft_step
 from polyrl.learner.settings import UpdateSettings
-from polyrl.learner.token_scores import scores_from_hidden, split_lm
 from polyrl.learner.update import BaseModelReference, _frozen_logprobs, policy_update
 from polyrl.learner.update_batch import prepare_update
 from polyrl.policy.loading import ModelConfig, load_policy
@@ -102,7 +103,7 @@ def test_chunked_scores_keep_no_full_vocabulary_logits_for_the_backward():
 
 @pytest.mark.parametrize("share_prompts", [True, False])
 def test_sequence_logprobs_equal_the_full_logits_at_temperature(share_prompts, monkeypatch):
-    import polyrl.learner.token_scores as token_scores
+    import polyrl.forward.token_scores as token_scores
 
     monkeypatch.setattr(token_scores, "LOGIT_CHUNK_BYTES", 5 * 110 * 4)  # five positions per chunk
     model = _policy().model
@@ -198,8 +199,8 @@ def test_gradient_checkpointing_gives_the_same_update(share_prompts):
 
 def test_checkpointing_shares_prompts_only_without_gradients(monkeypatch):
     """On transformers' forward, checkpointed layers can't read a KV cache in the backward (polyrl's packed
-    forward shares prompts under checkpointing too: tests/policy/test_decoder.py)."""
-    import polyrl.learner.forward as batch_module
+    forward shares prompts under checkpointing too: tests/forward/test_decoder.py)."""
+    import polyrl.forward.logprobs as batch_module
 
     model = _policy(gradient_checkpointing=True, forward="transformers").model.train()
     calls = []

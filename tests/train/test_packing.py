@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from polyrl.learner.batch import length_ordered, pack_rows, padding_share
+from polyrl.forward.batch import length_ordered, pack_rows, padding_share
 from polyrl.learner.settings import UpdateSettings
 from polyrl.learner.update import micro_batches, policy_update
 from polyrl.learner.update_batch import prepare_update

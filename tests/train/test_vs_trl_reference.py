@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from polyrl.algos import ObjectiveInputs, get_objective
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.forward import collate, sequence_logprobs
 from polyrl.learner.settings import UpdateSettings
 from polyrl.learner.update import policy_update
 from polyrl.learner.update_batch import prepare_update
@@ -306,7 +306,7 @@ def test_vs_trl_evaluates_trls_model_at_polyrls_precision(saved, monkeypatch):
 
     from transformers import AutoModelForCausalLM
 
-    from polyrl.policy.precision import autocast_mode
+    from polyrl.forward.precision import autocast_mode
 
     monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "benchmarks"))
     vs_trl = pytest.importorskip("vs_trl")

@@ -25,8 +25,8 @@ from torch import Tensor, nn
 from polyrl.algos import gae
 from polyrl.critic.value_losses import VALUE_LOSSES, expected_value, value_loss
 from polyrl.device import HOST
+from polyrl.forward.precision import autocast_mode, forward_precision, set_autocast
 from polyrl.optim import MAX_LR, clip_and_step
-from polyrl.policy.precision import autocast_mode, forward_precision, set_autocast
 
 
 class CriticConfig(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.forward import collate, sequence_logprobs
 
 ROWS_PER_FORWARD = 16
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from polyrl.distributed.fsdp import idle_pass
-from polyrl.learner.batch import collate
-from polyrl.learner.forward import sequence_logprobs
+from polyrl.forward.batch import collate
+from polyrl.forward.logprobs import sequence_logprobs
 from polyrl.optim import clip_and_step
 
 Sequence = tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]

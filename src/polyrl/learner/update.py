@@ -42,8 +42,8 @@ from polyrl.algos.objective_stats import logprob_mismatch
 from polyrl.algos.objectives import loss_mask
 from polyrl.device import HOST
 from polyrl.distributed.fsdp import idle_pass
-from polyrl.learner.batch import length_ordered, pack_rows
-from polyrl.learner.forward import sequence_logprobs
+from polyrl.forward.batch import length_ordered, pack_rows
+from polyrl.forward.logprobs import sequence_logprobs
 from polyrl.learner.settings import UpdateSettings
 from polyrl.learner.statistics import StatMeans, read_stats
 from polyrl.learner.update_batch import UpdateBatch

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.device import HOST
 from polyrl.errors import UserError
-from polyrl.policy.decoder import set_forward
+from polyrl.forward.decoder import set_forward
+from polyrl.forward.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
 from polyrl.policy.model_files import (
     check_causal,
     check_loading_info,
@@ -20,7 +21,6 @@ from polyrl.policy.model_files import (
     first_nonfinite,
     one_line,
 )
-from polyrl.policy.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
 from polyrl.policy.presets import resolve_model_path
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 

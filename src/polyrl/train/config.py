@@ -19,10 +19,10 @@ from polyrl.distributed.config import RayConfig
 from polyrl.envs.registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
+from polyrl.forward.logprobs import DEFAULT_TEMPERATURE
 from polyrl.harness.task import HarnessSpec
 from polyrl.optim import MAX_LR
 from polyrl.policy.backends import GenerationConfig, check_engine
-from polyrl.policy.generation import DEFAULT_TEMPERATURE
 from polyrl.policy.loading import TINY, ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.policy.threads import check_threads

@@ -1,7 +1,9 @@
-"""Padded token batches: what the learner trains on, built on the host and moved to the device with one ``.to()``."""
+"""Padded token batches: what every forward of a policy takes, built on the host and moved to the device with one
+``.to()``, split there into micro-batches of a token budget; and the distinct prompts rows share."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -10,7 +12,8 @@ import torch
 @dataclass
 class TokenBatch:
     """Right-padded prompt+response sequences. ``loss_mask[i, t]`` is 1 where token ``t+1`` of row ``i`` is
-    a policy token (what the loss trains on); prompt, environment and padding tokens are 0.
+    a policy token (what the loss trains on, and what the harness scores); prompt, environment and padding tokens
+    are 0.
 
     Batches are made on the host (:func:`collate`), split there into micro-batches (:meth:`select`), and each
     micro-batch goes to the training device with one :meth:`to`. A moved batch keeps its host original
@@ -125,3 +128,10 @@ def collate(
         # target position t predicts token t+1: response token j sits at len(p)+j, predicted from len(p)+j-1
         loss_mask[i, len(p) - 1 : len(p) - 1 + len(r)] = torch.tensor(m, dtype=torch.float32)
     return TokenBatch(input_ids, attention, loss_mask, torch.tensor([len(p) for p, _ in sequences]))
+
+
+def distinct(prompts: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The distinct prompts in first-seen order, and for each input prompt the index of its distinct one."""
+    unique: dict[tuple[int, ...], int] = {}
+    source = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
+    return list(unique), source

@@ -1,21 +1,29 @@
-"""The training forward: per-token log-probs (and entropies) of a model on a :class:`~polyrl.learner.batch.TokenBatch`.
+"""Per-token log-probs (and entropies) of a model on a :class:`~polyrl.forward.batch.TokenBatch`.
 
-Every pass the learner takes of a model goes through :func:`sequence_logprobs`: the update's forward with gradients,
-the frozen old and reference log-probs, the SFT step, the logged log-probs of harness requests. The batch is
-already on the model's device (moved by its caller, once); what this module makes, it makes on ``batch.device``.
+Every scoring pass polyrl takes of a model goes through :func:`sequence_logprobs`: the update's forward with
+gradients, the frozen old and reference log-probs, the SFT step, the logged log-probs of harness requests and of
+the Ray workers' samples. The batch is already on the model's device (moved by its caller, once); what this module
+makes, it makes on ``batch.device``.
 """
 
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
-from polyrl.algos import entropy_from_logits, token_logprobs
-from polyrl.learner.batch import TokenBatch
-from polyrl.learner.packed import packed_logprobs
-from polyrl.learner.token_scores import scores_from_hidden, split_lm
-from polyrl.policy.decoder import Decoder
-from polyrl.policy.generation import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE, distinct, forward_args, prefill
-from polyrl.policy.precision import forward_precision
+from polyrl.forward.batch import TokenBatch, distinct
+from polyrl.forward.decoder import Decoder, pack, packed_hidden
+from polyrl.forward.logits import entropy_from_logits, token_logprobs
+from polyrl.forward.precision import forward_precision
+from polyrl.forward.prefill import forward_args, prefill
+from polyrl.forward.token_scores import scores_from_hidden, split_lm
+
+DEFAULT_TEMPERATURE = 1.0
+"""Sampling temperature wherever none is given: ``rl.temperature``, ``eval.temperature``, an eval suite's, a
+library call of ``generate``, and the temperature log-probs are taken at (1: the policy's own distribution)."""
+DEFAULT_SHARE_PROMPTS = True
+"""``rl.share_prompts``, and what ``TransformersBackend`` and :func:`sequence_logprobs` do when not told: each
+distinct prompt runs through the model once per group."""
 
 
 def sequence_logprobs(
@@ -33,8 +41,8 @@ def sequence_logprobs(
     goes through the model once and its KV cache is reused by every row that continues it: the same numbers
     as one forward over the padded batch (up to float rounding), for a fraction of the compute (prompt
     positions are then 0). Full-vocabulary logits are never materialized for the batch: the trunk's hidden
-    states go through ``lm_head`` a chunk at a time (:mod:`polyrl.learner.token_scores`). The forward runs
-    under the model's autocast setting (:func:`polyrl.policy.precision.forward_precision`) on ``batch.device``,
+    states go through ``lm_head`` a chunk at a time (:mod:`polyrl.forward.token_scores`). The forward runs
+    under the model's autocast setting (:func:`polyrl.forward.precision.forward_precision`) on ``batch.device``,
     where the model's weights are.
     """
     with forward_precision(model, batch.device):
@@ -68,6 +76,24 @@ def _plain_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool,
 def _unflatten(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """Scores of the kept positions back to ``keep``'s shape, 0 elsewhere."""
     return values.new_zeros(keep.shape).masked_scatter(keep, values)
+
+
+def packed_logprobs(
+    dec: Decoder, batch, temperature: float, entropy: bool, entropy_grad: bool, share_prompts: bool
+) -> tuple[Tensor, Tensor | None]:
+    """``sequence_logprobs`` on the packed forward: ``[N, width - 1]`` log-probs (and entropies) on
+    ``batch.device``, 0 at prompt and padding positions."""
+    packed = pack(batch, batch.device, share_prompts=share_prompts)
+    hidden = packed_hidden(dec, packed.ids, packed.positions, packed.blocks)
+    logp, ent = scores_from_hidden(
+        hidden[packed.predictors], packed.targets, dec.head, temperature, entropy, entropy_grad=entropy_grad
+    )
+    shape = (batch.input_ids.shape[0], batch.input_ids.shape[1] - 1)
+
+    def spread(values: Tensor) -> Tensor:
+        return values.new_zeros(shape).index_put((packed.rows, packed.cols), values)
+
+    return spread(logp), spread(ent) if ent is not None else None
 
 
 def _checkpointing(model) -> bool:

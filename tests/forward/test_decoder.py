@@ -1,7 +1,7 @@
-"""polyrl's packed forward of Llama-family decoders (``policy/decoder.py``, ``rollout/packed.py``) computes what
-transformers' own forward computes: the same log-probs, entropies and gradients in the update, the same tokens
-and log-probs in generation — for each supported architecture, grouped-query attention, LoRA and activation
-checkpointing — and steps aside for what it does not support."""
+"""polyrl's packed forward of Llama-family decoders (``forward/decoder.py``: the packed layout and the layers)
+computes what transformers' own forward computes: the same log-probs, entropies and gradients in the update, the
+same tokens and log-probs in generation — for each supported architecture, grouped-query attention, LoRA and
+activation checkpointing — and steps aside for what it does not support."""
 
 from __future__ import annotations
 
@@ -22,10 +22,9 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from polyrl.learner import collate, sequence_logprobs
-from polyrl.learner.packed import pack
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward.decoder import Decoder, pack, set_forward
 from polyrl.policy import TransformersBackend
-from polyrl.policy.decoder import Decoder, set_forward
 from polyrl.policy.packed_decode import GraphedDecode, PackedLinears
 from polyrl.policy.tiny import build_tiny_policy
 
@@ -104,7 +103,7 @@ def test_packed_update_forward_gives_transformers_logprobs_entropies_and_gradien
 
 def test_large_attention_blocks_take_the_fused_kernel_with_the_same_numbers(monkeypatch):
     """Above EAGER_ATTENTION_MAX_SCORES attention runs in torch's memory-efficient kernel (no score matrix kept)."""
-    import polyrl.policy.decoder as decoder
+    import polyrl.forward.decoder as decoder
 
     model = _model("llama")
     batch = _batch(masks=True)

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from polyrl.algos import chosen_logprobs, entropy_from_logits, token_logprobs
+from polyrl.forward.logits import chosen_logprobs, entropy_from_logits, token_logprobs
 
 LOGIT_CHUNK_BYTES = 256 * 2**20
 """Float32 logits held at once per chunk (256 MiB: ~440 positions of a 152k vocabulary; a small vocabulary
