@@ -58,3 +58,8 @@ def test_nothing_imports_the_learner_to_score_tokens():
     scorers = ("policy", "rollout", "harness", "distributed", "eval", "serve")
     offenders = [o for package in scorers for o in _offenders(package, lambda n: n.startswith("polyrl.learner"))]
     assert offenders == []
+
+
+def test_the_learner_imports_nothing_of_the_multi_process_code():
+    # one Ranks protocol (learner/ranks.py): FSDP's implementation lives in distributed/ and is handed in
+    assert _offenders("learner", lambda n: n.startswith("polyrl.distributed")) == []

@@ -24,7 +24,7 @@ from device_guard import DEVICE, DeviceMismatch, on_device, second_device
 from polyrl.algos import OBJECTIVES, advantage_names
 from polyrl.algos.losses import AGGREGATIONS
 from polyrl.forward import collate, sequence_logprobs
-from polyrl.learner import UpdateSettings, policy_update, prepare_update, sft_step
+from polyrl.learner import ONE_PROCESS, UpdateSettings, policy_update, prepare_update, sft_step
 from polyrl.learner.update import BaseModelReference
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.rollout import Trajectory
@@ -67,7 +67,9 @@ def _step(behaviour: bool = False, turns: bool = False) -> list[Trajectory]:
     return out
 
 
-def _update(policy, cfg: RLConfig, *, trajs=None, reference=None, lora=False, critic=False, tis_cap=None, ranks=None):
+def _update(
+    policy, cfg: RLConfig, *, trajs=None, reference=None, lora=False, critic=False, tis_cap=None, ranks=ONE_PROCESS
+):
     """One policy update of a copy of the tiny policy on the pretend device, everything built inside the guard."""
     model = copy.deepcopy(policy.model)
     if lora:
@@ -141,7 +143,7 @@ class OneRank:
     """The collectives of a sharded run with one rank, without a process group: the FSDP branch of the learner
     (lockstep passes, idle passes, summed losses and rows) on one process."""
 
-    rank, world, is_writer = 0, 1, True
+    rank, world, is_writer, sharded = 0, 1, True, True
 
     def mine(self, rows):
         return rows
@@ -162,7 +164,7 @@ class OneRank:
         return [obj]
 
 
-@pytest.mark.parametrize("ranks", [None, OneRank()], ids=["one-process", "fsdp-ranks"])
+@pytest.mark.parametrize("ranks", [ONE_PROCESS, OneRank()], ids=["one-process", "fsdp-ranks"])
 @pytest.mark.parametrize("micro_batch_tokens", [None, 16])
 def test_the_sft_step_runs_on_the_device_in_both_placements(policy, ranks, micro_batch_tokens):
     model = copy.deepcopy(policy.model)

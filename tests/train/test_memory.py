@@ -11,7 +11,7 @@ from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.forward import collate, sequence_logprobs
 from polyrl.forward.token_scores import scores_from_hidden, split_lm
-from polyrl.learner import sft_step
+from polyrl.learner import ONE_PROCESS, sft_step
 from polyrl.learner.settings import UpdateSettings
 from polyrl.learner.update import BaseModelReference, _frozen_logprobs, policy_update
 from polyrl.learner.update_batch import prepare_update
@@ -232,9 +232,9 @@ def test_lora_reference_is_the_base_model_without_a_copy(tiny_train_config):
     batch = prepare_update(_step(), ["a", "b"], 0, settings)
     rows, lengths = torch.arange(len(batch)), batch.tokens.attention_mask.sum(1)
     with torch.no_grad():
-        ref = _frozen_logprobs(reference, batch, rows, lengths, settings, None, HOST)
-        expected = _frozen_logprobs(base, batch, rows, lengths, settings, None, HOST)
-        own = _frozen_logprobs(policy, batch, rows, lengths, settings, None, HOST)
+        ref = _frozen_logprobs(reference, batch, rows, lengths, settings, ONE_PROCESS, HOST)
+        expected = _frozen_logprobs(base, batch, rows, lengths, settings, ONE_PROCESS, HOST)
+        own = _frozen_logprobs(policy, batch, rows, lengths, settings, ONE_PROCESS, HOST)
     mask = batch.tokens.loss_mask
     torch.testing.assert_close(ref * mask, expected * mask, atol=1e-5, rtol=1e-5)
     assert float(((own - expected) * mask).abs().max()) > 1e-3

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from polyrl.distributed.fsdp import idle_pass
 from polyrl.forward.batch import collate
 from polyrl.forward.logprobs import sequence_logprobs
+from polyrl.learner.ranks import ONE_PROCESS, Ranks, idle_pass
 from polyrl.optim import clip_and_step
 
 Sequence = tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]
@@ -25,7 +25,7 @@ def sft_step(
     sequences: list[Sequence],
     micro_batch_tokens: int | None,
     device: torch.device,
-    ranks=None,
+    ranks: Ranks = ONE_PROCESS,
 ) -> float | None:
     """One optimizer step of next-token cross-entropy on the responses' policy tokens of ``sequences``; the loss,
     or None when the step was skipped (non-finite loss or gradient).
@@ -34,14 +34,12 @@ def sft_step(
     at once with None), each moved to ``device`` (where the model is) and normalized by the whole batch's token
     count, gradients accumulated: the gradient of the unsplit batch. Across ranks (``ranks``, FSDP) each rank
     takes its share of the rows, every rank as many passes (idle ones where it has fewer), FSDP sums the
-    gradients and the loss is the whole batch's."""
+    gradients and the loss is the whole batch's; in one process the share is every row."""
     masks = [s[2] if len(s) == 3 else [1] * len(s[1]) for s in sequences]
     batch = collate([s[:2] for s in sequences], pad_id, masks)
     total_tokens = batch.loss_mask.sum().clamp(min=1)  # a 0-d host tensor: a scalar to every device
-    rows = torch.arange(len(batch)) if ranks is None else ranks.mine(torch.arange(len(batch)))
-    pieces = [p for p in batch.row_chunks(micro_batch_tokens, rows) if len(p)]
-    if ranks is not None:
-        pieces = ranks.lockstep(pieces)
+    rows = ranks.mine(torch.arange(len(batch)))
+    pieces = ranks.lockstep(p for p in batch.row_chunks(micro_batch_tokens, rows) if len(p))
     optimizer.zero_grad(set_to_none=True)
     local = torch.zeros(())  # a 0-d host tensor: the first sum moves it to the loss's device
     for piece in pieces:
@@ -50,12 +48,12 @@ def sft_step(
             continue
         micro = batch.select(piece).to(device)
         # a sharded forward must run the same passes on every rank: no shared-prompt prefill there
-        logp, _ = sequence_logprobs(model, micro, share_prompts=ranks is None)
+        logp, _ = sequence_logprobs(model, micro, share_prompts=not ranks.sharded)
         loss = -(logp * micro.loss_mask.to(logp.dtype)).sum() / total_tokens
         loss.backward()
         local = local + loss.detach()
     local = local.cpu()  # one read of the device per step, not one per micro-batch
-    total = local if ranks is None else torch.tensor(ranks.sum(float(local)))
+    total = torch.tensor(ranks.sum(float(local)))  # the whole batch's loss (one process: this one's)
     if clip_and_step(optimizer, parameters, SFT_MAX_GRAD_NORM, total) is None:
         return None
     return float(total)
