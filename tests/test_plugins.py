@@ -39,6 +39,8 @@ from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
 from polyrl.policy.backends import BACKENDS, GenerationConfig, make_backend
 from polyrl.rewards.terms import REWARD_SOURCES
+from polyrl.rollout import rollout
+from polyrl.rollout.dispatch import ROLLOUT_KINDS
 from polyrl.rollout.selfplay import LEARNABILITY
 from polyrl.tasks import get_task, list_tasks
 from polyrl.tasks.prefixes import TASK_PREFIXES
@@ -64,6 +66,7 @@ REGISTRIES = (
     TRACKERS,
     TOOL_FORMATS,
     LEARNABILITY,
+    ROLLOUT_KINDS,
 )
 
 
@@ -129,7 +132,7 @@ def example_task_plugin(install, entry_point: str = "polyrl_plugin_example:Count
 
 def test_docs_show_one_module_per_kind():
     files, entry_points = docs_plugin()
-    assert len(files) == 1 + 14  # __init__ and one module per kind
+    assert len(files) == 1 + 15  # __init__ and one module per kind
     assert set(entry_points) == {
         "polyrl.task_prefixes",
         "polyrl.verifiers",
@@ -145,6 +148,8 @@ def test_docs_show_one_module_per_kind():
         "polyrl.value_losses",
         "polyrl.gradient_surgery",
         "polyrl.backends",
+        "polyrl.rollout_kinds",
+        "polyrl.tasks",
     }
 
 
@@ -398,3 +403,17 @@ def test_plugin_object_of_the_wrong_kind_is_skipped_with_a_warning(install, caps
     )
     assert TASKS.names() and "x" not in TASKS.names()
     assert "register_task expects a Task subclass" in capsys.readouterr().err
+
+
+def test_plugin_rollout_kind_plays_its_task_s_problems(my_plugin, prompts, scripted, tiny_tokenizer):
+    from rollout_sampling import sampling
+
+    task = get_task("primed_addition")
+    assert task.rollout_kind == "primed" and ROLLOUT_KINDS.lookup("primed").episodic is False
+    trajs = rollout(
+        [task.generate(0)], {task.name: task}, scripted(lambda _: "<answer>0</answer>"), prompts, sampling(2, 8)
+    )
+    assert [t.task for t in trajs] == ["primed_addition"] * 2 and [t.group for t in trajs] == [0, 0]
+    # the primer is context the policy did not write: it ends the prompt, not the response
+    assert all(tiny_tokenizer.decode(t.prompt_ids).endswith("Step by step: ") for t in trajs)
+    assert all(t.text == "<answer>0</answer>" for t in trajs)

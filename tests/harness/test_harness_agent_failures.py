@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from harness_rollouts import scored_rollout
 
-from polyrl.harness.task import HarnessSpec, HarnessTask
+from polyrl.rollout.harness.task import HarnessSpec, HarnessTask
 from polyrl.tasks import get_task
 
 

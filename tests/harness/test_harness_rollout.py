@@ -7,10 +7,10 @@ import time
 import pytest
 from harness_rollouts import scored_rollout
 
-from polyrl.harness.outcome import outcome
-from polyrl.harness.task import HarnessSpec, HarnessTask
 from polyrl.rollout.chat import ChatCodec
 from polyrl.rollout.episode_metrics import episode_metrics
+from polyrl.rollout.harness.outcome import outcome
+from polyrl.rollout.harness.task import HarnessSpec, HarnessTask
 from polyrl.tasks import get_task
 
 CALL = '<tool_call>{"name":"calc","arguments":{"expr":"62+41"}}</tool_call>'

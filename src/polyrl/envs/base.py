@@ -78,6 +78,9 @@ class EnvTask(Task):
 
     max_turns: ClassVar[int] = 4
     is_environment: ClassVar[bool] = True
+    rollout_kind: ClassVar[str] = "episode"
+    """Every environment's problems are played as episodes (``polyrl.rollout.episodes``), whichever hub it comes
+    from."""
 
     def make_env(self, problem: Problem) -> Environment:
         raise NotImplementedError

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from polyrl.envs.base import EnvTask, is_environment
+from polyrl.envs.base import EnvTask
 from polyrl.envs.sandbox import SandboxMode
 from polyrl.envs.tool_formats import check_tool_format
 from polyrl.errors import UserError
@@ -112,7 +112,7 @@ def get_env_task(name: str, config: EnvConfig | None = None) -> EnvTask:
         raise UserError(f"environment {ENV_PREFIX}{base} takes no argument (got {argument!r})")
     task = spec.factory(argument or None, config or EnvConfig())
     inner = getattr(task, "inner", None)
-    if inner is not None and (is_environment(inner) or getattr(inner, "is_harness", False)):
+    if inner is not None and inner.rollout_kind != "single_turn":
         raise UserError(f"environment {ENV_PREFIX}{base} wraps a single-turn task, not {argument!r}")
     task.name = name
     return task

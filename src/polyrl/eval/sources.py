@@ -15,9 +15,9 @@ from typing import Protocol
 
 import torch
 
-from polyrl.envs.base import is_environment
 from polyrl.envs.registry import EnvConfig
 from polyrl.policy.prompts import PromptBuilder, PromptConfig, problem_text
+from polyrl.rollout.dispatch import rollout_kind
 from polyrl.tasks.base import Problem, Task, Verdict
 
 
@@ -46,9 +46,9 @@ class Completion:
 
 
 def plays_episodes(task: Task) -> bool:
-    """Environments and the task kinds that play their own episodes (harness agents, ``vf/`` tasksets): the
-    episode, not one completion's text, is what is scored."""
-    return is_environment(task) or hasattr(task, "play")
+    """Tasks whose rollout kind is episodic (environments, harness agents, ``vf/`` tasksets): the episode, not one
+    completion's text, is what is scored."""
+    return rollout_kind(task).episodic
 
 
 OnDone = Callable[[SampleRequest, Completion], None]

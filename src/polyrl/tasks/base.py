@@ -218,6 +218,9 @@ class Task:
     """Whether ``check`` is safe to run in the trainer's process: it never evaluates model text as code and
     its time and memory are bounded by the answer's length. Tasks that are not pure are verified in the
     isolated worker pool (:mod:`polyrl.tasks.isolation`); plugins opt in with ``pure = True``."""
+    rollout_kind: ClassVar[str] = "single_turn"
+    r"""The registered rollout kind that plays this task's problems (``polyrl.rollout.dispatch.ROLLOUT_KINDS``):
+    ``single_turn``, G completions of each prompt; environments are ``episode``\ s, agent harnesses ``harness``."""
 
     def __init__(self, answer_format: AnswerFormat | str = DEFAULT_ANSWER_STYLE):
         self.answer_format = AnswerFormat(answer_format) if isinstance(answer_format, str) else answer_format

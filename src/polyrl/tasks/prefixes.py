@@ -51,8 +51,8 @@ TASK_PREFIXES: Registry[TaskPrefix] = Registry(
         "polyrl.tasks.reasoning_gym",
         "polyrl.tasks.builtin.compose",
         "polyrl.envs.registry",
-        "polyrl.harness.task",
-        "polyrl.harness.vf_tasks",
+        "polyrl.rollout.harness.task",
+        "polyrl.rollout.harness.vf_tasks",
     ),
     entry=lambda name, resolve, **metadata: TaskPrefix(resolve, **metadata),
 )

@@ -20,7 +20,6 @@ from polyrl.envs.registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
 from polyrl.forward.logprobs import DEFAULT_TEMPERATURE
-from polyrl.harness.task import HarnessSpec
 from polyrl.optim import MAX_LR
 from polyrl.policy.backends import GenerationConfig, check_engine
 from polyrl.policy.loading import TINY, ModelConfig
@@ -28,6 +27,7 @@ from polyrl.policy.prompts import PromptConfig
 from polyrl.policy.threads import check_threads
 from polyrl.registry import registered
 from polyrl.rewards import RewardConfig
+from polyrl.rollout.harness.task import HarnessSpec
 from polyrl.rollout.selfplay import LEARNABILITY
 from polyrl.run_dir import ResumeRecord, atomic_write_text
 from polyrl.tasks.base import DEFAULT_DIFFICULTY

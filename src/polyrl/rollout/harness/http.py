@@ -17,13 +17,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import accumulate
 from typing import Any, Protocol
 
-from polyrl.harness.chat import stream_chunks
+from polyrl.rollout.harness.openai_chat import stream_chunks
 from polyrl.serve.errors import ServeError, error_body
 from polyrl.serve.limits import ServeLimits
 
 
 class Endpoint(Protocol):
-    """What the server asks of the harness endpoint (``polyrl.harness.endpoint.HarnessEndpoint``)."""
+    """What the server asks of the harness endpoint (``polyrl.rollout.harness.endpoint.HarnessEndpoint``)."""
 
     episodes: dict
 

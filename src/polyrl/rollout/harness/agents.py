@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from polyrl.harness.children import end_processes, thread_children
+from polyrl.rollout.harness.children import end_processes, thread_children
 
 _TLS: list[ssl.SSLContext] = []
 """One TLS context for every client (the endpoint is plain HTTP, but httpx builds one per client without it,

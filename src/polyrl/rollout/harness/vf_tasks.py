@@ -2,7 +2,7 @@
 
 ``vf/<module>:<attr>`` names a ``verifiers.v1`` Taskset class (built with its default config) or a function
 returning a Taskset. Each of its tasks is a problem; an episode is played through the harness endpoint
-(:mod:`polyrl.harness`) by :func:`play`: the task's system prompt and prompt go to the policy as one chat
+(:mod:`polyrl.rollout.harness`) by :func:`play`: the task's system prompt and prompt go to the policy as one chat
 request, the reply becomes a verifiers ``Trace``, and the task's own ``@vf.reward`` functions score it. The
 episode's reward is the trace's weighted sum; each function's score (and each ``@vf.metric``) is logged as
 the reward term ``harness/<name>``; an episode counts as correct (``accuracy``) when the reward functions of
@@ -18,8 +18,8 @@ import inspect
 from typing import Any
 
 from polyrl.errors import UserError
-from polyrl.harness.outcome import Outcome
-from polyrl.harness.task import HarnessSpec, HarnessTask
+from polyrl.rollout.harness.outcome import Outcome
+from polyrl.rollout.harness.task import HarnessSpec, HarnessTask
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, Problem, Task
 from polyrl.tasks.prefixes import TaskRequest, register_task_prefix
 
@@ -103,7 +103,9 @@ class VerifiersTask(HarnessTask):
 
     def __init__(self, name: str, spec: HarnessSpec | None = None):
         self.problems = TasksetProblems(name, load_taskset(name[len(VF_PREFIX) :]))
-        super().__init__(self.problems, spec or HarnessSpec(fn="polyrl.harness.vf_tasks:play"), agent=self.play_task)
+        super().__init__(
+            self.problems, spec or HarnessSpec(fn="polyrl.rollout.harness.vf_tasks:play"), agent=self.play_task
+        )
 
     async def play_task(self, client, problem: Problem) -> Outcome:
         """One chat request with the task's prompt, scored by the task's ``@vf.reward`` functions."""

@@ -7,7 +7,7 @@ this thread generates for them. Every episode ends with a reason: ``returned``, 
 function raised anything, ``SystemExit`` and ``KeyboardInterrupt`` included), ``timeout`` (still running
 ``timeout_s`` after it started: its requests are refused from then on and its thread abandoned),
 ``token_budget`` or ``context_length`` (the endpoint refused a request as too long). A returned reward is
-held to the reward functions' standard (:func:`polyrl.harness.outcome.outcome`): one that is not a finite
+held to the reward functions' standard (:func:`polyrl.rollout.harness.outcome.outcome`): one that is not a finite
 number within ``REWARD_BOUND`` scores 0 and counts in ``reward_failures/env_return``. None of them stops
 the step; each distinct failure is warned about once (episode URLs made alike), then only counted. The
 processes an agent started end with its episode, and at the latest with the rollout.
@@ -22,16 +22,16 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from polyrl.harness.agents import AgentCall, abandon, start_agent
-from polyrl.harness.children import end_children_of, thread_ids
-from polyrl.harness.endpoint import EpisodeState, HarnessEndpoint
-from polyrl.harness.ledger import Segment
-from polyrl.harness.logprobs import response_logprobs
-from polyrl.harness.outcome import Outcome, outcome
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rollout.chat import ChatCodec
-from polyrl.rollout.dispatch import Sampling
+from polyrl.rollout.dispatch import PolicySource, Sampling, register_rollout_kind
+from polyrl.rollout.harness.agents import AgentCall, abandon, start_agent
+from polyrl.rollout.harness.children import end_children_of, thread_ids
+from polyrl.rollout.harness.endpoint import EpisodeState, HarnessEndpoint
+from polyrl.rollout.harness.ledger import Segment
+from polyrl.rollout.harness.outcome import Outcome, outcome
+from polyrl.rollout.harness.recorded_logprobs import response_logprobs
 from polyrl.rollout.trajectory import Trajectory
 from polyrl.tasks import Problem, Verdict
 
@@ -42,7 +42,7 @@ _EPISODE_URL = re.compile(r"https?://127\.0\.0\.1:\d+/[\w-]+/v1")
 class AgentRun:
     name: str
     task: Any
-    """The episode's :class:`~polyrl.harness.task.HarnessTask`."""
+    """The episode's :class:`~polyrl.rollout.harness.task.HarnessTask`."""
     problem: Problem
     group: int
     state: EpisodeState
@@ -52,6 +52,7 @@ class AgentRun:
     end_reason: str | None = None
 
 
+@register_rollout_kind("harness", episodic=True)
 def rollout_harness(
     problems: list[Problem],
     tasks: dict,
@@ -60,9 +61,12 @@ def rollout_harness(
     sampling: Sampling,
     greedy: bool = False,
     version: int = 0,
+    latest: PolicySource | None = None,
 ) -> list[list[Trajectory]]:
-    """``sampling.group_size`` agent episodes per problem (all harness tasks): one unscored group per problem,
-    in problem order (an episode's return is its last turn's reward; the score stage makes the reward)."""
+    """The harness kind: ``sampling.group_size`` agent episodes per problem (all harness tasks), one unscored group
+    per problem, in problem order (an episode's return is its last turn's reward; the score stage makes the
+    reward). The agents run on the weights ``backend`` holds when they start (``latest`` is None: not an
+    interruptible kind)."""
     codec = ChatCodec(prompts)
     first = tasks[problems[0].task].spec
     endpoint = HarnessEndpoint(

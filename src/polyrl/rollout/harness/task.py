@@ -76,7 +76,8 @@ def load_agent(path: str) -> Callable[..., Any]:
 class HarnessTask(Task):
     """``inner``'s problems (generator, difficulty, verifier), played by an agent function."""
 
-    is_harness = True
+    rollout_kind = "harness"
+    """Its problems are played by the agent (:func:`polyrl.rollout.harness.rollout.rollout_harness`)."""
 
     def __init__(self, inner: Task, spec: HarnessSpec, agent: Callable[..., Any] | None = None):
         super().__init__(inner.answer_format)
@@ -118,27 +119,15 @@ class HarnessTask(Task):
         """None: an agent's episode has no single reference response to imitate."""
         return None
 
-    def play(self, problems: list[Problem], tasks: dict, backend, prompts, sampling, greedy: bool, version: int):
-        """This task kind's own rollout (:func:`polyrl.harness.rollout.rollout_harness`): one unscored group of
-        ``sampling.group_size`` agent episodes per problem, as :func:`polyrl.rollout.dispatch.rollout_groups`
-        asks of a task that brings its own."""
-        from polyrl.harness.rollout import rollout_harness
-
-        return rollout_harness(problems, tasks, backend, prompts, sampling, greedy, version)
-
     def client(self, base_url: str, http_client):
         """The OpenAI client (async for a coroutine agent) an agent that does not take the URL gets as its first
-        argument, on ``http_client`` (the episode's own: :func:`polyrl.harness.agents.start_agent`)."""
+        argument, on ``http_client`` (the episode's own: :func:`polyrl.rollout.harness.agents.start_agent`)."""
         import openai
 
         cls = openai.AsyncOpenAI if self.is_async else openai.OpenAI
         return cls(
             base_url=base_url, api_key="polyrl", max_retries=0, timeout=self.spec.timeout_s, http_client=http_client
         )
-
-
-def is_harness(task: Task) -> bool:
-    return bool(getattr(task, "is_harness", False))
 
 
 @register_task_prefix(HARNESS)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polyrl.envs.tool_formats import describe_tools
-from polyrl.harness.chat import is_error_result, normalized, template_message, text_of
 from polyrl.rollout.chat import ChatCodec, user_text
+from polyrl.rollout.harness.openai_chat import is_error_result, normalized, template_message, text_of
 
 
 @dataclass

@@ -13,7 +13,7 @@ model can use: over ``max_messages`` messages, or more characters than the model
 400 before tokenizing; a prompt of more tokens than the positions (less one to generate) is a 400
 ``context_length_exceeded``, as is a request once the episode's completions and environment tokens have
 spent ``env.max_episode_tokens`` (over all its sequences); a completion is cut to what fits in both.
-The HTTP limits are :mod:`polyrl.harness.http`'s.
+The HTTP limits are :mod:`polyrl.rollout.harness.http`'s.
 """
 
 from __future__ import annotations
@@ -27,13 +27,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from polyrl.harness.chat import HarnessRequest, assistant_message, completion_body, misplaced_tool_message, text_of
-from polyrl.harness.http import MODEL_NAME, HarnessServer, handler
-from polyrl.harness.ledger import EpisodeLedger, Turn
-from polyrl.harness.logprobs import response_logprobs, token_logprobs_content
 from polyrl.policy.generation import Generation, GenerationBackend
 from polyrl.policy.model_files import model_positions
 from polyrl.rollout.chat import ChatCodec
+from polyrl.rollout.harness.http import MODEL_NAME, HarnessServer, handler
+from polyrl.rollout.harness.ledger import EpisodeLedger, Turn
+from polyrl.rollout.harness.openai_chat import (
+    HarnessRequest,
+    assistant_message,
+    completion_body,
+    misplaced_tool_message,
+    text_of,
+)
+from polyrl.rollout.harness.recorded_logprobs import response_logprobs, token_logprobs_content
 from polyrl.serve.errors import ServeError, error_body, validation_message
 from polyrl.serve.limits import ServeLimits, chars_per_token, check_prompt_chars, refuse_long_prompt
 
