@@ -52,11 +52,11 @@ def main() -> None:
             flat = rl_batch(trainer, args.prompts, args.group_size)
             times = {}
             for mode in ("none", "bf16"):
-                set_autocast(trainer.policy.model, mode)
+                set_autocast(trainer.parts.policy.model, mode)
                 times[mode] = {name: t for name, (t, _, _) in phases(trainer, flat, args).items()}
-            trainer.run_dir.close()
+            trainer.parts.run_dir.close()
             step = {mode: sum(t.values()) for mode, t in times.items()}
-            params = sum(p.numel() for p in trainer.policy.model.parameters()) / 1e6
+            params = sum(p.numel() for p in trainer.parts.policy.model.parameters()) / 1e6
             rows.append(
                 [
                     str(width),

@@ -18,7 +18,7 @@ polyrl's resolves to bf16; ``--precision fp32`` runs both in float32; ``--precis
 (polyrl ``model.autocast: bf16``, TRL ``bf16=True``) whatever the model's width.
 
 1. SFT warm start with polyrl (the config's tasks' reference solutions), saved as a Hugging Face directory.
-2. polyrl RL from that directory (``model.path=<dir>``, ``sft.enabled=false``); ``Trainer.run_rl`` is timed.
+2. polyrl RL from that directory (``model.path=<dir>``, ``sft.enabled=false``); ``trainer.rl.run`` is timed.
 3. TRL GRPOTrainer from the same directory (``AutoModelForCausalLM``), on a ``datasets.Dataset`` holding
    the very problems polyrl drew at each step (same seeds), shown the same chat-template prompt, rewarded by
    the same polyrl reward (task verifier + format term, ``polyrl.rewards.compute_rewards``); ``train()`` is
@@ -140,10 +140,10 @@ def sft_warm_start(args, work: Path) -> tuple[Path, dict]:
     """polyrl's SFT stage once; returns the saved model directory and its held-out accuracy."""
     cfg = polyrl_config(args, work / "sft", ["rl.enabled=false"])
     trainer = Trainer(cfg)
-    trainer.run_sft(None)
-    trainer.run_dir.close()
-    accuracy = held_out(cfg, trainer.backend, trainer.prompts, trainer.eval_tasks(), args)
-    model_dir = trainer.run_dir.model_dir("sft_model")
+    trainer.sft.run(None)
+    trainer.parts.run_dir.close()
+    accuracy = held_out(cfg, trainer.parts.backend, trainer.parts.prompts, trainer.parts.mix.eval_tasks(), args)
+    model_dir = trainer.parts.run_dir.model_dir("sft_model")
     del trainer
     free_memory()
     return model_dir, accuracy
@@ -174,24 +174,24 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
     cfg = polyrl_config(args, work / "polyrl", [f"model.path={sft_dir}", "sft.enabled=false"])
     trainer = Trainer(cfg)
     probe = probe_set(trainer)
-    watch = UpdateProbe(trainer.policy.model, probe)
+    watch = UpdateProbe(trainer.parts.policy.model, probe)
     with watched_polyrl(trainer, watch):
         wall, cpu = time.perf_counter(), time.process_time()
-        trainer.run_rl(None)
+        trainer.rl.run(None)
         wall, cpu = time.perf_counter() - wall - watch.wall, time.process_time() - cpu - watch.cpu
     update = watch.summary(cfg.rl.steps)
     watch.release()
-    trainer.run_dir.close()
-    steps = [json.loads(line) for line in trainer.run_dir.metrics_file.read_text().splitlines()]
+    trainer.parts.run_dir.close()
+    steps = [json.loads(line) for line in trainer.parts.run_dir.metrics_file.read_text().splitlines()]
     steps = [r for r in steps if r.get("stage") == "rl"]
     step_time = sum(r["step_time"] for r in steps)
     gen_time = sum(r["tokens"] / r["tokens_per_s"] for r in steps if r.get("tokens_per_s"))
-    bf16 = trainer.policy.model.polyrl_autocast == "bf16"
+    bf16 = trainer.parts.policy.model.polyrl_autocast == "bf16"
     matched = Matched(
-        cfg, trainer.tasks, trainer.prompts, trainer.policy.tokenizer, trainer.eval_tasks(),
+        cfg, trainer.parts.mix.tasks, trainer.parts.prompts, trainer.parts.policy.tokenizer, trainer.parts.mix.eval_tasks(),
         step_problems(cfg, trainer), bf16, probe,
     )  # fmt: skip
-    accuracy = held_out(cfg, trainer.backend, trainer.prompts, matched.eval_tasks, args)
+    accuracy = held_out(cfg, trainer.parts.backend, trainer.parts.prompts, matched.eval_tasks, args)
     del trainer
     free_memory()
     for key in POLYRL_STEP_METRICS:
@@ -212,9 +212,14 @@ def probe_set(trainer: Trainer) -> Probe:
     """The fixed sequences every optimizer step's KL is measured on: reference solutions of the run's tasks."""
     rng = np.random.default_rng(12345)
     pairs = reference_batch(
-        trainer.tasks, trainer.difficulty, trainer.prompts, trainer.policy.tokenizer.eos_token_id, rng, PROBE_SEQUENCES
+        trainer.parts.mix.tasks,
+        trainer.difficulty,
+        trainer.parts.prompts,
+        trainer.parts.policy.tokenizer.eos_token_id,
+        rng,
+        PROBE_SEQUENCES,
     )
-    return Probe.of([pair[:2] for pair in pairs], trainer.policy.tokenizer.pad_token_id)
+    return Probe.of([pair[:2] for pair in pairs], trainer.parts.policy.tokenizer.pad_token_id)
 
 
 @contextmanager
@@ -244,9 +249,11 @@ def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
     problems = []
     for step in range(cfg.rl.steps):
         rng = np.random.default_rng(step_seed(cfg.seed, "rl", step))
-        for name in trainer.sampler.sample(cfg.rl.prompts_per_step, rng):
+        for name in trainer.parts.sampler.sample(cfg.rl.prompts_per_step, rng):
             problems.append(
-                trainer.tasks[name].generate(int(rng.integers(2**62)), trainer.difficulty(name), split="train")
+                trainer.parts.mix.tasks[name].generate(
+                    int(rng.integers(2**62)), trainer.parts.mix.difficulty(name), split="train"
+                )
             )
     return problems
 

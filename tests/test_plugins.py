@@ -266,7 +266,7 @@ def test_a_run_generates_with_the_plugin_backend(my_plugin, tiny_train_config, m
         generation={"engine": "hf_generate"}, sft__steps=2, rl__steps=1, eval={"problems_per_task": 2, "pass_k": 1}
     )
     trainer = Trainer(config)
-    assert isinstance(trainer.backend, HFGenerate)
+    assert isinstance(trainer.parts.backend, HFGenerate)
     trainer.run()
     assert len(calls) >= 3  # after-SFT evaluation, the RL step, after-RL evaluation
 

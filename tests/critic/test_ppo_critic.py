@@ -111,10 +111,10 @@ def test_critic_warmup_trains_the_value_model_and_leaves_the_policy_alone(tiny_t
 
     monkeypatch.setattr(rl_stage, "policy_update", first_update)
     trainer = Trainer(cfg)
-    trainer.run_sft(None)
-    after_sft = copy.deepcopy(trainer.policy.model.state_dict())
-    trainer.run_rl(None)
-    trainer.run_dir.close()
+    trainer.sft.run(None)
+    after_sft = copy.deepcopy(trainer.parts.policy.model.state_dict())
+    trainer.rl.run(None)
+    trainer.parts.run_dir.close()
     assert all(torch.equal(after_sft[k], seen["policy"][k]) for k in after_sft), "warm-up must not move the policy"
     assert seen["head"].abs().sum() > 0, "the zero-initialised value head was trained"
     rows = [json.loads(line) for line in Path(cfg.run_dir, "metrics.jsonl").read_text().splitlines()]

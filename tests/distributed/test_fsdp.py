@@ -226,7 +226,7 @@ def test_each_rank_takes_every_world_th_row():
 
 
 def test_statistics_of_two_ranks_combine_as_one():
-    from polyrl.learner.statistics import StatMeans
+    from polyrl.algos.objective_stats import StatMeans
 
     a, b, both = StatMeans(), StatMeans(), StatMeans()
     a.add({"clip_frac": torch.tensor(0.5), "ratio_max": torch.tensor(1.5)}, weight=2.0)

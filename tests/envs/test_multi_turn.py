@@ -9,10 +9,10 @@ from polyrl.forward import collate
 from polyrl.learner.update_batch import episode_credit
 from polyrl.rewards import RewardConfig, score
 from polyrl.rollout import Trajectory, rollout
-from polyrl.rollout.episode_metrics import episode_metrics
 from polyrl.rollout.episodes import rollout_episodes
 from polyrl.rollout.reference import reference_episode
 from polyrl.tasks import get_task
+from polyrl.train.metrics import episode_metrics
 
 
 def calc_call(expr):

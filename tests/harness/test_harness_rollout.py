@@ -8,10 +8,10 @@ import pytest
 from harness_rollouts import scored_rollout
 
 from polyrl.rollout.chat import ChatCodec
-from polyrl.rollout.episode_metrics import episode_metrics
 from polyrl.rollout.harness.outcome import outcome
 from polyrl.rollout.harness.task import HarnessSpec, HarnessTask
 from polyrl.tasks import get_task
+from polyrl.train.metrics import episode_metrics
 
 CALL = '<tool_call>{"name":"calc","arguments":{"expr":"62+41"}}</tool_call>'
 

@@ -273,8 +273,8 @@ def test_a_whole_run_keeps_every_tensor_on_the_placements_device(tiny_train_conf
     config = tiny_train_config(sft__steps=2, rl__steps=2, tensorboard=False, **updates)
     with second_device() as guard:
         trainer = Trainer(config, placement=LocalPlacement(guard.device))
-        assert trainer.placement.device == DEVICE and trainer.policy.device == DEVICE
-        assert all(on_device(p) for p in trainer.policy.model.parameters())
+        assert trainer.placement.device == DEVICE and trainer.parts.policy.device == DEVICE
+        assert all(on_device(p) for p in trainer.parts.policy.model.parameters())
         results = trainer.run()
     assert set(results) >= {"after_sft", "after_rl"}
 

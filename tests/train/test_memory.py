@@ -220,7 +220,7 @@ def test_lora_reference_is_the_base_model_without_a_copy(tiny_train_config):
         model={"path": "tiny", "tiny": TINY, "lora": {"enabled": True, "r": 2, "alpha": 4}}, rl__kl_coef=0.1
     )
     trainer = Trainer(cfg)
-    policy = trainer.policy.model
+    policy = trainer.parts.policy.model
     reference = trainer.rl.reference_model()
     assert isinstance(reference, BaseModelReference) and reference.model is policy  # no second set of weights
     with torch.no_grad():

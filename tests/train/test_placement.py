@@ -49,7 +49,7 @@ def test_the_trainer_hands_every_placement_job_to_the_injected_placement(tiny_tr
     placement = RecordingPlacement()
     trainer = Trainer(config, placement=placement)
     assert placement.calls[:3] == [("open_run_dir",), ("make_backend",), ("rollouts",)]
-    assert isinstance(trainer.backend, TransformersBackend)
+    assert isinstance(trainer.parts.backend, TransformersBackend)
     trainer.run()
     calls = placement.calls
     assert [c for c in calls if c[0] == "save_model"] == [("save_model", "sft_model"), ("save_model", "final_model")]
@@ -85,7 +85,7 @@ def test_a_backend_is_one_registration(tiny_train_config, monkeypatch):
     monkeypatch.setattr(BACKENDS, "_entries", dict(BACKENDS._entries))
     register_backend("recorded")(make)
     trainer = Trainer(tiny_train_config(generation={"engine": "recorded", "batch_size": 7}))
-    assert isinstance(trainer.backend, TransformersBackend) and trainer.backend.batch_size == 7
+    assert isinstance(trainer.parts.backend, TransformersBackend) and trainer.parts.backend.batch_size == 7
     assert [c.seed for c in made] == [trainer.config.seed]
 
 

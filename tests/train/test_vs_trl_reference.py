@@ -283,7 +283,7 @@ def test_clipped_update_equals_trls_off_policy(saved, sampled, trajectories, tmp
     logp, _ = sequence_logprobs(policy.model, batch.tokens, settings.temperature)
     old = (logp.detach() + shift) * batch.tokens.loss_mask
     inputs = ObjectiveInputs(logp, old, batch.advantages, batch.tokens.loss_mask, truncated=batch.truncated)
-    loss, stats = get_objective(settings.objective)(inputs, settings.objective_for(False))
+    loss, stats = get_objective(settings.objective)(inputs, settings.objective_settings)
     loss.backward()
     clip_and_step(optimizer, list(policy.model.parameters()), settings.max_grad_norm, loss.detach())
 

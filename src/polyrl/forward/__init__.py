@@ -4,8 +4,8 @@
   micro-batches of a token budget, and the distinct prompts rows share;
 - ``decoder.py``: polyrl's forward of Llama-family decoders over packed tokens, and the packed layout of a batch;
 - ``prefill.py``: distinct prompts through a model's own forward with its KV cache (other architectures);
-- ``logits.py`` and ``token_scores.py``: a chosen token's log-prob and the entropy, from logits, and from hidden
-  states through ``lm_head`` a chunk of positions at a time;
+- ``token_scores.py``: a chosen token's log-prob and the entropy, from logits, and from hidden states through
+  ``lm_head`` a chunk of positions at a time;
 - ``logprobs.py``: :func:`sequence_logprobs`, every scoring pass of a model (packed, shared-prompt or padded);
 - ``precision.py``: the autocast and activation-checkpointing switches a model carries into every forward.
 
@@ -14,7 +14,7 @@ function takes the device from its caller's batch and none asks the weights wher
 """
 
 from polyrl.forward.batch import TokenBatch, collate
-from polyrl.forward.logits import chosen_logprobs, entropy_from_logits, token_logprobs
 from polyrl.forward.logprobs import sequence_logprobs
+from polyrl.forward.token_scores import chosen_logprobs, entropy_from_logits, token_logprobs
 
 __all__ = ["TokenBatch", "chosen_logprobs", "collate", "entropy_from_logits", "sequence_logprobs", "token_logprobs"]

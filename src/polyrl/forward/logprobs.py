@@ -13,10 +13,9 @@ from torch import Tensor
 
 from polyrl.forward.batch import TokenBatch, distinct
 from polyrl.forward.decoder import Decoder, pack, packed_hidden
-from polyrl.forward.logits import entropy_from_logits, token_logprobs
 from polyrl.forward.precision import forward_precision
 from polyrl.forward.prefill import forward_args, prefill
-from polyrl.forward.token_scores import scores_from_hidden, split_lm
+from polyrl.forward.token_scores import entropy_from_logits, scores_from_hidden, split_lm, token_logprobs
 
 DEFAULT_TEMPERATURE = 1.0
 """Sampling temperature wherever none is given: ``rl.temperature``, ``eval.temperature``, an eval suite's, a

@@ -1,8 +1,8 @@
 """The learner: everything between a step's trajectories and ``optimizer.step()``.
 
 - ``update_batch.py``: advantages and the rows to train on (:class:`UpdateBatch`, :func:`prepare_update`);
-- ``update.py``: the policy update (:func:`policy_update`) and the critic's (:func:`critic_update`); ``statistics.py``:
-  the objective's statistics, read off the device once per micro-batch;
+- ``update.py``: the policy update (:func:`policy_update`; the objective's statistics are read off the device once
+  per micro-batch, ``algos/objective_stats.py``) and the critic's (:func:`critic_update`);
 - ``sft.py``: the supervised step (:func:`sft_step`), for one process and for FSDP ranks alike;
 - ``ranks.py``: the processes the work is split across (:class:`Ranks`: :data:`ONE_PROCESS`, whose collectives hand
   their input back, or FSDP's ranks), and the idle pass that keeps sharded ranks in step;

@@ -40,14 +40,13 @@ from polyrl.algos import (
     objective_totals,
 )
 from polyrl.algos.gradient_surgery import get_surgery
-from polyrl.algos.objective_stats import logprob_mismatch
+from polyrl.algos.objective_stats import StatMeans, logprob_mismatch, read_stats
 from polyrl.algos.objectives import loss_mask
 from polyrl.device import HOST
 from polyrl.forward.batch import length_ordered, pack_rows
 from polyrl.forward.logprobs import sequence_logprobs
 from polyrl.learner.ranks import ONE_PROCESS, Ranks, idle_pass
 from polyrl.learner.settings import UpdateSettings
-from polyrl.learner.statistics import StatMeans, read_stats
 from polyrl.learner.update_batch import UpdateBatch
 from polyrl.optim import clip_and_step
 
@@ -115,6 +114,14 @@ def _inputs(micro: UpdateBatch, logp: Tensor, totals) -> ObjectiveInputs:
         total_tokens=totals[0],
         total_sequences=totals[1],
     )
+
+
+def objective_settings_for(settings: UpdateSettings, has_behaviour_logprobs: bool) -> ObjectiveSettings:
+    """The objective's settings for one batch: truncated importance sampling (``settings.tis_cap``) only where the
+    batch was sampled by other weights (it carries behaviour log-probs); in-process rollouts are on-policy."""
+    if not has_behaviour_logprobs or settings.tis_cap is None:
+        return settings.objective_settings
+    return dataclasses.replace(settings.objective_settings, tis_cap=settings.tis_cap)
 
 
 def _totals(batch: UpdateBatch, rows: Tensor, settings: ObjectiveSettings) -> tuple[Tensor, Tensor]:
@@ -235,7 +242,7 @@ class _Pass:
 def _prepare(model, batch: UpdateBatch, settings: UpdateSettings, reference, ranks, device) -> tuple[_Pass, tuple]:
     """The update's pass (with the frozen log-probs it needs) and how much larger the full batch's normalizer
     is than the trained rows' (1 unless rows are skipped)."""
-    objective_settings = settings.objective_for(batch.behaviour_logprobs is not None)
+    objective_settings = objective_settings_for(settings, batch.behaviour_logprobs is not None)
     n_all, active = len(batch), batch.active
     lengths = batch.tokens.attention_mask.sum(1)
     all_tokens, all_seqs = _totals(batch, torch.arange(n_all), objective_settings)

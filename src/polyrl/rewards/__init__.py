@@ -2,6 +2,7 @@
 majority vote and user functions, combined with per-task weights by one scoring stage (:func:`score`); every
 term is logged on its own."""
 
+from polyrl.rewards.builtin_terms import majority_vote_scores
 from polyrl.rewards.callables import REWARD_BOUND
 from polyrl.rewards.compose import (
     MODEL_TERMS,
@@ -14,8 +15,8 @@ from polyrl.rewards.compose import (
 )
 from polyrl.rewards.judge import JudgeConfig, JudgeSource, parse_verdict
 from polyrl.rewards.reward_model import RewardModelConfig, RewardModelSource, build_tiny_reward_model
-from polyrl.rewards.scorer import RewardScorer, majority_vote_scores, register_reward_source, register_reward_term
-from polyrl.rewards.stage import score, scoring, verify_trajectories
+from polyrl.rewards.stage import RewardScorer, score, scoring, verify_trajectories
+from polyrl.rewards.terms import register_reward_source, register_reward_term
 
 __all__ = [
     "MODEL_TERMS",

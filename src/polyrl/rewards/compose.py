@@ -5,7 +5,7 @@ episode's ``env_return``) are listed in :mod:`polyrl.rewards.rules`; model and g
 ``judge``, ``majority_vote``) in :mod:`polyrl.rewards.builtin_terms`. :func:`polyrl.rewards.stage.score`
 computes them all for a batch and sums them with the task's weights.
 
-Your own terms, computed with the model and group terms (see :mod:`polyrl.rewards.scorer`)::
+Your own terms, computed with the model and group terms (see :mod:`polyrl.rewards.terms`)::
 
     reward:
       brevity: 0.5                                   # a term registered by name (register_reward_term)

@@ -21,10 +21,10 @@ from polyrl.train.checkpoint import Checkpoint
 class SFTStage:
     """The SFT stage of the pipeline (before RL), over the run's parts, state and placement."""
 
-    def __init__(self, parts, state, placement, progress, sync_backend, save_model):
+    def __init__(self, parts, state, placement, progress, save_model):
         self.parts, self.state, self.placement, self.progress = parts, state, placement, progress
         self.training = state.training
-        self.sync_backend, self.save_model = sync_backend, save_model
+        self.save_model = save_model
 
     def run(self, ckpt: Checkpoint | None) -> None:
         """SFT from the start, or from ``ckpt`` (an SFT checkpoint)."""
@@ -53,8 +53,8 @@ class SFTStage:
         rng = parts.seed_step("sft", step)
         t0 = time.perf_counter()
         batch = sft.reference_batch(
-            parts.reference_tasks(),
-            parts.sft_difficulty,
+            parts.mix.reference_tasks(),
+            parts.mix.sft_difficulty,
             parts.prompts,
             parts.policy.tokenizer.eos_token_id,
             rng,
@@ -93,10 +93,16 @@ class SFTStage:
         """Sample the policy on fresh problems, keep the verified-correct completions, fine-tune on them."""
         parts, cfg = self.parts, self.parts.config.sft
         rng = parts.seed_step("rft", rnd)
-        self.sync_backend()
+        self.state.sync_backend()
         sampling = dataclasses.replace(parts.sampling(), group_size=cfg.rejection_samples)
         data, pass_rate = sft.rejection_samples(
-            parts.tasks, parts.sft_difficulty, parts.backend, parts.prompts, rng, cfg.rejection_problems, sampling
+            parts.mix.tasks,
+            parts.mix.sft_difficulty,
+            parts.backend,
+            parts.prompts,
+            rng,
+            cfg.rejection_problems,
+            sampling,
         )
         losses = []
         for _ in range(cfg.rejection_steps if data else 0):

@@ -1,4 +1,4 @@
-"""Log-probs and entropy of chosen tokens from logits (``forward/logits.py``) against hand-computed numbers."""
+"""Log-probs and entropy of chosen tokens from logits (``forward/token_scores.py``) against hand-computed numbers."""
 
 import math
 
