@@ -167,7 +167,7 @@ def trl_update(args):
         save_strategy="no",
         disable_tqdm=True,
         bf16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # transformers 5 renamed gradient_checkpointing (deprecated, removed in v6)
         per_device_train_batch_size=group,
         gradient_accumulation_steps=1,
         num_generations=group,

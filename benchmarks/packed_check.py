@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from polyrl.cli.train import default_config_path
+from polyrl.device import HOST
 from polyrl.forward import collate, sequence_logprobs
 from polyrl.forward.decoder import Decoder, set_forward
 from polyrl.policy import PromptBuilder, TransformersBackend
@@ -72,7 +73,7 @@ def main() -> None:
     names = list(tasks)
     problems = [tasks[names[i % len(names)]].generate(int(rng.integers(2**31)), "easy") for i in range(args.prompts)]
     flat = [prompts.ids(p) for p in problems for _ in range(args.group_size)]
-    backend = TransformersBackend(model, tok)
+    backend = TransformersBackend(model, tok, device=HOST)
     result = {"model": args.model, "device": args.device, "rows": len(flat)}
     gens = {}
     for mode in ("packed", "transformers"):

@@ -73,6 +73,7 @@ from rich.table import Table
 from update_probe import Probe, UpdateProbe  # benchmarks/update_probe.py
 
 from polyrl.cli.train import default_config_path
+from polyrl.device import HOST
 from polyrl.experiments.curriculum import free_memory
 from polyrl.forward.precision import set_autocast
 from polyrl.policy import PromptBuilder, TransformersBackend
@@ -294,7 +295,7 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl: Matched) -> dict:
         logging_steps=1,  # each step's reward and gradient norm, beside polyrl's
         seed=args.seed,
         bf16=polyrl.bf16,  # --precision best: what polyrl resolved
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # transformers 5 renamed gradient_checkpointing (deprecated, removed in v6)
         max_steps=rl.steps,
         per_device_train_batch_size=rl.prompts_per_step * rl.group_size,
         gradient_accumulation_steps=1,
@@ -345,7 +346,7 @@ def eval_backend(model, polyrl: Matched) -> TransformersBackend:
     (A model that never went through polyrl's loader runs in float32: the SFT start and polyrl's model were then
     evaluated in bf16 and TRL's in float32, which alone moved seed 0's TRL accuracy by 2.5 points.)"""
     set_autocast(model, "bf16" if polyrl.bf16 else "none")
-    return TransformersBackend(model, polyrl.tokenizer)
+    return TransformersBackend(model, polyrl.tokenizer, device=HOST)
 
 
 def watched_trl(trainer, probe: Probe) -> UpdateProbe:

@@ -24,6 +24,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from polyrl.device import HOST
+
 
 def task_counts(samples: list[dict], name: str) -> tuple[int, int, int, str]:
     """``(in format, correct, samples, most frequent reply)`` of one task; the reply is its first 24 characters (the
@@ -110,7 +112,7 @@ def evaluate(model: str, suite, out: Path, resume: bool) -> list[dict]:
     from polyrl.eval.sources import LocalModelSource
     from polyrl.policy.loading import ModelConfig, load_policy
 
-    policy = load_policy(ModelConfig(path=model), seed=suite.seed)
+    policy = load_policy(ModelConfig(path=model), seed=suite.seed, device=HOST)
     source = LocalModelSource(policy, "prompt", suite.system, seed=suite.seed, style="natural")
     resume = resume and (out / "run.json").is_file()
     run_suite(suite, source, out, "prompt", model, resume=resume, log=print, style="natural")

@@ -34,6 +34,7 @@ from polyrl.algos import (
 from polyrl.algos.gradient_surgery import SURGERIES, get_surgery
 from polyrl.critic.value_losses import VALUE_LOSSES, value_loss
 from polyrl.curriculum import SAMPLERS, make_sampler
+from polyrl.device import HOST
 from polyrl.envs.registry import ENVS, EnvConfig, get_env_task
 from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
@@ -231,14 +232,16 @@ def test_plugin_backend_is_built_by_name_with_its_options(my_plugin):
     from polyrl.policy import TransformersBackend
     from polyrl.policy.loading import ModelConfig, load_policy
 
-    policy = load_policy(ModelConfig(path="tiny"), seed=0)
+    policy = load_policy(ModelConfig(path="tiny"), seed=0, device=HOST)
     generation = GenerationConfig(engine="hf_generate", options={"repetition_penalty": 1.0})
     backend = make_backend(generation, policy.model, policy.tokenizer, 0, True, policy.device)
     assert type(backend).__name__ == "HFGenerate" and backend.penalty == 1.0
     prompts = [policy.tokenizer.encode("12+30="), policy.tokenizer.encode("7*8=")]
     # greedy, no penalty: the same completions as the built-in engine's
     ours = backend.generate(prompts, max_new_tokens=6, greedy=True)
-    builtin = TransformersBackend(policy.model, policy.tokenizer).generate(prompts, max_new_tokens=6, greedy=True)
+    builtin = TransformersBackend(policy.model, policy.tokenizer, device=HOST).generate(
+        prompts, max_new_tokens=6, greedy=True
+    )
     assert [(g.completion_ids, g.finished) for g in ours] == [(g.completion_ids, g.finished) for g in builtin]
 
 

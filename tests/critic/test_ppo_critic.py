@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from polyrl.critic import Critic, CriticConfig, outcome_rewards_per_token
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.train.trainer import Trainer
 
@@ -21,7 +22,7 @@ def test_fresh_critic_predicts_support_midpoint_and_learns_a_return():
     from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
     model, tok = build_tiny_policy(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2))
-    critic = Critic(CriticConfig(loss="hl_gauss", v_min=-1.0, v_max=1.0, num_bins=11, lr=1e-2), model)
+    critic = Critic(CriticConfig(loss="hl_gauss", v_min=-1.0, v_max=1.0, num_bins=11, lr=1e-2), model, device=HOST)
     batch = collate([([5, 6, 7], [8, 9, 2])], tok.pad_token_id)
     _adv, returns, _ = critic.advantages(batch, torch.tensor([1.0]))
     assert returns[batch.loss_mask.bool()].tolist() == pytest.approx([1.0, 1.0, 1.0])  # gamma = lam = 1
@@ -37,7 +38,7 @@ def test_every_value_loss_trains(loss):
     from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
     model, tok = build_tiny_policy(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2))
-    critic = Critic(CriticConfig(loss=loss, lr=1e-2), model)
+    critic = Critic(CriticConfig(loss=loss, lr=1e-2), model, device=HOST)
     batch = collate([([5, 6, 7], [8, 9, 2]), ([5, 6], [9, 2])], tok.pad_token_id)
     _, returns, _ = critic.advantages(batch, torch.tensor([1.0, 0.0]))
     first = critic.update(batch, returns)

@@ -22,6 +22,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from polyrl.device import HOST
 from polyrl.forward import collate, sequence_logprobs
 from polyrl.forward.decoder import Decoder, pack, set_forward
 from polyrl.policy import TransformersBackend
@@ -155,7 +156,7 @@ def test_activation_checkpointing_recomputes_the_same_gradients():
     batch = _batch()
     reference = _scores(model, batch, "auto")
     model.train()
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     assert Decoder.of(model).checkpointing() or not torch.is_grad_enabled()
     _assert_same(_scores(model, batch, "auto"), reference)
 
@@ -193,12 +194,14 @@ class _Tok:
 def test_packed_generation_greedy_is_model_generate(kind):
     model = _model(kind).eval()
     flat = _prompts()
-    first = TransformersBackend(model, _Tok()).generate(flat, max_new_tokens=16, greedy=True)
+    first = TransformersBackend(model, _Tok(), device=HOST).generate(flat, max_new_tokens=16, greedy=True)
     frequent = Counter(t for g in first for t in g.completion_ids[2:]).most_common(3)
     model.generation_config.eos_token_id = [1] + [t for t, _ in frequent]  # rows leave the batch at varied steps
-    packed = TransformersBackend(model, _Tok()).generate(flat, max_new_tokens=16, greedy=True)
+    packed = TransformersBackend(model, _Tok(), device=HOST).generate(flat, max_new_tokens=16, greedy=True)
     set_forward(model, "transformers")
-    plain = TransformersBackend(model, _Tok(), shared_prefill=False).generate(flat, max_new_tokens=16, greedy=True)
+    plain = TransformersBackend(model, _Tok(), shared_prefill=False, device=HOST).generate(
+        flat, max_new_tokens=16, greedy=True
+    )
     assert [g.completion_ids for g in packed] == [g.completion_ids for g in plain]
     assert len({len(g.completion_ids) for g in packed}) > 2, "rows end at different steps"
 
@@ -209,17 +212,19 @@ def test_the_fixed_batch_decode_step_a_cuda_graph_replays_is_model_generate_gree
     the batch) decodes, eagerly on this CPU, the tokens of transformers' greedy decode."""
     model = _model(kind).eval()
     flat = _prompts(seed=4)
-    graphed = TransformersBackend(model, _Tok())
+    graphed = TransformersBackend(model, _Tok(), device=HOST)
     graphed.cuda_graphs = True  # on a CPU: the fixed-batch state without capture
     assert isinstance(graphed.decode_state(flat, 8), GraphedDecode)
     first = graphed.generate(flat, max_new_tokens=16, greedy=True)
     frequent = Counter(t for g in first for t in g.completion_ids[2:]).most_common(3)
     model.generation_config.eos_token_id = [1] + [t for t, _ in frequent]  # rows finish early and keep their slots
-    graphed = TransformersBackend(model, _Tok())
+    graphed = TransformersBackend(model, _Tok(), device=HOST)
     graphed.cuda_graphs = True
     out = graphed.generate(flat, max_new_tokens=16, greedy=True)
     set_forward(model, "transformers")
-    plain = TransformersBackend(model, _Tok(), shared_prefill=False).generate(flat, max_new_tokens=16, greedy=True)
+    plain = TransformersBackend(model, _Tok(), shared_prefill=False, device=HOST).generate(
+        flat, max_new_tokens=16, greedy=True
+    )
     assert [g.completion_ids for g in out] == [g.completion_ids for g in plain]
     assert len({len(g.completion_ids) for g in out}) > 2, "rows end at different steps"
 
@@ -233,7 +238,7 @@ def test_packed_generation_samples_and_log_probs_are_the_cached_forwards(kind):
     for forward in ("auto", "transformers"):
         set_forward(model, forward)
         torch.manual_seed(3)
-        runs.append(TransformersBackend(model, _Tok()).generate(flat, max_new_tokens=12, temperature=0.9))
+        runs.append(TransformersBackend(model, _Tok(), device=HOST).generate(flat, max_new_tokens=12, temperature=0.9))
     assert [g.completion_ids for g in runs[0]] == [g.completion_ids for g in runs[1]]
     for a, b in zip(*runs):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=1e-5)

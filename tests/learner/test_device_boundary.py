@@ -23,6 +23,7 @@ from device_guard import DEVICE, DeviceMismatch, on_device, second_device
 
 from polyrl.algos import OBJECTIVES, advantage_names
 from polyrl.algos.losses import AGGREGATIONS
+from polyrl.device import HOST
 from polyrl.forward import collate, sequence_logprobs
 from polyrl.learner import ONE_PROCESS, UpdateSettings, policy_update, prepare_update, sft_step
 from polyrl.learner.update import BaseModelReference
@@ -37,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def policy():
-    return load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0)
+    return load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0, device=HOST)
 
 
 def _traj(task, group, prompt, response, reward, finished=True, behaviour=None, turns=None) -> Trajectory:

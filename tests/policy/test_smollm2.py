@@ -12,6 +12,7 @@ import pytest
 import torch
 from system_packages import needs_real_model
 
+from polyrl.device import HOST
 from polyrl.policy.presets import PRESETS
 
 PRESET = PRESETS["smollm2-135m-instruct"]
@@ -23,7 +24,7 @@ def policy():
     from polyrl.policy.loading import ModelConfig, load_policy
 
     torch.set_num_threads(1)
-    return load_policy(ModelConfig(path=PRESET.name))
+    return load_policy(ModelConfig(path=PRESET.name), device=HOST)
 
 
 def test_the_preset_is_smollm2_with_its_chatml_template(policy):
@@ -52,7 +53,7 @@ def test_it_answers_a_question_through_the_chat_template(policy):
     question = "What is the capital of France?"
     problem = Problem("qa", question, question, "Paris", "Paris", seed=0, split="eval", difficulty=None, params={})
     assert prompts.text(problem).endswith(f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n")
-    backend = TransformersBackend(policy.model, policy.tokenizer)
+    backend = TransformersBackend(policy.model, policy.tokenizer, device=HOST)
     [generation] = backend.generate([prompts.ids(problem)], max_new_tokens=12, greedy=True)
     assert "Paris" in generation.text
 

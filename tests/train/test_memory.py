@@ -40,7 +40,7 @@ def _step() -> list[Trajectory]:
 
 
 def _policy(**model):
-    return load_policy(ModelConfig(path="tiny", tiny=TINY, **model), seed=0)
+    return load_policy(ModelConfig(path="tiny", tiny=TINY, **model), seed=0, device=HOST)
 
 
 def _naive(hidden, targets, head, temperature):
@@ -151,7 +151,7 @@ def test_critic_micro_batches_give_the_unsplit_step(loss):
     returns = torch.linspace(-1, 1, batch.loss_mask.numel()).reshape(batch.loss_mask.shape)
     results = []
     for budget in (None, 12):
-        critic = Critic(CriticConfig(loss=loss, lr=1e-2), policy.model)
+        critic = Critic(CriticConfig(loss=loss, lr=1e-2), policy.model, device=HOST)
         critic.model.head.weight.data.normal_(generator=torch.Generator().manual_seed(0))  # a non-zero head
         critic.optimizer = torch.optim.SGD(critic.model.parameters(), lr=0.5)  # the step is the gradient
         value = critic.update(batch, returns, micro_batch_tokens=budget)
@@ -166,7 +166,9 @@ def _rl_update(model, cfg=None):
     cfg = cfg or RLConfig(skip_zero_advantage=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     batch = prepare_update(_step(), ["a", "b"], 0, UpdateSettings.from_config(cfg))
-    return policy_update(model, optimizer, batch, UpdateSettings.from_config(cfg), list(model.parameters())), model
+    return policy_update(
+        model, optimizer, batch, UpdateSettings.from_config(cfg), list(model.parameters()), device=HOST
+    ), model
 
 
 def test_bf16_autocast_on_cpu_trains_float32_weights_with_a_loss_close_to_float32():
@@ -243,5 +245,5 @@ def test_lora_reference_is_the_base_model_without_a_copy(tiny_train_config):
 def test_gradient_checkpointing_takes_effect_on_a_loaded_checkpoint(tmp_path):
     """from_pretrained returns a model in eval mode, where transformers would silently not checkpoint."""
     _policy().save(tmp_path / "model")
-    model = load_policy(ModelConfig(path=str(tmp_path / "model"), gradient_checkpointing=True)).model
+    model = load_policy(ModelConfig(path=str(tmp_path / "model"), gradient_checkpointing=True), device=HOST).model
     assert model.training and model.is_activation_checkpointing

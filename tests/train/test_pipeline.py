@@ -4,6 +4,7 @@ import json
 
 import torch
 
+from polyrl.device import HOST
 from polyrl.train.trainer import Trainer
 
 PER_STEP_METRICS = ("reward", "accuracy", "response_length", "entropy", "kl", "clip_fraction", "zero_variance_frac")
@@ -156,6 +157,7 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
             batch,
             rl,
             trainer.state.training.parameters(),
+            device=HOST,
         )
         return out, {k: v.clone() for k, v in trainer.parts.policy.model.state_dict().items()}
 

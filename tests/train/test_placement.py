@@ -80,7 +80,7 @@ def test_a_backend_is_one_registration(tiny_train_config, monkeypatch):
 
     def make(model, tokenizer, context):
         made.append(context)
-        return TransformersBackend(model, tokenizer, batch_size=context.generation.batch_size)
+        return TransformersBackend(model, tokenizer, batch_size=context.generation.batch_size, device=HOST)
 
     monkeypatch.setattr(BACKENDS, "_entries", dict(BACKENDS._entries))
     register_backend("recorded")(make)

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from polyrl.device import HOST
 from polyrl.envs.base import Environment, EnvTask, StepResult, is_environment
 from polyrl.tasks import Problem
 
@@ -173,7 +174,7 @@ class RolloutWorker:
         from polyrl.policy import PromptBuilder, load_policy
 
         torch.set_num_threads(threads or 1)
-        self.policy = load_policy(model_config, seed=seed)
+        self.policy = load_policy(model_config, seed=seed, device=HOST)  # a rollout actor holds CPUs only (pool.py)
         self.policy.model.eval()
         self.prompts = PromptBuilder(self.policy.tokenizer, prompt_config)
         self.backend_options = dict(backend_options or {})

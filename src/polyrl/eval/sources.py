@@ -16,6 +16,7 @@ from typing import Protocol
 import torch
 
 from polyrl.envs.registry import EnvConfig
+from polyrl.policy.generation import GENERATION_BATCH_SIZE, TransformersBackend
 from polyrl.policy.prompts import PromptBuilder, PromptConfig, problem_text
 from polyrl.rollout.dispatch import rollout_kind
 from polyrl.tasks.base import Problem, Task, Verdict
@@ -70,19 +71,19 @@ def chat_messages(problem: Problem, field: str, system: str | None, style: str |
 
 
 class LocalModelSource:
-    """Batched ``model.generate`` on a loaded checkpoint; greedy and sampled requests go in separate batches."""
+    """Batched generation on a loaded checkpoint, ``batch_size`` sequences at a time (training's
+    ``generation.batch_size`` unless told); greedy and sampled requests go in separate batches."""
 
     def __init__(
         self,
         policy,
         field: str,
         system: str | None,
-        batch_size: int = 64,
+        batch_size: int = GENERATION_BATCH_SIZE,
         seed: int = 0,
         style: str | None = None,
         env: EnvConfig | None = None,
     ):
-        from polyrl.policy.generation import TransformersBackend
 
         self.backend = TransformersBackend(policy.model, policy.tokenizer, batch_size=batch_size, device=policy.device)
         self.prompts = PromptBuilder(policy.tokenizer, PromptConfig(field=field, system=system, style=style))

@@ -42,7 +42,6 @@ from polyrl.algos import (
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.algos.objective_stats import StatMeans, logprob_mismatch, read_stats
 from polyrl.algos.objectives import loss_mask
-from polyrl.device import HOST
 from polyrl.forward.batch import length_ordered, pack_rows
 from polyrl.forward.logprobs import sequence_logprobs
 from polyrl.learner.ranks import ONE_PROCESS, Ranks, idle_pass
@@ -273,9 +272,9 @@ def policy_update(
     *,
     reference=None,
     critic=None,
+    device: torch.device | str,
     generator: torch.Generator | None = None,
     ranks: Ranks = ONE_PROCESS,
-    device: torch.device | str = HOST,
 ) -> UpdateResult:
     """``settings.epochs`` passes over ``batch``'s active rows in ``settings.minibatches`` optimizer steps each, every
     minibatch accumulated over micro-batches of at most ``settings.micro_batch_tokens`` padded tokens (and, with

@@ -12,7 +12,6 @@ from typing import Protocol
 
 import torch
 
-from polyrl.device import HOST
 from polyrl.forward.batch import distinct
 from polyrl.forward.decoder import MODULES, Decoder
 from polyrl.forward.logprobs import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE
@@ -87,7 +86,8 @@ class TransformersBackend:
         tokenizer,
         batch_size: int = GENERATION_BATCH_SIZE,
         shared_prefill: bool = DEFAULT_SHARE_PROMPTS,
-        device: torch.device | str = HOST,
+        *,
+        device: torch.device | str,
         cuda_graphs: bool = CUDA_GRAPHS,
     ):
         self.model = model

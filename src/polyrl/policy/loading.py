@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.forward.decoder import set_forward
 from polyrl.forward.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
@@ -157,8 +156,9 @@ def load_checkpoint(path: str, dtype=None):
     return model, tokenizer
 
 
-def load_policy(config: ModelConfig | None = None, seed: int = 0, device: torch.device | str = HOST) -> Policy:
-    """Build or load the policy described by ``config`` on ``device``."""
+def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: torch.device | str) -> Policy:
+    """Build or load the policy described by ``config`` on ``device`` (its owner's: the run's placement, or the
+    caller that will generate or score with it)."""
     import torch
 
     config = config or ModelConfig()

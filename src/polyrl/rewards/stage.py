@@ -49,9 +49,9 @@ def _source(term, config: RewardConfig, device: torch.device | str | None):
 
 class RewardScorer:
     """The model and group terms of a run, built once at start-up (configuration errors surface here); model
-    terms run on ``device`` (None: :data:`polyrl.device.HOST`)."""
+    terms run on ``device`` (the run's placement's)."""
 
-    def __init__(self, config: RewardConfig, task_names: list[str], device: torch.device | str | None = None):
+    def __init__(self, config: RewardConfig, task_names: list[str], device: torch.device | str):
         self.config = config
         unknown = sorted(set(config.tasks) - set(task_names))
         if unknown:
