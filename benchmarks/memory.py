@@ -190,15 +190,15 @@ def trl_update(args):
     trainer.current_gradient_accumulation_steps = 1
     trajs = trajectories(args)
     batch = prepare_update(trajs, ["bench"], 0, _rl_config(args))
-    device = next(model.parameters()).device
-    completion = torch.tensor([t.response_ids for t in trajs], device=device)
+    on = device(args)
+    completion = torch.tensor([t.response_ids for t in trajs], device=on)
     inputs = {
-        "prompt_ids": torch.tensor([t.prompt_ids for t in trajs], device=device),
-        "prompt_mask": torch.ones(group, args.prompt_length, dtype=torch.long, device=device),
+        "prompt_ids": torch.tensor([t.prompt_ids for t in trajs], device=on),
+        "prompt_mask": torch.ones(group, args.prompt_length, dtype=torch.long, device=on),
         "completion_ids": completion,
         "completion_mask": torch.ones_like(completion),
-        "advantages": batch.advantages.to(device),
-        "num_items_in_batch": torch.tensor(float(completion.numel()), device=device),
+        "advantages": batch.advantages.to(on),
+        "num_items_in_batch": torch.tensor(float(completion.numel()), device=on),
     }
 
     def update():

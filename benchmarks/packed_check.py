@@ -20,7 +20,6 @@ import time
 
 import numpy as np
 import torch
-
 from machine import device_option  # benchmarks/machine.py (scripts run from benchmarks/)
 
 from polyrl.cli.train import default_config_path

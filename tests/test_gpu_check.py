@@ -63,5 +63,7 @@ def test_each_benchmark_the_gpu_check_runs_refuses_a_device_name_in_one_line(scr
     )
     err = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(err) == 1, done.stderr
-    assert err[0].endswith("error: --device: device 'cuda:\u0663': give auto, cpu, cuda, cuda:N (N from 0 to 127) or mps")
+    assert err[0].endswith(
+        "error: --device: device 'cuda:\u0663': give auto, cpu, cuda, cuda:N (N from 0 to 127) or mps"
+    )
     assert list(tmp_path.iterdir()) == []

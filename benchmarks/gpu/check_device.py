@@ -32,7 +32,10 @@ def main(argv: list[str]) -> int:
         print(f"gpu_check: GPU_CHECK_DEVICE={spec!r}: {exc}", file=sys.stderr)
         return 2
     if device.type not in RUNS_ON:
-        print(f"gpu_check: GPU_CHECK_DEVICE={spec!r}: the checks run on cuda, cuda:N or cpu, not {device}", file=sys.stderr)
+        print(
+            f"gpu_check: GPU_CHECK_DEVICE={spec!r}: the checks run on cuda, cuda:N or cpu, not {device}",
+            file=sys.stderr,
+        )
         return 2
     index = "-" if device.index is None else str(device.index)
     print(device.type, index, describe(device), "torch", torch.__version__)
