@@ -38,6 +38,21 @@ def print_results(results: dict, console: Console, first: str = "after SFT") -> 
     console.print(table)
 
 
+RUN_FILES = ("metrics.jsonl", "tb/", "sft_model/", "final_model/", "eval/")
+"""What the closing line lists, in this order, when the run directory holds it."""
+
+
+def written(run_dir: Path, cfg) -> str:
+    """The closing line: what the run directory holds (only what is there), and why the RL outputs are not, when
+    RL did not run (``rl.steps=0`` listed ``final_model/``, which it never writes)."""
+    held = [name for name in RUN_FILES if (run_dir / name.rstrip("/")).exists()]
+    line = f"run directory: {run_dir}  ({', '.join(held)})"
+    if not (cfg.rl.enabled and cfg.rl.steps):
+        why = "rl.enabled is false" if not cfg.rl.enabled else "rl.steps is 0"
+        line += f"; no RL ran ({why}): no final_model/ or summary.md, the model is sft_model/"
+    return line
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
@@ -107,4 +122,4 @@ def register(app: typer.Typer) -> None:
                 f"the disk is full (writing {where}): free space, then polyrl train --resume {cfg.run_dir}"
             ) from None
         print_results(results, console, trainer.first_eval)
-        console.print(f"run directory: {cfg.run_dir}  (metrics.jsonl, tb/, sft_model/, final_model/, eval/)")
+        console.print(written(Path(cfg.run_dir), cfg), highlight=False)
