@@ -177,3 +177,29 @@ def test_train_with_a_boolean_step_count_is_one_line_and_writes_nothing(tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["polyrl: error: invalid config: rl.steps is true, a boolean: give a number"]
     assert not (tmp_path / "run").exists()
+
+
+# -- issue #43: a group of one ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("advantage", ["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"])
+def test_a_group_of_one_is_refused_where_the_baseline_is_the_group_s_own(advantage):
+    """``rl.group_size=1`` trained nothing, without a word: every advantage 0, ``updates`` 0."""
+    message = refused(["rl.group_size=1", f"rl.advantage={advantage}", "rl.dynamic_sampling=false"])
+    assert f"rl.group_size=1 trains nothing with rl.advantage={advantage}: its baseline is the group's own" in message
+
+
+def test_a_group_of_one_with_dynamic_sampling_is_refused_as_every_group_would_be_dropped():
+    message = refused(["rl.group_size=1", "rl.advantage=reinforce_pp"])
+    assert "rl.group_size=1 with rl.dynamic_sampling drops every group" in message
+
+
+@pytest.mark.parametrize("advantage", ["reinforce_pp", "gae"])
+def test_a_group_of_one_loads_where_the_baseline_is_the_batch_or_a_critic(advantage):
+    cfg = load_config(DEFAULT, ["rl.group_size=1", f"rl.advantage={advantage}", "rl.dynamic_sampling=false"])
+    assert cfg.rl.group_size == 1
+
+
+def test_which_estimators_zero_a_group_of_one_is_asked_of_the_estimator():
+    from polyrl.algos import zeroes_groups_of_one
+
+    builtins = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae")
+    assert {n for n in builtins if zeroes_groups_of_one(n)} == {"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"}
