@@ -25,9 +25,9 @@ from polyrl.algos.advantages import (
     task_normalize,
     turn_advantages,
     uses_critic,
-    zeroes_groups_of_one,
     zero_variance_group_fraction,
     zero_variance_groups,
+    zeroes_groups_of_one,
 )
 from polyrl.algos.losses import (
     AGGREGATIONS,
@@ -95,7 +95,7 @@ __all__ = [
     "token_logprobs",
     "turn_advantages",
     "uses_critic",
-    "zeroes_groups_of_one",
     "zero_variance_group_fraction",
     "zero_variance_groups",
+    "zeroes_groups_of_one",
 ]

@@ -53,6 +53,21 @@ def written(run_dir: Path, cfg) -> str:
     return line
 
 
+def _resume_keeps_its_place(resume: Path, run_dir: str | None, overrides: list[str]) -> None:
+    """A resumed run stays where it is and keeps its own history: ``--run-dir``, ``run_dir=`` and ``resumes=`` with
+    ``--resume`` were ignored without a word (issue #43); they are refused in one line."""
+    from polyrl.train.config import parse_overrides
+
+    keys = [key for key, _ in parse_overrides(overrides) if key in ("run_dir", "resumes")]
+    if run_dir is not None or keys:
+        given = "--run-dir" if run_dir is not None else keys[0]
+        what = "is written by polyrl (each resume's overrides)" if given == "resumes" else f"stays in {resume}"
+        raise UserError(
+            f"--resume {resume} with {given}: a resumed run {what}; to train elsewhere, start a new run "
+            "(copy the run directory first to branch from it)"
+        )
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
@@ -84,6 +99,7 @@ def register(app: typer.Typer) -> None:
         if resume is not None:
             if config is not None:
                 raise UserError("--resume continues a run with its saved config; do not pass --config")
+            _resume_keeps_its_place(resume, run_dir, overrides)
             cfg_file = resume / "config.yaml"
             if not cfg_file.exists():
                 raise UserError(f"{str(resume)!r} is not a polyrl run directory (no config.yaml)")
