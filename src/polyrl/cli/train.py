@@ -59,12 +59,15 @@ def _resume_keeps_its_place(resume: Path, run_dir: str | None, overrides: list[s
     from polyrl.train.config import parse_overrides
 
     keys = [key for key, _ in parse_overrides(overrides) if key in ("run_dir", "resumes")]
-    if run_dir is not None or keys:
-        given = "--run-dir" if run_dir is not None else keys[0]
-        what = "is written by polyrl (each resume's overrides)" if given == "resumes" else f"stays in {resume}"
+    if "resumes" in keys:
         raise UserError(
-            f"--resume {resume} with {given}: a resumed run {what}; to train elsewhere, start a new run "
-            "(copy the run directory first to branch from it)"
+            f"--resume {resume} with resumes: the resume history is written by polyrl (each resume's overrides and "
+            "the checkpoint they took effect at); leave it out"
+        )
+    if run_dir is not None or keys:
+        raise UserError(
+            f"--resume {resume} with {'--run-dir' if run_dir is not None else 'run_dir'}: a resumed run stays in "
+            f"{resume}; to train elsewhere, start a new run (copy the run directory first to branch from it)"
         )
 
 
