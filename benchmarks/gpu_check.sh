@@ -19,8 +19,8 @@
 #             GRPOTrainer, greedy tokens checked equal (benchmarks/gpu_throughput.py)
 #   vllm      vLLM parity and a vllm RL run (benchmarks/vllm_check.py): skipped, with the reason, without vLLM
 # GPU_CHECK_DEVICE names the device (cuda, cuda:N or cpu; default cuda), checked by polyrl's device parser before
-# any check runs. The exit code is the number of failed checks. GPU_CHECK_DEVICE=cpu runs the same commands on a CPU at small
-# sizes (the plumbing, tested without a GPU; no nccl: the fsdp check uses gloo).
+# any check runs. The exit code is the number of failed checks. GPU_CHECK_DEVICE=cpu runs the same commands on a
+# CPU at small sizes (the plumbing, tested without a GPU; no nccl: the fsdp check uses gloo; no vLLM).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -99,10 +99,12 @@ check packed_train 60 "$PY" -m polyrl train --config configs/smollm2.yaml --run-
 check fsdp 90 "$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$OUT/fsdp" \
     model.path="$WORK/smollm2" device="$DEVICE" model.autocast=none progress=false tensorboard=false "${SMALL_RUN[@]}"
 check memory 90 bash -c "cd benchmarks && '$PY' memory.py ${MEMORY[*]} --only chunked,all,trl --markdown \
-    > '$OUT/memory.md' && ! grep -q '| failed |' '$OUT/memory.md'"  # a setting that failed fails the check
+    --device $DEVICE > '$OUT/memory.md' && ! grep -q '| failed |' '$OUT/memory.md'"  # a setting that failed fails the check
 check speed 120 "$PY" benchmarks/gpu_throughput.py --model "$WORK/smollm2" --device "$DEVICE" "${SPEED[@]}" \
     --out "$OUT/speed.json"
-if "$PY" -c "import vllm" 2>/dev/null; then
+if [[ $DEVICE != cuda ]]; then
+    echo "SKIP vllm: vLLM runs on CUDA only (GPU_CHECK_DEVICE=$DEVICE)"
+elif "$PY" -c "import vllm" 2>/dev/null; then
     check vllm 120 "$PY" benchmarks/vllm_check.py --model "$WORK/smollm2" --steps 5 --prompts 32 --group-size 8 \
         --out "$OUT/vllm_check.json"
 else

@@ -102,7 +102,8 @@ def test_a_resume_refuses_to_move_the_run_or_rewrite_its_history(copied, tmp_pat
     assert cli(["train", "--resume", str(copied), *args]) == 2
     line = one_error_line(capsys)
     assert line.startswith(f"polyrl: error: --resume {copied} with {given}: ")
-    assert "the resume history is written by polyrl" in line if given == "resumes" else "a resumed run stays in" in line
+    why = "the resume history is written by polyrl" if given == "resumes" else "a resumed run stays in"
+    assert why in line
     assert _snapshot(copied) == before
     assert not (tmp_path / "elsewhere").exists()
 
