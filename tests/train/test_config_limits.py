@@ -198,6 +198,11 @@ def test_a_group_of_one_loads_where_the_baseline_is_the_batch_or_a_critic(advant
     assert cfg.rl.group_size == 1
 
 
+@pytest.mark.parametrize("override", ["rl.steps=0", "rl.enabled=false"])
+def test_a_group_of_one_loads_when_no_rl_step_runs(override):
+    assert load_config(DEFAULT, ["rl.group_size=1", override]).rl.group_size == 1
+
+
 def test_which_estimators_zero_a_group_of_one_is_asked_of_the_estimator():
     from polyrl.algos import zeroes_groups_of_one
 

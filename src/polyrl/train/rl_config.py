@@ -157,7 +157,7 @@ class RLConfig(Strict):
 
     def _groups_of_one(self) -> None:
         """``rl.group_size=1`` trained nothing without a word (issue #43): refused where it cannot train."""
-        if self.group_size != 1 or not self.prompts_per_step:
+        if self.group_size != 1 or not self.prompts_per_step or not (self.enabled and self.steps):
             return
         if zeroes_groups_of_one(self.advantage):
             raise ValueError(
