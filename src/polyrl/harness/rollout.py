@@ -25,6 +25,7 @@ from typing import Any
 from polyrl.harness.agents import AgentCall, abandon, start_agent
 from polyrl.harness.children import end_children_of, thread_ids
 from polyrl.harness.endpoint import EpisodeState, HarnessEndpoint
+from polyrl.harness.http import MODEL_NAME
 from polyrl.harness.ledger import Segment
 from polyrl.harness.logprobs import response_logprobs
 from polyrl.harness.outcome import Outcome, outcome
@@ -133,6 +134,12 @@ def _drive(runs: list[AgentRun], endpoint: HarnessEndpoint, concurrency: int) ->
 
 def _settle(run: AgentRun, endpoint: HarnessEndpoint) -> None:
     endpoint.end_episode(run.state)
+    for name in sorted(run.state.models_named):  # agent code written for a hosted model: accepted, said once
+        _warn_once(
+            run,
+            f"{run.problem.task}: the agent asks for model {name!r}; the run's policy answers it "
+            f"(the harness endpoint serves only {MODEL_NAME!r})",
+        )
     error = run.call.future.exception()
     if error is not None:
         run.end_reason = run.state.end_reason or "harness_error"

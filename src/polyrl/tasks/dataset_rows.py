@@ -9,6 +9,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,6 +120,10 @@ def _load_table(path: str, spec: DatasetSpec, split: str):
 def _text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
+    if isinstance(value, Decimal) and value.is_finite():  # a parquet decimal column: its digits, as a float's
+        text = format(value, "f")  # exact, never in exponent form; then no trailing zeros, as 2.0 is "2"
+        text = text.rstrip("0").rstrip(".") if "." in text else text
+        return "0" if text == "-0" else text
     if isinstance(value, (str, int, float, bool)):
         return str(value)
     return json.dumps(value, ensure_ascii=False, default=str)
@@ -128,7 +133,7 @@ _NUMBER_IN_TEXT = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
 
 def _difficulty_value(value: Any, where: str) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     match = _NUMBER_IN_TEXT.search(value) if isinstance(value, str) else None
     if match is None:
