@@ -6,11 +6,11 @@ response to that problem with :meth:`Task.verify`, which never raises.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import random
 from collections.abc import Mapping, Sequence
-import copy
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -289,7 +289,9 @@ class Task:
         """The :class:`Problem` of this task for an example made elsewhere (by :meth:`make`, or proposed by a
         policy in self-play), with this task's answer-format instruction."""
         if ex.images and IMAGE not in self.modalities:
-            raise TypeError(f"task {self.name} made a problem with images but its modalities are {set(self.modalities)}")
+            raise TypeError(
+                f"task {self.name} made a problem with images but its modalities are {set(self.modalities)}"
+            )
         instruction = self.answer_format.instruction()
         prompt = f"{ex.question}\n{instruction}"
         natural_prompt = None if ex.statement is None else f"{ex.statement}\n{instruction}"

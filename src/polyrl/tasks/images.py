@@ -163,7 +163,9 @@ def decode_image(data: bytes, where: str, max_pixels: int = MAX_IMAGE_PIXELS):
         except UserError:
             raise
         except (Image.DecompressionBombWarning, Image.DecompressionBombError):
-            raise UserError(f"{where}: the image is over the limit of {max_pixels:,} pixels (max_image_pixels)") from None
+            raise UserError(
+                f"{where}: the image is over the limit of {max_pixels:,} pixels (max_image_pixels)"
+            ) from None
         except Exception as exc:  # PIL raises many types for broken files: all mean "does not decode"
             reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
             raise UserError(f"{where}: the image does not decode ({reason})") from None

@@ -130,7 +130,10 @@ def free_spot(rng, taken: list[tuple[int, int, int]], size: int, width: int, hei
     size)``), or None after ``tries`` random draws."""
     for _ in range(tries):
         x, y = rng.randint(1, width - size - 1), rng.randint(1, height - size - 1)
-        if all(x >= tx + ts + gap or tx >= x + size + gap or y >= ty + ts + gap or ty >= y + size + gap for tx, ty, ts in taken):
+        if all(
+            x >= tx + ts + gap or tx >= x + size + gap or y >= ty + ts + gap or ty >= y + size + gap
+            for tx, ty, ts in taken
+        ):
             return x, y
     return None
 

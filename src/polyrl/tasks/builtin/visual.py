@@ -128,9 +128,7 @@ class BarTallest(VisualTask):
         winner = rng.randrange(bars)
         values[winner] = tallest
         letter = BAR_LETTERS[winner]
-        statement = (
-            f"{_chart_words(bars)} Which bar is the tallest?\nAnswer with a single letter: the label of the tallest bar."
-        )
+        statement = f"{_chart_words(bars)} Which bar is the tallest?\nAnswer with a single letter: the label of the tallest bar."
         image = bar_chart(values, p["top"], rng, p["noise"])
         return Example("tallest bar?", letter, letter, statement, images=(image,))
 

@@ -26,7 +26,7 @@ def jigsaw_picture(rng, side: int, contrast: float, shapes: int, noise: int) -> 
     ``contrast`` x 160 levels) under ``shapes`` filled shapes, with pixel noise."""
     n = side * TILE
     base = [rng.randint(30, 90) for _ in range(3)]
-    steps = int(round(contrast * 160))
+    steps = round(contrast * 160)
     ramp = np.arange(n) * steps // (n - 1)
     canvas = Canvas(n, n)
     canvas.pixels[:, :, 0] = base[0] + ramp[None, :]
@@ -35,7 +35,9 @@ def jigsaw_picture(rng, side: int, contrast: float, shapes: int, noise: int) -> 
     for _ in range(shapes):
         size = rng.randint(TILE // 2, TILE + TILE // 2)
         kind = rng.choice(("circle", "square", "triangle"))
-        canvas.shape(kind, rng.randint(0, n - size), rng.randint(0, n - size), size, rng.choice(list(SHAPE_COLORS.values())))
+        canvas.shape(
+            kind, rng.randint(0, n - size), rng.randint(0, n - size), size, rng.choice(list(SHAPE_COLORS.values()))
+        )
     canvas.noise(rng, noise)
     return canvas
 
