@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from polyrl.errors import UserError
 from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE, MAX_ANSWER_CHARS, AnswerFormat
+from polyrl.tasks.images import png_base64, problem_images
 from polyrl.tasks.verdict import VERIFIER_ERROR, Verdict
 
 CATEGORIES = ("arithmetic", "logic", "grid", "graph", "sequential", "crypto", "search", "visual")
@@ -165,8 +166,6 @@ class Problem:
         if self.images is None:
             self.images = []
         elif not (isinstance(self.images, list) and not self.images):
-            from polyrl.tasks.images import problem_images
-
             self.images = problem_images(self.images, f"problem of task {self.task}")
 
     @property
@@ -178,8 +177,6 @@ class Problem:
         so a text problem's record is what it always was."""
         d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name != "images"}
         if self.images:
-            from polyrl.tasks.images import png_base64
-
             d["images"] = [png_base64(image) for image in self.images]
         d["id"] = self.id
         return d

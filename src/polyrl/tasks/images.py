@@ -132,13 +132,14 @@ def image_from_record(value: Any, where: str, max_pixels: int = MAX_IMAGE_PIXELS
             raise UserError(f"{where}: the image record holds no bytes")
         value = data
     if isinstance(value, str):
-        value = _from_base64(value, where)
+        value = base64_image(value, where)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return decode_image(bytes(value), where, max_pixels)
     return rgb_image(value, where, max_pixels)
 
 
-def _from_base64(text: str, where: str) -> bytes:
+def base64_image(text: str, where: str) -> bytes:
+    """The bytes in base64 text, with or without a ``data:image/...;base64,`` prefix; anything else a UserError."""
     if text.startswith("data:"):
         header, comma, text = text.partition(",")
         if not comma or not header.endswith(";base64"):
@@ -172,19 +173,16 @@ def decode_image(data: bytes, where: str, max_pixels: int = MAX_IMAGE_PIXELS):
     return _to_rgb(image, where)
 
 
-def read_image_file(value: str | os.PathLike, root: Path, where: str, max_pixels: int = MAX_IMAGE_PIXELS) -> bytes:
-    """The bytes of image file ``value`` (relative to ``root``, the dataset file's folder), checked to lie inside
-    ``root`` after symbolic links are resolved; a path outside it or a missing file is a UserError."""
+def image_path(value: str | os.PathLike, root: Path, where: str) -> Path:
+    """The file of image path ``value`` (relative to ``root``, the dataset's folder), resolved: a path that leaves
+    ``root`` once symbolic links are resolved, or that names no file, is a UserError."""
     root = root.resolve()
     path = (root / value).resolve()
     if not path.is_relative_to(root):
         raise UserError(f"{where}: image path {str(value)!r} is outside the dataset's folder {root}")
     if not path.is_file():
         raise UserError(f"{where}: image file {str(value)!r} does not exist (looked for {path})")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{where}: cannot read image file {str(value)!r}: {exc.strerror or exc}") from None
+    return path
 
 
 def png_bytes(image) -> bytes:
@@ -192,6 +190,16 @@ def png_bytes(image) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def encoded_image(value: Any) -> bytes:
+    """The file bytes of an image as a problem record holds it: base64 text decoded, bytes as they are, an image
+    encoded as PNG."""
+    if isinstance(value, str):
+        return base64_image(value, "problem image")
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    return png_bytes(rgb_image(value, "problem image"))
 
 
 def png_base64(image) -> str:
