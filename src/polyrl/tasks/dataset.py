@@ -133,7 +133,7 @@ class DatasetTask(Task):
         row = order[int(seed) % len(order)]
         prompt = f"{row.question}\n{self.answer_format.instruction()}"
         served = {"bucket": bucket, "row": row.index} if self.params else {"row": row.index}
-        where = f"task {self.name} row {row.index}"
+        where = f"dataset task {self.name} row {row.index}"
         return Problem(
             self.name,
             row.question,

@@ -55,7 +55,7 @@ def row_images(value: Any, root: Path | None, where: str, max_pixels: int) -> tu
     for i, item in enumerate(values):
         at = where if len(values) == 1 else f"{where} image {i}"
         ref = _reference(item, root, at, max_pixels)
-        decoded.append(load_image(ref, at, max_pixels))
+        decoded.append(load_image(ref, f"{at} ({item})" if isinstance(ref, Path) else at, max_pixels))
         refs.append(ref)
     return tuple(refs), (images_digest(decoded) if decoded else None)
 
@@ -63,9 +63,11 @@ def row_images(value: Any, root: Path | None, where: str, max_pixels: int) -> tu
 def load_image(ref: ImageRef, where: str, max_pixels: int):
     """The canonical RGB image of a reference (a file is read again: it is decoded when a problem is served)."""
     if isinstance(ref, Path):
-        if not ref.is_file():
-            raise UserError(f"{where}: image file {str(ref)!r} no longer exists")
-        return decode_image(ref.read_bytes(), f"{where} ({ref.name})", max_pixels)
+        try:
+            data = ref.read_bytes()
+        except OSError as exc:
+            raise UserError(f"{where}: cannot read image file {str(ref)!r} ({exc.strerror or exc})") from None
+        return decode_image(data, where, max_pixels)
     return decode_image(ref, where, max_pixels)
 
 

@@ -23,6 +23,7 @@ import binascii
 import hashlib
 import io
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,14 +73,12 @@ def _from_array(value: Any, where: str):
         raise UserError(f"{where}: a numpy image must hold uint8 values (0-255), not {value.dtype}")
     if value.ndim == 3 and value.shape[2] == 1:
         value = value[:, :, 0]
-    modes = {2: "L", 3: "RGB", 4: "RGBA"}
-    mode = modes.get(value.ndim) if value.ndim == 2 else modes.get(value.shape[2]) if value.ndim == 3 else None
-    if mode is None:
+    if not (value.ndim == 2 or (value.ndim == 3 and value.shape[2] in (3, 4))):
         raise UserError(
             f"{where}: a numpy image must have shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4), not {value.shape}"
         )
     _check_size(value.shape[1], value.shape[0], where, MAX_IMAGE_PIXELS)
-    return Image.fromarray(np.ascontiguousarray(value), mode=mode)
+    return Image.fromarray(np.ascontiguousarray(value))  # L, RGB or RGBA by its shape
 
 
 def _check_size(width: int, height: int, where: str, max_pixels: int) -> None:
@@ -163,9 +162,12 @@ def decode_image(data: bytes, where: str, max_pixels: int = MAX_IMAGE_PIXELS):
             image.load()
         except UserError:
             raise
-        except (Image.DecompressionBombWarning, Image.DecompressionBombError):
+        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+            # PIL's own check, in Image.open, comes before ours for headers past its limit: its message has the size
+            size = re.search(r"\((\d+) pixels\)", str(exc))
+            pixels = f"{int(size.group(1)):,} pixels" if size else "more pixels than PIL's limit"
             raise UserError(
-                f"{where}: the image is over the limit of {max_pixels:,} pixels (max_image_pixels)"
+                f"{where}: the image has {pixels}, over the limit of {max_pixels:,} (max_image_pixels)"
             ) from None
         except Exception as exc:  # PIL raises many types for broken files: all mean "does not decode"
             reason = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
