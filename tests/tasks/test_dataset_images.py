@@ -191,3 +191,14 @@ def test_a_bad_image_reaches_the_command_line_as_one_line_and_exit_code_2(folder
     assert run(["tasks", "sample", "broken_cli", "--config", str(config)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("polyrl: error: ") and "does not decode" in err[0], err
+
+
+def test_an_isolated_verifier_gets_the_problem_without_its_pictures(folder, monkeypatch):
+    (folder / "seen_verifier.py").write_text(
+        "def check(problem, extracted, target):\n    return float(extracted == target and problem.images == [])\n"
+    )
+    monkeypatch.syspath_prepend(str(folder))
+    task = _task(folder / "grey.jsonl", name="isolated", verifier="seen_verifier:check")
+    assert not task.pure
+    problem = task.generate(0)
+    assert problem.images and task.verify(problem, f"<answer>{problem.answer}</answer>").correct
