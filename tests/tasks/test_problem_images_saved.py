@@ -95,7 +95,7 @@ def test_sample_writes_each_problems_image_beside_the_printed_text(tmp_path, cap
 
 def test_sample_without_images_says_what_the_problem_shows(capsys):
     assert run(["tasks", "sample", "jigsaw", "--n", "1"]) == 0
-    assert "[1 image, 34x34; --images DIR writes them]" in capsys.readouterr().out
+    assert "[1 image, 34x34; polyrl tasks sample --images DIR writes it as PNG]" in capsys.readouterr().out
 
 
 def test_sample_json_carries_the_images_as_base64(capsys):

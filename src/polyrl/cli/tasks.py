@@ -87,7 +87,8 @@ def _shown_images(problem: Problem, image_dir: Path | None) -> str:
     from polyrl.tasks.images import describe_images
 
     if image_dir is None:
-        return f"[{describe_images(problem.images)}; --images DIR writes them]"
+        them = "it" if len(problem.images) == 1 else "them"
+        return f"[{describe_images(problem.images)}; polyrl tasks sample --images DIR writes {them} as PNG]"
     paths = []
     for i, image in enumerate(problem.images):
         name = re.sub(r"[^\w.-]", "_", f"{problem.task}_{problem.split}_{problem.seed}_{i}") + ".png"
