@@ -33,6 +33,7 @@ from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
 from polyrl.run_dir import RunDir
 from polyrl.tasks import Task, resolve_task
 from polyrl.tasks.answers import AnswerFormat
+from polyrl.tasks.base import check_modalities
 from polyrl.trackers import open_trackers
 from polyrl.train.config import TaskSpec, TrainConfig
 from polyrl.train.lengths import check_run_lengths
@@ -223,6 +224,7 @@ def build_run(config: TrainConfig, resume: bool, placement, policy_version: Call
     trackers = lambda: open_trackers(config.logging, config.run_dir, config.model_dump(mode="json"))
     run_dir = placement.open_run_dir(config.run_dir, trackers, resume)
     policy, prompts, backend = _load_policy(config, placement)
+    check_modalities(tasks, policy.modalities, config.model.path)
     partial = TaskMix(tasks, specs, controller, config.sft.difficulty, {})
     references = {n: tasks[n].generate(0, partial.difficulty(n)).solution is not None for n in tasks}
     mix = dataclasses.replace(partial, has_references=references)
