@@ -223,9 +223,11 @@ def main() -> None:
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args()
-    from polyrl.device import describe, resolve_device
+    from machine import device_option  # benchmarks/machine.py (scripts run from benchmarks/)
 
-    device = resolve_device(args.device)
+    from polyrl.device import describe
+
+    device = device_option(args.device, "gpu_throughput")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     result = {"device": describe(device), "torch": torch.__version__, "args": vars(args)}

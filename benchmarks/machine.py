@@ -34,6 +34,22 @@ def machine() -> str:
     return f"{cpu_model()} ({flags}), {os.cpu_count()} cores"
 
 
+def device_option(spec: str, script: str):
+    """The torch device a benchmark's ``--device`` names, read by polyrl's one device parser; a name it does not
+    know (``cuda:``, ``cuda:٣``, ``meta``) or a device this machine lacks is one line on stderr and exit code 2,
+    before the benchmark runs anything."""
+    import sys
+
+    from polyrl.device import resolve_device
+    from polyrl.errors import UserError
+
+    try:
+        return resolve_device(spec)
+    except UserError as exc:
+        print(f"{script}: error: --device: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
 def mean_std(xs, fmt: str = "{:.1f}") -> str:
     """``mean ± std`` (sample std, over seeds) of ``xs``; just the mean for one value."""
     import numpy as np

@@ -96,7 +96,7 @@ class Shape:
 def rl_batch(trainer: Trainer, prompts: int, group_size: int) -> list[list[int]]:
     """``prompts`` training problems of the job's tasks, each prompt repeated ``group_size`` times."""
     problems = trainer.parts.sampler.draw(
-        prompts, np.random.default_rng(0), trainer.parts.mix.tasks, trainer.difficulty
+        prompts, np.random.default_rng(0), trainer.parts.mix.tasks, trainer.parts.mix.difficulty
     )
     return [trainer.parts.prompts.ids(p) for p in problems for _ in range(group_size)]
 

@@ -137,11 +137,11 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     from polyrl.eval.suite import suite_from_options
-    from polyrl.tasks import list_tasks
+    from polyrl.tasks import TEXT_ONLY, list_tasks
 
     torch.set_num_threads(1)
     hf_logging.disable_progress_bar()
-    every = [t.name for t in list_tasks()]
+    every = [t.name for t in list_tasks() if t.modalities == TEXT_ONLY]  # a text model cannot see the visual ones
     names = [t.strip() for t in args.tasks.split(",") if t.strip()] or every
     sft_names = every if args.sft_tasks == "all" else [t.strip() for t in args.sft_tasks.split(",") if t.strip()]
     suite = suite_from_options(",".join(names), args.difficulty, args.n, 1, max_new_tokens=args.max_new_tokens)

@@ -297,7 +297,7 @@ def test_every_polyrl_setting_of_the_memory_benchmark_updates_on_the_device(sett
     args = memory.parse_args(["--hidden", "64", "--layers", "1", "--group-size", "4", "--length", "48"])
     args.prompt_length, args.micro_batch_tokens = 8, 96
     with second_device() as guard:
-        monkeypatch.setattr(memory, "device", lambda: guard.device)
+        args.device = guard.device
         step = memory.polyrl_update(args, setting)
         result = step()
         assert guard.checked > 50

@@ -27,6 +27,7 @@ from polyrl.algos.advantages import (
     uses_critic,
     zero_variance_group_fraction,
     zero_variance_groups,
+    zeroes_groups_of_one,
 )
 from polyrl.algos.losses import (
     AGGREGATIONS,
@@ -90,4 +91,5 @@ __all__ = [
     "uses_critic",
     "zero_variance_group_fraction",
     "zero_variance_groups",
+    "zeroes_groups_of_one",
 ]

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 from polyrl.errors import UserError
 from polyrl.eval.sources import Completion, OnDone, SampleRequest
+from polyrl.tasks.base import TEXT_ONLY
 
 
 class EndpointError(UserError):
@@ -32,6 +33,9 @@ def normalize_base_url(url: str) -> str:
 
 class EndpointSource:
     """Chat completions over HTTP with the official ``openai`` client, ``concurrency`` requests at a time."""
+
+    modalities = TEXT_ONLY
+    """Requests carry the problems' text only (a problem's images are not sent)."""
 
     def __init__(
         self,

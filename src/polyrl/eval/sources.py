@@ -57,6 +57,8 @@ OnDone = Callable[[SampleRequest, Completion], None]
 
 class CompletionSource(Protocol):
     description: str
+    modalities: frozenset[str]
+    """What the model behind the source takes (text; text and images): a suite task showing more is refused."""
 
     def complete(self, requests: Sequence[SampleRequest], on_done: OnDone) -> None: ...
 
@@ -92,6 +94,7 @@ class LocalModelSource:
         self.env = env or EnvConfig()
         """Episodes' token budget and environment concurrency (a training config's ``env`` section)."""
         self.description = "local checkpoint"
+        self.modalities = policy.modalities
 
     def complete(self, requests: Sequence[SampleRequest], on_done: OnDone) -> None:
         for greedy in (True, False):

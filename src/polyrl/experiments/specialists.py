@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from polyrl.errors import UserError
+from polyrl.experiments.by_problem import by_problem_section
 from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_design_file, read_experiment_config
 from polyrl.experiments.heldout_set import heldout_records, pin_heldout
+from polyrl.experiments.stats import binomial_se, mean_binomial_se, mean_ci, paired_difference
 from polyrl.experiments.stats import ci_text as _ci
-from polyrl.experiments.stats import mean_ci, paired_difference
 from polyrl.experiments.stats import pct as _pct
 from polyrl.run_dir import atomic_write_text
 
@@ -271,6 +272,7 @@ def specialists_section(plan: ExperimentPlan, design: SpecialistsDesign, summary
     """The report's joint-vs-specialists section (tables, figure) and its verdict; adds ``summary["specialists"]``."""
     s = specialists_summary(summary, design)
     summary["specialists"] = s
+    groups = {"trained": design.trained, "transfer": design.transfer}
     budget = plan.base["rl"]["prompts_per_step"] * plan.base["rl"]["group_size"]
     lines = [
         "## Joint multi-task RL vs single-task specialists",
@@ -283,22 +285,32 @@ def specialists_section(plan: ExperimentPlan, design: SpecialistsDesign, summary
         "| arm | RL trains on | RL steps |",
         "|---|---|---:|",
         *(f"| {arm} | {', '.join(ts)} | {steps} |" for arm, (ts, steps) in design.arms.items()),
+    ]
+    n, seeds = plan.base["eval"]["problems_per_task"], len(plan.seeds)
+    lines += [
         "",
-        "| arm | trained tasks [95% CI] | transfer tasks [95% CI] |",
+        f"Held-out: {n} problems per task, the same in every run; (SE) is the binomial standard error of the "
+        "accuracy beside it (the evaluation's own noise: sqrt(p(1-p)/problems), over every seed's answers).",
+        "",
+        "| arm | trained tasks [95% CI] (SE) | transfer tasks [95% CI] (SE) |",
         "|---|---:|---:|",
     ]
     for arm, m in s["means"].items():
-        lines.append(f"| {arm} | {_ci(m['trained'])} | {_ci(m['transfer']) if 'transfer' in m else '—'} |")
+        se = {g: mean_binomial_se([s["per_task"][arm][t]["mean"] for t in ts], n, seeds) for g, ts in groups.items()}
+        cells = [f"{_ci(m[g])} ({_pct(se[g])})" if g in m else "—" for g in groups]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     tasks = [*design.trained, *design.transfer]
     lines += [
         "",
-        "Per task, mean over seeds:",
+        "Per task, mean over seeds (binomial SE):",
         "",
         "| arm | " + " | ".join(tasks) + " |",
         "|---|" + "---:|" * len(tasks),
     ]
     for arm, acc in s["per_seed"].items():
-        lines.append(f"| {arm} | " + " | ".join(_pct(float(np.mean(acc[t]))) for t in tasks) + " |")
+        means = {t: float(np.mean(acc[t])) for t in tasks}
+        cells = (f"{_pct(means[t])} ({_pct(binomial_se(means[t], n * seeds))})" for t in tasks)
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "Paired differences (points [95% CI]; MDE: the smallest difference this design detects with 80% power):",
@@ -310,6 +322,7 @@ def specialists_section(plan: ExperimentPlan, design: SpecialistsDesign, summary
         tr = d.get("transfer")
         cells = f"{_ci(tr, True)} | {_pct(tr['mde'])}" if tr else "— | —"
         lines.append(f"| {label} | {_ci(d['trained'], True)} | {_pct(d['trained']['mde'])} | {cells} |")
+    lines += by_problem_section(plan, design, s)
     if "loco" in s:
         lo = s["loco"]
         lines += [
@@ -331,7 +344,7 @@ def specialists_section(plan: ExperimentPlan, design: SpecialistsDesign, summary
 def plot_specialists(plan: ExperimentPlan, design: SpecialistsDesign, s: dict[str, Any]) -> str:
     """``specialists.png``: per-task held-out bars with 95% CIs per arm, and each trained task's rollout accuracy
     against the completions spent on it, joint vs its specialist."""
-    from polyrl.experiments.report import load_run
+    from polyrl.experiments.summary import load_run
     from polyrl.report import comparison
 
     per_step = plan.base["rl"]["prompts_per_step"] * plan.base["rl"]["group_size"]

@@ -22,6 +22,7 @@ from polyrl.policy.model_files import (
 )
 from polyrl.policy.presets import resolve_model_path
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
+from polyrl.tasks.base import TEXT_ONLY
 
 if TYPE_CHECKING:
     import torch
@@ -88,6 +89,9 @@ class Policy:
     tokenizer: Any
     device: Any = None
     """The ``torch.device`` :func:`load_policy` put the weights on (whoever moves them says so here)."""
+    modalities: frozenset[str] = TEXT_ONLY
+    """What the model takes: text (a causal LM), or text and images (a vision-language model); a run refuses a
+    task that shows what it cannot take (:func:`polyrl.tasks.base.check_modalities`)."""
 
     def save(self, path: str | Path) -> None:
         """Save as a plain Hugging Face checkpoint (LoRA adapters merged in)."""

@@ -33,6 +33,7 @@ from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
 from polyrl.run_dir import RunDir
 from polyrl.tasks import Task, resolve_task
 from polyrl.tasks.answers import AnswerFormat
+from polyrl.tasks.base import check_modalities
 from polyrl.trackers import open_trackers
 from polyrl.train.config import TaskSpec, TrainConfig
 from polyrl.train.lengths import check_run_lengths
@@ -205,6 +206,7 @@ def build_run(config: TrainConfig, resume: bool, placement, policy_version: Poli
     trackers = lambda: open_trackers(config.logging, config.run_dir, config.model_dump(mode="json"))
     run_dir = placement.open_run_dir(config.run_dir, trackers, resume)
     policy, prompts, backend = _load_policy(config, placement)
+    check_modalities(tasks, policy.modalities, config.model.path)
     configured = {n: spec.difficulty for n, spec in specs.items()}
     difficulty = controller.difficulty if controller is not None else configured.__getitem__
     partial = TaskMix(tasks, specs, controller, difficulty, config.sft.difficulty, {})

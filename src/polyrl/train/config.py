@@ -34,7 +34,7 @@ from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
 from polyrl.trackers import LoggingConfig
-from polyrl.train.config_fields import Strict, first_nonfinite_field
+from polyrl.train.config_fields import Strict, first_bool_number, first_nonfinite_field
 from polyrl.train.lengths import check_budgets, response_budgets
 from polyrl.train.rl_config import MOVED_OBJECTIVE_KEYS, RLConfig
 from polyrl.yaml_files import DuplicateKeyError, describe, read_yaml, safe_load
@@ -277,6 +277,15 @@ class TrainConfig(Strict):
         default_factory=list,
         description="Written by polyrl: the overrides each --resume gave, and the checkpoint they took effect at.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data):
+        """``rl.steps=true`` is refused, not read as 1 step: no boolean where a number belongs, in any section."""
+        found = first_bool_number(data, cls)
+        if found is not None:
+            raise ValueError(f"{found[0]} is {str(found[1]).lower()}, a boolean: give a number")
+        return data
 
     @field_validator("device")
     @classmethod

@@ -17,6 +17,7 @@ from polyrl.learner.update import UpdateResult
 from polyrl.learner.update_batch import UpdateBatch
 from polyrl.rollout import Trajectory
 from polyrl.rollout.collect import Collected, by_group, has_signal
+from polyrl.tasks.images import png_base64
 
 VERIFIER_FAILURES = ("verifier_timeout", "verifier_error")
 """Verdict reasons of a verifier that could not finish (isolated worker timed out or crashed)."""
@@ -139,23 +140,25 @@ class TermFailures:
 def samples(trajs: list[Trajectory], per_task: int = 1) -> list[dict[str, Any]]:
     """A few completions of the step with their rewards, for the metrics file and the report: the first
     ``per_task`` of each task with the prompt the policy read (the run's prompt field and style, e.g. the natural
-    statement a real model reads), text cut to :data:`SAMPLE_CHARS` characters."""
+    statement a real model reads), text cut to :data:`SAMPLE_CHARS` characters, and the problem's images, whole, as
+    base64 PNG text (``images``, only where it has images)."""
     seen: dict[str, int] = defaultdict(int)
     out = []
     for t in trajs:
         if seen[t.task] >= per_task:
             continue
         seen[t.task] += 1
-        out.append(
-            {
-                "task": t.task,
-                "prompt": t.shown_prompt[:SAMPLE_CHARS],
-                "completion": t.text[:SAMPLE_CHARS],
-                "reward": t.reward,
-                "correct": bool(t.verdict.correct),
-                "reason": t.verdict.reason,
-            }
-        )
+        sample = {
+            "task": t.task,
+            "prompt": t.shown_prompt[:SAMPLE_CHARS],
+            "completion": t.text[:SAMPLE_CHARS],
+            "reward": t.reward,
+            "correct": bool(t.verdict.correct),
+            "reason": t.verdict.reason,
+        }
+        if t.problem.images:
+            sample["images"] = [png_base64(image) for image in t.problem.images]
+        out.append(sample)
     return out
 
 

@@ -59,6 +59,8 @@ class EpisodeState:
     end_reason: str | None = None
     """Why the endpoint ended it (``token_budget``, ``context_length``), if it did."""
     requests: int = 0
+    models_named: set[str] = field(default_factory=set)
+    """Models other than the endpoint's own its requests named (the policy answered them all the same)."""
 
     @property
     def spent(self) -> int:
@@ -207,6 +209,8 @@ class HarnessEndpoint:
                 400, "the episode's token budget (env.max_episode_tokens) is spent", code="context_length_exceeded"
             )
         state.requests += 1
+        if request.model is not None and request.model != MODEL_NAME:
+            state.models_named.add(request.model[:100])
         limit = min(self.max_new_tokens, room, fits, request.token_limit or self.max_new_tokens)
         waiting = Waiting(state, turn, limit, request.logprobs)
         self.waiting.append(waiting)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import accumulate
 from typing import Any, Protocol
@@ -58,6 +60,20 @@ def parse_body(raw: bytes) -> Any:
 class HarnessServer(ThreadingHTTPServer):
     request_queue_size = 1024  # every agent of a step may connect at once (socketserver's default is 5)
     daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that reset or dropped its connection mid-request (an agent killed or timed out, a client
+        library giving up) is one warning line, not socketserver's traceback on the trainer's stderr (issue #43);
+        the run goes on. Any other error is a bug, and keeps its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):  # reset, broken pipe, aborted
+            warnings.warn(
+                f"a client of the harness endpoint dropped its connection mid-request ({type(error).__name__}); "
+                "nothing was answered on it",
+                stacklevel=1,
+            )
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

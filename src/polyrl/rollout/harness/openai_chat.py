@@ -85,6 +85,8 @@ class HarnessRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     messages: list[HarnessMessage] = Field(min_length=1)
+    model: str | None = None
+    """The model the agent names: whatever it is, the run's policy answers (the rollout says so once)."""
     tools: list[dict[str, Any]] | None = None
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)

@@ -29,6 +29,7 @@ from polyrl.rollout.dispatch import PolicySource, Sampling, register_rollout_kin
 from polyrl.rollout.harness.agents import AgentCall, abandon, start_agent
 from polyrl.rollout.harness.children import end_children_of, thread_ids
 from polyrl.rollout.harness.endpoint import EpisodeState, HarnessEndpoint
+from polyrl.rollout.harness.http import MODEL_NAME
 from polyrl.rollout.harness.ledger import Segment
 from polyrl.rollout.harness.outcome import Outcome, outcome
 from polyrl.rollout.harness.recorded_logprobs import response_logprobs
@@ -137,6 +138,12 @@ def _drive(runs: list[AgentRun], endpoint: HarnessEndpoint, concurrency: int) ->
 
 def _settle(run: AgentRun, endpoint: HarnessEndpoint) -> None:
     endpoint.end_episode(run.state)
+    for name in sorted(run.state.models_named):  # agent code written for a hosted model: accepted, said once
+        _warn_once(
+            run,
+            f"{run.problem.task}: the agent asks for model {name!r}; the run's policy answers it "
+            f"(the harness endpoint serves only {MODEL_NAME!r})",
+        )
     error = run.call.future.exception()
     if error is not None:
         run.end_reason = run.state.end_reason or "harness_error"

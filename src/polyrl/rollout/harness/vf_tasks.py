@@ -18,6 +18,7 @@ import inspect
 from typing import Any
 
 from polyrl.errors import UserError
+from polyrl.rollout.harness.http import MODEL_NAME
 from polyrl.rollout.harness.outcome import Outcome
 from polyrl.rollout.harness.task import HarnessSpec, HarnessTask
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, Problem, Task
@@ -111,7 +112,7 @@ class VerifiersTask(HarnessTask):
         """One chat request with the task's prompt, scored by the task's ``@vf.reward`` functions."""
         task = self.problems.tasks[problem.answer]
         messages = _prompt_messages(task.data)
-        reply = await client.chat.completions.create(model="policy", messages=messages)
+        reply = await client.chat.completions.create(model=MODEL_NAME, messages=messages)
         trace = scored_trace(task, messages, reply.choices[0].message.content or "")
         await task.score(trace)
         scored = {k: r for k, r in trace.rewards.items() if r is not None}

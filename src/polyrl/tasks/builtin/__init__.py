@@ -16,5 +16,7 @@ MODULES = tuple(
         "crypto",
         "search",
         "compose",
+        "visual",
+        "visual_puzzles",
     )
 )
