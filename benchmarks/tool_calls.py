@@ -55,7 +55,7 @@ def parse_difficulty(text: str):
 
 def measure(policy, path: str, task_name: str, difficulty, n: int, max_turns, max_new_tokens: int):
     """One row (a dict of shares) and the episodes (text and counters) of ``task_name`` played by ``policy``."""
-    from polyrl.envs.registry import EnvConfig
+    from polyrl.envs.env_registry import EnvConfig
     from polyrl.policy import TransformersBackend
     from polyrl.policy.prompts import PromptBuilder, PromptConfig
     from polyrl.rollout.dispatch import Sampling, rollout_groups

@@ -84,7 +84,7 @@ from polyrl.train import rl_stage
 from polyrl.train.build import step_seed
 from polyrl.train.config import TrainConfig, load_config
 from polyrl.train.evaluation import evaluate
-from polyrl.train.sft import reference_batch
+from polyrl.train.sft_data import reference_batch
 from polyrl.train.trainer import Trainer
 
 GOAL_SPEEDUP = {"tiny": 5.0, "real": 8.0}

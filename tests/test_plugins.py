@@ -35,7 +35,7 @@ from polyrl.algos.gradient_surgery import SURGERIES, get_surgery
 from polyrl.critic.value_losses import VALUE_LOSSES, value_loss
 from polyrl.curriculum import SAMPLERS, make_sampler
 from polyrl.device import HOST
-from polyrl.envs.registry import ENVS, EnvConfig, get_env_task
+from polyrl.envs.env_registry import ENVS, EnvConfig, get_env_task
 from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
 from polyrl.policy.backends import BACKENDS, GenerationConfig, make_backend
@@ -45,7 +45,7 @@ from polyrl.rollout.dispatch import ROLLOUT_KINDS
 from polyrl.rollout.selfplay import LEARNABILITY
 from polyrl.tasks import get_task, list_tasks
 from polyrl.tasks.prefixes import TASK_PREFIXES
-from polyrl.tasks.registry import TASKS
+from polyrl.tasks.task_registry import TASKS
 from polyrl.tasks.verifiers import DATASET_VERIFIERS
 from polyrl.trackers import TRACKERS, LoggingConfig, open_trackers
 

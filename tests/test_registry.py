@@ -18,7 +18,7 @@ from polyrl.algos import ADVANTAGE_ESTIMATORS, AGGREGATIONS, KL_ESTIMATORS, OBJE
 from polyrl.algos.gradient_surgery import SURGERIES
 from polyrl.critic.value_losses import VALUE_LOSSES
 from polyrl.curriculum import SAMPLERS, TaskSampler, register_sampler
-from polyrl.envs.registry import ENVS, list_envs
+from polyrl.envs.env_registry import ENVS, list_envs
 from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
 from polyrl.policy.backends import BACKENDS
@@ -28,7 +28,7 @@ from polyrl.rollout.dispatch import ROLLOUT_KINDS
 from polyrl.rollout.selfplay import LEARNABILITY
 from polyrl.tasks.builtin import MODULES
 from polyrl.tasks.prefixes import TASK_PREFIXES
-from polyrl.tasks.registry import TASKS
+from polyrl.tasks.task_registry import TASKS
 from polyrl.tasks.verifiers import DATASET_VERIFIERS
 from polyrl.trackers import TRACKERS
 from polyrl.train.config import TrainConfig

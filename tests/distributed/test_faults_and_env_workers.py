@@ -7,8 +7,8 @@ ray = pytest.importorskip("ray")
 from rollout_sampling import sampling  # noqa: E402
 
 from polyrl.device import HOST  # noqa: E402
-from polyrl.distributed.config import RayConfig  # noqa: E402
 from polyrl.distributed.pool import RolloutPool  # noqa: E402
+from polyrl.distributed.ray_config import RayConfig  # noqa: E402
 from polyrl.policy import load_policy  # noqa: E402
 from polyrl.policy.loading import ModelConfig  # noqa: E402
 from polyrl.policy.prompts import PromptConfig  # noqa: E402

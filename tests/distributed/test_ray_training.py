@@ -8,8 +8,8 @@ ray = pytest.importorskip("ray")
 
 from rollout_sampling import sampling  # noqa: E402
 
-from polyrl.distributed.config import RayConfig  # noqa: E402
 from polyrl.distributed.pool import connect  # noqa: E402
+from polyrl.distributed.ray_config import RayConfig  # noqa: E402
 from polyrl.errors import UserError  # noqa: E402
 
 

@@ -13,7 +13,7 @@ from rollout_sampling import sampling
 
 from polyrl.device import HOST
 from polyrl.envs import EnvConfig, get_env_task
-from polyrl.envs.base import Environment, EnvTask, StepResult
+from polyrl.envs.environment import Environment, EnvTask, StepResult
 from polyrl.envs.latency import LatencyModel, with_latency
 from polyrl.rewards import RewardConfig, score
 from polyrl.rollout import rollout

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from polyrl.device import HOST
 from polyrl.serve import ServeLimits
-from polyrl.serve.errors import ServeError, validation_message
+from polyrl.serve.api_errors import ServeError, validation_message
 from polyrl.serve.limits import Admission, chars_per_token, check_prompt_chars
 from polyrl.serve.schema import MIN_TEMPERATURE, Sampling, sampling
 

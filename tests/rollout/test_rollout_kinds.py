@@ -4,7 +4,7 @@ kind plays each problem: by the task's ``rollout_kind``, never by probing its at
 import pytest
 from rollout_sampling import sampling
 
-from polyrl.envs.base import Environment, EnvTask
+from polyrl.envs.environment import Environment, EnvTask
 from polyrl.errors import UserError
 from polyrl.eval.sources import plays_episodes
 from polyrl.rollout import Trajectory, rollout

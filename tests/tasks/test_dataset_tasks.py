@@ -236,7 +236,7 @@ def test_a_task_entry_takes_the_dataset_fields_inline_or_nested():
 
 
 def test_a_registered_dataset_task_works_by_name_and_inside_env_wrappers(gsm8k):
-    from polyrl.envs.registry import get_env_task
+    from polyrl.envs.env_registry import get_env_task
 
     dataset_task("test_gsm8k", spec(gsm8k))
     assert get_task("test_gsm8k").generate(4).question == dataset_task("test_gsm8k", spec(gsm8k)).generate(4).question

@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from polyrl.tasks.registry import TASKS
+from polyrl.tasks.task_registry import TASKS
 
 README = Path(__file__).parents[2] / "README.md"
 

@@ -48,7 +48,7 @@ def test_held_out_evaluation_steps_environments_with_env_concurrency(tiny_train_
 
 def test_rejection_sampling_samples_like_rl_with_its_own_group_size(tiny_train_config, monkeypatch):
     seen = []
-    monkeypatch.setattr("polyrl.train.sft.rejection_samples", lambda *args: (seen.append(args[-1]), ([], 0.0))[1])
+    monkeypatch.setattr("polyrl.train.sft_data.rejection_samples", lambda *args: (seen.append(args[-1]), ([], 0.0))[1])
     trainer = Trainer(tiny_train_config(**SETTINGS))
     trainer.sft.rejection_round(0)
     assert seen == [Sampling(3, 7, 0.8, 0.9, 96, 3)]

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from polyrl.device import HOST
-from polyrl.envs.base import Environment, EnvTask, StepResult, is_environment
+from polyrl.envs.environment import Environment, EnvTask, StepResult, is_environment
 from polyrl.tasks import Problem
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from polyrl.envs.base import EnvTask
+from polyrl.envs.environment import EnvTask
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, DifficultySpace, Problem, Task
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 
-from polyrl.envs.base import is_environment
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.env_registry import EnvConfig
+from polyrl.envs.environment import is_environment
 from polyrl.envs.retry import RetryTask
 from polyrl.errors import UserError
-from polyrl.eval.metrics import pass_at_k
+from polyrl.eval.pass_at_k import pass_at_k
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rewards.stage import verify_trajectories

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl.errors import UserError
-from polyrl.eval.endpoint import EndpointError
+from polyrl.eval.endpoint_source import EndpointError
 from polyrl.eval.results import aggregate, problem_key, results_markdown
 from polyrl.eval.sources import Completion, CompletionSource, SampleRequest, chat_messages, plays_episodes
 from polyrl.eval.suite import EvalItem, EvalSuite, SuiteTasks, suite_items

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.env_registry import EnvConfig
 from polyrl.policy.generation import GENERATION_BATCH_SIZE, TransformersBackend
 from polyrl.policy.prompts import PromptBuilder, PromptConfig, problem_text
 from polyrl.rollout.dispatch import rollout_kind

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.env_registry import EnvConfig
 from polyrl.errors import UserError
 from polyrl.forward.logprobs import DEFAULT_TEMPERATURE
 from polyrl.policy.generation import DEFAULT_TOP_P

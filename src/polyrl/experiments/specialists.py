@@ -148,7 +148,7 @@ def plan_specialists(
 
 def design_heldout(plan: ExperimentPlan) -> list[dict[str, Any]]:
     """The held-out problems every run of ``plan`` is scored on (:mod:`polyrl.experiments.heldout_set`)."""
-    from polyrl.envs.registry import EnvConfig
+    from polyrl.envs.env_registry import EnvConfig
     from polyrl.tasks import resolve_task
 
     env = EnvConfig(**plan.base["env"])

@@ -15,7 +15,7 @@ weights where they are.
 
 from polyrl.learner.ranks import ONE_PROCESS, OneProcess, Ranks
 from polyrl.learner.settings import UpdateSettings
-from polyrl.learner.sft import SFT_MAX_GRAD_NORM, SFT_WEIGHT_DECAY, sft_step
+from polyrl.learner.sft_step import SFT_MAX_GRAD_NORM, SFT_WEIGHT_DECAY, sft_step
 from polyrl.learner.update import BaseModelReference, UpdateResult, critic_update, policy_update
 from polyrl.learner.update_batch import UpdateBatch, prepare_update
 

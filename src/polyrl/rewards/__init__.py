@@ -4,7 +4,8 @@ term is logged on its own."""
 
 from polyrl.rewards.builtin_terms import majority_vote_scores
 from polyrl.rewards.callables import REWARD_BOUND
-from polyrl.rewards.compose import (
+from polyrl.rewards.judge import JudgeConfig, JudgeSource, parse_verdict
+from polyrl.rewards.reward_config import (
     MODEL_TERMS,
     REWARD_SOURCES,
     RULE_TERMS,
@@ -13,7 +14,6 @@ from polyrl.rewards.compose import (
     RewardTermSpec,
     compute_rewards,
 )
-from polyrl.rewards.judge import JudgeConfig, JudgeSource, parse_verdict
 from polyrl.rewards.reward_model import RewardModelConfig, RewardModelSource, build_tiny_reward_model
 from polyrl.rewards.stage import RewardScorer, score, scoring, verify_trajectories
 from polyrl.rewards.terms import register_reward_source, register_reward_term

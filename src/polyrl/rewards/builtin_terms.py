@@ -11,7 +11,7 @@ from polyrl.rewards.callables import Scores
 from polyrl.rewards.terms import register_reward_source
 
 if TYPE_CHECKING:
-    from polyrl.rewards.compose import RewardConfig
+    from polyrl.rewards.reward_config import RewardConfig
 
 
 def majority_vote_scores(answers: list[str | None]) -> Scores:

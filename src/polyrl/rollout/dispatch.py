@@ -5,7 +5,7 @@ every other extension kind (``register_rollout_kind``, the ``polyrl.rollout_kind
 
 - ``single_turn`` (here, :func:`rollout_problems`): G completions of each prompt; every :class:`~polyrl.tasks.Task`;
 - ``episode`` (:mod:`polyrl.rollout.episodes`): multi-turn episodes; every environment task
-  (:class:`~polyrl.envs.base.EnvTask`, whichever hub its environment comes from);
+  (:class:`~polyrl.envs.environment.EnvTask`, whichever hub its environment comes from);
 - ``harness`` (:mod:`polyrl.rollout.harness.rollout`): episodes played by the user's own agent through a local
   OpenAI-compatible endpoint.
 
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.env_registry import EnvConfig
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.registry import Registry

@@ -7,8 +7,8 @@ Their reward is :func:`polyrl.rewards.stage.score`'s (the ``env_return`` term, w
 
 from __future__ import annotations
 
-from polyrl.envs.base import Environment, Message, StepResult
-from polyrl.envs.registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS
+from polyrl.envs.env_registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS
+from polyrl.envs.environment import Environment, Message, StepResult
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rollout.chat import ChatCodec, user_text

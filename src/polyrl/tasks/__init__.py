@@ -14,8 +14,8 @@ from polyrl.tasks.base import (
     check_modalities,
 )
 from polyrl.tasks.prefixes import register_task_prefix
-from polyrl.tasks.registry import list_tasks, register_task
 from polyrl.tasks.resolve import get_task, resolve_task
+from polyrl.tasks.task_registry import list_tasks, register_task
 
 __all__ = [
     "CATEGORIES",

@@ -223,7 +223,7 @@ def load_dataset_task(name: str, spec: DatasetSpec | dict[str, Any]) -> type[Dat
     Loading the same name again with the same spec returns the same class; with another spec it replaces
     the earlier dataset task (never a built-in or plugin task of that name)."""
     from polyrl.tasks.prefixes import prefix_of
-    from polyrl.tasks.registry import TASKS, register_task
+    from polyrl.tasks.task_registry import TASKS, register_task
 
     if not isinstance(spec, DatasetSpec):
         spec = DatasetSpec.model_validate(spec)

@@ -49,8 +49,8 @@ TASK_PREFIXES: Registry[TaskPrefix] = Registry(
     "polyrl.task_prefixes",
     builtins=(
         "polyrl.tasks.reasoning_gym",
-        "polyrl.tasks.builtin.compose",
-        "polyrl.envs.registry",
+        "polyrl.tasks.builtin.compositions",
+        "polyrl.envs.env_registry",
         "polyrl.rollout.harness.task",
         "polyrl.rollout.harness.vf_tasks",
     ),

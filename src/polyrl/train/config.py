@@ -15,8 +15,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from polyrl.curriculum import SAMPLERS
 from polyrl.device import DEFAULT_DEVICE, check_device_spec, device_kind
-from polyrl.distributed.config import RayConfig
-from polyrl.envs.registry import ENV_PREFIX, EnvConfig
+from polyrl.distributed.ray_config import RayConfig
+from polyrl.envs.env_registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
 from polyrl.forward.logprobs import DEFAULT_TEMPERATURE
@@ -184,7 +184,7 @@ class SelfPlayConfig(Strict):
     @field_validator("proposer")
     @classmethod
     def _proposer_task(cls, name):
-        from polyrl.tasks.selfplay import proposer_task_class
+        from polyrl.tasks.proposer import proposer_task_class
 
         try:
             proposer_task_class(name)
@@ -371,7 +371,7 @@ class TrainConfig(Strict):
             if self.rl.prompts_per_step == 0:
                 raise ValueError("rl.prompts_per_step is 0: no problems to train on (0 is for selfplay.enabled runs)")
             return
-        from polyrl.tasks.selfplay import proposer_task_class
+        from polyrl.tasks.proposer import proposer_task_class
 
         names = [t.name for t in self.tasks]
         for role, name in (("proposer", sp.proposer), ("solver", proposer_task_class(sp.proposer).solver_task)):

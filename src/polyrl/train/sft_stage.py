@@ -1,7 +1,7 @@
 """The SFT stage: a warm start on the tasks' reference solutions, then rounds of rejection-sampling
 fine-tuning on the policy's own verified-correct samples; it ends by saving ``sft_model/``.
 
-Each step draws a fresh batch of reference problems (``sft.reference_batch``) at the step's seed and
+Each step draws a fresh batch of reference problems (``sft_data.reference_batch``) at the step's seed and
 takes one optimizer step through the placement (one process, or each rank its share). Steps are
 logged as ``stage: sft`` records and checkpointed every ``checkpoint_every`` steps.
 """
@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from polyrl.learner import SFT_WEIGHT_DECAY, sft_step
-from polyrl.train import sft
+from polyrl.train import sft_data
 from polyrl.train.checkpoint import Checkpoint
 
 
@@ -52,7 +52,7 @@ class SFTStage:
         parts, cfg = self.parts, self.parts.config.sft
         rng = parts.seed_step("sft", step)
         t0 = time.perf_counter()
-        batch = sft.reference_batch(
+        batch = sft_data.reference_batch(
             parts.mix.reference_tasks(),
             parts.mix.sft_difficulty,
             parts.prompts,
@@ -95,7 +95,7 @@ class SFTStage:
         rng = parts.seed_step("rft", rnd)
         self.state.sync_backend()
         sampling = dataclasses.replace(parts.sampling(), group_size=cfg.rejection_samples)
-        data, pass_rate = sft.rejection_samples(
+        data, pass_rate = sft_data.rejection_samples(
             parts.mix.tasks,
             parts.mix.sft_difficulty,
             parts.backend,

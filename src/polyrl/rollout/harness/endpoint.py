@@ -8,7 +8,7 @@ wait; the thread that runs the rollout generates, batching every request that is
 ``batch_wait_s`` (at most 10 × ``batch_wait_s`` after the first), so concurrent agents share the policy's
 batch as environment episodes do.
 
-A request is refused (OpenAI's error shape, :mod:`polyrl.serve.errors`) before it can cost more than the
+A request is refused (OpenAI's error shape, :mod:`polyrl.serve.api_errors`) before it can cost more than the
 model can use: over ``max_messages`` messages, or more characters than the model's positions can hold, is a
 400 before tokenizing; a prompt of more tokens than the positions (less one to generate) is a 400
 ``context_length_exceeded``, as is a request once the episode's completions and environment tokens have
@@ -40,7 +40,7 @@ from polyrl.rollout.harness.openai_chat import (
     text_of,
 )
 from polyrl.rollout.harness.recorded_logprobs import response_logprobs, token_logprobs_content
-from polyrl.serve.errors import ServeError, error_body, validation_message
+from polyrl.serve.api_errors import ServeError, error_body, validation_message
 from polyrl.serve.limits import ServeLimits, chars_per_token, check_prompt_chars, refuse_long_prompt
 
 _chars_per_token = functools.lru_cache(maxsize=8)(chars_per_token)  # a vocabulary scan, once per tokenizer

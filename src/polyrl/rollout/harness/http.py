@@ -20,7 +20,7 @@ from itertools import accumulate
 from typing import Any, Protocol
 
 from polyrl.rollout.harness.openai_chat import stream_chunks
-from polyrl.serve.errors import ServeError, error_body
+from polyrl.serve.api_errors import ServeError, error_body
 from polyrl.serve.limits import ServeLimits
 
 

@@ -14,8 +14,8 @@ MODULES = tuple(
         "graph_paths",
         "sequential",
         "crypto",
-        "search",
-        "compose",
+        "search_puzzles",
+        "compositions",
         "visual",
         "visual_puzzles",
     )

@@ -12,7 +12,7 @@ from collections import deque
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_char_grid, parse_int, parse_letters
 from polyrl.tasks.builtin._text import positional_credit, random_letters
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 _STEPS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 

@@ -13,7 +13,7 @@ import re
 from polyrl.tasks.base import TEXT_AND_IMAGES, Example, Param, Problem, Task
 from polyrl.tasks.builtin._draw import WHITE, Canvas, free_spot, speckles, text_width
 from polyrl.tasks.builtin._parse import evaluate_expression, parse_int
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 SHAPE_COLORS = {"red": (220, 40, 40), "green": (40, 160, 60), "blue": (40, 80, 220), "yellow": (230, 200, 40)}
 """The shapes' colours, each at least 116 apart (RGB distance) from any other colour a picture uses."""

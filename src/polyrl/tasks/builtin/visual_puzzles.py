@@ -13,7 +13,7 @@ from polyrl.tasks.builtin._draw import WHITE, Canvas
 from polyrl.tasks.builtin._parse import parse_int, parse_int_list
 from polyrl.tasks.builtin.grid import random_maze, walk_score
 from polyrl.tasks.builtin.visual import SHAPE_COLORS, VisualTask
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 TILE = 16
 """Side of a jigsaw tile in pixels."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from polyrl.envs.base import EnvTask
+from polyrl.envs.environment import EnvTask
 from polyrl.envs.sandbox import SandboxMode
 from polyrl.envs.tool_formats import check_tool_format
 from polyrl.errors import UserError

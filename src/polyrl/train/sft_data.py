@@ -1,5 +1,5 @@
 """The SFT stage's data: reference solutions (the warm start) and the policy's own verified samples (rejection
-sampling). The step that trains on them is :func:`polyrl.learner.sft.sft_step`."""
+sampling). The step that trains on them is :func:`polyrl.learner.sft_step.sft_step`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from polyrl.envs import is_environment
-from polyrl.learner.sft import Sequence
+from polyrl.learner.sft_step import Sequence
 from polyrl.rewards.stage import verify_trajectories
 from polyrl.rollout import Sampling, rollout
 from polyrl.rollout.reference import reference_episode

@@ -22,7 +22,7 @@ from polyrl.errors import UserError
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._text import positional_credit, random_letters
 from polyrl.tasks.prefixes import TaskRequest, register_task_prefix, with_answer_format
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 PREFIX = "compose/"
 SEPARATOR = "+"

@@ -11,7 +11,7 @@ from collections import Counter
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_int, parse_int_grid, parse_int_list
 from polyrl.tasks.builtin._text import random_letters
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 
 @register_task("subset_sum")

@@ -39,12 +39,12 @@ class ProposerTask(Task):
 
 def proposer_task_class(name: str) -> type[ProposerTask]:
     """The registered proposer task ``name``; a one-line UserError when it is unknown or not a proposer."""
-    from polyrl.tasks.registry import TASKS
+    from polyrl.tasks.task_registry import TASKS
 
     cls = TASKS.lookup(name)
     if not (isinstance(cls, type) and issubclass(cls, ProposerTask)):
         raise UserError(
-            f"task {name!r} is not a proposer task: self-play needs a ProposerTask (polyrl.tasks.selfplay), "
+            f"task {name!r} is not a proposer task: self-play needs a ProposerTask (polyrl.tasks.proposer), "
             "e.g. propose_expression"
         )
     return cls
