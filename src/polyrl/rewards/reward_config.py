@@ -28,14 +28,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from polyrl.rewards.builtin_terms import MODEL_TERMS
 from polyrl.rewards.callables import TERM_TIMEOUT
 from polyrl.rewards.judge import JudgeConfig
 from polyrl.rewards.reward_model import RewardModelConfig
-from polyrl.rewards.rules import Sample, rule_terms, weight_of
-from polyrl.rewards.terms import MODEL_TERMS, REWARD_SOURCES, RULE_TERMS
+from polyrl.rewards.rules import RULE_TERMS, Sample, rule_terms, weight_of
+from polyrl.rewards.terms import REWARD_SOURCES
 from polyrl.tasks import Problem, Task, Verdict
 
-__all__ = ["MODEL_TERMS", "REWARD_SOURCES", "RULE_TERMS", "RewardConfig", "RewardResult", "RewardTermSpec"]
+__all__ = ["RewardConfig", "RewardResult", "RewardTermSpec"]
 
 
 class RewardTermSpec(BaseModel):

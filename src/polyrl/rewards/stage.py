@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from polyrl.errors import UserError
+from polyrl.rewards.builtin_terms import MODEL_TERMS
 from polyrl.rewards.reward_config import RewardConfig
 from polyrl.rewards.rules import RULES, Sample, rule_terms, weight_of
-from polyrl.rewards.terms import MODEL_TERMS, REWARD_SOURCES, callable_source
+from polyrl.rewards.terms import REWARD_SOURCES, callable_source
 from polyrl.tasks import Task
 from polyrl.tasks.isolation import verify_many
 from polyrl.tasks.verifiers import import_callable
