@@ -52,3 +52,10 @@ def test_the_architecture_page_names_every_file_one_rl_step_runs_in_the_order_da
 
 def test_one_rl_step_runs_at_most_thirty_files(traced):
     assert len(traced) <= MOST_FILES
+
+
+def test_the_page_gives_the_trainer_s_length_as_it_is():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    stated = re.search(r"`train/trainer.py` is the orchestration a reader opens first \((\d+) lines", page)
+    assert stated, "the page says how long train/trainer.py is"
+    assert int(stated.group(1)) == len((ROOT / "src" / "polyrl" / "train" / "trainer.py").read_text().splitlines())
