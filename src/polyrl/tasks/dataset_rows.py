@@ -224,6 +224,15 @@ def load_rows(path: str, spec: DatasetSpec, split: str) -> list[Row]:
     return rows
 
 
+def load_records(path: str, spec: DatasetSpec, split: str) -> list[dict[str, Any]]:
+    """Every row of ``path`` as it is (a dict of all its columns), for a task that reads the rows itself
+    (``env/trl``); a missing or unreadable file, or one without rows, is a one-line UserError."""
+    table = _load_table(path, spec, split)
+    if len(table) == 0:
+        raise UserError(f"dataset {path} has no rows")
+    return [dict(record) for record in _records(table, path)]
+
+
 def _records(table, path: str):
     """The table's rows as dicts; text that is not UTF-8 (decoded only now, as each row is read) is a UserError."""
     try:
