@@ -139,7 +139,9 @@ def _play(
                 env = task.make_env(problem)
                 codec.bind(env)
                 envs.append((g, task, env, problem))
-        return _episodes(envs, problems, backend, codec, steps, max_new_tokens, max_episode_tokens, sampling, version, latest)
+        return _episodes(
+            envs, problems, backend, codec, steps, max_new_tokens, max_episode_tokens, sampling, version, latest
+        )
     finally:
         _close_unfinished(envs)
 
