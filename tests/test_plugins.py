@@ -129,13 +129,14 @@ def example_task_plugin(install, entry_point: str = "polyrl_plugin_example:Count
 
 def test_docs_show_one_module_per_kind():
     files, entry_points = docs_plugin()
-    assert len(files) == 1 + 14  # __init__ and one module per kind
+    assert len(files) == 1 + 15  # __init__ and one module per kind
     assert set(entry_points) == {
         "polyrl.task_prefixes",
         "polyrl.verifiers",
         "polyrl.trackers",
         "polyrl.tool_formats",
         "polyrl.learnability",
+        "polyrl.gem_solvers",
         "polyrl.envs",
         "polyrl.samplers",
         "polyrl.advantages",
@@ -146,6 +147,17 @@ def test_docs_show_one_module_per_kind():
         "polyrl.gradient_surgery",
         "polyrl.backends",
     }
+
+
+def test_plugin_gem_solver_gives_sudoku_reference_episodes_that_solve_it(my_plugin):
+    pytest.importorskip("gem", reason="gem-llm is installed by scripts/setup.sh")
+    task = get_env_task("env/gem:game:Sudoku-v0-easy")
+    problem = task.generate(0)
+    moves = task.reference_actions(problem)
+    env = task.make_env(problem)
+    env.reset()
+    results = [env.step(move) for move in moves]
+    assert len(moves) == 10 and results[-1].done and results[-1].info["success"]
 
 
 def test_plugin_environment_plays_by_name(my_plugin):

@@ -16,6 +16,7 @@ from polyrl.algos import ADVANTAGE_ESTIMATORS, AGGREGATIONS, KL_ESTIMATORS, OBJE
 from polyrl.algos.gradient_surgery import SURGERIES
 from polyrl.critic.value_losses import VALUE_LOSSES
 from polyrl.curriculum import SAMPLERS, TaskSampler, register_sampler
+from polyrl.envs.gem_adapter import GEM_SOLVERS
 from polyrl.envs.registry import ENVS, list_envs
 from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
@@ -173,6 +174,7 @@ def test_builtin_modules_load_on_first_read_only(tmp_path, monkeypatch):
         (TRACKERS, "polyrl.trackers", "tensorboard"),
         (TOOL_FORMATS, "polyrl.tool_formats", "hermes"),
         (LEARNABILITY, "polyrl.learnability", "variance"),
+        (GEM_SOLVERS, "polyrl.gem_solvers", "GuessTheNumberEnv"),
     ],
 )
 def test_every_kind_is_a_registry_with_its_entry_point_group(registry, group, builtin):

@@ -43,7 +43,7 @@ def test_importing_gem_through_polyrl_leaves_the_root_logger_as_it_was():
     assert (list(root.handlers), root.level) == before
 
 
-@pytest.mark.parametrize("game", ["game:GuessTheNumber-v0-easy", "game:TowerofHanoi-v0-easy"])
+@pytest.mark.parametrize("game", GAMES)
 def test_a_reference_episode_solves_the_game_its_problem_deals(game):
     task = get_env_task(f"env/gem:{game}")
     for seed in range(5):
@@ -57,11 +57,15 @@ def test_a_reference_episode_solves_the_game_its_problem_deals(game):
         assert sum(r.reward for r in results) == 1.0
 
 
-def test_mastermind_has_no_reference_and_a_move_it_cannot_read_ends_the_game_as_an_invalid_action():
-    task = get_env_task(f"env/gem:{GAMES[1]}")
+def test_a_game_without_a_solver_has_no_reference_episode():
+    task = get_env_task("env/gem:game:Minesweeper-v0-easy")
     problem = task.generate(0)
     assert problem.solution is None and task.reference_actions(problem) is None
-    env = task.make_env(problem)
+
+
+def test_a_move_the_game_cannot_read_ends_it_as_an_invalid_action_with_gems_format_penalty():
+    task = get_env_task(f"env/gem:{GAMES[1]}")
+    env = task.make_env(task.generate(0))
     first = env.reset()
     assert "Mastermind" in first[0]["content"] and first[0]["role"] == "user"
     going = env.step("\\boxed{1 2}")

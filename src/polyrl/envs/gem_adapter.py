@@ -17,8 +17,9 @@ Refused with one line (:data:`REFUSED`): Wordle, Hangman and WordSearch (NLTK wo
 ``math:``, ``code:``, ``qa:``, ``logic:`` and ``eval:`` (a hub dataset downloaded at ``make``; MathEnv also grades
 in a process pool per instance, or with ``signal.alarm``, which works on the main thread only; CodeEnv runs the
 policy's code outside any sandbox); ``rg:`` (the same reasoning-gym datasets as polyrl's ``rg/<name>``, which scores
-them in isolated workers). Reference episodes (for the SFT warm start): GuessTheNumber (binary search) and
-TowerofHanoi (the optimal moves); no other game has one.
+them in isolated workers). Reference episodes (for the SFT warm start) come from the solvers in
+:data:`GEM_SOLVERS`: GuessTheNumber (binary search), Mastermind (the first code consistent with the feedback so far)
+and TowerofHanoi (the optimal moves); a plugin adds one for another game (``register_gem_solver``).
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Callable
+from itertools import permutations, product
 
 from polyrl.envs.base import Environment, EnvTask, Message, StepResult
 from polyrl.envs.hub_episode import SUCCESS_RETURN, HubEnvironment, IsolatedRandom
 from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.errors import UserError
+from polyrl.registry import Registry
 from polyrl.tasks.base import Example, Problem
 
 REFUSED = {
@@ -69,6 +72,19 @@ def _entry_class(spec) -> str:
     return entry.rpartition(":")[2] if isinstance(entry, str) else getattr(entry, "__name__", str(entry))
 
 
+GEM_SOLVERS: Registry[Callable] = Registry(
+    "GEM reference solver", "polyrl.gem_solvers", builtins=("polyrl.envs.gem_adapter",)
+)
+"""GEM environment class name → a solver that reads the game just reset and returns the moves of a winning episode
+(the SFT warm start's reference); a plugin adds one for another game with :func:`register_gem_solver`."""
+
+
+def register_gem_solver(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``solver(env) -> list[str]`` gives the reference moves of GEM's class ``name`` (``GuessTheNumberEnv``)."""
+    return GEM_SOLVERS.register(name)
+
+
+@register_gem_solver("GuessTheNumberEnv")
 def _guess_the_number(env) -> list[str]:
     """Binary search over the game's range: what the feedback (higher/lower) lets a player do."""
     low, high, moves = env.min_number, env.max_number, []
@@ -81,6 +97,29 @@ def _guess_the_number(env) -> list[str]:
     return moves
 
 
+def _pegs(code: tuple, guess: tuple) -> tuple[int, int]:
+    """Mastermind's feedback: digits in the right place (black), right digits in the wrong place (white)."""
+    black = sum(c == g for c, g in zip(code, guess))
+    return black, sum(min(code.count(d), guess.count(d)) for d in set(guess)) - black
+
+
+@register_gem_solver("MastermindEnv")
+def _mastermind(env) -> list[str]:
+    """Guess the first code consistent with every feedback so far (what the pegs let a player do)."""
+    digits, length = range(1, env.num_numbers + 1), env.code_length
+    candidates = list(product(digits, repeat=length) if env.duplicate_numbers else permutations(digits, length))
+    secret, moves = tuple(env.game_code), []
+    while candidates:
+        guess = candidates[0]
+        moves.append(f"\\boxed{{{' '.join(map(str, guess))}}}")
+        if guess == secret:
+            break
+        feedback = _pegs(secret, guess)
+        candidates = [c for c in candidates if _pegs(c, guess) == feedback]
+    return moves
+
+
+@register_gem_solver("TowerofHanoiEnv")
 def _tower_of_hanoi(env) -> list[str]:
     """The 2^n - 1 moves that carry the tower from A to C."""
     moves: list[str] = []
@@ -93,10 +132,6 @@ def _tower_of_hanoi(env) -> list[str]:
 
     carry(env.num_disks, "A", "C", "B")
     return moves
-
-
-SOLVERS: dict[str, Callable] = {"GuessTheNumberEnv": _guess_the_number, "TowerofHanoiEnv": _tower_of_hanoi}
-"""GEM classes with a reference episode: the solver reads the game just reset and returns its moves."""
 
 
 def _observation(text: str, info: dict) -> str:
@@ -179,7 +214,7 @@ class GemTask(EnvTask):
 
     def _solution(self, seed: int) -> str | None:
         """The reference moves of the game ``seed`` deals, one per line (None for a game without a solver)."""
-        solver = SOLVERS.get(self.entry)
+        solver = GEM_SOLVERS.get(self.entry)
         if solver is None:
             return None
         with IsolatedRandom(seed).active():  # the game the episode will reset to
