@@ -82,7 +82,9 @@ def test_each_hub_environment_trains_two_rl_steps_and_is_evaluated_by_polyrl_eva
 
     out = tmp_path / "eval"
     args = ["--tasks", ",".join([*names, TRL]), "--n", "2", "--samples", "1", "--max-new-tokens", "24"]
-    assert cli(["eval", "--model", str(run_dir / "final_model"), "--config", str(config), *args, "--out", str(out)]) == 0
+    assert (
+        cli(["eval", "--model", str(run_dir / "final_model"), "--config", str(config), *args, "--out", str(out)]) == 0
+    )
     results = json.loads((out / "results.json").read_text())
     assert set(results["tasks"]) == {*names, TRL}
     assert results["problems_done"] == results["problems_total"] == 2 * len(results["tasks"])
