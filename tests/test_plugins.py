@@ -34,6 +34,7 @@ from polyrl.algos import (
 from polyrl.algos.gradient_surgery import SURGERIES, get_surgery
 from polyrl.critic.value_losses import VALUE_LOSSES, value_loss
 from polyrl.curriculum import SAMPLERS, make_sampler
+from polyrl.envs.gem_adapter import GEM_SOLVERS
 from polyrl.envs.registry import ENVS, EnvConfig, get_env_task
 from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
@@ -64,6 +65,7 @@ REGISTRIES = (
     TRACKERS,
     TOOL_FORMATS,
     LEARNABILITY,
+    GEM_SOLVERS,
 )
 
 

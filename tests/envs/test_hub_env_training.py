@@ -124,3 +124,19 @@ def test_a_bad_hub_environment_is_one_line_and_exit_2_before_training(
     assert cli(["train", "--config", str(config), "--run-dir", str(run_dir)]) == 2
     assert message in one_error_line(capsys)
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("name", [GEM[1], OPENENV[1], TRL])
+def test_a_hub_environment_task_travels_to_another_process_as_its_name_and_settings(name):
+    """Ray rollout workers get the mix's tasks pickled: these rebuild there from the name, ``env`` and dataset."""
+    import pickle
+
+    from polyrl.envs import EnvConfig
+    from polyrl.tasks import resolve_task
+    from polyrl.tasks.dataset_rows import DatasetSpec
+
+    dataset = DatasetSpec(path=str(EXAMPLES / "trl_guess_prompts.jsonl")) if name == TRL else None
+    task = resolve_task(name, env=EnvConfig(max_turns=3), dataset=dataset)
+    copy = pickle.loads(pickle.dumps(task))
+    assert type(copy) is type(task) and copy.name == name and copy.max_turns == 3
+    assert copy.generate(5, split="eval") == task.generate(5, split="eval")

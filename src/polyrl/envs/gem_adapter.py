@@ -30,7 +30,7 @@ from collections.abc import Callable
 from itertools import permutations, product
 
 from polyrl.envs.base import Environment, EnvTask, Message, StepResult
-from polyrl.envs.hub_episode import SUCCESS_RETURN, HubEnvironment, IsolatedRandom
+from polyrl.envs.hub_episode import SUCCESS_RETURN, BuiltByName, HubEnvironment, IsolatedRandom
 from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.errors import UserError
 from polyrl.registry import Registry
@@ -179,13 +179,14 @@ class GemEpisode(HubEnvironment):
         self.env = None
 
 
-class GemTask(EnvTask):
+class GemTask(BuiltByName, EnvTask):
     category = "game"
     description = "A GEM environment."
 
     def __init__(self, gem_id: str, config: EnvConfig):
         super().__init__("tags")
         self.gem = _gem()
+        self.env_config = config
         from gem.envs.registration import ENV_REGISTRY
         from gem.utils.constants import LanguageGameReward
 

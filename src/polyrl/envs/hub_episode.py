@@ -105,6 +105,20 @@ class HubEnvironment(UsesToolFormat, Environment):
         return StepResult(observation, paid, False)
 
 
+class BuiltByName:
+    """An environment task that another process (a Ray rollout worker) rebuilds from its name and the run's ``env``
+    settings: what it holds (a module, a lock, pooled instances) does not pickle. The environment's module must be
+    importable there too (``PYTHONPATH``, or an installed package)."""
+
+    env_config: Any = None
+    dataset: Any = None
+
+    def __reduce__(self):
+        from polyrl.envs.registry import get_env_task
+
+        return get_env_task, (self.name, self.env_config, self.dataset)
+
+
 _GLOBAL_GENERATORS = threading.RLock()
 
 

@@ -21,7 +21,7 @@ environment started locally) through OpenEnv's own client (:mod:`polyrl.envs.ope
 from __future__ import annotations
 
 from polyrl.envs.base import Environment, EnvTask, Message, StepResult
-from polyrl.envs.hub_episode import HubEnvironment
+from polyrl.envs.hub_episode import BuiltByName, HubEnvironment
 from polyrl.envs.openenv_actions import (
     LIST_TOOLS,
     ActionKind,
@@ -120,12 +120,13 @@ class OpenEnvEpisode(HubEnvironment):
             self.session.close()
 
 
-class OpenEnvTask(UsesToolFormat, EnvTask):
+class OpenEnvTask(BuiltByName, UsesToolFormat, EnvTask):
     category = "openenv"
 
     def __init__(self, argument: str, config: EnvConfig):
         super().__init__("tags")
         label = f"env/openenv:{argument}"
+        self.env_config = config
         if argument.startswith(URL_SCHEMES):
             self.source = RemoteSource(argument, label, config.server_timeout_s)
         else:

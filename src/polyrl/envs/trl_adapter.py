@@ -41,7 +41,7 @@ import threading
 from typing import Any
 
 from polyrl.envs.base import Environment, EnvTask, Message, StepResult
-from polyrl.envs.hub_episode import HubEnvironment, IsolatedRandom, import_object
+from polyrl.envs.hub_episode import BuiltByName, HubEnvironment, IsolatedRandom, import_object
 from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.envs.tool_formats import UsesToolFormat
 from polyrl.envs.tools import Tool, ToolError, tool_results
@@ -138,12 +138,13 @@ class TrlEpisode(HubEnvironment):
             self.task.release(instance)
 
 
-class TrlTask(UsesToolFormat, EnvTask):
+class TrlTask(BuiltByName, UsesToolFormat, EnvTask):
     category = "trl"
 
     def __init__(self, path: str, config: EnvConfig, dataset: Any = None):
         super().__init__("tags")
         label = f"env/trl:{path}"
+        self.env_config, self.dataset = config, dataset
         self.factory = import_object(path, label)
         if not callable(self.factory):
             raise UserError(f"{label}: {path} is not a class (or a function returning an environment)")
