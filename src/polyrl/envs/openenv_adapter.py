@@ -143,6 +143,8 @@ class OpenEnvTask(BuiltByName, UsesToolFormat, EnvTask):
             self.task_splits = {"train": (train, splits[train]), "eval": (held_out, splits[held_out])}
         where = "a server" if isinstance(self.source, RemoteSource) else "in process"
         tasks = ", ".join(f"{s} {n} tasks" for s, n in splits.items()) or "seeded resets"
+        if splits and self.task_splits["eval"][0] == self.task_splits["train"][0]:
+            tasks += "; no held-out split: eval plays training tasks"
         self.description = f"OpenEnv environment {argument} ({where}; {self.kind.kind} actions; {tasks})"
 
     def generate(self, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY, split: str = "train") -> Problem:
