@@ -59,12 +59,12 @@ def _accepted(fn, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k in params}
 
 
-def _action_classes(cls) -> list[type]:
+def _action_classes(cls, action_base: type) -> list[type]:
     """The Action classes ``cls`` declares: ``Environment[MyAction, ...]``, else ``step``'s annotation."""
     for klass in cls.__mro__:
         for base in getattr(klass, "__orig_bases__", ()):
             args = typing.get_args(base)
-            if args and isinstance(args[0], type):
+            if args and isinstance(args[0], type) and issubclass(args[0], action_base):
                 return [args[0]]
     try:
         hint = typing.get_type_hints(cls.step).get("action")
@@ -86,7 +86,7 @@ class LocalSource:
         if not (isinstance(cls, type) and issubclass(cls, core.Environment)):
             raise UserError(f"{name}: {path} is not an OpenEnv Environment subclass (openenv.core.Environment)")
         self.name, self.cls = name, cls
-        classes = _action_classes(cls)
+        classes = _action_classes(cls, Action)
         mcp_types = (Action, ListToolsAction, CallToolAction)
         self.mcp = (MCPEnvironment is not None and issubclass(cls, MCPEnvironment)) or any(
             c in mcp_types for c in classes
@@ -180,7 +180,10 @@ class RemoteSource:
 
     def __init__(self, url: str, name: str, timeout_s: float):
         _openenv()
-        self.name, self.url, self.timeout_s = name, url.rstrip("/"), timeout_s
+        url = url.rstrip("/")
+        for ws, http in (("ws://", "http://"), ("wss://", "https://")):  # its HTTP routes; the client speaks ws
+            url = http + url[len(ws) :] if url.startswith(ws) else url
+        self.name, self.url, self.timeout_s = name, url, timeout_s
         schema = self._get("/schema")
         if not isinstance(schema, dict) or not isinstance(schema.get("action"), dict):
             raise UserError(f"{name}: {url} does not serve OpenEnv's /schema (is it an OpenEnv server?)")
