@@ -14,7 +14,7 @@ from polyrl.tasks.base import Problem
 
 
 def _episode(max_turns=5):
-    return HubEnvironment(Problem("t", "q", "q", {}, None, 0, "train", None, {}), max_turns)
+    return HubEnvironment(Problem("t", "q", "q", {}, None, 0, "train", None, {}), max_turns, "hermes")
 
 
 def test_a_reward_of_none_is_zero_and_numbers_pass_as_floats():

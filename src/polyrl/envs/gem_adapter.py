@@ -146,7 +146,7 @@ class GemEpisode(HubEnvironment):
     """One GEM instance, made and stepped under the episode's own random state."""
 
     def __init__(self, problem: Problem, task: GemTask):
-        super().__init__(problem, task.max_turns)
+        super().__init__(problem, task.max_turns, task.env_config.tool_format)  # GEM reads no tool calls
         self.task = task
         self.seed = int(problem.answer["gem_seed"])
         self.random = IsolatedRandom(self.seed)

@@ -81,7 +81,7 @@ class HubEnvironment(UsesToolFormat, Environment):
     """An episode of an environment from another hub: its rewards held to the return bound, its outcome scored as
     the module says, and its actions read in the run's tool-call format (for environments that take tool calls)."""
 
-    def __init__(self, problem: Problem, max_turns: int, tool_format: str = "auto"):
+    def __init__(self, problem: Problem, max_turns: int, tool_format: str):
         super().__init__(problem, max_turns)
         self.use_tool_format(tool_format)
         self.total = 0.0
