@@ -57,6 +57,16 @@ def test_a_reference_episode_solves_the_game_its_problem_deals(game):
         assert sum(r.reward for r in results) == 1.0
 
 
+def test_a_gem_problem_asks_for_no_answer_tags_since_the_game_states_its_own_move_format():
+    """The game's first observation gives the rules and the ``\\boxed`` move format; the problem's prompt (what
+    ``polyrl tasks show`` prints, what the eval key hashes) is the bare question, as for env/openenv and env/trl."""
+    task = get_env_task(f"env/gem:{GAMES[0]}")
+    problem = task.generate(0)
+    assert problem.prompt == problem.question == f"Play {GAMES[0]}."
+    first = task.make_env(problem).reset()[0]["content"]
+    assert "\\boxed" in first and task.answer_format.instruction() not in first
+
+
 def test_a_game_without_a_solver_has_no_reference_episode():
     task = get_env_task("env/gem:game:Minesweeper-v0-easy")
     problem = task.generate(0)

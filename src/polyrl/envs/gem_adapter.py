@@ -24,6 +24,7 @@ and TowerofHanoi (the optimal moves); a plugin adds one for another game (``regi
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 from collections.abc import Callable
@@ -208,6 +209,12 @@ class GemTask(BuiltByName, EnvTask):
         with IsolatedRandom(0).active():
             turns = getattr(self.gem.make(self.gem_id), "max_turns", None)
         return int(turns) if isinstance(turns, int) and turns > 0 else DEFAULT_MAX_TURNS
+
+    def problem_from(self, ex: Example, *args, **kwargs) -> Problem:
+        """The problem, its prompt the bare question: the game states its own rules and move format (``\\boxed``),
+        polyrl's answer tags play no part."""
+        problem = super().problem_from(ex, *args, **kwargs)
+        return dataclasses.replace(problem, prompt=problem.question)
 
     def make(self, rng, params) -> Example:
         seed = rng.randrange(2**31)
