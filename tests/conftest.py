@@ -1,6 +1,7 @@
 import copy
 import os
 import random
+import re
 
 import pytest
 
@@ -24,7 +25,7 @@ def pytest_collection_modifyitems(config, items):
         items.reverse()
         return
     kind, _, seed = order.partition(":")
-    if kind != "random" or not seed.lstrip("-").isdigit():
+    if kind != "random" or re.fullmatch(r"-?[0-9]+", seed) is None:  # not isdigit(): '²' and '٣' are digits too
         raise pytest.UsageError(f"--test-order {order!r}: give file, reverse or random:SEED (e.g. random:1)")
     rng = random.Random(int(seed))
     modules: dict[str, list] = {}
@@ -39,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
 
 def _forgetting_new_tasks():
     """Tasks registered while this generator is suspended leave the process-wide task registry after it."""
-    from polyrl.tasks.registry import TASKS
+    from polyrl.tasks.task_registry import TASKS
 
     before = set(TASKS.names())
     yield

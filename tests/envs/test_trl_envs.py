@@ -13,7 +13,7 @@ from polyrl.rewards import RewardConfig, score
 from polyrl.rollout import rollout
 from polyrl.tasks import resolve_task
 from polyrl.tasks.dataset_rows import DatasetSpec
-from polyrl.tasks.registry import TASKS
+from polyrl.tasks.task_registry import TASKS
 
 
 def call(name, **arguments) -> str:

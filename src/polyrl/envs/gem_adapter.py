@@ -30,9 +30,9 @@ import logging
 from collections.abc import Callable
 from itertools import permutations, product
 
-from polyrl.envs.base import Environment, EnvTask, Message, StepResult
+from polyrl.envs.env_registry import EnvConfig, register_env
+from polyrl.envs.environment import Environment, EnvTask, Message, StepResult
 from polyrl.envs.hub_episode import SUCCESS_RETURN, BuiltByName, HubEnvironment, IsolatedRandom
-from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.errors import UserError
 from polyrl.registry import Registry
 from polyrl.tasks.base import Example, Problem

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from polyrl.envs.base import Environment, StepResult
+from polyrl.envs.environment import Environment, StepResult
 from polyrl.envs.tool_formats import UsesToolFormat
 from polyrl.errors import UserError
 from polyrl.tasks.base import Problem
@@ -114,7 +114,7 @@ class BuiltByName:
     dataset: Any = None
 
     def __reduce__(self):
-        from polyrl.envs.registry import get_env_task
+        from polyrl.envs.env_registry import get_env_task
 
         return get_env_task, (self.name, self.env_config, self.dataset)
 

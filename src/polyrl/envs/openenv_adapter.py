@@ -20,7 +20,8 @@ environment started locally) through OpenEnv's own client (:mod:`polyrl.envs.ope
 
 from __future__ import annotations
 
-from polyrl.envs.base import Environment, EnvTask, Message, StepResult
+from polyrl.envs.env_registry import EnvConfig, register_env
+from polyrl.envs.environment import Environment, EnvTask, Message, StepResult
 from polyrl.envs.hub_episode import BuiltByName, HubEnvironment
 from polyrl.envs.openenv_actions import (
     LIST_TOOLS,
@@ -32,7 +33,6 @@ from polyrl.envs.openenv_actions import (
     observation_text,
 )
 from polyrl.envs.openenv_sessions import ActionRejected, LocalSource, RemoteSource
-from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.envs.tool_formats import UsesToolFormat
 from polyrl.envs.tools import Tool, ToolError, tool_results
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, Problem, rng_for

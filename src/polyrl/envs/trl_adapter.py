@@ -40,9 +40,9 @@ import json
 import threading
 from typing import Any
 
-from polyrl.envs.base import Environment, EnvTask, Message, StepResult
+from polyrl.envs.env_registry import EnvConfig, register_env
+from polyrl.envs.environment import Environment, EnvTask, Message, StepResult
 from polyrl.envs.hub_episode import BuiltByName, HubEnvironment, IsolatedRandom, import_object
-from polyrl.envs.registry import EnvConfig, register_env
 from polyrl.envs.tool_formats import UsesToolFormat
 from polyrl.envs.tools import Tool, ToolError, tool_results
 from polyrl.errors import UserError
