@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from system_packages import hub_package
 
 from polyrl.algos import (
     ADVANTAGE_ESTIMATORS,
@@ -158,7 +159,7 @@ def test_docs_show_one_module_per_kind():
 
 
 def test_plugin_gem_solver_gives_sudoku_reference_episodes_that_solve_it(my_plugin):
-    pytest.importorskip("gem", reason="gem-llm is installed by scripts/setup.sh")
+    hub_package("gem", "gem-llm is installed by scripts/setup.sh")
     task = get_env_task("env/gem:game:Sudoku-v0-easy")
     problem = task.generate(0)
     moves = task.reference_actions(problem)

@@ -6,6 +6,7 @@ import random
 import numpy as np
 import pytest
 from rollout_sampling import sampling
+from system_packages import hub_package
 
 from polyrl.envs import get_env_task
 from polyrl.envs.latency import LatencyModel, with_latency
@@ -13,7 +14,7 @@ from polyrl.errors import UserError
 from polyrl.rewards import RewardConfig, score
 from polyrl.rollout import rollout
 
-pytest.importorskip("gem", reason="gem-llm is installed by scripts/setup.sh (pip install --no-deps gem-llm==0.1.0)")
+hub_package("gem", "gem-llm is installed by scripts/setup.sh (pip install --no-deps gem-llm==0.1.0)")
 
 GAMES = ("game:GuessTheNumber-v0-easy", "game:Mastermind-v0-easy", "game:TowerofHanoi-v0-easy")
 

@@ -10,11 +10,12 @@ import torch
 import yaml
 from cli_errors import one_error_line
 from openenv_servers import EXAMPLES, free_port, serve
+from system_packages import hub_package
 
 from polyrl.cli import run as cli
 
-pytest.importorskip("gem", reason="gem-llm is installed by scripts/setup.sh")
-pytest.importorskip("openenv", reason="openenv is installed by scripts/setup.sh")
+hub_package("gem", "gem-llm is installed by scripts/setup.sh")
+hub_package("openenv", "openenv is installed by scripts/setup.sh")
 
 GEM = ["env/gem:game:GuessTheNumber-v0-easy", "env/gem:game:Mastermind-v0-easy", "env/gem:game:TowerofHanoi-v0-easy"]
 OPENENV = [f"env/openenv:openenv_envs:{c}" for c in ("GuessNumber", "SumTools", "Arithmetic")]

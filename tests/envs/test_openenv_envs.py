@@ -8,12 +8,13 @@ import time
 import pytest
 from openenv_servers import EXAMPLES, serve
 from rollout_sampling import sampling
+from system_packages import hub_package
 
 from polyrl.envs import EnvConfig, get_env_task
 from polyrl.errors import UserError
 from polyrl.rollout import rollout
 
-pytest.importorskip("openenv", reason="openenv is installed by scripts/setup.sh")
+hub_package("openenv", "openenv is installed by scripts/setup.sh")
 
 GUESS, SUMS, ARITHMETIC = "openenv_envs:GuessNumber", "openenv_envs:SumTools", "openenv_envs:Arithmetic"
 
