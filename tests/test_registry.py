@@ -19,6 +19,7 @@ from polyrl.algos.gradient_surgery import SURGERIES
 from polyrl.critic.value_losses import VALUE_LOSSES
 from polyrl.curriculum import SAMPLERS, TaskSampler, register_sampler
 from polyrl.envs.env_registry import ENVS, list_envs
+from polyrl.envs.gem_adapter import GEM_SOLVERS
 from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
 from polyrl.policy.backends import BACKENDS
@@ -200,6 +201,7 @@ def test_a_lookup_on_another_thread_waits_for_the_built_ins_another_thread_is_lo
         (TRACKERS, "polyrl.trackers", "tensorboard"),
         (TOOL_FORMATS, "polyrl.tool_formats", "hermes"),
         (LEARNABILITY, "polyrl.learnability", "variance"),
+        (GEM_SOLVERS, "polyrl.gem_solvers", "GuessTheNumberEnv"),
         (ROLLOUT_KINDS, "polyrl.rollout_kinds", "episode"),
     ],
 )

@@ -2,7 +2,7 @@
 
 Each kind (task, task-name prefix, environment, sampler, advantage estimator, policy objective, loss
 aggregation, KL estimator, value loss, gradient surgery, reward term, dataset verifier, generation backend,
-tracker, tool format, self-play learnability) is one :class:`Registry` with its entry-point group, and one
+tracker, tool format, self-play learnability, GEM reference solver) is one :class:`Registry` with its entry-point group, and one
 ``register_<kind>(name, **metadata)`` decorator that hands the decorated function or class to it::
 
     OBJECTIVES = Registry("policy objective", "polyrl.objectives", builtins=("polyrl.algos.objectives",),

@@ -36,6 +36,8 @@ class EnvFactory:
 
     factory: Callable[..., EnvTask]
     needs_argument: bool = False
+    takes_dataset: bool = False
+    """The factory takes the mix entry's dataset (``(argument, config, dataset)``): its task plays the rows."""
 
 
 def _env_entry(name: str, factory: Any, **metadata: Any) -> EnvFactory:
@@ -48,7 +50,17 @@ ENVS: Registry[EnvFactory] = Registry(
     "environment",
     "polyrl.envs",
     builtins=tuple(
-        f"polyrl.envs.{module}" for module in ("tool_use", "retry", "search", "games", "textarena_adapter")
+        f"polyrl.envs.{module}"
+        for module in (
+            "tool_use",
+            "retry",
+            "search",
+            "games",
+            "textarena_adapter",
+            "gem_adapter",
+            "openenv_adapter",
+            "trl_adapter",
+        )
     ),
     entry=_env_entry,
 )
@@ -80,6 +92,12 @@ class EnvConfig(BaseModel):
         description="How env/python runs snippets: `bwrap` isolates them with bubblewrap (Debian package "
         "`bubblewrap`); `unsafe_local` runs them unisolated, with rlimits only (see docs/security.md).",
     )
+    server_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds to wait for an environment server's answer (env/openenv:<URL>: connecting, each reset and "
+        "step); past it the episode ends as env_error.",
+    )
     concurrency: int = Field(
         ENV_CONCURRENCY,
         ge=1,
@@ -90,18 +108,22 @@ class EnvConfig(BaseModel):
     _tool_format = field_validator("tool_format")(registered(check_tool_format))
 
 
-def register_env(name: str, *, needs_argument: bool = False) -> Callable[[Callable], Callable]:
+def register_env(
+    name: str, *, needs_argument: bool = False, takes_dataset: bool = False
+) -> Callable[[Callable], Callable]:
     """Decorator for a factory ``(argument: str | None, config: EnvConfig) -> EnvTask`` named ``env/<name>``;
-    with ``needs_argument`` the name takes ``:<argument>``."""
-    return ENVS.register(name, needs_argument=needs_argument)
+    with ``needs_argument`` the name takes ``:<argument>``; with ``takes_dataset`` the factory also takes the mix
+    entry's dataset (a ``DatasetSpec`` or None) and its episodes play the rows."""
+    return ENVS.register(name, needs_argument=needs_argument, takes_dataset=takes_dataset)
 
 
 def list_envs() -> list[str]:
     return [f"{ENV_PREFIX}{n}" + (":<argument>" if ENVS[n].needs_argument else "") for n in ENVS.names()]
 
 
-def get_env_task(name: str, config: EnvConfig | None = None) -> EnvTask:
-    """The EnvTask for ``env/<name>[:<argument>]``."""
+def get_env_task(name: str, config: EnvConfig | None = None, dataset: Any = None) -> EnvTask:
+    """The EnvTask for ``env/<name>[:<argument>]`` (``dataset``: the mix entry's rows, for an environment that
+    plays them)."""
     base, _, argument = name[len(ENV_PREFIX) :].partition(":")
     if base not in ENVS:
         raise UserError(ENVS.unknown_message(base, prefix=ENV_PREFIX))
@@ -110,7 +132,10 @@ def get_env_task(name: str, config: EnvConfig | None = None) -> EnvTask:
         raise UserError(f"environment {name!r} needs an argument: {ENV_PREFIX}{base}:<name>")
     if argument and not spec.needs_argument:
         raise UserError(f"environment {ENV_PREFIX}{base} takes no argument (got {argument!r})")
-    task = spec.factory(argument or None, config or EnvConfig())
+    if spec.takes_dataset:
+        task = spec.factory(argument or None, config or EnvConfig(), dataset)
+    else:
+        task = spec.factory(argument or None, config or EnvConfig())
     inner = getattr(task, "inner", None)
     if inner is not None and inner.rollout_kind != "single_turn":
         raise UserError(f"environment {ENV_PREFIX}{base} wraps a single-turn task, not {argument!r}")
@@ -118,7 +143,13 @@ def get_env_task(name: str, config: EnvConfig | None = None) -> EnvTask:
     return task
 
 
-@register_task_prefix(ENV_PREFIX)
+def _plays_dataset(name: str) -> bool:
+    spec = ENVS.get(name[len(ENV_PREFIX) :].partition(":")[0])
+    return spec is not None and spec.takes_dataset
+
+
+@register_task_prefix(ENV_PREFIX, plays_dataset=_plays_dataset)
 def _env_by_name(request: TaskRequest) -> EnvTask:
-    """``env/<name>[:<argument>]``: the environment, with the run's ``env`` limits."""
-    return with_answer_format(get_env_task(request.name, request.env), request)
+    """``env/<name>[:<argument>]``: the environment, with the run's ``env`` limits (and its entry's rows, for an
+    environment that plays them)."""
+    return with_answer_format(get_env_task(request.name, request.env, request.dataset), request)

@@ -65,7 +65,20 @@ class Environment:
         return self.end(reward, False, 0.0, "max_turns") if self.turn >= self.max_turns else None
 
     def close(self) -> None:
-        """Release resources (processes, databases). Called once per episode, also after errors."""
+        """Release resources (processes, databases, server sessions). Called once per episode, also after errors
+        and when the rollout itself fails."""
+
+    def close_once(self) -> None:
+        """:meth:`close`, unless it ran already: how the rollout closes an episode's environment, once when the
+        episode ends and once more for every unfinished one when the rollout itself fails."""
+        if not getattr(self, "_closed", False):
+            self._closed = True
+            self.close()
+
+    def logged_terms(self) -> dict[str, float]:
+        """Named numbers of the finished episode (an OpenEnv rubric's scores), logged beside the reward terms as
+        ``reward_terms/<name>`` and never added to the reward (the environment's rewards already hold them)."""
+        return {}
 
 
 class EnvTask(Task):

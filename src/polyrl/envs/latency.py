@@ -121,6 +121,9 @@ class LatencyEnvironment(Environment):
     def close(self) -> None:
         self.inner.close()
 
+    def logged_terms(self) -> dict[str, float]:
+        return self.inner.logged_terms()
+
 
 class LatencyTask:
     """An environment task whose episodes are :class:`LatencyEnvironment` s; everything else is the inner task's."""

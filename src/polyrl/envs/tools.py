@@ -19,7 +19,16 @@ from polyrl.envs.environment import Environment, Message, StepResult
 from polyrl.envs.tool_formats import ToolCall, UsesToolFormat, call_id, example_call, parse_tool_calls
 from polyrl.tasks.base import Problem, Task
 
-__all__ = ["Tool", "ToolCall", "ToolEnvironment", "ToolError", "call_tool", "check_arguments", "parse_tool_calls"]
+__all__ = [
+    "Tool",
+    "ToolCall",
+    "ToolEnvironment",
+    "ToolError",
+    "call_tool",
+    "check_arguments",
+    "parse_tool_calls",
+    "tool_results",
+]
 MAX_CALLS_PER_TURN = 4
 MAX_RESULT_CHARS = 2000
 _JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
@@ -58,12 +67,18 @@ def check_arguments(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
                 return f"unknown argument {name!r}"
             continue
         want = props[name].get("type")
-        ok = isinstance(value, _JSON_TYPES.get(want, object)) and not (
-            want in ("integer", "number") and isinstance(value, bool)
-        )
-        if not ok:
-            return f"argument {name!r} must be of type {want}"
+        wants = want if isinstance(want, list) else [want]  # a union ("type": ["integer", "null"])
+        if not any(_has_type(value, w) for w in wants):
+            return f"argument {name!r} must be of type {' or '.join(map(str, wants))}"
     return None
+
+
+def _has_type(value: Any, want: Any) -> bool:
+    if want == "null":
+        return value is None
+    if not isinstance(want, str) or want not in _JSON_TYPES:
+        return True  # no type, or one this flat check does not know: the tool checks it
+    return isinstance(value, _JSON_TYPES[want]) and not (want in ("integer", "number") and isinstance(value, bool))
 
 
 def call_tool(tools: dict[str, Tool], call: ToolCall, timeout_s: float) -> tuple[str, bool]:
@@ -83,6 +98,32 @@ def call_tool(tools: dict[str, Tool], call: ToolCall, timeout_s: float) -> tuple
     if len(result) > MAX_RESULT_CHARS:
         result = result[:MAX_RESULT_CHARS] + "…[truncated]"
     return result, True
+
+
+def tool_results(
+    env: Environment, calls: list[ToolCall], tools: dict[str, Tool], timeout_s: float, stop=lambda: False
+) -> list[Message]:
+    """Run one turn's ``calls`` (at most :data:`MAX_CALLS_PER_TURN`; one error result for the rest) and return
+    their results as messages of ``env``'s tool format, counting ``tool_calls`` and ``tool_errors`` in its
+    ``stats``. ``stop()``, asked after each call, ends the turn early (an environment whose episode a call ended)."""
+    out = []
+    for k, call in enumerate(calls[:MAX_CALLS_PER_TURN]):
+        env.stats["tool_calls"] += 1
+        result, ok = call_tool(tools, call, timeout_s)
+        env.stats["tool_errors"] += not ok
+        out.append(env.tool_format.result_message(call, result, call_id(call, env.turn, k)))
+        if stop():
+            return out
+    if len(calls) > MAX_CALLS_PER_TURN:
+        env.stats["tool_errors"] += 1
+        excess = calls[MAX_CALLS_PER_TURN]
+        message = f"error: at most {MAX_CALLS_PER_TURN} tool calls per turn"
+        out.append(
+            env.tool_format.result_message(
+                ToolCall(None, None, message, excess.id), message, call_id(excess, env.turn, MAX_CALLS_PER_TURN)
+            )
+        )
+    return out
 
 
 class ToolEnvironment(UsesToolFormat, Environment):
@@ -140,20 +181,7 @@ class ToolEnvironment(UsesToolFormat, Environment):
                     "content": "error: answer given together with a tool call; answer after reading the result.",
                 }
             )
-        for k, call in enumerate(calls[:MAX_CALLS_PER_TURN]):
-            self.stats["tool_calls"] += 1
-            result, ok = call_tool(self.by_name, call, self.tool_timeout_s)
-            self.stats["tool_errors"] += not ok
-            observation.append(self.tool_format.result_message(call, result, call_id(call, self.turn, k)))
-        if len(calls) > MAX_CALLS_PER_TURN:
-            self.stats["tool_errors"] += 1
-            excess = calls[MAX_CALLS_PER_TURN]
-            message = f"error: at most {MAX_CALLS_PER_TURN} tool calls per turn"
-            observation.append(
-                self.tool_format.result_message(
-                    ToolCall(None, None, message, excess.id), message, call_id(excess, self.turn, MAX_CALLS_PER_TURN)
-                )
-            )
+        observation += tool_results(self, calls, self.by_name, self.tool_timeout_s)
         return self.out_of_turns() or StepResult(observation, 0.0, False)
 
     def neither_message(self) -> str:

@@ -7,6 +7,8 @@ Their reward is :func:`polyrl.rewards.stage.score`'s (the ``env_return`` term, w
 
 from __future__ import annotations
 
+import warnings
+
 from polyrl.envs.env_registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS
 from polyrl.envs.environment import Environment, Message, StepResult
 from polyrl.policy.generation import GenerationBackend
@@ -26,7 +28,7 @@ def _finish(ep: Episode, result: StepResult | None, reason: str | None = None) -
     if reason is not None:
         info["end_reason"] = reason
     ep.info = info
-    ep.env.close()
+    ep.env.close_once()
 
 
 def _reset(env: Environment) -> list[Message]:
@@ -153,12 +155,42 @@ def _play(
 ) -> list[list[Trajectory]]:
     """The episode loop of :func:`episode_groups`: environments reset and step through ``steps``."""
     envs = []
-    for g, problem in enumerate(problems):
-        task = tasks[problem.task]
-        for _ in range(group_size):
-            env = task.make_env(problem)
-            codec.bind(env)
-            envs.append((g, task, env, problem))
+    try:
+        for g, problem in enumerate(problems):
+            task = tasks[problem.task]
+            for _ in range(group_size):
+                env = task.make_env(problem)
+                codec.bind(env)
+                envs.append((g, task, env, problem))
+        return _run_episodes(
+            envs, problems, backend, codec, steps, max_new_tokens, max_episode_tokens, sampling, version, latest
+        )
+    finally:
+        _close_unfinished(envs)
+
+
+def _close_unfinished(envs: list) -> None:
+    """Close every environment whose episode did not end (the rollout failed: a reset raised, generation failed,
+    Ctrl-C), so that no process, sandbox or server session outlives it. Ended episodes were closed as they ended."""
+    for _, _, env, _ in envs:
+        try:
+            env.close_once()
+        except Exception as exc:  # the rollout's own error, if any, is the one to report
+            warnings.warn(f"closing an environment after a failed rollout raised {exc!r}", stacklevel=2)
+
+
+def _run_episodes(
+    envs: list,
+    problems: list[Problem],
+    backend: GenerationBackend,
+    codec: ChatCodec,
+    steps: EnvSteps,
+    max_new_tokens: int,
+    max_episode_tokens: int,
+    sampling: dict,
+    version: int,
+    latest: PolicySource | None,
+) -> list[list[Trajectory]]:
     firsts = steps.map(_reset, [(env,) for _, _, env, _ in envs])
     episodes = [
         Episode(
@@ -247,5 +279,6 @@ def _trajectory(ep: Episode) -> Trajectory:
         turn_versions=list(ep.turn_versions),
         turn_rewards=list(ep.turn_rewards),
         info=info,
+        logged_terms=ep.env.logged_terms(),
         prompt_text=ep.prompt_text,
     )

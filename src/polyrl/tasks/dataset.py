@@ -280,6 +280,7 @@ def load_config_datasets(path: str | Path) -> list[str]:
     """Load the dataset tasks in a training config's ``tasks:`` (for CLI commands given ``--config``)."""
     from pydantic import ValidationError
 
+    from polyrl.tasks.prefixes import plays_dataset
     from polyrl.yaml_files import read_yaml
 
     data = read_yaml(path, "config") or {}
@@ -287,8 +288,8 @@ def load_config_datasets(path: str | Path) -> list[str]:
     names = []
     for i, entry in enumerate(entries if isinstance(entries, list) else []):
         entry = fold_dataset_fields(entry, TASK_ENTRY_FIELDS)
-        if not isinstance(entry, dict) or "dataset" not in entry:
-            continue
+        if not isinstance(entry, dict) or "dataset" not in entry or plays_dataset(str(entry.get("name", ""))):
+            continue  # no dataset, or one whose task plays the rows itself (env/trl), resolved with its entry
         try:
             spec = DatasetSpec.model_validate(entry["dataset"])
         except ValidationError as exc:

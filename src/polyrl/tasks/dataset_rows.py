@@ -252,6 +252,15 @@ def load_rows(path: str, spec: DatasetSpec, split: str) -> list[Row]:
     return rows
 
 
+def load_records(path: str, spec: DatasetSpec, split: str) -> list[dict[str, Any]]:
+    """Every row of ``path`` as it is (a dict of all its columns), for a task that reads the rows itself
+    (``env/trl``); a missing or unreadable file, or one without rows, is a one-line UserError."""
+    table = _load_table(path, spec, split)
+    if len(table) == 0:
+        raise UserError(f"dataset {path} has no rows")
+    return [dict(record) for record in _records(table, path)]
+
+
 def _image_root(path: str) -> Path | None:
     """The folder image paths of a local dataset are read relative to (and may not leave); None for a hub dataset."""
     local = Path(path)

@@ -17,7 +17,15 @@ from polyrl.registry import Registry
 from polyrl.tasks.answers import AnswerFormat
 from polyrl.tasks.base import Task
 
-__all__ = ["TASK_PREFIXES", "TaskPrefix", "TaskRequest", "prefix_of", "register_task_prefix", "with_answer_format"]
+__all__ = [
+    "TASK_PREFIXES",
+    "TaskPrefix",
+    "TaskRequest",
+    "plays_dataset",
+    "prefix_of",
+    "register_task_prefix",
+    "with_answer_format",
+]
 
 RG_PREFIX = "rg/"
 
@@ -33,6 +41,8 @@ class TaskRequest:
     """The ``EnvConfig`` of the run (``env/`` names); None: the defaults."""
     harness: Any = None
     """The entry's ``HarnessSpec``: its episodes are played by the user's agent."""
+    dataset: Any = None
+    """The entry's ``DatasetSpec``, for a name whose task plays the rows itself (:func:`plays_dataset`)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,9 @@ class TaskPrefix:
 
     resolve: Callable[[TaskRequest], Task]
     plays_harness: bool = False
+    plays_dataset: Callable[[str], bool] | None = None
+    """Whether the task of a name with this prefix plays its entry's dataset rows itself (``env/trl:``: each row's
+    columns go to the class's ``reset``); otherwise the rows are a dataset task registered under the name."""
 
 
 TASK_PREFIXES: Registry[TaskPrefix] = Registry(
@@ -60,10 +73,19 @@ TASK_PREFIXES: Registry[TaskPrefix] = Registry(
 only when a name is first routed (``env/`` needs the environments, ``vf/`` the harness)."""
 
 
-def register_task_prefix(name: str, *, plays_harness: bool = False) -> Callable[[Callable], Callable]:
+def register_task_prefix(
+    name: str, *, plays_harness: bool = False, plays_dataset: Callable[[str], bool] | None = None
+) -> Callable[[Callable], Callable]:
     """Decorator: ``resolve(request: TaskRequest) -> Task`` makes the task of every name that starts with
     ``name`` and is not a registered task (the longest registered prefix wins)."""
-    return TASK_PREFIXES.register(name, plays_harness=plays_harness)
+    return TASK_PREFIXES.register(name, plays_harness=plays_harness, plays_dataset=plays_dataset)
+
+
+def plays_dataset(name: str) -> bool:
+    """Whether the task ``name`` names plays its mix entry's dataset rows itself (see :class:`TaskPrefix`)."""
+    prefix = prefix_of(name)
+    entry = TASK_PREFIXES[prefix] if prefix is not None else None
+    return bool(entry is not None and entry.plays_dataset is not None and entry.plays_dataset(name))
 
 
 def prefix_of(name: str) -> str | None:

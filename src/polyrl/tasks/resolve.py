@@ -7,7 +7,8 @@ A name is, in this order:
    ``rg/`` reasoning-gym datasets, ``compose/`` chains, ``env/`` environments, ``vf/`` verifiers tasksets);
 3. otherwise an unknown task (one line, with the closest names).
 
-A training-mix entry may bring a ``dataset`` (registered first under the entry's task name) and a ``harness``
+A training-mix entry may bring a ``dataset`` (registered first under the entry's task name, unless the name's task
+plays the rows itself: ``env/trl:``) and a ``harness``
 (its episodes played by the user's agent: the ``harness:`` route wraps the entry's task, unless its own prefix
 plays the harness, as ``vf/`` does). ``answer_format`` replaces the task's, and that of every task it wraps.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 from polyrl.tasks.base import Task
 from polyrl.tasks.dataset import dataset_task_name, load_dataset_task
-from polyrl.tasks.prefixes import TASK_PREFIXES, TaskRequest, prefix_of, with_answer_format
+from polyrl.tasks.prefixes import TASK_PREFIXES, TaskRequest, plays_dataset, prefix_of, with_answer_format
 from polyrl.tasks.task_registry import TASKS
 
 __all__ = ["get_task", "resolve_task"]
@@ -31,9 +32,10 @@ def resolve_task(
     name: str, *, answer_format: Any = None, env: Any = None, harness: Any = None, dataset: Any = None
 ) -> Task:
     """The task ``name`` names, with its entry's options (see the module docstring)."""
-    if dataset is not None:
+    played = dataset is not None and plays_dataset(name)
+    if dataset is not None and not played:
         load_dataset_task(dataset_task_name(name), dataset)
-    return route(TaskRequest(name, answer_format, env, harness))
+    return route(TaskRequest(name, answer_format, env, harness, dataset if played else None))
 
 
 def route(request: TaskRequest) -> Task:
