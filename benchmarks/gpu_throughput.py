@@ -17,8 +17,10 @@ through the model's chat template. In one process, one after another, each timed
 4. one TRL ``GRPOTrainer`` step at that batch (generation + loss + backward + AdamW, ``loss_type="dapo"``,
    ``beta=0``), a reward function that returns 0: TRL computes its loss over every row too.
 
-Prints one JSON object (and writes it with ``--out``): seconds of each, the ratios, the greedy check. Runs on a CPU
-as well (``--device cpu``, small sizes) so that the script itself is tested where there is no GPU.
+Prints one JSON object: seconds of each, the ratios, the greedy check. With ``--out`` it is written there as each
+figure comes (``"done": true`` once all are): a run stopped at its time limit keeps what it measured. Runs on a CPU
+as well (``--device cpu``, small sizes) so that the script itself is tested where there is no GPU, and under the
+device guard (``tests/test_gpu_check_entry_points.py``).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def prompt_ids(tokenizer, model_dir: str, prompts: int) -> list[list[int]]:
     return out
 
 
-def generation(args, device: torch.device) -> dict:
+def generation(args, device: torch.device, record) -> None:
     from transformers import AutoModelForCausalLM
 
     from polyrl.policy.generation import TransformersBackend, left_pad
@@ -101,19 +103,20 @@ def generation(args, device: torch.device) -> dict:
             pad_token_id=tok.pad_token_id,
         )
 
-    out = {"hf_generate_s": timed(hf, device, args.repeats)}
+    times = {"hf_generate_s": timed(hf, device, args.repeats)}
+    record(**times)
     for graphs in (True, False):
         backend = TransformersBackend(model, tok, batch_size=len(batch), device=device, cuda_graphs=graphs)
         key = "polyrl_generate_s" if graphs else "polyrl_generate_eager_s"
-        out[key] = timed(lambda b=backend: b.generate(batch, max_new_tokens=args.new_tokens), device, args.repeats)
-    out["speedup_vs_hf"] = out["hf_generate_s"] / out["polyrl_generate_s"]
+        times[key] = timed(lambda b=backend: b.generate(batch, max_new_tokens=args.new_tokens), device, args.repeats)
+        record(**{key: times[key]})
+    record(speedup_vs_hf=times["hf_generate_s"] / times["polyrl_generate_s"])
     check = distinct[: args.greedy_check]
     ref_ids, ref_mask = (t.to(device) for t in left_pad(check, tok.pad_token_id))
     ref = hf(ref_ids, ref_mask, args.greedy_tokens, sample=False)[:, ref_ids.shape[1] :].tolist()
     backend = TransformersBackend(model, tok, device=device)
     ours = [g.completion_ids for g in backend.generate(check, max_new_tokens=args.greedy_tokens, greedy=True)]
-    out["greedy_equal"] = f"{sum(a == b for a, b in zip(ours, ref))}/{len(check)}"
-    return out
+    record(greedy_equal=f"{sum(a == b for a, b in zip(ours, ref))}/{len(check)}")
 
 
 def polyrl_step(args, device: torch.device, work: Path) -> float:
@@ -207,6 +210,32 @@ def trl_step(args, device: torch.device, work: Path) -> float | None:
     return sorted(rest)[len(rest) // 2]
 
 
+def measure(args, device: torch.device, out: Path | None = None) -> dict:
+    """Every figure of the module docstring on ``device``; each is written to ``out`` (JSON, replaced atomically)
+    as soon as it exists, so that a check stopped at its time limit still returns what it measured."""
+    from polyrl.device import describe
+
+    result = {"device": describe(device), "torch": torch.__version__, "args": vars(args), "done": False}
+
+    def record(**figures) -> None:
+        result.update(figures)
+        if out is not None:
+            tmp = out.with_name(out.name + ".tmp")
+            tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
+            tmp.replace(out)
+
+    record()
+    generation(args, device, record)
+    with tempfile.TemporaryDirectory() as tmp:
+        record(polyrl_rl_step_s=polyrl_step(args, device, Path(tmp)))
+        trl = None if args.skip_trl else trl_step(args, device, Path(tmp))
+    record(trl_rl_step_s=trl)
+    if trl:
+        record(rl_step_vs_trl=result["polyrl_rl_step_s"] / trl)
+    record(done=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="A Hugging Face directory (gpu/make_model.py writes one).")
@@ -220,27 +249,14 @@ def main() -> None:
     parser.add_argument("--greedy-check", type=int, default=8, help="Prompts whose greedy tokens are compared.")
     parser.add_argument("--greedy-tokens", type=int, default=32)
     parser.add_argument("--skip-trl", action="store_true")
-    parser.add_argument("--out")
+    parser.add_argument("--out", type=Path, help="Write the result here (JSON), each figure as soon as it exists.")
     args = parser.parse_args()
     from machine import device_option  # benchmarks/machine.py (scripts run from benchmarks/)
-
-    from polyrl.device import describe
 
     device = device_option(args.device, "gpu_throughput")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    result = {"device": describe(device), "torch": torch.__version__, "args": vars(args)}
-    result.update(generation(args, device))
-    with tempfile.TemporaryDirectory() as tmp:
-        result["polyrl_rl_step_s"] = polyrl_step(args, device, Path(tmp))
-        trl = None if args.skip_trl else trl_step(args, device, Path(tmp))
-    result["trl_rl_step_s"] = trl
-    if trl:
-        result["rl_step_vs_trl"] = result["polyrl_rl_step_s"] / trl
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    print(json.dumps(measure(args, device, args.out), indent=2, default=str))
 
 
 if __name__ == "__main__":
