@@ -184,7 +184,9 @@ def test_pure_bf16_trains_bf16_weights():
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_fp16_autocast_is_refused_for_training_in_one_line_pointing_to_bf16(tiny_train_config, device):
     """No gradient scaler anywhere in polyrl: fp16 gradients would underflow (issue #42), on a GPU too."""
-    with pytest.raises(UserError, match=r"model\.autocast=fp16 trains without a gradient scaler .* model\.autocast=bf16$"):
+    with pytest.raises(
+        UserError, match=r"model\.autocast=fp16 trains without a gradient scaler .* model\.autocast=bf16$"
+    ):
         tiny_train_config(model={"path": "tiny", "tiny": TINY, "autocast": "fp16"}, device=device)
 
 
