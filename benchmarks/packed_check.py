@@ -8,7 +8,9 @@ On the given device, in float32: greedy completions of ``--prompts`` problems of
 (natural prompts through the model's chat template) with ``--group-size`` copies each, from both forwards —
 they must be the same tokens; then ``sequence_logprobs`` of those rows with gradients, both ways — log-probs
 within 1e-4 and every parameter's gradient within 1e-3 of its largest entry. Times are wall seconds, after one
-warm-up of each. ``benchmarks/gpu_check.sh`` runs it on CUDA with ``model.forward: packed``.
+warm-up of each. On CUDA the packed side is what runs there: decode steps replayed as CUDA graphs, FlexAttention in
+the forward; their captures and fallbacks are in the result, and a fallback fails the check (the kernels checked
+would not be the device's). ``benchmarks/gpu_check.sh`` runs it on CUDA with ``model.forward: packed``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from machine import device_option  # benchmarks/machine.py (scripts run from ben
 
 from polyrl.cli.train import default_config_path
 from polyrl.learner import collate, sequence_logprobs
-from polyrl.policy import PromptBuilder, TransformersBackend
+from polyrl.policy import PromptBuilder, TransformersBackend, attention_kernels
 from polyrl.policy.decoder import Decoder, set_forward
 from polyrl.policy.loading import load_policy
 from polyrl.tasks import resolve_task
@@ -95,10 +97,14 @@ def check(model_path: str, device: torch.device, prompts: int, group_size: int, 
     result["gradient_max_rel_diff"] = max(
         float((g_packed[n] - g).abs().max() / g.abs().max().clamp(min=1e-12)) for n, g in g_hf.items()
     )
+    result["graphs"] = backend.graph_stats()
+    result["attention_fallbacks"] = list(attention_kernels.FALLBACKS)
+    fallbacks = (result["graphs"] or {}).get("fallbacks", []) + result["attention_fallbacks"]
     result["ok"] = (
         result["greedy_rows_equal"] == len(flat)
         and result["logprob_max_diff"] <= LOGPROB_TOLERANCE
         and result["gradient_max_rel_diff"] <= GRADIENT_TOLERANCE
+        and not fallbacks  # the kernels checked are the ones the device runs
     )
     return result
 

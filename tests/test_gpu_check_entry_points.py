@@ -57,6 +57,8 @@ def test_the_packed_check_runs_on_the_device(small_smollm2, monkeypatch):
 def test_the_speed_benchmark_runs_on_the_device_and_writes_each_figure_as_it_comes(
     small_smollm2, monkeypatch, tmp_path
 ):
+    """It measures the Trainer's own generation backend and RL stage (issue #42: it built its own backend, in
+    another configuration than training runs), and rewrites its JSON as each figure comes."""
     throughput = _load(BENCHMARKS / "gpu_throughput.py", monkeypatch)
     args = Namespace(
         model=str(small_smollm2),
@@ -64,6 +66,7 @@ def test_the_speed_benchmark_runs_on_the_device_and_writes_each_figure_as_it_com
         group_size=2,
         new_tokens=4,
         dtype="float32",
+        autocast="auto",
         steps=1,
         repeats=1,
         greedy_check=2,
@@ -84,8 +87,23 @@ def test_the_speed_benchmark_runs_on_the_device_and_writes_each_figure_as_it_com
         assert guard.checked > 1000
     assert json.loads(out.read_text()) == json.loads(json.dumps(result, default=str))
     assert result["done"] and result["greedy_equal"] == "2/2" and result["polyrl_rl_step_s"] > 0
+    assert result["configuration"]["deterministic"] is True and result["configuration"]["autocast"] == "none"
+    assert result["fallbacks"] == [] and "generation >= 5x transformers" in result["goals"]
     assert [w["done"] for w in written] == [False] * (len(written) - 1) + [True]
-    assert "hf_generate_s" in written[1] and "polyrl_generate_s" not in written[1]  # the first figure, alone
+    first = next(w for w in written if "hf_generate_s" in w)
+    assert "polyrl_generate_s" not in first  # each figure written when it exists, not all at the end
+
+
+def test_a_fallback_fails_the_speed_benchmark(monkeypatch):
+    """Issue #42: a failed capture decoded eagerly and the check passed at eager speed."""
+    throughput = _load(BENCHMARKS / "gpu_throughput.py", monkeypatch)
+    clean = {"graphs": {"fallbacks": []}, "greedy_graphs": None, "attention_fallbacks": []}
+    assert throughput.fallbacks(clean) == []
+    graphs = {**clean, "graphs": {"fallbacks": ["RuntimeError: operation not permitted when stream is capturing"]}}
+    flex = {**clean, "attention_fallbacks": ["ImportError: no Triton"]}
+    assert throughput.fallbacks(graphs) == graphs["graphs"]["fallbacks"] and throughput.fallbacks(flex) == [
+        "ImportError: no Triton"
+    ]
 
 
 def test_the_memory_benchmark_makes_its_model_on_the_device(monkeypatch):

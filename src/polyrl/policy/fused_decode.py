@@ -10,7 +10,9 @@ the step of ``policy/packed_decode.py`` (the model's own modules, one call each)
 - RMSNorm is torch's fused ``rms_norm`` (transformers' module is seven kernels);
 - the rotary tables are looked up (``index_select``) instead of recomputed, and queries and keys are rotated in one
   pass (``x·cos + roll(x)·sin±``, the rotate-half form with the sign folded into the table);
-- the attention scores, their scale and the mask are one ``baddbmm`` over a bias made once per step.
+- the attention scores, their scale and the mask are one ``baddbmm`` over a bias made once per step, and the
+  softmax runs in the cache's dtype (CUDA's bf16 softmax accumulates in float32: one kernel, not a float32 softmax
+  and a cast).
 
 The numbers are the modules' up to float rounding (fused kernels sum in another order), so the CPU keeps the
 modules' step, and its numbers, bit for bit; this one runs on CUDA (``policy/decode_graphs.py``), and on the CPU in
@@ -117,10 +119,13 @@ class RotaryTables:
         rope = getattr(dec.trunk.rotary_emb, "rope_type", "default")
         return not any(kind in str(rope) for kind in DYNAMIC_ROPE)
 
-    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """``x [N, heads, D]`` rotated at ``positions [N]``."""
-        cos = self.cos.index_select(0, positions).unsqueeze(1)
-        sin = self.sin.index_select(0, positions).unsqueeze(1)
+    def at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """``cos, sin±`` ``[N, 1, D]`` at ``positions [N]`` (looked up once a step, read by every layer)."""
+        return self.cos.index_select(0, positions).unsqueeze(1), self.sin.index_select(0, positions).unsqueeze(1)
+
+    @staticmethod
+    def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """``x [N, heads, D]`` rotated by ``cos, sin±`` of :meth:`at`."""
         return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), sin)
 
 
@@ -145,6 +150,7 @@ def fused_decode_step(
     group = dec.heads // kv
     cache.allowed.index_fill_(1, col, True)
     x = dec.trunk.embed_tokens(ids)
+    cos, sin = tables.at(positions)
     compute = cache.keys.dtype
     # the mask as an additive bias, made once for every layer: [N·KV, group, width]
     bias = torch.zeros(cache.allowed.shape, dtype=compute, device=ids.device)
@@ -153,13 +159,13 @@ def fused_decode_step(
     for i, layer in enumerate(dec.layers):
         attn = layer.self_attn
         out = F.linear(rms_norm(layer.input_layernorm, x), *weights.qkv[i])
-        rotated = tables.rotate(out[:, : (dec.heads + kv) * d].view(n, dec.heads + kv, d), positions)
+        rotated = tables.rotate(out[:, : (dec.heads + kv) * d].view(n, dec.heads + kv, d), cos, sin)
         keys, values = cache.keys[i], cache.values[i]  # [N, KV, width, D]
         write_column(keys, col, rotated[:, dec.heads :])
         write_column(values, col, out[:, (dec.heads + kv) * d :].view(n, kv, d))
-        q = rotated[:, : dec.heads].reshape(n * kv, group, d).to(compute)
+        q = rotated[:, : dec.heads].to(compute).reshape(n * kv, group, d)  # one copy: the cast, or the reshape
         scores = torch.baddbmm(bias, q, keys.reshape(n * kv, -1, d).transpose(1, 2), alpha=attn.scaling)
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(compute)
+        probs = torch.softmax(scores, dim=-1)  # in bf16 CUDA's softmax sums in float32 and rounds once
         attended = torch.bmm(probs, values.reshape(n * kv, -1, d)).reshape(n, -1)
         x = x + weights.linear(attn.o_proj, attended)
         gate, up = F.linear(rms_norm(layer.post_attention_layernorm, x), *weights.gate_up[i]).chunk(2, dim=-1)
