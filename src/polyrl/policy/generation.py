@@ -293,10 +293,10 @@ class TransformersBackend:
             linears = MODULES
             if dtype == torch.bfloat16 and self.graphs is None and PackedLinears.available(dec, self.device):
                 linears = PackedLinears(dec, len(prompts))
-            prompts = prefill_prompts(dec, unique, source, linears, self.device)
+            prefilled = prefill_prompts(dec, unique, source, linears, self.device)
             if self.graphs is not None:
-                return GraphedDecode(dec, prompts, max_new_tokens, dtype, self.graphs)
-            return PackedDecode(dec, prompts, max_new_tokens, linears, dtype)
+                return GraphedDecode(dec, prefilled, max_new_tokens, dtype, self.graphs)
+            return PackedDecode(dec, prefilled, max_new_tokens, linears, dtype)
         return _CachedDecode.of(self.model, unique, source, self.tokenizer.pad_token_id, self.device)
 
 
