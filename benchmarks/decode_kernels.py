@@ -66,10 +66,10 @@ class KernelCount(TorchDispatchMode):
 
 def step_kernels(model, tokenizer_pad: int, rows: int, prompt: int, new: int, fused: bool) -> Counter:
     """The ops of one decode step (after the first, outside any graph) of ``rows`` rows."""
+    from polyrl.forward.decoder import MODULES, Decoder
+    from polyrl.forward.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
     from polyrl.policy.decode_graphs import DecodeGraphs
-    from polyrl.policy.decoder import MODULES, Decoder
     from polyrl.policy.packed_decode import GraphedDecode, prefill_prompts
-    from polyrl.policy.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
 
     dec = Decoder.of(model)
     gen = torch.Generator().manual_seed(0)
@@ -98,7 +98,7 @@ def main() -> None:
     args = parser.parse_args()
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from polyrl.policy.precision import set_autocast
+    from polyrl.forward.precision import set_autocast
 
     config = AutoConfig.from_pretrained(HERE / "gpu" / args.shape)
     torch.manual_seed(0)

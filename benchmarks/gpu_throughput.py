@@ -131,7 +131,7 @@ def _others_defaults():
 
 
 def _autocast(device: torch.device, mode: str):
-    from polyrl.policy.precision import AUTOCAST_DTYPES
+    from polyrl.forward.precision import AUTOCAST_DTYPES
 
     if mode == "none" or device.type not in ("cuda", "cpu"):
         return contextlib.nullcontext()
@@ -157,8 +157,9 @@ class Results(dict):
 def generation(args, device: torch.device, trainer, results: Results) -> None:
     from transformers import AutoModelForCausalLM
 
-    from polyrl.policy.generation import TransformersBackend, left_pad
-    from polyrl.policy.precision import autocast_mode, set_autocast
+    from polyrl.forward.precision import autocast_mode, set_autocast
+    from polyrl.forward.prefill import left_pad
+    from polyrl.policy.generation import TransformersBackend
 
     model, tok, cfg = trainer.parts.policy.model, trainer.parts.policy.tokenizer, trainer.config
     mode = autocast_mode(model)
@@ -196,7 +197,9 @@ def generation(args, device: torch.device, trainer, results: Results) -> None:
     trained = trainer.parts.backend
     results.record(polyrl_generate_s=timed(lambda: trained.generate(batch, **sampling), device, args.repeats))
     results.record(graphs=trained.graph_stats(), speedup_vs_hf=results["hf_generate_s"] / results["polyrl_generate_s"])
-    eager = TransformersBackend(model, tok, cfg.generation.batch_size, cfg.rl.share_prompts, device, cuda_graphs=False)
+    eager = TransformersBackend(
+        model, tok, cfg.generation.batch_size, cfg.rl.share_prompts, device=device, cuda_graphs=False
+    )
     eager._eos = []
     results.record(polyrl_generate_eager_s=timed(lambda: eager.generate(batch, **sampling), device, args.repeats))
     check = distinct[: args.greedy_check]
@@ -289,8 +292,8 @@ def fallbacks(result: dict) -> list[str]:
 def measure(args, device: torch.device, out: Path | None = None) -> dict:
     """Every figure of the module docstring on ``device``, each written to ``out`` as soon as it exists."""
     from polyrl.device import describe
-    from polyrl.policy import attention_kernels
-    from polyrl.policy.precision import autocast_mode
+    from polyrl.forward import attention_kernels
+    from polyrl.forward.precision import autocast_mode
 
     results = Results(out, device=describe(device), torch=torch.__version__, args=vars(args), done=False)
     results.record()

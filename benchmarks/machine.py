@@ -21,7 +21,7 @@ whose flags differ compute the same job's numbers with other last digits."""
 
 def cpu_flags() -> list[str]:
     """Which of :data:`SPEED_FLAGS` this CPU has."""
-    from polyrl.policy.precision import cpu_flags as all_flags
+    from polyrl.forward.precision import cpu_flags as all_flags
 
     return [flag for flag in SPEED_FLAGS if flag in all_flags()]
 

@@ -125,11 +125,11 @@ def trajectories(args):
 
 def polyrl_update(args, setting: str):
     """A closure running one polyrl update for ``setting``."""
-    import polyrl.learner.forward as batch_module
+    import polyrl.forward.logprobs as batch_module
+    from polyrl.forward.precision import enable_gradient_checkpointing, set_autocast
     from polyrl.learner.settings import UpdateSettings
     from polyrl.learner.update import policy_update
     from polyrl.learner.update_batch import prepare_update
-    from polyrl.policy.precision import enable_gradient_checkpointing, set_autocast
     from polyrl.train.config import RLConfig
 
     micro = args.micro_batch_tokens if setting in ("micro", "all", "pure-bf16") else None
@@ -173,7 +173,7 @@ def trl_update(args):
         save_strategy="no",
         disable_tqdm=True,
         bf16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # transformers 5 renamed gradient_checkpointing (deprecated, removed in v6)
         per_device_train_batch_size=group,
         gradient_accumulation_steps=1,
         num_generations=group,

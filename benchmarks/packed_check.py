@@ -25,9 +25,9 @@ import torch
 from machine import device_option  # benchmarks/machine.py (scripts run from benchmarks/)
 
 from polyrl.cli.train import default_config_path
-from polyrl.learner import collate, sequence_logprobs
-from polyrl.policy import PromptBuilder, TransformersBackend, attention_kernels
-from polyrl.policy.decoder import Decoder, set_forward
+from polyrl.forward import attention_kernels, collate, sequence_logprobs
+from polyrl.forward.decoder import Decoder, set_forward
+from polyrl.policy import PromptBuilder, TransformersBackend
 from polyrl.policy.loading import load_policy
 from polyrl.tasks import resolve_task
 from polyrl.train.config import load_config

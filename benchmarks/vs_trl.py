@@ -18,7 +18,7 @@ polyrl's resolves to bf16; ``--precision fp32`` runs both in float32; ``--precis
 (polyrl ``model.autocast: bf16``, TRL ``bf16=True``) whatever the model's width.
 
 1. SFT warm start with polyrl (the config's tasks' reference solutions), saved as a Hugging Face directory.
-2. polyrl RL from that directory (``model.path=<dir>``, ``sft.enabled=false``); ``Trainer.run_rl`` is timed.
+2. polyrl RL from that directory (``model.path=<dir>``, ``sft.enabled=false``); ``trainer.rl.run`` is timed.
 3. TRL GRPOTrainer from the same directory (``AutoModelForCausalLM``), on a ``datasets.Dataset`` holding
    the very problems polyrl drew at each step (same seeds), shown the same chat-template prompt, rewarded by
    the same polyrl reward (task verifier + format term, ``polyrl.rewards.compute_rewards``); ``train()`` is
@@ -74,16 +74,17 @@ from rich.table import Table
 from update_probe import Probe, UpdateProbe  # benchmarks/update_probe.py
 
 from polyrl.cli.train import default_config_path
+from polyrl.device import HOST
 from polyrl.experiments.curriculum import free_memory
+from polyrl.forward.precision import set_autocast
 from polyrl.policy import PromptBuilder, TransformersBackend
-from polyrl.policy.precision import set_autocast
 from polyrl.rewards import compute_rewards
 from polyrl.tasks.io import problem_row, row_problem
 from polyrl.train import rl_stage
 from polyrl.train.build import step_seed
 from polyrl.train.config import TrainConfig, load_config
 from polyrl.train.evaluation import evaluate
-from polyrl.train.sft import reference_batch
+from polyrl.train.sft_data import reference_batch
 from polyrl.train.trainer import Trainer
 
 GOAL_SPEEDUP = {"tiny": 5.0, "real": 8.0}
@@ -149,10 +150,10 @@ def sft_warm_start(args, work: Path) -> tuple[Path, dict]:
     """polyrl's SFT stage once; returns the saved model directory and its held-out accuracy."""
     cfg = polyrl_config(args, work / "sft", ["rl.enabled=false"])
     trainer = Trainer(cfg)
-    trainer.run_sft(None)
-    trainer.run_dir.close()
-    accuracy = held_out(cfg, trainer.backend, trainer.prompts, trainer.eval_tasks(), args)
-    model_dir = trainer.run_dir.model_dir("sft_model")
+    trainer.sft.run(None)
+    trainer.parts.run_dir.close()
+    accuracy = held_out(cfg, trainer.parts.backend, trainer.parts.prompts, trainer.parts.mix.eval_tasks(), args)
+    model_dir = trainer.parts.run_dir.model_dir("sft_model")
     del trainer
     free_memory()
     return model_dir, accuracy
@@ -183,27 +184,27 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
     cfg = polyrl_config(args, work / "polyrl", [f"model.path={sft_dir}", "sft.enabled=false"])
     trainer = Trainer(cfg)
     probe = probe_set(trainer)
-    watch = UpdateProbe(trainer.policy.model, probe)
+    watch = UpdateProbe(trainer.parts.policy.model, probe)
     curve = Curve()
     watch_polyrl(trainer, curve, watch)
     with watched_polyrl(trainer, watch):
         wall, cpu, curve.start = time.perf_counter(), time.process_time(), time.perf_counter()
-        trainer.run_rl(None)
+        trainer.rl.run(None)
         wall = time.perf_counter() - wall - watch.wall - curve.excluded
         cpu = time.process_time() - cpu - watch.cpu - curve.excluded_cpu
     update = watch.summary(cfg.rl.steps)
     watch.release()
-    trainer.run_dir.close()
-    steps = [json.loads(line) for line in trainer.run_dir.metrics_file.read_text().splitlines()]
+    trainer.parts.run_dir.close()
+    steps = [json.loads(line) for line in trainer.parts.run_dir.metrics_file.read_text().splitlines()]
     steps = [r for r in steps if r.get("stage") == "rl"]
     step_time = sum(r["step_time"] for r in steps)
     gen_time = sum(r["tokens"] / r["tokens_per_s"] for r in steps if r.get("tokens_per_s"))
-    bf16 = trainer.policy.model.polyrl_autocast == "bf16"
+    bf16 = trainer.parts.policy.model.polyrl_autocast == "bf16"
     matched = Matched(
-        cfg, trainer.tasks, trainer.prompts, trainer.policy.tokenizer, trainer.eval_tasks(),
+        cfg, trainer.parts.mix.tasks, trainer.parts.prompts, trainer.parts.policy.tokenizer, trainer.parts.mix.eval_tasks(),
         step_problems(cfg, trainer), bf16, probe,
     )  # fmt: skip
-    accuracy = held_out(cfg, trainer.backend, trainer.prompts, matched.eval_tasks, args)
+    accuracy = held_out(cfg, trainer.parts.backend, trainer.parts.prompts, matched.eval_tasks, args)
     curve.add_final(cfg.rl.steps, wall, accuracy)
     del trainer
     free_memory()
@@ -226,9 +227,14 @@ def probe_set(trainer: Trainer) -> Probe:
     """The fixed sequences every optimizer step's KL is measured on: reference solutions of the run's tasks."""
     rng = np.random.default_rng(12345)
     pairs = reference_batch(
-        trainer.tasks, trainer.difficulty, trainer.prompts, trainer.policy.tokenizer.eos_token_id, rng, PROBE_SEQUENCES
+        trainer.parts.mix.tasks,
+        trainer.parts.mix.difficulty,
+        trainer.parts.prompts,
+        trainer.parts.policy.tokenizer.eos_token_id,
+        rng,
+        PROBE_SEQUENCES,
     )
-    return Probe.of([pair[:2] for pair in pairs], trainer.policy.tokenizer.pad_token_id)
+    return Probe.of([pair[:2] for pair in pairs], trainer.parts.policy.tokenizer.pad_token_id)
 
 
 @contextmanager
@@ -258,9 +264,11 @@ def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
     problems = []
     for step in range(cfg.rl.steps):
         rng = np.random.default_rng(step_seed(cfg.seed, "rl", step))
-        for name in trainer.sampler.sample(cfg.rl.prompts_per_step, rng):
+        for name in trainer.parts.sampler.sample(cfg.rl.prompts_per_step, rng):
             problems.append(
-                trainer.tasks[name].generate(int(rng.integers(2**62)), trainer.difficulty(name), split="train")
+                trainer.parts.mix.tasks[name].generate(
+                    int(rng.integers(2**62)), trainer.parts.mix.difficulty(name), split="train"
+                )
             )
     return problems
 
@@ -301,7 +309,7 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl: Matched) -> dict:
         logging_steps=1,  # each step's reward and gradient norm, beside polyrl's
         seed=args.seed,
         bf16=polyrl.bf16,  # --precision best: what polyrl resolved
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # transformers 5 renamed gradient_checkpointing (deprecated, removed in v6)
         max_steps=rl.steps,
         per_device_train_batch_size=rl.prompts_per_step * rl.group_size,
         gradient_accumulation_steps=1,
@@ -359,7 +367,7 @@ def eval_backend(model, polyrl: Matched) -> TransformersBackend:
     (A model that never went through polyrl's loader runs in float32: the SFT start and polyrl's model were then
     evaluated in bf16 and TRL's in float32, which alone moved seed 0's TRL accuracy by 2.5 points.)"""
     set_autocast(model, "bf16" if polyrl.bf16 else "none")
-    return TransformersBackend(model, polyrl.tokenizer)
+    return TransformersBackend(model, polyrl.tokenizer, device=HOST)
 
 
 def watched_trl(trainer, probe: Probe) -> UpdateProbe:

@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
 
 def _forgetting_new_tasks():
     """Tasks registered while this generator is suspended leave the process-wide task registry after it."""
-    from polyrl.tasks.registry import TASKS
+    from polyrl.tasks.task_registry import TASKS
 
     before = set(TASKS.names())
     yield

@@ -226,14 +226,14 @@ def test_torchrun_without_a_config_trains_the_embedded_default(tmp_path):
 
 def test_each_rank_takes_every_world_th_row():
     rows = torch.tensor([7, 3, 9, 4, 1])
-    from polyrl.distributed.fsdp import Ranks
+    from polyrl.distributed.fsdp import DistributedRanks
 
-    assert Ranks(0, 2).mine(rows).tolist() == [7, 9, 1]
-    assert Ranks(1, 2).mine(rows).tolist() == [3, 4]
+    assert DistributedRanks(0, 2).mine(rows).tolist() == [7, 9, 1]
+    assert DistributedRanks(1, 2).mine(rows).tolist() == [3, 4]
 
 
 def test_statistics_of_two_ranks_combine_as_one():
-    from polyrl.learner.statistics import StatMeans
+    from polyrl.algos.objective_stats import StatMeans
 
     a, b, both = StatMeans(), StatMeans(), StatMeans()
     a.add({"clip_frac": torch.tensor(0.5), "ratio_max": torch.tensor(1.5)}, weight=2.0)

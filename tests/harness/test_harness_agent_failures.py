@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from harness_rollouts import scored_rollout
 
-from polyrl.harness.task import HarnessSpec, HarnessTask
+from polyrl.device import HOST
+from polyrl.rollout.harness.task import HarnessSpec, HarnessTask
 from polyrl.tasks import get_task
 
 
@@ -202,7 +203,7 @@ def test_a_history_beyond_the_models_positions_is_refused_and_not_trained_on(pro
     from polyrl.policy.loading import ModelConfig, load_policy
 
     tiny = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_positions": 64}
-    policy = load_policy(ModelConfig(path="tiny", tiny=tiny))
+    policy = load_policy(ModelConfig(path="tiny", tiny=tiny), device=HOST)
     answers = []
 
     def agent(base_url, problem):
@@ -213,7 +214,7 @@ def test_a_history_beyond_the_models_positions_is_refused_and_not_trained_on(pro
         answers.append((reply.status_code, reply.json()["error"]["code"]))
         return 0.0
 
-    (t,) = _play(agent, TransformersBackend(policy.model, prompts.tokenizer), prompts, group_size=1)
+    (t,) = _play(agent, TransformersBackend(policy.model, prompts.tokenizer, device=HOST), prompts, group_size=1)
     assert answers == [(400, "context_length_exceeded")]
     assert t.info["end_reason"] == "context_length" and t.info["requests"] == 0 and sum(t.policy_mask) == 0
 

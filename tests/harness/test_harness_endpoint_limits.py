@@ -12,8 +12,8 @@ import warnings
 
 import pytest
 
-from polyrl.harness.endpoint import HarnessEndpoint
 from polyrl.rollout.chat import ChatCodec
+from polyrl.rollout.harness.endpoint import HarnessEndpoint
 from polyrl.serve.limits import ServeLimits
 
 HELLO = {"messages": [{"role": "user", "content": "hi"}]}
@@ -113,7 +113,7 @@ def test_more_messages_than_the_limit_are_400(endpoint):
 
 
 def test_more_characters_than_the_positions_hold_are_refused_before_tokenizing(endpoint, monkeypatch):
-    from polyrl.harness.ledger import EpisodeLedger
+    from polyrl.rollout.harness.ledger import EpisodeLedger
 
     monkeypatch.setattr(EpisodeLedger, "render", lambda *a: pytest.fail("tokenized"))
     status, body = _post(endpoint, {"messages": [{"role": "user", "content": "y" * 20_000}]})

@@ -16,10 +16,11 @@ from device_guard import second_device
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import polyrl.policy.decode_graphs as decode_graphs
+from polyrl.device import HOST
+from polyrl.forward.precision import set_autocast
 from polyrl.policy import TransformersBackend
 from polyrl.policy.decode_graphs import DecodeGraphs, rows_bucket, width_bucket
 from polyrl.policy.fused_decode import RotaryTables
-from polyrl.policy.precision import set_autocast
 
 SHAPE = dict(
     vocab_size=72,
@@ -59,7 +60,7 @@ def _prompts(rows: int = 7, seed: int = 1) -> list[list[int]]:
 
 
 def _generate(model, graphs: DecodeGraphs, prompts, **sampling):
-    backend = TransformersBackend(model, _Tok())
+    backend = TransformersBackend(model, _Tok(), device=HOST)
     backend.graphs = graphs
     torch.manual_seed(3)
     gens = backend.generate(prompts, max_new_tokens=10, **sampling)
@@ -106,7 +107,7 @@ def test_the_fused_step_decodes_the_modules_greedy_tokens(kind):
 
 
 def test_the_rotary_tables_hold_the_models_own_rotary_values():
-    from polyrl.policy.decoder import Decoder
+    from polyrl.forward.decoder import Decoder
 
     dec = Decoder.of(_model())
     like = dec.trunk.embed_tokens.weight

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from polyrl.device import HOST
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.train.checkpoint import latest_checkpoint, load_training_state, restore_rng, rng_states, save_checkpoint
 
@@ -33,7 +34,7 @@ class FakeCuda:
 
 @pytest.fixture(scope="module")
 def policy():
-    return load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0)
+    return load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0, device=HOST)
 
 
 def _save_and_load(tmp_path, policy):

@@ -44,7 +44,7 @@ def _source(
         policy = load_policy(ModelConfig(path=model), seed=suite.seed, device=resolve_device(device))
         source = LocalModelSource(policy, field, suite.system, seed=suite.seed, style=style, env=tasks.env_config)
         return source, f"checkpoint {model}"
-    from polyrl.eval.endpoint import EndpointSource
+    from polyrl.eval.endpoint_source import EndpointSource
 
     api_key = None
     if api_key_env:

@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
             from polyrl.cli.torchrun import fsdp_trainer
 
             trainer = fsdp_trainer(cfg, resume is not None, run_dir)
-            cfg, console = trainer.config, Console(quiet=not trainer.ranks.is_writer)
+            cfg, console = trainer.config, Console(quiet=not trainer.placement.ranks.is_writer)
         else:
             trainer = Trainer(cfg, resume=resume is not None)
         placed = describe(trainer.placement.device) + (" (device=auto)" if cfg.device == "auto" else "")

@@ -16,6 +16,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from polyrl.experiments.heldout_set import read_problem_records
+from polyrl.experiments.specialists_design import (
+    JOINT,
+    LOCO_OTHERS,
+    LOCO_PREFIX,
+    SPECIALISTS,
+    WARM_START,
+    arm_name,
+)
 from polyrl.experiments.stats import ci_text as _ci
 from polyrl.experiments.stats import crossed_difference, sample_sd, seed_mde, seeds_for_mde
 from polyrl.experiments.stats import pct as _pct
@@ -37,8 +45,6 @@ def arm_answers(plan, design, seed: int) -> dict[str, Answers] | None:
     """Each arm's answers in ``seed`` — the warm start, the joint run, the composite specialists (a trained task
     by its own specialist, a transfer task by the mean of the specialists) and the leave-one-out arms — or None
     when a run of the seed kept no per-problem answers (it ran before they were recorded)."""
-    from polyrl.experiments.specialists import JOINT, LOCO_OTHERS, LOCO_PREFIX, SPECIALISTS, WARM_START, arm_name
-
     runs = {WARM_START: (plan.sft_dir(seed), "after_sft")}
     runs.update({arm: (plan.run_dir(arm, seed), "after_rl") for arm in design.arms})
     answers = {arm: run_answers(run, name) for arm, (run, name) in runs.items()}
@@ -65,8 +71,6 @@ def by_problem(plan, design) -> dict[str, Any] | None:
     """The comparisons of the specialists report, paired by seed and problem: for each ``a − b`` and each group
     (trained, transfer, each task; the held-out category's tasks for leave-one-out) the
     :class:`~polyrl.experiments.stats.CrossedDifference` as a dict. None when a run kept no per-problem answers."""
-    from polyrl.experiments.specialists import JOINT, LOCO_OTHERS, LOCO_PREFIX, SPECIALISTS, WARM_START
-
     per_seed = [arm_answers(plan, design, s) for s in plan.seeds]
     if any(a is None for a in per_seed):
         return None
@@ -156,7 +160,6 @@ def size_seeds(plan, design, target: float) -> Sizing | None:
     """:class:`Sizing` from the seeds of ``plan`` whose every run finished (None below 2 such seeds or without
     per-problem answers)."""
     from polyrl.experiments.curriculum import run_finished
-    from polyrl.experiments.specialists import JOINT, SPECIALISTS
 
     done = [s for s in plan.seeds if all(run_finished(plan, plan.run_dir(a, s)) for a in design.arms)]
     if len(done) < 2:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from polyrl.policy.decoder import MODULES, Decoder
+from polyrl.forward.decoder import MODULES, Decoder
 from polyrl.policy.fused_decode import FusedWeights, RotaryTables, fusable, fused_decode_step
 from polyrl.policy.packed_decode import Prompts, StaticCache, static_decode_step
 

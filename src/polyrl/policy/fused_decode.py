@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from polyrl.policy.decoder import Decoder
+from polyrl.forward.decoder import Decoder
 from polyrl.policy.packed_decode import write_column
 
 DYNAMIC_ROPE = ("dynamic", "longrope")

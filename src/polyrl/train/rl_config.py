@@ -17,8 +17,9 @@ from polyrl.algos import (
 )
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
+from polyrl.forward.logprobs import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE
 from polyrl.optim import MAX_LR
-from polyrl.policy.generation import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from polyrl.policy.generation import DEFAULT_TOP_P
 from polyrl.registry import registered
 from polyrl.train.config_fields import Strict
 
