@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
-# polyrl's GPU check, in parts that each fit one command on a lent GPU machine (10 minutes a command there; each part
-# is held to GPU_CHECK_BUDGET seconds, 480 by default, setup included). It downloads nothing.
+# polyrl's GPU check: every check that only a GPU can answer, in one command on a lent GPU machine (10 minutes a
+# command there, 15 minutes of device time a session, starts included): the part `lent`, held to GPU_CHECK_BUDGET
+# seconds (480 by default, setup included). It downloads nothing.
 #
 #   bash benchmarks/gpu/fetch_wheels.sh                     # beforehand, here: .gpu/wheels (~5 MB) and .gpu/commit
-#   GPU_CHECK_OUT=$OUT bash benchmarks/gpu_check.sh speed   # on the GPU machine, from the checkout carrying .gpu/
-#   GPU_CHECK_OUT=$OUT bash benchmarks/gpu_check.sh rest
+#   GPU_CHECK_OUT=$OUT bash benchmarks/gpu_check.sh lent    # on the GPU machine, from the checkout carrying .gpu/
 #   bash benchmarks/gpu_check.sh --plan                     # the parts, their checks and time limits
 #
 # GPU_CHECK_OUT (or, where it is unset, $OUT: the folder a lent machine sends back) names the directory every result
 # is written to, each as soon as it exists: a part stopped at its limit still returns what it measured. Only files
-# come back from a lent machine, at most 8 per call, so each part writes at most 7 (run directories stay in a
-# temporary one). What the machine lacks of polyrl's pure-Python dependencies comes as wheels in .gpu/wheels
-# (installed with --no-index into a temporary folder on PYTHONPATH); model weights are made on the device from
-# configs in benchmarks/gpu/ (SmolLM2-135M's shape with its tokenizer; Qwen2.5-1.5B's shape for memory).
+# come back from a lent machine, at most 8 per call: a part writes PART.txt (its PASS/FAIL/SKIP lines), PART.log
+# (each check's log, appended when it ends; a running check's log is NAME.log until then) and each check's results
+# (run directories stay in a temporary folder). What the machine lacks of polyrl's pure-Python dependencies comes as
+# wheels in .gpu/wheels (installed with --no-index into a temporary folder on PYTHONPATH); model weights are made on
+# the device from configs in benchmarks/gpu/ (SmolLM2-135M's shape with its tokenizer; Qwen2.5-1.5B's shape for
+# memory).
 #
-# Parts (the speed goal first), each check with a time limit, PASS, FAIL or SKIP on stdout and in PART.txt:
-#   speed   speed         generation (32 prompts x G=8, 128 new tokens) vs transformers' generate, one RL step vs
-#                         TRL's GRPOTrainer, greedy tokens checked equal, CUDA graph captures and fallbacks
-#                         (benchmarks/gpu_throughput.py; a fallback to eager decoding fails it)
-#           packed        the packed forward against transformers' (greedy tokens, log-probs, gradients)
-#           packed_train  a 5-step `polyrl train --config configs/smollm2.yaml` on SmolLM2-135M's shape
-#   rest    default       the embedded default job on the device: its held-out table beside the CPU's
-#           memory        one update's peak memory and time at Qwen2.5-1.5B's shape, polyrl's settings vs TRL
-#           fsdp          FSDP2 over nccl at world size 1 (`polyrl train --nproc 1`), short
-#   vllm    vllm          vLLM parity and a vllm RL run: skipped, with the reason, without vLLM or on the CPU
+# Checks, each with a time limit, PASS, FAIL or SKIP on stdout and in PART.txt:
+#   speed         generation (32 prompts x G=8, 128 new tokens) vs transformers' generate, one RL step vs TRL's
+#                 GRPOTrainer, greedy tokens checked equal, CUDA graph captures and fallbacks
+#                 (benchmarks/gpu_throughput.py; a fallback to eager decoding fails it)
+#   packed        the packed forward against transformers' (greedy tokens, log-probs, gradients)
+#   packed_train  a 5-step `polyrl train --config configs/smollm2.yaml` on SmolLM2-135M's shape
+#   default       the embedded default job on the device: its held-out table beside the CPU's
+#   memory        one update's peak memory and time at Qwen2.5-1.5B's shape, polyrl's settings vs TRL
+#   fsdp          FSDP2 over nccl at world size 1 (`polyrl train --nproc 1`), short
+#   vllm          vLLM parity and a vllm RL run: skipped, with the reason, without vLLM or on the CPU
+# Parts: `lent` runs speed alone first (its figures are timings), then the default job in the background (a learning
+# outcome, not a timing: it shares the GPU) while packed, memory, fsdp and packed_train run one after another;
+# `speed` and `rest` are the same checks one after another with more time each, for a machine held longer; `vllm`.
 # GPU_CHECK_DEVICE names the device (cuda, cuda:N or cpu; default cuda), checked by polyrl's device parser before
 # any check runs. The exit code is the number of failed checks (2 for a setup that failed). GPU_CHECK_DEVICE=cpu
 # runs the same commands on a CPU at small sizes (the plumbing, tested without a GPU: tests/test_gpu_check.py).
@@ -34,20 +39,30 @@ REPO=$PWD
 COMMAND_LIMIT=600  # seconds one command may run on a lent machine (/work/.library/device/README.md)
 BUDGET=${GPU_CHECK_BUDGET:-480}  # seconds one part may take, setup included: 2 minutes of margin under the limit
 SETUP_LIMIT=90  # wheels, imports, the device, the model files (a fresh machine reads torch from a cold disk)
-declare -A PARTS=([speed]="speed:240 packed:60 packed_train:90" [rest]="default:180 memory:120 fsdp:90" [vllm]="vllm:120")
-ORDER=(speed rest vllm)
+# each part's checks in order, NAME:SECONDS; NAME:SECONDS& starts in the background and runs beside the checks after
+# it, to the end of the part (tests/test_gpu_check.py holds setup plus the part's longest path to the budget)
+declare -A PARTS=(
+    [lent]="speed:180 default:200& packed:50 memory:80 fsdp:35 packed_train:35"
+    [speed]="speed:240 packed:60 packed_train:90"
+    [rest]="default:180 memory:120 fsdp:90"
+    [vllm]="vllm:120"
+)
+ORDER=(lent speed rest vllm)
 
 if [[ ${1:-} == --plan ]]; then  # what tests/test_gpu_check.py holds to the limit
     echo "command_limit $COMMAND_LIMIT"
     echo "budget $BUDGET"
     echo "setup $SETUP_LIMIT"
     for part in "${ORDER[@]}"; do
-        for item in ${PARTS[$part]}; do echo "check $part ${item%%:*} ${item##*:}"; done
+        for item in ${PARTS[$part]}; do
+            seconds=${item##*:}
+            echo "check $part ${item%%:*} ${seconds%&}$([[ $item == *'&' ]] && echo ' background')"
+        done
     done
     exit 0
 fi
 WANTED=("$@")
-[[ ${#WANTED[@]} -eq 0 ]] && WANTED=("${ORDER[@]}")
+[[ ${#WANTED[@]} -eq 0 ]] && WANTED=(lent vllm)  # every check, once
 for part in "${WANTED[@]}"; do
     if [[ -z ${PARTS[$part]+x} ]]; then
         echo "gpu_check: unknown part '$part'; give one or more of: ${ORDER[*]} (or --plan)" >&2
@@ -64,6 +79,11 @@ PY=${PYTHON:-python3}
 [[ -x .venv/bin/python && -z ${PYTHON:-} ]] && PY=.venv/bin/python
 [[ $PY == */* ]] && PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")  # absolute: some checks run elsewhere
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
+# the CPU run checks the script's plumbing, not the GPU's limits: on a shared CPU its time limits are this many
+# times the GPU's (GPU_CHECK_CPU_SLOWER, 4 by default; the limits above are what a GPU call is held to)
+SLOWER=1
+[[ $DEVICE == cpu ]] && SLOWER=${GPU_CHECK_CPU_SLOWER:-4}
+BUDGET=$((BUDGET * SLOWER)) SETUP_LIMIT=$((SETUP_LIMIT * SLOWER))
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -133,71 +153,100 @@ fi
 
 failed=0
 PART=
+BACKGROUND=()
 say() { echo "$@" | tee -a "$RESULTS/$PART.txt"; }
-check() {  # check NAME COMMAND...: run within its limit and the part's budget, log to NAME.log, say PASS/FAIL/SKIP
+check() {  # check NAME: run cmd_NAME within its limit and the part's budget, log to NAME.log, say PASS/FAIL/SKIP
     local name=$1 limit
-    shift
     limit=$(limit_of "$name")
     ((limit > $(left))) && limit=$(left)
     if ((limit < 10)); then
         say "SKIP $name: this call's budget ($BUDGET s) is spent"
         return
     fi
-    local t0=$SECONDS
-    if timeout "$limit" "$@" >"$RESULTS/$name.log" 2>&1; then
+    local t0=$SECONDS log=$RESULTS/$name.log status=0 CMD
+    command_of "$name"
+    timeout "$limit" "${CMD[@]}" >"$log" 2>&1 || status=$?
+    if ((status == 0)); then
         say "PASS $name ($((SECONDS - t0)) s)"
     else
-        say "FAIL $name (exit $?, $((SECONDS - t0)) s, limit $limit s): see $name.log"
-        tail -5 "$RESULTS/$name.log" | sed 's/^/    /'
+        say "FAIL $name (exit $status, $((SECONDS - t0)) s, limit $limit s): see $PART.log"
+        tail -5 "$log" | sed 's/^/    /'
         failed=$((failed + 1))
     fi
+    # one log file per part (a call sends back 8 files): this check's, under a header, then its own file goes
+    { echo "=== $name"; cat "$log"; echo; } >>"$RESULTS/$PART.log" && rm -f "$log"
+}
+check_in_background() {  # check_in_background NAME: `check` beside what follows; `collect` waits for it
+    (
+        failed=0
+        check "$1"
+        exit "$failed"
+    ) &
+    BACKGROUND+=($!)
+}
+collect() {
+    local pid
+    for pid in "${BACKGROUND[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+    BACKGROUND=()
 }
 limit_of() {
     local item
-    for item in ${PARTS[$PART]}; do [[ ${item%%:*} == "$1" ]] && echo "${item##*:}"; done
+    for item in ${PARTS[$PART]}; do
+        [[ ${item%%:*} == "$1" ]] && { item=${item##*:}; echo $((${item%&} * SLOWER)); }
+    done
 }
 show() {  # the results a part wrote, at the end of its output
     local f
     for f in "$@"; do [[ -f $RESULTS/$f ]] && { echo "--- $f"; cat "$RESULTS/$f"; echo; }; done
 }
-
-part_speed() {
-    check speed "$PY" benchmarks/gpu_throughput.py --model "$WORK/smollm2" --device "$DEVICE" "${SPEED[@]}" \
-        --out "$RESULTS/speed.json"
-    check packed "$PY" benchmarks/packed_check.py --model "$WORK/smollm2" --device "$DEVICE" "${PACKED[@]}" \
-        --out "$RESULTS/packed_check.json"
-    check packed_train "$PY" -m polyrl train --config configs/smollm2.yaml --run-dir "$WORK/packed" \
-        model.path="$WORK/smollm2" device="$DEVICE" progress=false tensorboard=false "${SMALL_RUN[@]}"
-    show speed.json packed_check.json
+command_of() {  # command_of NAME: the check's command, in CMD
+    case $1 in
+    speed) CMD=("$PY" benchmarks/gpu_throughput.py --model "$WORK/smollm2" --device "$DEVICE" "${SPEED[@]}"
+        --out "$RESULTS/speed.json") ;;
+    packed) CMD=("$PY" benchmarks/packed_check.py --model "$WORK/smollm2" --device "$DEVICE" "${PACKED[@]}"
+        --out "$RESULTS/packed_check.json") ;;
+    packed_train) CMD=("$PY" -m polyrl train --config configs/smollm2.yaml --run-dir "$WORK/packed"
+        model.path="$WORK/smollm2" device="$DEVICE" progress=false tensorboard=false "${SMALL_RUN[@]}") ;;
+    default) CMD=("$PY" benchmarks/default_job.py --run-dir "$WORK/default" --out "$RESULTS/default.md"
+        --commit "$COMMIT" device="$DEVICE" "${DEFAULT_JOB[@]}") ;;
+    # memory: a setting that failed (a "| failed |" row) fails the check
+    memory) CMD=(bash -c "cd benchmarks && '$PY' memory.py ${MEMORY[*]} --only chunked,all,trl --markdown \
+        --device $DEVICE > '$RESULTS/memory.md' && ! grep -q '| failed |' '$RESULTS/memory.md'") ;;
+    fsdp) CMD=("$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$WORK/fsdp"
+        model.path="$WORK/smollm2" device="$DEVICE" model.autocast=none progress=false tensorboard=false
+        "${SMALL_RUN[@]}") ;;
+    vllm) CMD=("$PY" benchmarks/vllm_check.py --model "$WORK/smollm2" --steps 5 --prompts 32 --group-size 8
+        --out "$RESULTS/vllm_check.json") ;;
+    esac
 }
+declare -A RESULT_FILES=(
+    [speed]=speed.json [packed]=packed_check.json [default]=default.md [memory]=memory.md [vllm]=vllm_check.json
+)
 
-part_rest() {
-    check default "$PY" benchmarks/default_job.py --run-dir "$WORK/default" --out "$RESULTS/default.md" \
-        --commit "$COMMIT" device="$DEVICE" "${DEFAULT_JOB[@]}"
-    check memory bash -c "cd benchmarks && '$PY' memory.py ${MEMORY[*]} --only chunked,all,trl --markdown \
-        --device $DEVICE > '$RESULTS/memory.md' && ! grep -q '| failed |' '$RESULTS/memory.md'"  # a failed setting fails it
-    check fsdp "$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$WORK/fsdp" \
-        model.path="$WORK/smollm2" device="$DEVICE" model.autocast=none progress=false tensorboard=false "${SMALL_RUN[@]}"
-    show default.md memory.md
-}
-
-part_vllm() {
-    if [[ $DEVICE != cuda ]]; then
-        say "SKIP vllm: vLLM runs on CUDA only (GPU_CHECK_DEVICE=$DEVICE)"
-    elif "$PY" -c "import vllm" 2>/dev/null; then
-        check vllm "$PY" benchmarks/vllm_check.py --model "$WORK/smollm2" --steps 5 --prompts 32 --group-size 8 \
-            --out "$RESULTS/vllm_check.json"
-        show vllm_check.json
-    else
-        say "SKIP vllm: vLLM is not installed here (its CUDA wheel cannot be carried; pip install 'polyrl[vllm]')"
-    fi
+run_part() {  # the part's checks in order, the background ones beside those after them; then its results
+    local item name shown=()
+    for item in ${PARTS[$PART]}; do
+        name=${item%%:*}
+        [[ -n ${RESULT_FILES[$name]:-} ]] && shown+=("${RESULT_FILES[$name]}")
+        if [[ $name == vllm && $DEVICE != cuda ]]; then
+            say "SKIP vllm: vLLM runs on CUDA only (GPU_CHECK_DEVICE=$DEVICE)"
+        elif [[ $name == vllm ]] && ! "$PY" -c "import vllm" 2>/dev/null; then
+            say "SKIP vllm: vLLM is not installed here (its CUDA wheel cannot be carried; pip install 'polyrl[vllm]')"
+        elif [[ $item == *'&' ]]; then
+            check_in_background "$name"
+        else
+            check "$name"
+        fi
+    done
+    collect
+    show "${shown[@]}"
 }
 
 for PART in "${WANTED[@]}"; do
     : >"$RESULTS/$PART.txt"
     say "gpu_check $PART: $PLACED${GPU_NAME:+ [$GPU_NAME]}, commit $COMMIT, $(date -u '+%F %H:%M') UTC," \
         "setup $SETUP_S s"
-    "part_$PART"
+    run_part
 done
 say "gpu_check: $failed check(s) failed; results in $RESULTS/ ($((SECONDS - START)) s)"
 exit "$failed"
