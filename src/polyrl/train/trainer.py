@@ -124,12 +124,6 @@ class Trainer:
             self.parts.backend.close()
         self.placement.close()
 
-    # -- read by experiments/curriculum.py, compose.py and mixture_search.py; the run's parts are trainer.parts ---
-    tasks = property(lambda self: self.parts.mix.tasks)
-    prompts = property(lambda self: self.parts.prompts)
-    backend = property(lambda self: self.parts.backend)
-    run_dir = property(lambda self: self.parts.run_dir)
-
 
 def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     """Run the whole pipeline described by ``config``; returns the held-out results."""
