@@ -26,16 +26,30 @@ from machine import machine
 REPO = Path(__file__).resolve().parents[1]
 
 
+UNKNOWN_COMMIT = "unknown (not a git checkout; give --commit)"
+
+
 def commit() -> str:
-    """The checkout's commit, and whether the working tree has changes beside it."""
-    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True)
+    """The checkout's commit, and whether the working tree has changes beside it; :data:`UNKNOWN_COMMIT` where
+    there is no git or no repository (a lent GPU machine gets a copy of the tree without either: issue #42, where
+    this raised FileNotFoundError; ``gpu_check.sh`` passes ``--commit``)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True)
+    except OSError:
+        return UNKNOWN_COMMIT
+    if head.returncode != 0 or not head.stdout.strip():
+        return UNKNOWN_COMMIT
     return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+
+
+JOB = ("progress=false",)
+"""The default job: ``polyrl train`` with no config, these overrides and the caller's."""
 
 
 def train(run_dir: Path, overrides: list[str]) -> tuple[float, float]:
     """Run the default job; its wall time (s) and the trainer's peak RSS (GB)."""
-    env_cmd = [sys.executable, "-m", "polyrl", "train", "--run-dir", str(run_dir), "progress=false", *overrides]
+    env_cmd = [sys.executable, "-m", "polyrl", "train", "--run-dir", str(run_dir), *JOB, *overrides]
     t0 = time.perf_counter()
     done = subprocess.run(env_cmd, cwd=REPO)
     wall = time.perf_counter() - t0
@@ -90,7 +104,7 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, default=Path("runs/readme"), help="Where the job writes its run.")
     parser.add_argument("--out", type=Path, help="Also write the section to this file.")
     parser.add_argument("--table-only", action="store_true", help="Format the run in --run-dir; do not train.")
-    parser.add_argument("--commit", help="With --table-only: the commit the run was made at (default: HEAD).")
+    parser.add_argument("--commit", help="The commit the run is (or was) made at (default: HEAD, where git is).")
     parser.add_argument("overrides", nargs="*", help="Config overrides for the run (key=value).")
     args = parser.parse_args()
     wall = peak = None

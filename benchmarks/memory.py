@@ -71,6 +71,9 @@ def vocab_size(args) -> int:
 
 
 def build_model(args, dtype: torch.dtype = torch.float32):
+    """The model of ``args`` on its device. Random weights are made there (``torch.device`` as the default device):
+    the 1.5B shape's random init took 70-85 s of 2 CPU threads in each setting's subprocess before it moved to the
+    GPU (issue #42); on a GPU it takes a second."""
     from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     if args.model:
@@ -81,23 +84,25 @@ def build_model(args, dtype: torch.dtype = torch.float32):
         from polyrl.policy.presets import resolve_model_path
 
         path = Path(resolve_model_path(args.model))
-        if not any(path.glob("*.safetensors")):  # a config only (benchmarks/gpu/make_model.py): its shape at random
-            torch.manual_seed(0)
-            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype).to(device(args))
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device(args))
-
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=args.hidden,
-        intermediate_size=args.hidden * 11 // 4,
-        num_hidden_layers=args.layers,
-        num_attention_heads=max(1, args.hidden // 64),
-        num_key_value_heads=max(1, args.hidden // 128),
-        max_position_embeddings=max(args.length, 1024),
-        tie_word_embeddings=True,
-    )
+        if any(path.glob("*.safetensors")):
+            return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device(args))
+        config = AutoConfig.from_pretrained(path)  # a config only (benchmarks/gpu/make_model.py): its shape at random
+    else:
+        config = Qwen2Config(
+            vocab_size=VOCAB,
+            hidden_size=args.hidden,
+            intermediate_size=args.hidden * 11 // 4,
+            num_hidden_layers=args.layers,
+            num_attention_heads=max(1, args.hidden // 64),
+            num_key_value_heads=max(1, args.hidden // 128),
+            max_position_embeddings=max(args.length, 1024),
+            tie_word_embeddings=True,
+        )
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(config).to(dtype).to(device(args))
+    with torch.device(device(args)):
+        if args.model:
+            return AutoModelForCausalLM.from_config(config, dtype=dtype)
+        return Qwen2ForCausalLM(config).to(dtype)
 
 
 def trajectories(args):

@@ -8,7 +8,9 @@ On the given device, in float32: greedy completions of ``--prompts`` problems of
 (natural prompts through the model's chat template) with ``--group-size`` copies each, from both forwards —
 they must be the same tokens; then ``sequence_logprobs`` of those rows with gradients, both ways — log-probs
 within 1e-4 and every parameter's gradient within 1e-3 of its largest entry. Times are wall seconds, after one
-warm-up of each. ``benchmarks/gpu_check.sh`` runs it on CUDA with ``model.forward: packed``.
+warm-up of each. On CUDA the packed side is what runs there: decode steps replayed as CUDA graphs, FlexAttention in
+the forward; their captures and fallbacks are in the result, and a fallback fails the check (the kernels checked
+would not be the device's). ``benchmarks/gpu_check.sh`` runs it on CUDA with ``model.forward: packed``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from machine import device_option  # benchmarks/machine.py (scripts run from benchmarks/)
 
 from polyrl.cli.train import default_config_path
-from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward import attention_kernels, collate, sequence_logprobs
 from polyrl.forward.decoder import Decoder, set_forward
 from polyrl.policy import PromptBuilder, TransformersBackend
 from polyrl.policy.loading import load_policy
@@ -44,43 +46,35 @@ def timed(fn, device: torch.device):
     return out, time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present, else the CPU), cpu, cuda, cuda:N.")
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", help="Also write the result as JSON here.")
-    args = parser.parse_args()
-    device = device_option(args.device, "packed_check")
-    torch.set_num_threads(args.threads)
+def check(model_path: str, device: torch.device, prompts: int, group_size: int, max_new_tokens: int) -> dict:
+    """Greedy tokens, log-probs and gradients of both forwards on ``device``; the result (``ok``: within the
+    tolerances). Every tensor the check hands the model is made on ``device`` or moved there once (the batch with
+    one ``.to(device)``): on CUDA a host batch meets the embedding on the GPU (issue #42: the check collated a host
+    batch, ``tests/test_gpu_check_entry_points.py`` runs it on the device guard)."""
     cfg = load_config(
-        default_config_path(),
-        [f"model.path={args.model}", "model.autocast=none", "prompt.style=natural", f"device={device}"],
+        default_config_path(), [f"model.path={model_path}", "model.autocast=none", "prompt.style=natural"]
     )
     policy = load_policy(cfg.model, device=device)
     model, tok = policy.model, policy.tokenizer
     set_forward(model, "packed")
     if Decoder.of(model) is None:
-        raise SystemExit(f"{args.model}: the packed forward does not apply to this model")
+        raise SystemExit(f"{model_path}: the packed forward does not apply to this model")
     tasks = {
         spec.name: resolve_task(spec.name, env=cfg.env, harness=spec.harness, dataset=spec.dataset)
         for spec in cfg.tasks
     }
-    prompts = PromptBuilder(tok, cfg.prompt)
+    builder = PromptBuilder(tok, cfg.prompt)
     rng = np.random.default_rng(0)
     names = list(tasks)
-    problems = [tasks[names[i % len(names)]].generate(int(rng.integers(2**31)), "easy") for i in range(args.prompts)]
-    flat = [prompts.ids(p) for p in problems for _ in range(args.group_size)]
+    problems = [tasks[names[i % len(names)]].generate(int(rng.integers(2**31)), "easy") for i in range(prompts)]
+    flat = [builder.ids(p) for p in problems for _ in range(group_size)]
     backend = TransformersBackend(model, tok, device=device)
-    result = {"model": args.model, "device": str(device), "rows": len(flat)}
+    result = {"model": model_path, "device": str(device), "rows": len(flat)}
     gens = {}
     for mode in ("packed", "transformers"):
         set_forward(model, mode)
         gens[mode], result[f"generate_s_{mode}"] = timed(
-            lambda: backend.generate(flat, max_new_tokens=args.max_new_tokens, greedy=True), device
+            lambda: backend.generate(flat, max_new_tokens=max_new_tokens, greedy=True), device
         )
     result["greedy_rows_equal"] = sum(
         a.completion_ids == b.completion_ids for a, b in zip(gens["packed"], gens["transformers"])
@@ -103,17 +97,36 @@ def main() -> None:
     result["gradient_max_rel_diff"] = max(
         float((g_packed[n] - g).abs().max() / g.abs().max().clamp(min=1e-12)) for n, g in g_hf.items()
     )
-    ok = (
+    result["graphs"] = backend.graph_stats()
+    result["attention_fallbacks"] = list(attention_kernels.FALLBACKS)
+    fallbacks = (result["graphs"] or {}).get("fallbacks", []) + result["attention_fallbacks"]
+    result["ok"] = (
         result["greedy_rows_equal"] == len(flat)
         and result["logprob_max_diff"] <= LOGPROB_TOLERANCE
         and result["gradient_max_rel_diff"] <= GRADIENT_TOLERANCE
+        and not fallbacks  # the kernels checked are the ones the device runs
     )
-    result["ok"] = ok
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present, else the CPU), cpu, cuda, cuda:N.")
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", help="Also write the result as JSON here.")
+    args = parser.parse_args()
+    device = device_option(args.device, "packed_check")
+    torch.set_num_threads(args.threads)
+    result = check(args.model, device, args.prompts, args.group_size, args.max_new_tokens)
     print(json.dumps(result, indent=1))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
-    sys.exit(0 if ok else 1)
+    sys.exit(0 if result["ok"] else 1)
 
 
 if __name__ == "__main__":

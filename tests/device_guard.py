@@ -11,7 +11,11 @@ when the code keeps its tensors where they belong. Build the batches inside the 
 made (before it began, by autograd, by a deep copy) is taken to be on whichever side it meets.
 
 What CUDA allows is allowed: 0-d host tensors (a CPU scalar) with device tensors, host index tensors into a device
-tensor, copies across devices (``copy_``, ``to``, slice assignment), ``.item()`` / ``.tolist()`` / ``float()``.
+tensor, copies across devices (``copy_``, ``to``, slice assignment), ``.item()`` / ``.tolist()`` / ``float()``. What
+CUDA refuses is refused, where a looser rule would hide it (issue #42): advanced-index assignment
+(``t[index] = values``, an ``index_put_``) of non-scalar values from the other side, and 0-d host tensors in the ops
+that join tensors (``cat``, ``stack``). What a CUDA graph capture refuses besides (host syncs) is
+``tests/cuda_graph_standin.py``'s to see.
 Parameters' gradients are device tensors (a hook tags them as they are accumulated), optimizer states too (built
 ``*_like`` the parameters).
 """
@@ -51,7 +55,7 @@ _FACTORIES = {
 }
 _LIKE = {torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like, torch.randn_like}
 _MOVES = {torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu}
-_CROSS_DEVICE_OK = {torch.Tensor.copy_, torch.Tensor.__setitem__, torch._has_compatible_shallow_copy_type}
+_CROSS_DEVICE_OK = {torch.Tensor.copy_, torch._has_compatible_shallow_copy_type}
 _READS = {
     torch.Tensor.item,
     torch.Tensor.tolist,
@@ -195,8 +199,13 @@ class SecondDevice(TorchFunctionMode):
         flags = [on_device(t) for t in tensors]
         if any(flags):
             self.checked += 1
-            host = [t for t, f in zip(tensors, flags) if f is False and t.dim() > 0]
-            if host and func not in _CROSS_DEVICE_OK and not _host_index(func, args):
+            if func is torch.Tensor.__setitem__:
+                host = _scattered_across(args) if _advanced(args[1]) else []
+            elif func in _CROSS_DEVICE_OK or _host_index(func, args):
+                host = []
+            else:  # a 0-d host tensor is a scalar to the ops that broadcast, not to those that join tensors
+                host = [t for t, f in zip(tensors, flags) if f is False and (t.dim() > 0 or func in _JOINS)]
+            if host:
                 shapes = ", ".join(str(tuple(t.shape)) for t in host)
                 raise DeviceMismatch(
                     f"Expected all tensors to be on the same device, but found at least two devices, {DEVICE} and "
@@ -208,6 +217,36 @@ class SecondDevice(TorchFunctionMode):
         # on the device if anything was; on the host if something was and nothing on the device; else unknown
         result = True if any(flags) else False if (False in flags or not tensors) else None
         return tree_map(lambda t: _tag(t, result) if isinstance(t, torch.Tensor) else t, out)
+
+
+_JOINS = {
+    torch.cat,
+    torch.concat,
+    torch.concatenate,
+    torch.stack,
+    torch.hstack,
+    torch.vstack,
+    torch.dstack,
+    torch.column_stack,
+}
+"""Ops that join tensors: every one must be on one device, 0-d ones too (CUDA: ``torch.stack`` of a CUDA scalar and a
+CPU one raises)."""
+
+
+def _advanced(index) -> bool:
+    """Whether an index is advanced indexing (a tensor or a list in it), which assigns with ``index_put_``."""
+    index = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, (torch.Tensor, list)) for i in index)
+
+
+def _scattered_across(args) -> list[torch.Tensor]:
+    """``target[advanced] = values``: ``index_put_``, which CUDA runs only when the values are where the target is
+    (a 0-d host tensor excepted); slice assignment is a copy, which crosses devices. The values that break it."""
+    target, value = args[0], args[2]
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return []
+    there, here = on_device(target), on_device(value)
+    return [value] if there is not None and here is not None and there != here else []
 
 
 def _host_index(func, args) -> bool:

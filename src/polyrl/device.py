@@ -50,7 +50,7 @@ def _concrete(spec: str) -> str:
 
 def device_kind(spec: str) -> str:
     """``cpu``, ``cuda`` or ``mps``: what ``spec`` resolves to here, without checking that the device exists (the
-    config's cross-checks: an engine that needs CUDA, fp16 autocast)."""
+    config's cross-checks: an engine that needs CUDA)."""
     return _concrete(spec).partition(":")[0]
 
 

@@ -26,6 +26,7 @@ from polyrl.device import HOST
 from polyrl.forward import collate, sequence_logprobs
 from polyrl.forward.decoder import Decoder, pack, set_forward
 from polyrl.policy import TransformersBackend
+from polyrl.policy.decode_graphs import DecodeGraphs
 from polyrl.policy.packed_decode import GraphedDecode, PackedLinears
 from polyrl.policy.tiny import build_tiny_policy
 
@@ -213,13 +214,13 @@ def test_the_fixed_batch_decode_step_a_cuda_graph_replays_is_model_generate_gree
     model = _model(kind).eval()
     flat = _prompts(seed=4)
     graphed = TransformersBackend(model, _Tok(), device=HOST)
-    graphed.cuda_graphs = True  # on a CPU: the fixed-batch state without capture
+    graphed.graphs = DecodeGraphs(capture=False, fused=False)  # on a CPU: the fixed-batch state, eagerly
     assert isinstance(graphed.decode_state(flat, 8), GraphedDecode)
     first = graphed.generate(flat, max_new_tokens=16, greedy=True)
     frequent = Counter(t for g in first for t in g.completion_ids[2:]).most_common(3)
     model.generation_config.eos_token_id = [1] + [t for t, _ in frequent]  # rows finish early and keep their slots
     graphed = TransformersBackend(model, _Tok(), device=HOST)
-    graphed.cuda_graphs = True
+    graphed.graphs = DecodeGraphs(capture=False, fused=False)
     out = graphed.generate(flat, max_new_tokens=16, greedy=True)
     set_forward(model, "transformers")
     plain = TransformersBackend(model, _Tok(), shared_prefill=False, device=HOST).generate(

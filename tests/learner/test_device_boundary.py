@@ -123,6 +123,30 @@ def test_the_guard_raises_where_cuda_would_and_allows_what_cuda_allows():
             out.detach().numpy()
 
 
+def test_the_guard_refuses_what_cuda_refuses_where_a_looser_rule_would_hide_it():
+    """Issue #42: advanced-index assignment is an ``index_put_`` (the values must be on the target's device, a 0-d
+    host tensor excepted; slice assignment is a copy, which crosses), and ``cat``/``stack`` take no CPU scalar."""
+    weight = torch.nn.Linear(3, 2)
+    with second_device(weight) as guard:
+        out = weight(torch.ones(4, 3).to(guard.device)).detach()
+        rows = torch.tensor([0, 2])
+        with pytest.raises(DeviceMismatch):
+            out[rows] = torch.zeros(2, 2)
+        with pytest.raises(DeviceMismatch):
+            out[[1, 3]] = torch.zeros(2, 2)
+        host = torch.zeros(4, 2)
+        with pytest.raises(DeviceMismatch):
+            host[rows] = out[rows]
+        out[rows] = torch.tensor(0.0)  # a CPU scalar
+        out[rows] = torch.zeros(2, 2).to(guard.device)
+        out[0:2] = torch.ones(2, 2)  # a copy
+        with pytest.raises(DeviceMismatch):
+            torch.stack([out[0, 0], torch.tensor(1.0)])
+        with pytest.raises(DeviceMismatch):
+            torch.cat([out.flatten(), torch.zeros(1)])
+        assert on_device(torch.stack([out[0, 0], torch.tensor(1.0).to(guard.device)]))
+
+
 def test_the_guard_catches_the_bug_the_first_gpu_run_hit(policy):
     """``-advantages * ratio`` with host advantages and device log-probs: what crashed at the first RL update."""
     from polyrl.algos import ObjectiveInputs, get_objective

@@ -185,9 +185,18 @@ def test_pure_bf16_trains_bf16_weights():
     assert result.skipped_updates == 0 and all(p.dtype == torch.bfloat16 for p in model.parameters())
 
 
-def test_fp16_autocast_on_cpu_is_a_config_error(tiny_train_config):
-    with pytest.raises(UserError, match=r"model\.autocast=fp16 needs a CUDA device"):
-        tiny_train_config(model={"path": "tiny", "tiny": TINY, "autocast": "fp16"})
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_fp16_autocast_is_refused_for_training_in_one_line_pointing_to_bf16(tiny_train_config, device):
+    """No gradient scaler anywhere in polyrl: fp16 gradients would underflow (issue #42), on a GPU too."""
+    with pytest.raises(
+        UserError, match=r"model\.autocast=fp16 trains without a gradient scaler .* model\.autocast=bf16$"
+    ):
+        tiny_train_config(model={"path": "tiny", "tiny": TINY, "autocast": "fp16"}, device=device)
+
+
+def test_fp16_weights_are_refused_for_training_in_one_line_pointing_to_bf16(tiny_train_config):
+    with pytest.raises(UserError, match=r"model\.dtype=float16 trains fp16 weights .* model\.dtype=bfloat16"):
+        tiny_train_config(model={"path": "tiny", "tiny": TINY, "dtype": "float16", "autocast": "none"})
 
 
 @pytest.mark.parametrize("share_prompts", [True, False])

@@ -23,7 +23,7 @@ Llama checkpoints use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -156,6 +156,9 @@ class AttentionBlock:
     """``[S, Lq, Lk]`` bool."""
     query_valid: Tensor
     """``[S, Lq]`` bool: real queries (their outputs are kept)."""
+    kernel_mask: object = field(default=None, init=False, repr=False, compare=False)
+    """On CUDA, FlexAttention's block mask of ``allowed`` (``forward/attention_kernels.py``), made at the first layer
+    and read by every other."""
 
 
 def causal_block(starts: list[int], lengths: list[int], device=None) -> AttentionBlock:
@@ -310,13 +313,16 @@ def packed_hidden(
     values ``[T, KV, D]`` (after the rotary embedding) are appended to it, for a KV cache."""
     x = dec.trunk.embed_tokens(ids)
     cos, sin = dec.rotary(positions, x)
+    # where each block's real queries are among its [S·Lq] rows: found once here (a host sync on CUDA), not in every
+    # layer by a boolean mask (issue #42: one sync per layer and block)
+    valid = [b.query_valid.reshape(-1).nonzero().squeeze(1) for b in blocks]
     # the blocks' real queries, concatenated, are a permutation of the tokens: its inverse puts them back
-    order = torch.argsort(torch.cat([b.queries[b.query_valid] for b in blocks]))
+    order = torch.argsort(torch.cat([b.queries.reshape(-1).index_select(0, i) for b, i in zip(blocks, valid)]))
     for layer in dec.layers:
         if dec.checkpointing():
-            x = checkpoint(_layer, dec, layer, x, cos, sin, blocks, order, linears, None, use_reentrant=False)
+            x = checkpoint(_layer, dec, layer, x, cos, sin, blocks, valid, order, linears, None, use_reentrant=False)
         else:
-            x = _layer(dec, layer, x, cos, sin, blocks, order, linears, keep_kv)
+            x = _layer(dec, layer, x, cos, sin, blocks, valid, order, linears, keep_kv)
     return dec.trunk.norm(x)
 
 
@@ -345,14 +351,30 @@ def layer_rest(layer, x: Tensor, attended: Tensor, linears: Linears) -> Tensor:
     return x + linears(mlp.down_proj, mlp.act_fn(gate) * up)
 
 
-def _layer(dec: Decoder, layer, x, cos, sin, blocks, order: Tensor, linears: Linears, keep_kv) -> Tensor:
+def device_kernels(x: Tensor) -> bool:
+    """Whether attention takes the CUDA kernels of ``forward/attention_kernels.py`` (the CPU keeps the eager
+    formula, and its numbers)."""
+    return x.is_cuda
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, block: AttentionBlock, scale: float) -> Tensor:
+    if not device_kernels(q):
+        return attention(q, k, v, block.allowed, scale)
+    from polyrl.forward.attention_kernels import block_mask, device_attention
+
+    if block.kernel_mask is None:
+        block.kernel_mask = block_mask(block.allowed)
+    return device_attention(q, k, v, block.allowed, scale, block.kernel_mask)
+
+
+def _layer(dec: Decoder, layer, x, cos, sin, blocks, valid, order: Tensor, linears: Linears, keep_kv) -> Tensor:
     q, k, v = layer_qkv(dec, layer, x, cos, sin, linears)
     if keep_kv is not None:
         keep_kv.append((k, v))
     scale = layer.self_attn.scaling
-    outs = [
-        attention(gather(q, b.queries), gather(k, b.keys), gather(v, b.keys), b.allowed, scale)[b.query_valid]
-        for b in blocks
-    ]
+    outs = []
+    for b, rows in zip(blocks, valid):
+        out = _attend(gather(q, b.queries), gather(k, b.keys), gather(v, b.keys), b, scale)
+        outs.append(out.reshape(-1, *out.shape[2:]).index_select(0, rows))
     out = gather(torch.cat(outs) if len(outs) > 1 else outs[0], order)
     return layer_rest(layer, x, out.reshape(x.shape[0], -1), linears)

@@ -17,7 +17,8 @@ from polyrl.forward.decoder import MODULES, Decoder
 from polyrl.forward.logprobs import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE
 from polyrl.forward.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
 from polyrl.forward.prefill import Prefill, forward_args, left_pad, prefill
-from polyrl.policy.packed_decode import GraphedDecode, PackedDecode, PackedLinears
+from polyrl.policy.decode_graphs import DecodeGraphs
+from polyrl.policy.packed_decode import GraphedDecode, PackedDecode, PackedLinears, prefill_prompts
 
 DEFAULT_TOP_P = 1.0
 """Nucleus wherever none is given: ``rl.top_p``, an eval suite's, and a library call of ``generate`` (1: the
@@ -94,8 +95,11 @@ class TransformersBackend:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         """Where the model's weights are (its owner put them there); every tensor of a generation is made here."""
-        self.cuda_graphs = cuda_graphs and self.device.type == "cuda"
-        """Replay each packed decode step as one CUDA graph (``generation.cuda_graphs``; CUDA only)."""
+        on_cuda = self.device.type == "cuda"
+        self.graphs = DecodeGraphs(capture=True, fused=True) if cuda_graphs and on_cuda else None
+        """The decode steps' buffers and CUDA graphs, kept across calls (``generation.cuda_graphs``; CUDA only;
+        ``policy/decode_graphs.py``). A test may give one on the CPU (with capture off, or the CPU stand-in of
+        ``tests/cuda_graph_standin.py``)."""
         self.batch_size = batch_size
         self.shared_prefill = shared_prefill
         self.version = 0
@@ -104,6 +108,10 @@ class TransformersBackend:
     def sync_weights(self, model, version: int) -> None:
         self.model = model  # same process, same tensors
         self.version = version
+
+    def graph_stats(self) -> dict | None:
+        """What the decode graphs did (captures, replays, eager steps, fallbacks); None without graphs."""
+        return self.graphs.stats.as_dict() if self.graphs is not None else None
 
     @property
     def behaviour_logprobs(self) -> bool:
@@ -176,15 +184,20 @@ class TransformersBackend:
         rows = torch.arange(n, device=device)  # which completion each batch row is, in cache order
         running = torch.ones(n, dtype=torch.bool, device=device)
         eos = torch.tensor(self._eos, device=device)
+        fixed = getattr(state, "fixed_rows", False)
         for step in range(max_new_tokens):
             nxt, nxt_logp = sample_tokens(logits, temperature, top_p, greedy)
-            tokens[rows[running], step] = nxt[running]
-            logprobs[rows[running], step] = nxt_logp[running]
+            if fixed:  # every row in its slot: no boolean index (a host sync on CUDA) to write the step
+                tokens[:, step] = torch.where(running, nxt, tokens[:, step])
+                logprobs[:, step] = torch.where(running, nxt_logp, logprobs[:, step])
+            else:
+                tokens[rows[running], step] = nxt[running]
+                logprobs[rows[running], step] = nxt_logp[running]
             running &= ~torch.isin(nxt, eos)
             alive = int(running.sum())
             if step == max_new_tokens - 1 or alive == 0:
                 break
-            if alive <= 0.75 * len(rows) and not getattr(state, "fixed_rows", False):
+            if alive <= 0.75 * len(rows) and not fixed:
                 # drop finished rows from the batch and the cache (a copy, so not each step)
                 keep = torch.nonzero(running).flatten()
                 rows, nxt, running = rows[keep], nxt[keep], running[keep]
@@ -202,10 +215,12 @@ class TransformersBackend:
             mode = autocast_mode(self.model)
             dtype = AUTOCAST_DTYPES.get(mode) or next(self.model.parameters()).dtype
             linears = MODULES
-            if dtype == torch.bfloat16 and PackedLinears.available(dec, self.device):
+            if dtype == torch.bfloat16 and self.graphs is None and PackedLinears.available(dec, self.device):
                 linears = PackedLinears(dec, len(prompts))
-            state = PackedDecode(dec, unique, source, max_new_tokens, linears, dtype, self.device)
-            return GraphedDecode(state, capture=self.device.type == "cuda") if self.cuda_graphs else state
+            prefilled = prefill_prompts(dec, unique, source, linears, self.device)
+            if self.graphs is not None:
+                return GraphedDecode(dec, prefilled, max_new_tokens, dtype, self.graphs)
+            return PackedDecode(dec, prefilled, max_new_tokens, linears, dtype)
         return _CachedDecode.of(self.model, unique, source, self.tokenizer.pad_token_id, self.device)
 
 

@@ -54,11 +54,11 @@ class ModelConfig(BaseModel):
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape of the embedded default.")
     dtype: str = Field(
         "float32",
-        description="Weights dtype (also of the optimizer's states): float32, bfloat16 (pure bf16 with autocast none) or float16.",
+        description="Weights dtype (also of the optimizer's states): float32, bfloat16 (pure bf16 with autocast none) or float16 (evaluation and serving only: training refuses fp16, which needs a gradient scaler polyrl does not apply).",
     )
     autocast: Literal["auto", "none", "bf16", "fp16"] = Field(
         "auto",
-        description="Run forward passes (generation included) under torch.autocast in this precision over the stored weights (float32 + bf16: mixed precision with float32 master weights; fp16 needs CUDA); auto: bf16 where it measured faster (a bf16-capable CPU or GPU and a model at least 384 wide), else none.",
+        description="Run forward passes (generation included) under torch.autocast in this precision over the stored weights (float32 + bf16: mixed precision with float32 master weights; fp16: evaluation and serving on CUDA only, training refuses it for want of a gradient scaler); auto: bf16 where it measured faster (a bf16-capable CPU or GPU and a model at least 384 wide), else none.",
     )
     forward: Literal["auto", "packed", "transformers"] = Field(
         "auto",

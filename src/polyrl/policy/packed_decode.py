@@ -1,12 +1,13 @@
 """Generation on polyrl's packed forward (``forward/decoder.py``): prompts prefilled packed, a static KV cache, one
 decode step per token, on a CPU with bf16 matmuls every weight reordered once per ``generate`` call, and on CUDA
-each decode step replayed as one CUDA graph.
+each decode step replayed as one CUDA graph (``policy/decode_graphs.py``).
 
 ``TransformersBackend`` (``policy/generation.py``) drives the sampling loop; :class:`PackedDecode` is its state
 for a chunk of prompts on a supported decoder: ``first_logits``, ``step(tokens)``, ``select(rows)``;
-:class:`GraphedDecode` the same state with a fixed batch, whose step is a CUDA graph.
+:class:`GraphedDecode` the same state with a fixed batch, whose steps run in buffers that ``DecodeGraphs`` keeps
+across calls and replays as CUDA graphs.
 
-Why graphs: a decode step of a small model is hundreds of small kernels (a 30-layer model: ~20 per layer), each
+Why graphs: a decode step of a small model is hundreds of small kernels (a 30-layer model: ~40 per layer), each
 microseconds of work behind microseconds of launch overhead, so an eager step is bound by the CPU launching them
 (~26 ms per step for SmolLM2-135M's shape on an H200, where the weights and cache it reads take well under 1 ms).
 A graph launches the whole step at once. It needs fixed shapes and no host values inside the step: the cache
@@ -16,7 +17,7 @@ discarded) instead of leaving the batch.
 
 from __future__ import annotations
 
-import warnings
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -104,15 +105,39 @@ class StaticCache:
     def __init__(
         self, dec: Decoder, prompt_kv: list, prompt_index: Tensor, prompt_valid: Tensor, new_tokens: int, dtype
     ):
-        layers, rows, p = len(dec.layers), prompt_index.shape[0], prompt_index.shape[1]
-        shape = (layers, rows, dec.kv_heads, p + new_tokens, dec.head_dim)
-        self.keys = torch.zeros(shape, dtype=dtype, device=prompt_index.device)
+        rows, p = prompt_index.shape
+        self._allocate(dec, rows, p + new_tokens, dtype, prompt_index.device)
+        self.load(prompt_kv, prompt_index, prompt_valid, clear=False)
+
+    @classmethod
+    def empty(cls, dec: Decoder, rows: int, width: int, dtype, device) -> StaticCache:
+        """A cache of ``rows`` × ``width`` columns to :meth:`load` prompts into, again and again (a CUDA graph
+        captured on it reads these buffers)."""
+        cache = cls.__new__(cls)
+        cache._allocate(dec, rows, width, dtype, device)
+        return cache
+
+    def _allocate(self, dec: Decoder, rows: int, width: int, dtype, device) -> None:
+        shape = (len(dec.layers), rows, dec.kv_heads, width, dec.head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros_like(self.keys)
+        self.allowed = torch.zeros(rows, width, dtype=torch.bool, device=device)
+        self.filled = 0
+
+    def load(self, prompt_kv: list, prompt_index: Tensor, prompt_valid: Tensor, clear: bool = True) -> None:
+        """The prompts of the first ``len(prompt_index)`` rows (``prompt_kv``: each layer's packed ``[T, KV, D]``
+        keys and values, gathered at ``prompt_index [rows, P]``); every other column and row is empty (``clear``:
+        a reused buffer, of which nothing of the last chunk stays)."""
+        rows, p = prompt_index.shape
+        if clear:
+            self.keys.zero_()
+            self.values.zero_()
+            self.allowed.zero_()
         for i, (k, v) in enumerate(prompt_kv):  # [T, KV, D] packed -> [rows, KV, P, D]
-            self.keys[i, :, :, :p] = gather(k, prompt_index).transpose(1, 2)
-            self.values[i, :, :, :p] = gather(v, prompt_index).transpose(1, 2)
-        self.allowed = torch.zeros(rows, p + new_tokens, dtype=torch.bool, device=prompt_index.device)
-        self.allowed[:, :p] = prompt_valid
+            self.keys[i, :rows, :, :p] = gather(k, prompt_index).transpose(1, 2)
+            self.values[i, :rows, :, :p] = gather(v, prompt_index).transpose(1, 2)
+        self.allowed[:rows, :p] = prompt_valid
+        self.allowed[:rows, p:] = False
         self.filled = p
 
     def select(self, rows: Tensor) -> None:
@@ -130,6 +155,24 @@ def decode_step(dec: Decoder, cache: StaticCache, ids: Tensor, positions: Tensor
     return hidden
 
 
+def write_column(cache: Tensor, col: Tensor, x: Tensor) -> None:
+    """Write ``x [N, KV, D]`` at column ``col`` (a 1-element device tensor) of ``cache [N, KV, width, D]``. One column,
+    so no element is written twice and the result cannot depend on an order; yet torch's deterministic mode (the
+    ``deterministic: true`` default) sends CUDA's ``index_copy_`` down the sorted ``index_put_`` path, about ten
+    kernels for each of a step's two writes per layer (issue #42). On CUDA it is off for the write: the same values,
+    one kernel."""
+    x = x.unsqueeze(2).to(cache.dtype)
+    if not (cache.is_cuda and torch.are_deterministic_algorithms_enabled()):
+        cache.index_copy_(2, col, x)
+        return
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
+    try:
+        cache.index_copy_(2, col, x)
+    finally:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+
+
 def static_decode_step(
     dec: Decoder, cache: StaticCache, ids: Tensor, positions: Tensor, col: Tensor, linears: Linears
 ) -> Tensor:
@@ -144,8 +187,8 @@ def static_decode_step(
     for i, layer in enumerate(dec.layers):
         q, k, v = layer_qkv(dec, layer, x, cos, sin, linears)
         keys, values = cache.keys[i], cache.values[i]  # [N, KV, width, D]
-        keys.index_copy_(2, col, k.unsqueeze(2).to(keys.dtype))
-        values.index_copy_(2, col, v.unsqueeze(2).to(values.dtype))
+        write_column(keys, col, k)
+        write_column(values, col, v)
         qg = q.view(n, dec.kv_heads, group, dec.head_dim).to(keys.dtype)
         scores = torch.matmul(qg, keys.transpose(-1, -2)) * layer.self_attn.scaling  # [N, KV, group, width]
         probs = torch.softmax(scores.float().masked_fill_(blocked, hidden), dim=-1).to(values.dtype)
@@ -153,32 +196,52 @@ def static_decode_step(
     return dec.trunk.norm(x)
 
 
+@dataclass
+class Prompts:
+    """The distinct prompts of a chunk prefilled once as packed tokens, laid out for a row per completion."""
+
+    first_logits: Tensor
+    """``[N, V]`` logits of each row's first new token."""
+    kv: list
+    """Each layer's packed keys and values ``[T, KV, D]`` (after the rotary embedding)."""
+    index: Tensor
+    """``[N, P]`` packed index of each row's prompt token at each column (right-aligned)."""
+    valid: Tensor
+    """``[N, P]`` bool: the columns that hold a prompt token."""
+    lengths: Tensor
+    """``[N]`` each row's prompt length: the position of its first new token."""
+
+
+def prefill_prompts(dec: Decoder, unique: list, source: list[int], linears: Linears, device) -> Prompts:
+    """Each distinct prompt of ``unique`` through the decoder once, packed; ``source`` names each row's."""
+    lengths = torch.tensor([len(u) for u in unique], device=device)
+    starts = torch.cumsum(lengths, 0) - lengths
+    ids = torch.tensor([t for u in unique for t in u], device=device)
+    positions = torch.cat([torch.arange(int(n), device=device) for n in lengths])
+    kv: list = []
+    block = causal_block(starts.tolist(), lengths.tolist(), device)
+    hidden = packed_hidden(dec, ids, positions, [block], linears, keep_kv=kv)
+    src = torch.tensor(source, device=device)
+    first_logits = linears(dec.head, hidden[(starts + lengths - 1)[src]])
+    width = int(lengths.max())
+    cols = torch.arange(width, device=device)
+    pad = (width - lengths[src]).unsqueeze(1)  # each row's prompt right-aligned
+    valid = cols >= pad
+    index = torch.where(valid, starts[src].unsqueeze(1) + cols - pad, starts[src].unsqueeze(1))
+    return Prompts(first_logits, kv, index, valid, lengths[src].clone())
+
+
 class PackedDecode:
-    """Sampling state of one generation chunk on the packed forward: the distinct prompts prefilled once as
-    packed tokens, their keys and values copied into a :class:`StaticCache` row per completion, then one
+    """Sampling state of one generation chunk on the packed forward: the distinct prompts prefilled once
+    (:func:`prefill_prompts`), their keys and values copied into a :class:`StaticCache` row per completion, then one
     :func:`decode_step` per token. ``first_logits``, ``step(tokens)`` and ``select(rows)`` are what
     ``TransformersBackend``'s sampling loop calls."""
 
-    def __init__(
-        self, dec: Decoder, unique: list, source: list[int], new_tokens: int, linears: Linears, dtype, device
-    ):
+    def __init__(self, dec: Decoder, prompts: Prompts, new_tokens: int, linears: Linears, dtype):
         self.dec, self.linears = dec, linears
-        lengths = torch.tensor([len(u) for u in unique], device=device)
-        starts = torch.cumsum(lengths, 0) - lengths
-        ids = torch.tensor([t for u in unique for t in u], device=device)
-        positions = torch.cat([torch.arange(int(n), device=device) for n in lengths])
-        kv: list = []
-        block = causal_block(starts.tolist(), lengths.tolist(), device)
-        hidden = packed_hidden(dec, ids, positions, [block], linears, keep_kv=kv)
-        src = torch.tensor(source, device=device)
-        self.first_logits = linears(dec.head, hidden[(starts + lengths - 1)[src]])
-        width = int(lengths.max())
-        cols = torch.arange(width, device=device)
-        pad = (width - lengths[src]).unsqueeze(1)  # each row's prompt right-aligned
-        valid = cols >= pad
-        index = torch.where(valid, starts[src].unsqueeze(1) + cols - pad, starts[src].unsqueeze(1))
-        self.cache = StaticCache(dec, kv, index, valid, new_tokens, dtype)
-        self.positions = lengths[src].clone()
+        self.first_logits = prompts.first_logits
+        self.cache = StaticCache(dec, prompts.kv, prompts.index, prompts.valid, new_tokens, dtype)
+        self.positions = prompts.lengths
 
     def step(self, tokens: Tensor) -> Tensor:
         """Logits ``[N, V]`` of the next token after ``tokens [N]``."""
@@ -191,70 +254,23 @@ class PackedDecode:
         self.positions = self.positions[rows]
 
 
-GRAPH_WARMUP_STEPS = 2
-"""Eager runs of the step on a side stream before capture (cuBLAS picks its kernels and workspaces there)."""
-
-
 class GraphedDecode:
-    """A :class:`PackedDecode` whose batch stays fixed (finished rows keep their slots; ``fixed_rows``) and whose
-    step is :func:`static_decode_step`, replayed as one CUDA graph when ``capture`` (on CUDA). Without ``capture``
-    (or where capture fails, with one warning) the same step runs eagerly: the CPU tests check its tokens against
-    transformers' greedy decode.
-
-    The graph reads the step's tokens from a static buffer and writes the logits to another, so :meth:`step` copies
-    the tokens in, replays, and returns that buffer (valid until the next step)."""
+    """Sampling state of one generation chunk whose batch stays fixed (finished rows keep their slots;
+    ``fixed_rows``) and whose steps run in buffers a :class:`~polyrl.policy.decode_graphs.DecodeGraphs` keeps across
+    calls, padded up to a bucket of rows: on CUDA one graph per bucket, captured once and replayed; without capture
+    the same buffers and step, eagerly (the CPU tests check its tokens against transformers' greedy decode)."""
 
     fixed_rows = True
 
-    def __init__(self, state: PackedDecode, capture: bool):
-        self.dec, self.linears, self.cache = state.dec, state.linears, state.cache
-        self.first_logits = state.first_logits
-        device = state.positions.device
-        self.tokens = torch.zeros_like(state.positions)
-        self.positions = state.positions.clone()
-        self.col = torch.tensor([state.cache.filled], device=device)
-        self.capture = capture
-        self.graph = None
-        self.logits: Tensor | None = None
-
-    def _run(self) -> Tensor:
-        hidden = static_decode_step(self.dec, self.cache, self.tokens, self.positions, self.col, self.linears)
-        self.positions.add_(1)
-        self.col.add_(1)
-        return self.linears(self.dec.head, hidden)
-
-    def _capture(self) -> None:
-        """Warm up on a side stream, put the state back as it was, capture one step."""
-        saved = (self.positions.clone(), self.col.clone(), self.cache.allowed.clone())
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(GRAPH_WARMUP_STEPS):
-                self._run()
-                self.positions.copy_(saved[0])
-                self.col.copy_(saved[1])
-        torch.cuda.current_stream().wait_stream(side)
-        self.cache.allowed.copy_(saved[2])  # the keys written at the column are rewritten by the real step
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.logits = self._run()
-        self.positions.copy_(saved[0])
-        self.col.copy_(saved[1])
-        self.graph = graph
+    def __init__(self, dec: Decoder, prompts: Prompts, new_tokens: int, dtype, graphs):
+        self.rows = prompts.index.shape[0]
+        self.graphs = graphs
+        self.buffers = graphs.load(dec, prompts, new_tokens, dtype)
+        self.first_logits = prompts.first_logits
 
     def step(self, tokens: Tensor) -> Tensor:
         """Logits ``[N, V]`` of the next token after ``tokens [N]`` (one per row, finished rows included)."""
-        self.tokens.copy_(tokens)
-        if self.capture and self.graph is None:
-            try:
-                self._capture()
-            except RuntimeError as exc:  # an op the graph cannot hold: the same step, eagerly
-                warnings.warn(f"CUDA graph capture of the decode step failed ({exc}); decoding eagerly", stacklevel=2)
-                self.capture = False
-        if self.graph is not None:
-            self.graph.replay()
-            return self.logits
-        return self._run()
+        return self.graphs.step(self.buffers, tokens)[: self.rows]
 
     def select(self, rows: Tensor) -> None:
         raise RuntimeError("a GraphedDecode keeps its rows (fixed_rows): the sampling loop never drops them")

@@ -138,7 +138,7 @@ def _write_checkpoint(root: Path, tmp: Path, stage, step, model, optimizer, sche
         {
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+            "rng": rng_states(),
             "tensors": tensors or {},
         },
         tmp / "optim.pt",
@@ -305,7 +305,27 @@ def load_training_state(ckpt: Checkpoint, model, optimizer, scheduler) -> dict[s
     blob = torch.load(ckpt.path / "optim.pt", weights_only=False)
     optimizer.load_state_dict(blob["optimizer"])
     scheduler.load_state_dict(blob["scheduler"])
-    random.setstate(blob["rng"]["python"])
-    np.random.set_state(blob["rng"]["numpy"])
-    torch.set_rng_state(blob["rng"]["torch"])
+    restore_rng(blob["rng"])
     return blob.get("tensors", {})
+
+
+def rng_states() -> dict[str, Any]:
+    """The state of every generator a run draws from: Python's, numpy's, torch's CPU one and each CUDA device's
+    (where CUDA has started; issue #42: only the CPU's was saved, so a resume on a GPU sampled from another stream).
+    Each RL and SFT step reseeds torch on every device (``seed_step``); these states carry what runs between a
+    checkpoint and the next step."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(), "cuda": cuda}
+
+
+def restore_rng(states: dict[str, Any]) -> None:
+    """Put back what :func:`rng_states` saved. CUDA devices get their own generator's state, as many as are saved
+    and visible here; a checkpoint of a CPU run (or one written before issue #42) has none, and a CPU resume of a
+    GPU run has no CUDA generator to give them to."""
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    cuda = states.get("cuda", [])
+    if cuda and torch.cuda.is_available():
+        for index, state in enumerate(cuda[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(state, index)

@@ -14,7 +14,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from polyrl.curriculum import SAMPLERS
-from polyrl.device import DEFAULT_DEVICE, check_device_spec, device_kind
+from polyrl.device import DEFAULT_DEVICE, check_device_spec
 from polyrl.distributed.ray_config import RayConfig
 from polyrl.envs.env_registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
@@ -341,8 +341,7 @@ class TrainConfig(Strict):
     @model_validator(mode="after")
     def _compatible(self):
         check_engine(self.generation, self.device, self.backend)
-        if self.model.autocast == "fp16" and device_kind(self.device) != "cuda":
-            raise ValueError(f"model.autocast=fp16 needs a CUDA device, not device={self.device}; use bf16 on CPU")
+        _check_trainable_precision(self.model.autocast, self.model.dtype)
         if self.eval.attempts > 1:
             names = [t.name for t in self.tasks]
             for name in names:
@@ -456,3 +455,18 @@ def load_config(
 def save_config(config: TrainConfig, path: str | Path) -> None:
     """Write the resolved config (atomically: a run killed meanwhile has the whole file or none)."""
     atomic_write_text(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def _check_trainable_precision(autocast: str, dtype: str) -> None:
+    """fp16 is refused for training: polyrl scales no loss, and without a gradient scaler (Micikevicius et al. 2018,
+    "Mixed Precision Training", section 3.2) small fp16 gradients flush to zero and large ones overflow. bf16 has
+    float32's exponent range and needs no scaling, and every GPU with fp16 tensor cores since Ampere has bf16 ones."""
+    if autocast == "fp16":
+        raise ValueError(
+            "model.autocast=fp16 trains without a gradient scaler (fp16 gradients underflow); use model.autocast=bf16"
+        )
+    if dtype == "float16":
+        raise ValueError(
+            f"model.dtype={dtype} trains fp16 weights without a gradient scaler (fp16 gradients underflow); use "
+            "model.dtype=bfloat16, or float32 with model.autocast=bf16"
+        )

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import random
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from polyrl.algos import uses_critic
@@ -42,7 +40,7 @@ from polyrl.distributed.fsdp import (
 from polyrl.errors import UserError
 from polyrl.policy.backends import get_backend
 from polyrl.run_dir import RunDir, SilentRunDir
-from polyrl.train.checkpoint import Checkpoint, load_model_weights, save_checkpoint
+from polyrl.train.checkpoint import Checkpoint, load_model_weights, restore_rng, save_checkpoint
 from polyrl.train.config import TrainConfig
 from polyrl.train.placement import LocalPlacement
 from polyrl.train.trainer import Trainer
@@ -181,9 +179,7 @@ class FSDPPlacement(LocalPlacement):
         load_sharded(ckpt.path / "model", training.model, training.optimizer)
         blob = torch.load(ckpt.path / "optim.pt", weights_only=False)
         training.scheduler.load_state_dict(blob["scheduler"])
-        random.setstate(blob["rng"]["python"])
-        np.random.set_state(blob["rng"]["numpy"])
-        torch.set_rng_state(blob["rng"]["torch"])
+        restore_rng(blob["rng"])
         return blob.get("tensors", {})
 
     def close(self) -> None:
