@@ -64,7 +64,7 @@ def vocab_size(args) -> int:
         return VOCAB
     from pathlib import Path
 
-    from polyrl.policy.presets import resolve_model_path
+    from polyrl.policy.resolve import resolve_model_path
 
     return json.loads((Path(resolve_model_path(args.model)) / "config.json").read_text())["vocab_size"]
 
@@ -77,7 +77,7 @@ def build_model(args, dtype: torch.dtype = torch.float32):
 
         from transformers import AutoConfig
 
-        from polyrl.policy.presets import resolve_model_path
+        from polyrl.policy.resolve import resolve_model_path
 
         path = Path(resolve_model_path(args.model))
         if not any(path.glob("*.safetensors")):  # a config only (benchmarks/gpu/make_model.py): its shape at random
@@ -155,7 +155,7 @@ def trl_update(args):
     if args.model:
         from transformers import AutoTokenizer
 
-        from polyrl.policy.presets import resolve_model_path
+        from polyrl.policy.resolve import resolve_model_path
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(args.model))
     else:

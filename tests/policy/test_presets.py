@@ -13,7 +13,8 @@ import torch
 from polyrl.cli import run
 from polyrl.errors import UserError
 from polyrl.policy import presets
-from polyrl.policy.presets import PRESETS, Preset, cache_dir, resolve_model_path
+from polyrl.policy.presets import PRESETS, Preset, cache_dir
+from polyrl.policy.resolve import resolve_model_path
 
 SMOLLM2 = "smollm2-135m-instruct"
 

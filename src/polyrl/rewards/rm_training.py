@@ -138,7 +138,7 @@ def train_reward_model(
     else:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from polyrl.policy.presets import resolve_model_path
+        from polyrl.policy.resolve import resolve_model_path
 
         model_path = resolve_model_path(model_path)
         try:

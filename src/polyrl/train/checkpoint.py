@@ -255,7 +255,7 @@ def weights_mismatch(model, directory: Path, label: str) -> str | None:
     saved, kind = _saved_shapes(directory, model)
     if kind is not None:
         return f"{label} does not fit this model ({kind})"
-    if hasattr(model, "peft_config"):
+    if hasattr(model, "peft_config") and not (directory / ".metadata").is_file():  # DCP keeps the whole model
         from peft import get_peft_model_state_dict
 
         ours = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}

@@ -1,5 +1,9 @@
 """The run's ``config.yaml`` on a fresh start and on ``--resume``.
 
+Every model a config names by Hub id (the policy, an adapter to continue, a reward model, a local judge) is
+resolved before anything else (:func:`pin_models`), and the commit it resolved to is what ``config.yaml`` records,
+so that a rerun or a resume loads the same weights however the Hub's branches move.
+
 A resumed run may be given overrides (``polyrl train --resume RUN rl.steps=40 rl.lr=1e-4``). They are applied,
 and recorded: ``config.yaml`` then holds the values the run goes on with, and its ``resumes`` list says what
 each resume changed and the checkpoint (stage, step) it took effect at, so the file never claims a run was made
@@ -11,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from polyrl.errors import UserError
+from polyrl.policy.loading import pin_model
+from polyrl.policy.resolve import resolve_model
 from polyrl.run_dir import ResumeRecord, RunDir
 from polyrl.train.checkpoint import Checkpoint, weights_mismatch
 from polyrl.train.config import TrainConfig, load_config, save_config
@@ -34,6 +40,29 @@ def changed_settings(saved: TrainConfig, config: TrainConfig) -> dict[str, Any]:
     before = _flat(saved.model_dump(mode="json", exclude=_NOT_SETTINGS))
     after = _flat(config.model_dump(mode="json", exclude=_NOT_SETTINGS))
     return {k: v for k, v in after.items() if before.get(k, object()) != v}
+
+
+def pin_models(config: TrainConfig, log=None) -> TrainConfig:
+    """``config`` with every model it names resolved (Hub ids from the cache, or downloaded first) and the commits
+    recorded: ``model.revision``, ``model.lora.adapter_revision`` (and the adapter's settings),
+    ``reward.reward_model_source.revision``, ``reward.judge_source.revision`` (a local judge). A name that leads
+    nowhere is a UserError here, before the run directory is touched."""
+    reward = config.reward
+    update = {}
+    rm = reward.reward_model_source
+    if rm is not None:
+        found = resolve_model(rm.path, rm.revision, log)
+        if found.kind == "hub":
+            update["reward_model_source"] = rm.model_copy(update={"revision": found.commit})
+    judge = reward.judge_source
+    if judge is not None and judge.backend == "local":
+        found = resolve_model(judge.model, judge.revision, log)
+        if found.kind == "hub":
+            update["judge_source"] = judge.model_copy(update={"revision": found.commit})
+    pinned = {"model": pin_model(config.model, log)}
+    if update:
+        pinned["reward"] = reward.model_copy(update=update)
+    return config.model_copy(update=pinned)
 
 
 def check_resume(config: TrainConfig, run_dir: RunDir, ckpt: Checkpoint, model) -> None:
