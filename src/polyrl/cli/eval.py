@@ -47,7 +47,8 @@ def _source(
         config = ModelConfig(path=model, revision=revision)
         policy = load_policy(config, seed=suite.seed, device=resolve_device(device))
         source = LocalModelSource(policy, field, suite.system, seed=suite.seed, style=style, env=tasks.env_config)
-        return source, f"checkpoint {model}"
+        pinned = f" at commit {policy.source.commit}" if policy.source.kind == "hub" else ""
+        return source, f"checkpoint {model}{pinned}"
     from polyrl.eval.endpoint import EndpointSource
 
     api_key = None

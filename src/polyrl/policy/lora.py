@@ -189,4 +189,6 @@ def save_adapter(model, path: Path, source: ResolvedModel | None) -> None:
     base, revision = base_reference(source)
     config = model.peft_config[model.active_adapter]
     config.base_model_name_or_path, config.revision = base, revision
-    model.save_pretrained(str(path), safe_serialization=True)
+    # polyrl never resizes the vocabulary, so the base's embeddings are not saved with the adapter (PEFT's "auto"
+    # would fetch the base's config from the Hub to find out)
+    model.save_pretrained(str(path), safe_serialization=True, save_embedding_layers=False)

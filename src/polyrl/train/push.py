@@ -107,7 +107,7 @@ def push(path: Path, repo_id: str, private: bool = False, adapter_only: bool = F
         raise UserError(f"{repo_id!r} is not a Hugging Face repository id (ORG/NAME or USER/NAME)")
     model_dir = model_directory(path)
     token = check_hub_access()
-    if adapter_only or (model_dir / ADAPTER_DIR / ADAPTER_CONFIG).is_file():
+    if adapter_only:
         _warn_local_base(model_dir / ADAPTER_DIR / ADAPTER_CONFIG)
     if api is None:
         from huggingface_hub import HfApi
