@@ -11,6 +11,8 @@ saves holds the merged checkpoint and, in ``adapter/``, the adapter as ``PeftMod
 from __future__ import annotations
 
 import json
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -127,6 +129,15 @@ def with_adapter_settings(config: LoraConfig, settings: dict, label: str) -> Lor
     return config.model_copy(update=settings)
 
 
+@contextmanager
+def quiet_peft():
+    """PEFT 0.21 asks transformers 5 for ``is_gradient_checkpointing``, which warns that it is deprecated: a
+    warning about the libraries' versions that no setting of the user's changes, printed on every LoRA run."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def add_lora(model, config: LoraConfig):
     """``model`` wrapped by PEFT with fresh adapters as ``config`` describes."""
     try:
@@ -146,7 +157,8 @@ def add_lora(model, config: LoraConfig):
             use_dora=config.use_dora,
             task_type="CAUSAL_LM",
         )
-        return get_peft_model(model, peft_config)
+        with quiet_peft():
+            return get_peft_model(model, peft_config)
     except (ValueError, TypeError, NotImplementedError) as exc:  # PEFT's word for a setting this model cannot take
         raise UserError(f"model.lora: {one_line(exc)}") from None
 
@@ -162,7 +174,8 @@ def load_adapter(model, directory: Path, label: str):
         raise UserError(f"LoRA adapter {label!r} has no {ADAPTER_WEIGHTS} (polyrl reads safetensors adapters)")
     check_weight_files(directory)
     try:
-        peft_model = PeftModel.from_pretrained(model, str(directory), is_trainable=True)
+        with quiet_peft():
+            peft_model = PeftModel.from_pretrained(model, str(directory), is_trainable=True)
     except Exception as exc:  # shapes that do not fit the base, unknown modules: PEFT and torch raise many kinds
         raise UserError(f"cannot load the LoRA adapter {label!r} onto this model: {one_line(exc)}") from None
     trained = [(n, p) for n, p in peft_model.named_parameters() if p.requires_grad]
