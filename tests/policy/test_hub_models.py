@@ -218,3 +218,14 @@ def test_serve_names_a_hub_model_by_its_id(hub_cache, tiny_model_dir, monkeypatc
     )
     assert run(["serve", REPO]) == 0
     assert served == [(str(snapshot), REPO)]
+
+
+def test_rm_train_starts_a_reward_model_from_a_hub_id(hub_cache, tiny_model_dir, tmp_path):
+    from polyrl.rewards.reward_model import load_reward_model
+    from polyrl.rewards.rm_training import build_preference_data, save_preferences, train_reward_model
+
+    lay_out(hub_cache, REPO, tiny_model_dir, branch="v1")
+    data = save_preferences(build_preference_data(["addition"], 8, 0, "easy"), tmp_path / "pairs.jsonl")
+    train_reward_model(data, REPO, tmp_path / "rm", steps=1, batch_size=4, log=lambda m: None, revision="v1")
+    model, _ = load_reward_model(tmp_path / "rm")
+    assert model.config.num_labels == 1 and type(model).__name__ == "LlamaForSequenceClassification"
