@@ -68,7 +68,7 @@ def test_the_body_has_the_recipe_the_results_per_task_and_how_to_reproduce(tmp_p
     assert "| addition | 25.0% | 50.0% | +25.0 |" in text and "| sort_digits | 50.0% | 75.0% | +25.0 |" in text
     assert "- RL: 400 steps of 16 prompts × 8 completions" in text and "- SFT: 600 steps" in text
     assert "polyrl train --config polyrl_config.yaml --run-dir runs/reproduce --nproc 2" in text
-    assert f"pip install polyrl=={__version__}" in text and f"polyrl: {__version__}" in text
+    assert f"# polyrl {__version__}, commit" in text and f"polyrl: {__version__}" in text
     commit = polyrl_commit()
     assert commit is None or f"commit {commit}" in text
 

@@ -12,7 +12,9 @@ What changes, and only this:
 - the run directory: rank 0 writes it (metrics, TensorBoard, evaluation, models); the others write nothing;
 - checkpoints: the model and optimizer as sharded ``torch.distributed.checkpoint`` state in ``model/``,
   the rest as in one process; the Hugging Face models (``sft_model/``, ``final_model/``) are gathered;
-- generation and evaluation: on an unsharded replica per rank, synced after every update; rank 0 evaluates.
+- generation and evaluation: on an unsharded replica per rank, synced after every update; rank 0 evaluates;
+- LoRA: the frozen base is sharded with the adapters in its layers, only the adapters train, and the KL reference
+  is the sharded policy with its adapters disabled (docs/from-trl.md, "LoRA on several processes").
 """
 
 from __future__ import annotations

@@ -197,7 +197,7 @@ def card_text(model_dir: Path, inputs: CardInputs, adapter: bool) -> str:
         f"## Held-out accuracy (greedy, {inputs.config.eval.problems_per_task} problems per task)\n\n"
         f"{_results(inputs)}\n## Reproduce\n\n"
         f"`{CONFIG_COPY}` beside this card is the run's config (Hub models pinned to the commits it loaded):\n\n"
-        f"```bash\npip install polyrl=={__version__}   # commit {commit or 'unknown (not a git checkout)'}\n"
+        f"```bash\n# polyrl {__version__}, commit {commit or 'unknown (not a git checkout)'}\n"
         f"polyrl train --config {CONFIG_COPY} --run-dir runs/reproduce{nproc}\n```\n\n"
         f"## Framework versions\n\n- polyrl: {__version__} (commit {commit or 'unknown'})\n"
         f"- transformers: {_package_version('transformers')}\n- torch: {_package_version('torch')}\n"
