@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -90,13 +91,19 @@ def train(out: Path, name: str, extra: list[str], nproc: int | None = None) -> d
     records = []
     if (run_dir / "metrics.jsonl").is_file():
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    losses = [(r["stage"], r["step"], r["loss"]) for r in records if r["stage"] in ("sft", "rl") and "loss" in r]
+    losses = [(r["stage"], r["step"], r.get("loss")) for r in records if r["stage"] in ("sft", "rl") and "loss" in r]
+    step_s = {
+        stage: statistics.median(r["step_time"] for r in records if r["stage"] == stage and "step_time" in r)
+        for stage in ("sft", "rl")
+        if any(r["stage"] == stage and "step_time" in r for r in records)
+    }
     return {
         "name": name,
         "rc": done.returncode,
         "wall_s": wall,
         "peak_rss_gb": int(rss[0]) / 2**20 if rss and nproc is None else None,
         "losses": losses,
+        "step_s": step_s,
         "tail": done.stderr.strip().splitlines()[-3:] if done.returncode else [],
     }
 
@@ -187,13 +194,16 @@ def main() -> int:
         for prompt, a, b in check["completions"]:
             print(f"   {prompt!r}: {a!r}" + ("" if a == b else f" | merged: {b!r}"))
     if rows:
-        print("\n| run | processes | wall | peak RSS | losses (stage, step, loss) |\n|---|---:|---:|---:|---|")
+        print(
+            "\n| run | processes | wall | SFT s/step | RL s/step | peak RSS | losses (stage+step: loss) |\n"
+            "|---|---:|---:|---:|---:|---:|---|"
+        )
         for r in rows:
             rss = "—" if r["peak_rss_gb"] is None else f"{r['peak_rss_gb']:.2f} GB"
-            losses = ", ".join(f"{s}{k}: {loss:.4f}" for s, k, loss in r["losses"])
-            print(
-                f"| {r['name']} | {2 if r['name'].endswith('nproc2') else 1} | {r['wall_s']:.0f} s | {rss} | {losses} |"
-            )
+            losses = ", ".join(f"{s}{k}: {'—' if loss is None else f'{loss:.4f}'}" for s, k, loss in r["losses"])
+            sft, rl = (f"{r['step_s'][k]:.1f}" if k in r["step_s"] else "—" for k in ("sft", "rl"))
+            nproc = 2 if r["name"].endswith("nproc2") else 1
+            print(f"| {r['name']} | {nproc} | {r['wall_s']:.0f} s | {sft} | {rl} | {rss} | {losses} |")
     return failures
 
 
