@@ -44,6 +44,7 @@ SHORT = [
     "rl.prompts_per_step=2",
     "rl.group_size=4",
     "eval.problems_per_task=4",
+    "reward.length=0.5",  # a reward spread in every group from the first step: every RL step updates the weights
     "checkpoint_every=1000",
     "progress=false",
     "tensorboard=false",
