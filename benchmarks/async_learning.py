@@ -54,7 +54,7 @@ def sft_model(args, work: Path, seed: int) -> tuple[Path, dict, str]:
     )
     trainer = Trainer(cfg)
     results = trainer.run()
-    return trainer.run_dir.model_dir("sft_model"), results["after_sft"], trainer.config.prompt.style
+    return trainer.parts.run_dir.model_dir("sft_model"), results["after_sft"], trainer.config.prompt.style
 
 
 def rl_run(args, work: Path, seed: int, mode: str, start: Path, style: str) -> dict:
@@ -83,16 +83,16 @@ def rl_run(args, work: Path, seed: int, mode: str, start: Path, style: str) -> d
     t0 = time.perf_counter()
     results = trainer.run()
     wall = time.perf_counter() - t0
-    rl = [json.loads(line) for line in trainer.run_dir.metrics_file.read_text().splitlines()]
+    rl = [json.loads(line) for line in trainer.parts.run_dir.metrics_file.read_text().splitlines()]
     rl = [r for r in rl if r.get("stage") == "rl"]
     out = {
         "mode": mode,
         "accuracy": results["after_rl"],
         "wall_s": wall,
         "rl_s": sum(r["step_time"] for r in rl),
-        "updates": trainer.policy_version,
+        "updates": trainer.state.policy_version,
     }
-    pool = trainer.rollout_pool
+    pool = trainer.parts.rollout_pool
     if pool is not None:
         out["staleness"] = dict(sorted(collections.Counter(pool.stats.staleness).items()))
         out["stale_reruns"], out["failed_groups"], out["reruns"] = (

@@ -53,7 +53,7 @@ def warm_start(args) -> tuple[str, str]:
         f"warm start: {args.sft_steps} SFT steps, held-out success {100 * result['after_sft']['mean']['accuracy']:.1f}%",
         flush=True,
     )
-    return str(trainer.run_dir.model_dir("sft_model")), trainer.config.prompt.style
+    return str(trainer.parts.run_dir.model_dir("sft_model")), trainer.config.prompt.style
 
 
 MODES = ("local-sequential", "local", "ray-sync", "ray-async")
@@ -109,9 +109,9 @@ def run(mode: str, args, model_path: str, style: str | None) -> dict:
     finally:
         build._resolve_tasks = resolve
     t0 = time.perf_counter()
-    trainer.run_rl(None)
+    trainer.rl.run(None)
     wall = time.perf_counter() - t0
-    records = [json.loads(line) for line in (trainer.run_dir.path / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (trainer.parts.run_dir.path / "metrics.jsonl").read_text().splitlines()]
     rl = [r for r in records if r["stage"] == "rl"]
     episodes = args.steps * args.prompts * args.group_size
     out = {
@@ -122,11 +122,11 @@ def run(mode: str, args, model_path: str, style: str | None) -> dict:
         "turns_mean": round(sum(r.get(f"turns/{task}", 0) for r in rl) / len(rl), 2),
         "tool_timeouts": round(sum(r.get(f"end/tool_timeout/{task}", 0) for r in rl) / len(rl), 3),
         "success": round(sum(r.get("accuracy", 0) for r in rl) / len(rl), 3),
-        "updates": trainer.policy_version,
+        "updates": trainer.state.policy_version,
     }
-    if trainer.rollout_pool is not None:
-        stats = trainer.rollout_pool.stats
-        out["in_flight_at_end"] = len(trainer.rollout_pool.inflight)  # generated ahead, not counted above
+    if trainer.parts.rollout_pool is not None:
+        stats = trainer.parts.rollout_pool.stats
+        out["in_flight_at_end"] = len(trainer.parts.rollout_pool.inflight)  # generated ahead, not counted above
         out["staleness"] = dict(sorted(collections.Counter(stats.staleness).items()))
         out["partial_rollouts"] = stats.partial_rollouts
         out["reruns"], out["stale_reruns"], out["failed_groups"] = (
@@ -134,8 +134,8 @@ def run(mode: str, args, model_path: str, style: str | None) -> dict:
             stats.stale_reruns,
             stats.failed_groups,
         )
-        trainer.rollout_pool.shutdown()
-    trainer.run_dir.close()
+        trainer.parts.rollout_pool.shutdown()
+    trainer.parts.run_dir.close()
     return out
 
 

@@ -1,5 +1,5 @@
 """From which model width bf16 autocast makes an RL step faster on this CPU (the rule behind ``model.autocast:
-auto``, ``polyrl.policy.precision.AUTO_BF16_MIN_WIDTH``).
+auto``, ``polyrl.forward.precision.AUTO_BF16_MIN_WIDTH``).
 
     .venv/bin/python benchmarks/bf16_crossover.py [--widths 128,256,384,512,768] [--layers 4] [--prompts 2]
                                                   [--group-size 8] [--max-new-tokens 32] [--repeats 3] [--markdown]
@@ -20,7 +20,7 @@ import torch
 from machine import cpu_model, markdown_table
 from roofline import load_trainer, phases, rl_batch
 
-from polyrl.policy.precision import bf16_cpu_flags, set_autocast
+from polyrl.forward.precision import bf16_cpu_flags, set_autocast
 
 
 def main() -> None:
@@ -52,11 +52,11 @@ def main() -> None:
             flat = rl_batch(trainer, args.prompts, args.group_size)
             times = {}
             for mode in ("none", "bf16"):
-                set_autocast(trainer.policy.model, mode)
+                set_autocast(trainer.parts.policy.model, mode)
                 times[mode] = {name: t for name, (t, _, _) in phases(trainer, flat, args).items()}
-            trainer.run_dir.close()
+            trainer.parts.run_dir.close()
             step = {mode: sum(t.values()) for mode, t in times.items()}
-            params = sum(p.numel() for p in trainer.policy.model.parameters()) / 1e6
+            params = sum(p.numel() for p in trainer.parts.policy.model.parameters()) / 1e6
             rows.append(
                 [
                     str(width),

@@ -25,7 +25,8 @@ from machine import cpu_model  # benchmarks/machine.py (scripts run from benchma
 
 from polyrl.cli.train import default_config_path
 from polyrl.critic import Critic, CriticConfig
-from polyrl.learner import collate
+from polyrl.device import HOST
+from polyrl.forward import collate
 from polyrl.policy import PromptBuilder, TransformersBackend, load_policy
 from polyrl.policy.loading import ModelConfig
 from polyrl.rewards import compute_rewards
@@ -34,7 +35,7 @@ from polyrl.train.config import load_config
 
 
 def rollouts(policy, prompts, tasks, reward, split: str, batches: int, seed: int, group: int = 8, per_batch: int = 16):
-    backend = TransformersBackend(policy.model, policy.tokenizer)
+    backend = TransformersBackend(policy.model, policy.tokenizer, device=HOST)
     rng = np.random.default_rng(seed)
     names = list(tasks)
     out = []
@@ -90,7 +91,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     cfg = load_config(default_config_path(), [])
-    policy = load_policy(ModelConfig(path=args.model))
+    policy = load_policy(ModelConfig(path=args.model), device=HOST)
     policy.model.eval()
     prompts = PromptBuilder(policy.tokenizer, cfg.prompt)
     tasks = {s.name: get_task(s.name) for s in cfg.tasks}
@@ -114,7 +115,7 @@ def main() -> None:
     for loss in args.losses.split(","):
         for lr in (float(x) for x in args.lrs.split(",")):
             torch.manual_seed(args.seed)
-            critic = Critic(CriticConfig(loss=loss, lr=lr), policy.model)
+            critic = Critic(CriticConfig(loss=loss, lr=lr), policy.model, device=HOST)
             rng = np.random.default_rng(args.seed)
             evs, t0 = [], time.perf_counter()
             for step in range(1, args.steps + 1):

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from polyrl.device import HOST
 from polyrl.policy.loading import ModelConfig, load_policy
 
 
@@ -31,7 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=8)
     args = parser.parse_args()
-    model = load_policy(ModelConfig(), seed=0).model
+    model = load_policy(ModelConfig(), seed=0, device=HOST).model
     ids = torch.randint(5, 100, (16, 96), generator=torch.Generator().manual_seed(0))
     for threads in (1, 2):
         torch.set_num_threads(threads)

@@ -29,16 +29,16 @@ def measure(args) -> dict:
     import torch
     from roofline import load_trainer, rl_batch
 
-    from polyrl.learner.batch import collate
-    from polyrl.learner.forward import sequence_logprobs
+    from polyrl.forward.batch import collate
+    from polyrl.forward.logprobs import sequence_logprobs
 
     with tempfile.TemporaryDirectory() as tmp:
         extra = [f"keep_freed_memory={args.keep}"]
         trainer = load_trainer(args.model, args, f"{tmp}/run", extra)
-        model, tok = trainer.policy.model, trainer.policy.tokenizer
+        model, tok = trainer.parts.policy.model, trainer.parts.policy.tokenizer
         flat = rl_batch(trainer, args.prompts, args.group_size)
         torch.manual_seed(0)
-        gens = trainer.backend.generate(flat, max_new_tokens=args.max_new_tokens)
+        gens = trainer.parts.backend.generate(flat, max_new_tokens=args.max_new_tokens)
         batch = collate([(g.prompt_ids, g.completion_ids) for g in gens], tok.pad_token_id)
         times = []
         for _ in range(args.repeats):
@@ -54,7 +54,7 @@ def measure(args) -> dict:
             block = torch.zeros(shape)
             zeros.append(time.perf_counter() - start)
             del block
-        trainer.run_dir.close()
+        trainer.parts.run_dir.close()
     return {"update_s": times[1:], "zeros_ms": [1e3 * z for z in zeros], "shape": list(shape)}
 
 

@@ -18,8 +18,9 @@
 #   speed     generation (32 prompts × G=8, 128 new tokens) vs transformers' generate, one RL step vs TRL's
 #             GRPOTrainer, greedy tokens checked equal (benchmarks/gpu_throughput.py)
 #   vllm      vLLM parity and a vllm RL run (benchmarks/vllm_check.py): skipped, with the reason, without vLLM
-# The exit code is the number of failed checks. GPU_CHECK_DEVICE=cpu runs the same commands on a CPU at small
-# sizes (the plumbing, tested without a GPU; no nccl: the fsdp check uses gloo).
+# GPU_CHECK_DEVICE names the device (cuda, cuda:N or cpu; default cuda), checked by polyrl's device parser before
+# any check runs. The exit code is the number of failed checks. GPU_CHECK_DEVICE=cpu runs the same commands on a
+# CPU at small sizes (the plumbing, tested without a GPU; no nccl: the fsdp check uses gloo; no vLLM).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -44,11 +45,20 @@ if ! "$PY" -c "import polyrl.train.trainer" 2>"$OUT/import.log"; then
         "benchmarks/gpu/fetch_wheels.sh on a machine with PyPI and carry .gpu/" >&2
     exit 2
 fi
-if [[ $DEVICE == cuda ]] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-    echo "gpu_check: no CUDA device here (torch.cuda.is_available() is False); GPU_CHECK_DEVICE=cpu tests the script" >&2
-    exit 2
+# -- the device: polyrl's own parser, before any check runs (a name it does not know, a device this machine lacks
+# or one the checks cannot use is one line and exit 2). Every check is then told `cuda`, with CUDA_VISIBLE_DEVICES
+# narrowed to the device named, so that each one (torchrun's rank, TRL's accelerate, vLLM) runs on the one reported.
+DEVICE_LINE=$("$PY" benchmarks/gpu/check_device.py "$DEVICE") || exit 2
+read -r DEVICE INDEX PLACED <<<"$DEVICE_LINE"
+if [[ $DEVICE == cuda ]]; then
+    if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
+        IFS=, read -ra VISIBLE <<<"$CUDA_VISIBLE_DEVICES"
+        export CUDA_VISIBLE_DEVICES=${VISIBLE[$INDEX]}
+    else
+        export CUDA_VISIBLE_DEVICES=$INDEX
+    fi
 fi
-"$PY" -c "import torch; from polyrl.device import describe, resolve_device; print('gpu_check:', describe(resolve_device('$DEVICE')), 'torch', torch.__version__, '$(date -u +%F)')"
+echo "gpu_check: $PLACED $(date -u +%F)"
 
 # -- sizes: the real ones on CUDA, small ones for the CPU run of the script itself ---------------------------
 if [[ $DEVICE == cuda ]]; then
@@ -89,10 +99,12 @@ check packed_train 60 "$PY" -m polyrl train --config configs/smollm2.yaml --run-
 check fsdp 90 "$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$OUT/fsdp" \
     model.path="$WORK/smollm2" device="$DEVICE" model.autocast=none progress=false tensorboard=false "${SMALL_RUN[@]}"
 check memory 90 bash -c "cd benchmarks && '$PY' memory.py ${MEMORY[*]} --only chunked,all,trl --markdown \
-    > '$OUT/memory.md' && ! grep -q '| failed |' '$OUT/memory.md'"  # a setting that failed fails the check
+    --device $DEVICE > '$OUT/memory.md' && ! grep -q '| failed |' '$OUT/memory.md'"  # a setting that failed fails the check
 check speed 120 "$PY" benchmarks/gpu_throughput.py --model "$WORK/smollm2" --device "$DEVICE" "${SPEED[@]}" \
     --out "$OUT/speed.json"
-if "$PY" -c "import vllm" 2>/dev/null; then
+if [[ $DEVICE != cuda ]]; then
+    echo "SKIP vllm: vLLM runs on CUDA only (GPU_CHECK_DEVICE=$DEVICE)"
+elif "$PY" -c "import vllm" 2>/dev/null; then
     check vllm 120 "$PY" benchmarks/vllm_check.py --model "$WORK/smollm2" --steps 5 --prompts 32 --group-size 8 \
         --out "$OUT/vllm_check.json"
 else

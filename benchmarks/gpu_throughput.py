@@ -76,7 +76,8 @@ def prompt_ids(tokenizer, model_dir: str, prompts: int) -> list[list[int]]:
 def generation(args, device: torch.device) -> dict:
     from transformers import AutoModelForCausalLM
 
-    from polyrl.policy.generation import TransformersBackend, left_pad
+    from polyrl.forward.prefill import left_pad
+    from polyrl.policy.generation import TransformersBackend
     from polyrl.policy.loading import ModelConfig, load_policy
 
     policy = load_policy(ModelConfig(path=args.model, dtype=args.dtype, autocast="none"), device=device)
@@ -222,9 +223,11 @@ def main() -> None:
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args()
-    from polyrl.device import describe, resolve_device
+    from machine import device_option  # benchmarks/machine.py (scripts run from benchmarks/)
 
-    device = resolve_device(args.device)
+    from polyrl.device import describe
+
+    device = device_option(args.device, "gpu_throughput")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     result = {"device": describe(device), "torch": torch.__version__, "args": vars(args)}

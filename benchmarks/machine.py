@@ -21,7 +21,7 @@ whose flags differ compute the same job's numbers with other last digits."""
 
 def cpu_flags() -> list[str]:
     """Which of :data:`SPEED_FLAGS` this CPU has."""
-    from polyrl.policy.precision import cpu_flags as all_flags
+    from polyrl.forward.precision import cpu_flags as all_flags
 
     return [flag for flag in SPEED_FLAGS if flag in all_flags()]
 
@@ -32,6 +32,22 @@ def machine() -> str:
 
     flags = ", ".join(cpu_flags()) or "no listed flags"
     return f"{cpu_model()} ({flags}), {os.cpu_count()} cores"
+
+
+def device_option(spec: str, script: str):
+    """The torch device a benchmark's ``--device`` names, read by polyrl's one device parser; a name it does not
+    know (``cuda:``, ``cuda:٣``, ``meta``) or a device this machine lacks is one line on stderr and exit code 2,
+    before the benchmark runs anything."""
+    import sys
+
+    from polyrl.device import resolve_device
+    from polyrl.errors import UserError
+
+    try:
+        return resolve_device(spec)
+    except UserError as exc:
+        print(f"{script}: error: --device: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 def mean_std(xs, fmt: str = "{:.1f}") -> str:

@@ -8,7 +8,7 @@
 With ``--model`` (a preset, a .gguf file or a Hugging Face directory) the model is that checkpoint, with its
 own vocabulary and tokenizer, instead of the Qwen2-shaped one; a directory holding only a config.json
 (``benchmarks/gpu/make_model.py qwen2.5-1.5b DIR``) is that shape with random weights. On a machine with CUDA, every setting runs on
-the GPU.
+the GPU (``--device``: auto, cpu, cuda or cuda:N).
 
 The model is a Qwen2ForCausalLM built from a config with Qwen2's real 151,936-token vocabulary (tied
 embeddings, random weights, ``--hidden`` wide, ``--layers`` deep); the batch is one prompt of
@@ -39,7 +39,7 @@ import time
 import warnings
 
 import torch
-from machine import cpu_model, markdown_table  # benchmarks/machine.py (scripts run from benchmarks/)
+from machine import cpu_model, device_option, markdown_table  # benchmarks/machine.py (scripts run from benchmarks/)
 
 VOCAB = 151_936
 SETTINGS = {
@@ -54,9 +54,10 @@ SETTINGS = {
 }
 
 
-def device() -> torch.device:
-    """The device every setting runs on: the GPU where there is one (the one place this script decides it)."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def device(args) -> torch.device:
+    """The device every setting runs on: ``--device``, read by polyrl's device parser in :func:`parse_args` (auto:
+    the GPU where there is one) — the one place this script decides it."""
+    return args.device
 
 
 def vocab_size(args) -> int:
@@ -82,8 +83,8 @@ def build_model(args, dtype: torch.dtype = torch.float32):
         path = Path(resolve_model_path(args.model))
         if not any(path.glob("*.safetensors")):  # a config only (benchmarks/gpu/make_model.py): its shape at random
             torch.manual_seed(0)
-            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype).to(device())
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device())
+            return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype).to(device(args))
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device(args))
 
     config = Qwen2Config(
         vocab_size=VOCAB,
@@ -96,7 +97,7 @@ def build_model(args, dtype: torch.dtype = torch.float32):
         tie_word_embeddings=True,
     )
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(config).to(dtype).to(device())
+    return Qwen2ForCausalLM(config).to(dtype).to(device(args))
 
 
 def trajectories(args):
@@ -119,11 +120,11 @@ def trajectories(args):
 
 def polyrl_update(args, setting: str):
     """A closure running one polyrl update for ``setting``."""
-    import polyrl.learner.forward as batch_module
+    import polyrl.forward.logprobs as batch_module
+    from polyrl.forward.precision import enable_gradient_checkpointing, set_autocast
     from polyrl.learner.settings import UpdateSettings
     from polyrl.learner.update import policy_update
     from polyrl.learner.update_batch import prepare_update
-    from polyrl.policy.precision import enable_gradient_checkpointing, set_autocast
     from polyrl.train.config import RLConfig
 
     micro = args.micro_batch_tokens if setting in ("micro", "all", "pure-bf16") else None
@@ -139,7 +140,7 @@ def polyrl_update(args, setting: str):
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     batch = prepare_update(trajectories(args), ["bench"], 0, cfg)
-    return lambda: policy_update(model, optimizer, batch, cfg, list(model.parameters()), device=device())
+    return lambda: policy_update(model, optimizer, batch, cfg, list(model.parameters()), device=device(args))
 
 
 def trl_update(args):
@@ -162,12 +163,12 @@ def trl_update(args):
         tokenizer = build_tiny_tokenizer()
     trl_args = GRPOConfig(
         output_dir=os.path.join(args.work, "trl"),
-        use_cpu=not torch.cuda.is_available(),
+        use_cpu=device(args).type == "cpu",
         report_to=[],
         save_strategy="no",
         disable_tqdm=True,
         bf16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # transformers 5 renamed gradient_checkpointing (deprecated, removed in v6)
         per_device_train_batch_size=group,
         gradient_accumulation_steps=1,
         num_generations=group,
@@ -189,15 +190,15 @@ def trl_update(args):
     trainer.current_gradient_accumulation_steps = 1
     trajs = trajectories(args)
     batch = prepare_update(trajs, ["bench"], 0, _rl_config(args))
-    device = next(model.parameters()).device
-    completion = torch.tensor([t.response_ids for t in trajs], device=device)
+    on = device(args)
+    completion = torch.tensor([t.response_ids for t in trajs], device=on)
     inputs = {
-        "prompt_ids": torch.tensor([t.prompt_ids for t in trajs], device=device),
-        "prompt_mask": torch.ones(group, args.prompt_length, dtype=torch.long, device=device),
+        "prompt_ids": torch.tensor([t.prompt_ids for t in trajs], device=on),
+        "prompt_mask": torch.ones(group, args.prompt_length, dtype=torch.long, device=on),
         "completion_ids": completion,
         "completion_mask": torch.ones_like(completion),
-        "advantages": batch.advantages.to(device),
-        "num_items_in_batch": torch.tensor(float(completion.numel()), device=device),
+        "advantages": batch.advantages.to(on),
+        "num_items_in_batch": torch.tensor(float(completion.numel()), device=on),
     }
 
     def update():
@@ -226,22 +227,22 @@ def measure(args, setting: str) -> dict:
     """Peak memory (MiB) and wall time of one update of ``setting`` in this process."""
     update = trl_update(args) if setting == "trl" else polyrl_update(args, setting)
     update()  # warm-up: AdamW's states and the allocator's pools exist from here on, as in a training run
-    cuda = torch.cuda.is_available()
+    cuda = device(args).type == "cuda"
     if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
+        torch.cuda.synchronize(device(args))
+        torch.cuda.reset_peak_memory_stats(device(args))
+        base = torch.cuda.memory_allocated(device(args))
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM, the peak resident set, to the current one
     rss = _rss_kib("VmRSS")
     t0 = time.perf_counter()
     update()
     if cuda:
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device(args))
     seconds = time.perf_counter() - t0
     out = {"setting": setting, "seconds": seconds, "rss_peak_mib": (_rss_kib("VmHWM") - rss) / 1024}
     if cuda:
-        out["cuda_peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        out["cuda_peak_mib"] = (torch.cuda.max_memory_allocated(device(args)) - base) / 2**20
     return out
 
 
@@ -273,6 +274,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=4, help="Decoder layers.")
     parser.add_argument("--micro-batch-tokens", type=int, default=2048, help="rl.micro_batch_tokens of 'micro'.")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads.")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present, else the CPU), cpu, cuda, cuda:N.")
     parser.add_argument("--only", default=",".join(SETTINGS), help="Comma-separated settings to run.")
     parser.add_argument("--markdown", action="store_true", help="Print a markdown table.")
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -284,6 +286,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"unknown setting(s) {', '.join(unknown)}; choose from {', '.join(SETTINGS)}")
     if not 0 < args.prompt_length < args.length:
         parser.error("--prompt-length must be between 0 and --length")
+    args.device = device_option(args.device, "memory")
     return args
 
 
@@ -299,7 +302,7 @@ def main() -> None:
         return
     load = os.getloadavg()[0]
     results = run_all(args)
-    cuda = torch.cuda.is_available()
+    cuda = device(args).type == "cuda"
     trl = next((r for r in results if r["setting"] == "trl" and "error" not in r), None)
     key = "cuda_peak_mib" if cuda else "rss_peak_mib"
     header = ["setting", "what", "peak MiB" + (" (CUDA)" if cuda else " (RSS)"), "vs TRL", "update s"]
@@ -312,7 +315,7 @@ def main() -> None:
         rows.append([r["setting"], SETTINGS[r["setting"]], f"{r[key]:.0f}", ratio, f"{r['seconds']:.1f}"])
     machine = (
         f"{cpu_model()}, {os.cpu_count()} cores (load average {load:.1f} at start), "
-        f"{'CUDA ' + torch.cuda.get_device_name() if cuda else 'no GPU'}, torch {torch.__version__} with "
+        f"{'CUDA ' + torch.cuda.get_device_name(device(args)) if cuda else 'no GPU'}, torch {torch.__version__} with "
         f"{args.threads} thread(s), Python {platform.python_version()}"
     )
     shape = f"model {args.model}" if args.model else f"Qwen2-shaped model, hidden {args.hidden}, {args.layers} layers"

@@ -20,11 +20,12 @@ import time
 
 import numpy as np
 import torch
+from machine import device_option  # benchmarks/machine.py (scripts run from benchmarks/)
 
 from polyrl.cli.train import default_config_path
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward.decoder import Decoder, set_forward
 from polyrl.policy import PromptBuilder, TransformersBackend
-from polyrl.policy.decoder import Decoder, set_forward
 from polyrl.policy.loading import load_policy
 from polyrl.tasks import resolve_task
 from polyrl.train.config import load_config
@@ -32,33 +33,34 @@ from polyrl.train.config import load_config
 LOGPROB_TOLERANCE, GRADIENT_TOLERANCE = 1e-4, 1e-3
 
 
-def timed(fn, device: str):
+def timed(fn, device: torch.device):
     fn()  # warm-up
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     start = time.perf_counter()
     out = fn()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return out, time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present, else the CPU), cpu, cuda, cuda:N.")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", help="Also write the result as JSON here.")
     args = parser.parse_args()
+    device = device_option(args.device, "packed_check")
     torch.set_num_threads(args.threads)
     cfg = load_config(
         default_config_path(),
-        [f"model.path={args.model}", "model.autocast=none", "prompt.style=natural", f"device={args.device}"],
+        [f"model.path={args.model}", "model.autocast=none", "prompt.style=natural", f"device={device}"],
     )
-    policy = load_policy(cfg.model, device=args.device)
+    policy = load_policy(cfg.model, device=device)
     model, tok = policy.model, policy.tokenizer
     set_forward(model, "packed")
     if Decoder.of(model) is None:
@@ -72,19 +74,19 @@ def main() -> None:
     names = list(tasks)
     problems = [tasks[names[i % len(names)]].generate(int(rng.integers(2**31)), "easy") for i in range(args.prompts)]
     flat = [prompts.ids(p) for p in problems for _ in range(args.group_size)]
-    backend = TransformersBackend(model, tok)
-    result = {"model": args.model, "device": args.device, "rows": len(flat)}
+    backend = TransformersBackend(model, tok, device=device)
+    result = {"model": args.model, "device": str(device), "rows": len(flat)}
     gens = {}
     for mode in ("packed", "transformers"):
         set_forward(model, mode)
         gens[mode], result[f"generate_s_{mode}"] = timed(
-            lambda: backend.generate(flat, max_new_tokens=args.max_new_tokens, greedy=True), args.device
+            lambda: backend.generate(flat, max_new_tokens=args.max_new_tokens, greedy=True), device
         )
     result["greedy_rows_equal"] = sum(
         a.completion_ids == b.completion_ids for a, b in zip(gens["packed"], gens["transformers"])
     )
-    batch = collate([(g.prompt_ids, g.completion_ids) for g in gens["transformers"]], tok.pad_token_id)
-    mask = batch.loss_mask.to(args.device)
+    batch = collate([(g.prompt_ids, g.completion_ids) for g in gens["transformers"]], tok.pad_token_id).to(device)
+    mask = batch.loss_mask
     scores = {}
     for mode in ("packed", "transformers"):
         set_forward(model, mode)
@@ -95,7 +97,7 @@ def main() -> None:
             (logp * mask).sum().backward()
             return logp.detach() * mask, {n: p.grad.clone() for n, p in model.named_parameters()}
 
-        scores[mode], result[f"update_s_{mode}"] = timed(update, args.device)
+        scores[mode], result[f"update_s_{mode}"] = timed(update, device)
     (lp_packed, g_packed), (lp_hf, g_hf) = scores["packed"], scores["transformers"]
     result["logprob_max_diff"] = float((lp_packed - lp_hf).abs().max())
     result["gradient_max_rel_diff"] = max(

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from polyrl.device import HOST
+
 
 def rounded(weight: torch.Tensor, kind, shift: int = 0) -> torch.Tensor:
     """``weight`` quantized to the GGUF block format ``kind`` and back, its blocks of 32 values along each row
@@ -57,7 +59,7 @@ def main() -> None:
     from polyrl.policy.loading import ModelConfig, load_policy
 
     torch.set_num_threads(1)
-    policy = load_policy(ModelConfig(path=args.model))
+    policy = load_policy(ModelConfig(path=args.model), device=HOST)
     model = policy.model.eval()
     ids = policy.tokenizer(Path(args.text).read_text(), return_tensors="pt").input_ids[0][: args.tokens + 1]
     matrices = {n: p for n, p in model.named_parameters() if p.dim() == 2}  # every linear and the (tied) embedding

@@ -34,7 +34,7 @@ def start_rl(trainer: Trainer, rl):
         trainer._broadcast_weights()
         return lambda step: trainer.rl_step(step, trainer._seed_step("rl", step))
     trainer.rl.training.make_optimizer(rl.lr, rl.warmup_steps, rl.steps, cosine=False, weight_decay=rl.weight_decay)
-    trainer.broadcast_weights()
+    trainer.rl.broadcast_weights()
     return lambda step: trainer.rl.step(step, trainer.parts.seed_step("rl", step))
 
 
@@ -74,9 +74,9 @@ def main() -> None:
             seconds.append(time.process_time() - start)
             shown = {k: round(metrics[k], 4) for k in SHOWN if metrics.get(k) is not None}
             print(json.dumps({"step": step + 1, "cpu_s": round(seconds[-1], 2), **shown}), flush=True)
-        autocast = getattr(trainer.policy.model, "polyrl_autocast", None) or "none"
+        autocast = getattr(trainer.parts.policy.model, "polyrl_autocast", None) or "none"
         print(f"autocast {autocast}: mean {sum(seconds) / len(seconds):.2f} CPU s per step over {len(seconds)} steps")
-        trainer.run_dir.close()
+        trainer.parts.run_dir.close()
 
 
 if __name__ == "__main__":

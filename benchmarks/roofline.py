@@ -36,12 +36,11 @@ from machine import cpu_model, markdown_table
 from torch import nn
 
 from polyrl.cli.train import default_config_path
-from polyrl.learner.batch import collate, length_ordered, pack_rows, padding_share
-from polyrl.learner.forward import sequence_logprobs
+from polyrl.forward.batch import collate, distinct, length_ordered, pack_rows, padding_share
+from polyrl.forward.decoder import Decoder, set_forward
+from polyrl.forward.logprobs import sequence_logprobs
+from polyrl.forward.precision import autocast_mode, bf16_cpu_flags, forward_precision, set_autocast
 from polyrl.optim import make_optimizer
-from polyrl.policy.decoder import Decoder, set_forward
-from polyrl.policy.generation import distinct
-from polyrl.policy.precision import autocast_mode, bf16_cpu_flags, forward_precision, set_autocast
 from polyrl.train.config import load_config
 from polyrl.train.trainer import Trainer
 
@@ -96,14 +95,16 @@ class Shape:
 
 def rl_batch(trainer: Trainer, prompts: int, group_size: int) -> list[list[int]]:
     """``prompts`` training problems of the job's tasks, each prompt repeated ``group_size`` times."""
-    problems = trainer.sampler.draw(prompts, np.random.default_rng(0), trainer.tasks, trainer.difficulty)
-    return [trainer.prompts.ids(p) for p in problems for _ in range(group_size)]
+    problems = trainer.parts.sampler.draw(
+        prompts, np.random.default_rng(0), trainer.parts.mix.tasks, trainer.parts.mix.difficulty
+    )
+    return [trainer.parts.prompts.ids(p) for p in problems for _ in range(group_size)]
 
 
 def phases(trainer: Trainer, flat: list[list[int]], args) -> dict[str, tuple[float, float, float | None]]:
     """``phase -> (seconds, FLOPs, bytes or None)`` of one RL step on the prompts ``flat``."""
-    model, tok = trainer.policy.model, trainer.policy.tokenizer
-    shape, backend = Shape(model), trainer.backend
+    model, tok = trainer.parts.policy.model, trainer.parts.policy.tokenizer
+    shape, backend = Shape(model), trainer.parts.backend
     out = {}
     unique, source = distinct(flat)
     with torch.no_grad(), forward_precision(model):  # the generation's prefill: packed or transformers' forward
@@ -209,8 +210,8 @@ def main() -> None:
             trainer = load_trainer(path, args, f"{tmp}/{len(os.listdir(tmp))}")
             flat = rl_batch(trainer, args.prompts, args.group_size)
             for mode, forward in [(m, f) for f in args.forward.split(",") for m in args.autocast.split(",")]:
-                set_autocast(trainer.policy.model, mode)
-                set_forward(trainer.policy.model, forward)
+                set_autocast(trainer.parts.policy.model, mode)
+                set_forward(trainer.parts.policy.model, forward)
                 result = phases(trainer, flat, args)
                 total = sum(t for t, _, _ in result.values())
                 rows = []
@@ -228,13 +229,13 @@ def main() -> None:
                         ]
                     )
                 rows.append(["step", f"{total * 1e3:,.1f}", "100%", "", "", "", ""])
-                shape = Shape(trainer.policy.model)
+                shape = Shape(trainer.parts.policy.model)
                 print(
                     f"\n{path}: {shape.params / 1e6:.1f} M parameters, autocast {mode}, forward {forward}, "
                     f"{len(flat)} completions"
                 )
                 print(markdown_table(header, rows) if args.markdown else "\n".join("  ".join(r) for r in rows))
-            trainer.run_dir.close()
+            trainer.parts.run_dir.close()
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 from machine import cpu_model
 
+from polyrl.device import HOST as HOST_DEVICE
+
 HOST = "127.0.0.1"  # loopback only
 
 
@@ -40,7 +42,7 @@ def tiny_checkpoint(directory: Path) -> Path:
     from polyrl.policy.loading import ModelConfig, load_policy
 
     path = directory / "tiny_model"
-    load_policy(ModelConfig()).save(path)
+    load_policy(ModelConfig(), device=HOST_DEVICE).save(path)
     return path
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from polyrl.device import HOST
+
 NOT_ENDED = ("max_turns", "attempts_exhausted", "token_budget", "env_error", "invalid_move")
 """End reasons of an episode that did not end on its own answer or final move (env/retry's turn limit is
 ``attempts_exhausted``; a TextArena game ends at an invalid move)."""
@@ -53,7 +55,7 @@ def parse_difficulty(text: str):
 
 def measure(policy, path: str, task_name: str, difficulty, n: int, max_turns, max_new_tokens: int):
     """One row (a dict of shares) and the episodes (text and counters) of ``task_name`` played by ``policy``."""
-    from polyrl.envs.registry import EnvConfig
+    from polyrl.envs.env_registry import EnvConfig
     from polyrl.policy import TransformersBackend
     from polyrl.policy.prompts import PromptBuilder, PromptConfig
     from polyrl.rollout.dispatch import Sampling, rollout_groups
@@ -66,7 +68,7 @@ def measure(policy, path: str, task_name: str, difficulty, n: int, max_turns, ma
     probe = task.make_env(problems[0])
     has_tools = bool(probe.tools)
     probe.close()
-    backend = TransformersBackend(policy.model, policy.tokenizer)
+    backend = TransformersBackend(policy.model, policy.tokenizer, device=HOST)
     sampling = Sampling(
         group_size=1, max_new_tokens=max_new_tokens, max_episode_tokens=turns_allowed * max_new_tokens * 3
     )
@@ -158,7 +160,7 @@ def main() -> None:
             (out / name).write_text("")
     rows = []
     for path in args.models:
-        policy = load_policy(ModelConfig(path=path))
+        policy = load_policy(ModelConfig(path=path), device=HOST)
         for name, difficulty in specs:
             row, episodes = measure(policy, path, name, difficulty, args.n, args.max_turns, args.max_new_tokens)
             print(json.dumps(row), flush=True)

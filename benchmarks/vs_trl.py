@@ -18,7 +18,7 @@ polyrl's resolves to bf16; ``--precision fp32`` runs both in float32; ``--precis
 (polyrl ``model.autocast: bf16``, TRL ``bf16=True``) whatever the model's width.
 
 1. SFT warm start with polyrl (the config's tasks' reference solutions), saved as a Hugging Face directory.
-2. polyrl RL from that directory (``model.path=<dir>``, ``sft.enabled=false``); ``Trainer.run_rl`` is timed.
+2. polyrl RL from that directory (``model.path=<dir>``, ``sft.enabled=false``); ``trainer.rl.run`` is timed.
 3. TRL GRPOTrainer from the same directory (``AutoModelForCausalLM``), on a ``datasets.Dataset`` holding
    the very problems polyrl drew at each step (same seeds), shown the same chat-template prompt, rewarded by
    the same polyrl reward (task verifier + format term, ``polyrl.rewards.compute_rewards``); ``train()`` is
@@ -63,6 +63,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from learning_curves import Curve, EvaluateEvery, learning_report, plot, watch_polyrl  # benchmarks/learning_curves.py
 from machine import (  # benchmarks/machine.py (scripts run from benchmarks/)
     cpu_model,
     markdown_table,
@@ -73,16 +74,17 @@ from rich.table import Table
 from update_probe import Probe, UpdateProbe  # benchmarks/update_probe.py
 
 from polyrl.cli.train import default_config_path
+from polyrl.device import HOST
 from polyrl.experiments.curriculum import free_memory
+from polyrl.forward.precision import set_autocast
 from polyrl.policy import PromptBuilder, TransformersBackend
-from polyrl.policy.precision import set_autocast
 from polyrl.rewards import compute_rewards
 from polyrl.tasks.io import problem_row, row_problem
 from polyrl.train import rl_stage
 from polyrl.train.build import step_seed
 from polyrl.train.config import TrainConfig, load_config
 from polyrl.train.evaluation import evaluate
-from polyrl.train.sft import reference_batch
+from polyrl.train.sft_data import reference_batch
 from polyrl.train.trainer import Trainer
 
 GOAL_SPEEDUP = {"tiny": 5.0, "real": 8.0}
@@ -94,8 +96,14 @@ SIZES = {
     "tiny": {"steps": 60, "prompts": 16, "group_size": 8, "sft_steps": 200, "eval_problems": 100,
              "max_new_tokens": 16, "lr": 2e-4},
     "real": {"steps": 8, "prompts": 4, "group_size": 4, "sft_steps": 30, "eval_problems": 30,
-             "max_new_tokens": 32, "lr": 5e-6},
+             "max_new_tokens": 32, "lr": 5e-6, "eval_every": 0},
+    # --recipe job: the real-model job's own recipe (configs/smollm2.yaml), where RL moves held-out accuracy
+    "job": {"steps": 90, "prompts": 4, "group_size": 4, "sft_steps": 15, "eval_problems": 200,
+            "max_new_tokens": 32, "lr": 1e-5, "eval_every": 10},
 }  # fmt: skip
+SIZES["tiny"]["eval_every"] = 0
+MARGIN = 5.0
+"""Time to accuracy: training wall time until held-out accuracy first reaches the SFT start + this many points."""
 POLYRL_STEP_METRICS = ("reward", "grad_norm", "zero_variance_frac", "updates", "skipped_updates", "tis_weight_mean",
                        "tis_truncated_fraction", "mismatch_abs_mean")  # fmt: skip
 """What polyrl's metrics log says of each RL step, kept beside the probe's figures (``--json``)."""
@@ -124,6 +132,8 @@ def polyrl_config(args, run_dir: Path, overrides: list[str]) -> TrainConfig:
         "rl.epochs=1",  # TRL: num_iterations=1
         "rl.minibatches=1",
     ]
+    if args.eval_every:
+        base += [f"eval.every={args.eval_every}", f"eval.problems_per_task={args.eval_problems}", "eval.pass_k=1"]
     if args.model == "tiny":
         # the RL stage loads the warm start from a directory, whose default style would be natural: keep the
         # terse prompts the tiny model was warm-started on (and that TRL is shown)
@@ -140,10 +150,10 @@ def sft_warm_start(args, work: Path) -> tuple[Path, dict]:
     """polyrl's SFT stage once; returns the saved model directory and its held-out accuracy."""
     cfg = polyrl_config(args, work / "sft", ["rl.enabled=false"])
     trainer = Trainer(cfg)
-    trainer.run_sft(None)
-    trainer.run_dir.close()
-    accuracy = held_out(cfg, trainer.backend, trainer.prompts, trainer.eval_tasks(), args)
-    model_dir = trainer.run_dir.model_dir("sft_model")
+    trainer.sft.run(None)
+    trainer.parts.run_dir.close()
+    accuracy = held_out(cfg, trainer.parts.backend, trainer.parts.prompts, trainer.parts.mix.eval_tasks(), args)
+    model_dir = trainer.parts.run_dir.model_dir("sft_model")
     del trainer
     free_memory()
     return model_dir, accuracy
@@ -174,24 +184,28 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
     cfg = polyrl_config(args, work / "polyrl", [f"model.path={sft_dir}", "sft.enabled=false"])
     trainer = Trainer(cfg)
     probe = probe_set(trainer)
-    watch = UpdateProbe(trainer.policy.model, probe)
+    watch = UpdateProbe(trainer.parts.policy.model, probe)
+    curve = Curve()
+    watch_polyrl(trainer, curve, watch)
     with watched_polyrl(trainer, watch):
-        wall, cpu = time.perf_counter(), time.process_time()
-        trainer.run_rl(None)
-        wall, cpu = time.perf_counter() - wall - watch.wall, time.process_time() - cpu - watch.cpu
+        wall, cpu, curve.start = time.perf_counter(), time.process_time(), time.perf_counter()
+        trainer.rl.run(None)
+        wall = time.perf_counter() - wall - watch.wall - curve.excluded
+        cpu = time.process_time() - cpu - watch.cpu - curve.excluded_cpu
     update = watch.summary(cfg.rl.steps)
     watch.release()
-    trainer.run_dir.close()
-    steps = [json.loads(line) for line in trainer.run_dir.metrics_file.read_text().splitlines()]
+    trainer.parts.run_dir.close()
+    steps = [json.loads(line) for line in trainer.parts.run_dir.metrics_file.read_text().splitlines()]
     steps = [r for r in steps if r.get("stage") == "rl"]
     step_time = sum(r["step_time"] for r in steps)
     gen_time = sum(r["tokens"] / r["tokens_per_s"] for r in steps if r.get("tokens_per_s"))
-    bf16 = trainer.policy.model.polyrl_autocast == "bf16"
+    bf16 = trainer.parts.policy.model.polyrl_autocast == "bf16"
     matched = Matched(
-        cfg, trainer.tasks, trainer.prompts, trainer.policy.tokenizer, trainer.eval_tasks(),
+        cfg, trainer.parts.mix.tasks, trainer.parts.prompts, trainer.parts.policy.tokenizer, trainer.parts.mix.eval_tasks(),
         step_problems(cfg, trainer), bf16, probe,
     )  # fmt: skip
-    accuracy = held_out(cfg, trainer.backend, trainer.prompts, matched.eval_tasks, args)
+    accuracy = held_out(cfg, trainer.parts.backend, trainer.parts.prompts, matched.eval_tasks, args)
+    curve.add_final(cfg.rl.steps, wall, accuracy)
     del trainer
     free_memory()
     for key in POLYRL_STEP_METRICS:
@@ -205,6 +219,7 @@ def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
         "matched": matched,
         "accuracy": accuracy,
         "update": update,
+        "curve": curve.as_dict(),
     }
 
 
@@ -212,9 +227,14 @@ def probe_set(trainer: Trainer) -> Probe:
     """The fixed sequences every optimizer step's KL is measured on: reference solutions of the run's tasks."""
     rng = np.random.default_rng(12345)
     pairs = reference_batch(
-        trainer.tasks, trainer.difficulty, trainer.prompts, trainer.policy.tokenizer.eos_token_id, rng, PROBE_SEQUENCES
+        trainer.parts.mix.tasks,
+        trainer.parts.mix.difficulty,
+        trainer.parts.prompts,
+        trainer.parts.policy.tokenizer.eos_token_id,
+        rng,
+        PROBE_SEQUENCES,
     )
-    return Probe.of([pair[:2] for pair in pairs], trainer.policy.tokenizer.pad_token_id)
+    return Probe.of([pair[:2] for pair in pairs], trainer.parts.policy.tokenizer.pad_token_id)
 
 
 @contextmanager
@@ -244,9 +264,11 @@ def step_problems(cfg: TrainConfig, trainer: Trainer) -> list:
     problems = []
     for step in range(cfg.rl.steps):
         rng = np.random.default_rng(step_seed(cfg.seed, "rl", step))
-        for name in trainer.sampler.sample(cfg.rl.prompts_per_step, rng):
+        for name in trainer.parts.sampler.sample(cfg.rl.prompts_per_step, rng):
             problems.append(
-                trainer.tasks[name].generate(int(rng.integers(2**62)), trainer.difficulty(name), split="train")
+                trainer.parts.mix.tasks[name].generate(
+                    int(rng.integers(2**62)), trainer.parts.mix.difficulty(name), split="train"
+                )
             )
     return problems
 
@@ -287,7 +309,7 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl: Matched) -> dict:
         logging_steps=1,  # each step's reward and gradient norm, beside polyrl's
         seed=args.seed,
         bf16=polyrl.bf16,  # --precision best: what polyrl resolved
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # transformers 5 renamed gradient_checkpointing (deprecated, removed in v6)
         max_steps=rl.steps,
         per_device_train_batch_size=rl.prompts_per_step * rl.group_size,
         gradient_accumulation_steps=1,
@@ -315,20 +337,27 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl: Matched) -> dict:
     check_same_prompt_ids(tokenizer, polyrl.prompts, problems[0], data[0]["prompt"])
     trainer.remove_callback(PrinterCallback)  # its per-log dict printing; the metrics stay in trainer.state
     watch = watched_trl(trainer, polyrl.probe)
-    wall, cpu = time.perf_counter(), time.process_time()
+    curve = Curve()
+    evaluate = lambda model: held_out(cfg, eval_backend(model, polyrl), polyrl.prompts, polyrl.eval_tasks, args)
+    trainer.add_callback(EvaluateEvery(args.eval_every, rl.steps, curve, evaluate, watch))
+    wall, cpu, curve.start = time.perf_counter(), time.process_time(), time.perf_counter()
     trainer.train()
-    wall, cpu = time.perf_counter() - wall - watch.wall, time.process_time() - cpu - watch.cpu
+    wall = time.perf_counter() - wall - watch.wall - curve.excluded
+    cpu = time.process_time() - cpu - watch.cpu - curve.excluded_cpu
     update = watch.summary(rl.steps)
     watch.release()
     logs = [r for r in trainer.state.log_history if "reward" in r]
     update["reward"] = [r["reward"] for r in logs]
     update["grad_norm"] = [r.get("grad_norm") for r in logs]
+    accuracy = evaluate(trainer.model)
+    curve.add_final(rl.steps, wall, accuracy)
     return {
         "wall": wall,
         "cpu": cpu,
         "precision": "bf16=True" if trl_args.bf16 else "fp32",
-        "accuracy": held_out(cfg, eval_backend(trainer.model, polyrl), polyrl.prompts, polyrl.eval_tasks, args),
+        "accuracy": accuracy,
         "update": update,
+        "curve": curve.as_dict(),
     }
 
 
@@ -338,7 +367,7 @@ def eval_backend(model, polyrl: Matched) -> TransformersBackend:
     (A model that never went through polyrl's loader runs in float32: the SFT start and polyrl's model were then
     evaluated in bf16 and TRL's in float32, which alone moved seed 0's TRL accuracy by 2.5 points.)"""
     set_autocast(model, "bf16" if polyrl.bf16 else "none")
-    return TransformersBackend(model, polyrl.tokenizer)
+    return TransformersBackend(model, polyrl.tokenizer, device=HOST)
 
 
 def watched_trl(trainer, probe: Probe) -> UpdateProbe:
@@ -380,7 +409,7 @@ def run_seed(args, console: Console) -> dict:
         with console.status(f"seed {args.seed}: RL with TRL GRPOTrainer…"):
             theirs = run_trl(args, work, sft_dir, ours.pop("matched"))
         console.log(f"seed {args.seed}: TRL RL {theirs['wall']:.0f} s; seed total {time.perf_counter() - t0:.0f} s")
-    return {"seed": args.seed, "sft": sft_acc, "polyrl": ours, "trl": theirs}
+    return {"seed": args.seed, "sft": sft_acc, "polyrl": ours, "trl": theirs, "eval_problems": args.eval_problems}
 
 
 def main() -> None:
@@ -432,10 +461,26 @@ def parse_args() -> tuple[argparse.Namespace, list[int]]:
     parser.add_argument(
         "--quick", action="store_true", help="Smoke size: 20 RL steps, 60 SFT steps, 30 eval problems."
     )
+    parser.add_argument(
+        "--recipe",
+        choices=("quick", "job"),
+        default="quick",
+        help="A real model's sizes: quick (8 RL steps, a throughput check) or job (the real-model job's recipe: 15 "
+        "SFT + 90 RL steps, lr 1e-5, 200 held-out problems per task, evaluated every 10 steps).",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        help="Evaluate both trainers every N RL steps on the held-out problems (time to accuracy; job: 10).",
+    )
+    parser.add_argument("--plot", help="With evaluations during RL: write the learning curves to this PNG.")
     parser.add_argument("--markdown", action="store_true", help="Print markdown tables instead.")
     parser.add_argument("--json", help="Also write every figure, each optimizer step's included, to this file.")
     args = parser.parse_args()
-    for name, value in SIZES["tiny" if args.model == "tiny" else "real"].items():
+    if args.model == "tiny" and args.recipe != "quick":
+        parser.error("--recipe job is the real-model job's recipe: give --model smollm2-135m-instruct (or another)")
+    sizes = "tiny" if args.model == "tiny" else ("job" if args.recipe == "job" else "real")
+    for name, value in SIZES[sizes].items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     if args.quick:
@@ -446,6 +491,12 @@ def parse_args() -> tuple[argparse.Namespace, list[int]]:
         parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
     if not seeds:
         parser.error("--seeds is empty")
+    if args.eval_every < 0 or (args.eval_every and args.eval_every >= args.steps):
+        parser.error(
+            f"--eval-every must be 0 (off) or between 1 and the RL steps ({args.steps}), got {args.eval_every}"
+        )
+    if args.plot and not args.eval_every:
+        parser.error("--plot draws the evaluations during RL: give --eval-every N (or --recipe job)")
     return args, seeds
 
 
@@ -487,6 +538,12 @@ def report(args, seeds: list[int], results: list[dict], load: list[float]) -> No
         f"step time in generation; ‖θ_end − θ_start‖ polyrl {moved('polyrl')}, TRL {moved('trl')}"
     )
     tables.append(("The update, per seed (per optimizer step: mean (min–max))", *update_table(results)))
+    if args.eval_every:
+        learning, learned = learning_report(results, args.eval_every, MARGIN)
+        tables += learning
+        verdict += f"; {learned}"
+        if args.plot:
+            plot(results, MARGIN, Path(args.plot))
     if args.json:
         Path(args.json).write_text(json.dumps({"setup": setup, "machine": machine, "results": results}, indent=1))
     if args.markdown:

@@ -46,7 +46,7 @@ def calc(expr: str) -> str:
 def agent(client, problem):
     messages = [{"role": "user", "content": problem.prompt}]
     for _ in range(3):
-        reply = client.chat.completions.create(model="policy", messages=messages, tools=TOOLS, max_tokens=64)
+        reply = client.chat.completions.create(model="polyrl-policy", messages=messages, tools=TOOLS, max_tokens=64)
         message = reply.choices[0].message
         messages.append(message.model_dump(exclude_none=True))
         if not message.tool_calls:

@@ -24,6 +24,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from polyrl.device import HOST
+
 
 def task_counts(samples: list[dict], name: str) -> tuple[int, int, int, str]:
     """``(in format, correct, samples, most frequent reply)`` of one task; the reply is its first 24 characters (the
@@ -110,7 +112,7 @@ def evaluate(model: str, suite, out: Path, resume: bool) -> list[dict]:
     from polyrl.eval.sources import LocalModelSource
     from polyrl.policy.loading import ModelConfig, load_policy
 
-    policy = load_policy(ModelConfig(path=model), seed=suite.seed)
+    policy = load_policy(ModelConfig(path=model), seed=suite.seed, device=HOST)
     source = LocalModelSource(policy, "prompt", suite.system, seed=suite.seed, style="natural")
     resume = resume and (out / "run.json").is_file()
     run_suite(suite, source, out, "prompt", model, resume=resume, log=print, style="natural")
@@ -135,11 +137,11 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     from polyrl.eval.suite import suite_from_options
-    from polyrl.tasks import list_tasks
+    from polyrl.tasks import TEXT_ONLY, list_tasks
 
     torch.set_num_threads(1)
     hf_logging.disable_progress_bar()
-    every = [t.name for t in list_tasks()]
+    every = [t.name for t in list_tasks() if t.modalities == TEXT_ONLY]  # a text model cannot see the visual ones
     names = [t.strip() for t in args.tasks.split(",") if t.strip()] or every
     sft_names = every if args.sft_tasks == "all" else [t.strip() for t in args.sft_tasks.split(",") if t.strip()]
     suite = suite_from_options(",".join(names), args.difficulty, args.n, 1, max_new_tokens=args.max_new_tokens)

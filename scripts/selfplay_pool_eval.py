@@ -18,6 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
+from polyrl.device import HOST
 from polyrl.eval.sources import LocalModelSource
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.rewards import verify_trajectories
@@ -57,7 +58,7 @@ def main() -> None:
     rows = []
     for name in args.models:
         path = Path(name) if Path(name).is_absolute() else args.run_dir / name
-        policy = load_policy(ModelConfig(path=str(path)))
+        policy = load_policy(ModelConfig(path=str(path)), device=HOST)
         source = LocalModelSource(policy, "question", None)
         greedy = rollout(
             [p for p, _ in problems],

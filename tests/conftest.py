@@ -1,6 +1,7 @@
 import copy
 import os
 import random
+import re
 
 import pytest
 
@@ -24,7 +25,7 @@ def pytest_collection_modifyitems(config, items):
         items.reverse()
         return
     kind, _, seed = order.partition(":")
-    if kind != "random" or not seed.lstrip("-").isdigit():
+    if kind != "random" or re.fullmatch(r"-?[0-9]+", seed) is None:  # not isdigit(): '²' and '٣' are digits too
         raise pytest.UsageError(f"--test-order {order!r}: give file, reverse or random:SEED (e.g. random:1)")
     rng = random.Random(int(seed))
     modules: dict[str, list] = {}
@@ -39,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
 
 def _forgetting_new_tasks():
     """Tasks registered while this generator is suspended leave the process-wide task registry after it."""
-    from polyrl.tasks.registry import TASKS
+    from polyrl.tasks.task_registry import TASKS
 
     before = set(TASKS.names())
     yield
@@ -177,10 +178,11 @@ TINY_SHAPE = TINY_TRAIN["model"]["tiny"]
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """The tiny model of ``TINY_TRAIN``'s shape (seed 0) saved as a plain Hugging Face checkpoint."""
+    from polyrl.device import HOST
     from polyrl.policy.loading import ModelConfig, load_policy
 
     path = tmp_path_factory.mktemp("tiny_model") / "model"
-    load_policy(ModelConfig(path="tiny", tiny=TINY_SHAPE), seed=0).save(path)
+    load_policy(ModelConfig(path="tiny", tiny=TINY_SHAPE), seed=0, device=HOST).save(path)
     return path
 
 

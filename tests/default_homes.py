@@ -18,7 +18,7 @@ from pydantic_core import PydanticUndefined
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "polyrl"
 
-NOT_CONFIG = ("polyrl.serve.schema", "polyrl.harness.chat")
+NOT_CONFIG = ("polyrl.serve.schema", "polyrl.rollout.harness.openai_chat")
 """Modules of request and message schemas: their defaults are the OpenAI API's, not polyrl settings."""
 
 ALIASES = {

@@ -3,7 +3,7 @@ budget a test needs (importable as ``rollout_sampling``: ``tests/`` is on the pa
 
 import dataclasses
 
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.env_registry import EnvConfig
 from polyrl.rollout import Sampling
 from polyrl.train.config import RLConfig
 

@@ -1,12 +1,14 @@
 """One owner of the device (issue #34): ``device: auto`` by default, resolved once by the placement, printed at the
 start of a run; a device the machine does not have is one line and exit code 2 before anything starts."""
 
+import json
+
 import pytest
 import torch
 from cli_errors import one_error_line
 
 from polyrl.cli import run
-from polyrl.device import describe, device_kind, resolve_device
+from polyrl.device import check_device_spec, describe, device_kind, resolve_device
 from polyrl.errors import UserError
 
 
@@ -48,11 +50,35 @@ def test_the_default_config_trains_on_auto():
     assert load_config(None, base={"tasks": ["addition"]}).device == "auto"
 
 
-@pytest.mark.parametrize("spec", ["gpu", "cuda:x", "cpu:0", ""])
+NOT_DEVICES = ["gpu", "cuda:x", "cpu:0", "", "meta", "CUDA", "garbage", "cuda:", "cuda:-1", " cpu", "cuda:0:0"]
+NOT_DEVICES += ["cuda:99999999999999999999", "cuda:128", "cuda:\u0663", "cuda:\u00b2", "cuda:01", "cuda:+1", "auto:0"]
+"""Names the issue #43 audit gave ``--device`` and ``device=``: ``cuda:٣`` (an Arabic-Indic three), ``cuda:²``,
+an index past torch's 8 bits (``cuda:128`` would become ``cuda:-128``) or past a 64-bit integer."""
+
+
+@pytest.mark.parametrize("spec", NOT_DEVICES)
 def test_a_device_polyrl_does_not_know_is_refused_by_the_config(spec, tmp_path, capsys):
-    assert run(["train", "--run-dir", str(tmp_path / "run"), f"device={spec}"]) == 2
-    assert "give auto, cpu, cuda, cuda:N or mps" in one_error_line(capsys)
+    assert run(["train", "--run-dir", str(tmp_path / "run"), f"device={json.dumps(spec)}"]) == 2
+    assert "give auto, cpu, cuda, cuda:N (N from 0 to 127) or mps" in one_error_line(capsys)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("spec", NOT_DEVICES)
+@pytest.mark.parametrize(
+    "args",
+    [["eval", "--model", "tiny", "--tasks", "addition", "--n", "1"], ["serve", "tiny", "--port", "8765"]],
+    ids=["eval", "serve"],
+)
+def test_eval_and_serve_refuse_a_device_polyrl_does_not_know_in_one_line(args, spec, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run([*args, "--device", spec]) == 2
+    assert "give auto, cpu, cuda, cuda:N (N from 0 to 127) or mps" in one_error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("spec", ["auto", "cpu", "cuda", "cuda:0", "cuda:7", "cuda:127", "mps"])
+def test_every_device_polyrl_knows_passes_the_parser(spec):
+    assert check_device_spec(spec) == spec
 
 
 def test_train_on_cuda_without_cuda_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):

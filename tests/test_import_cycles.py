@@ -64,11 +64,11 @@ def _in_a_circle(graph, a: str, b: str) -> bool:
 def test_the_reward_and_task_modules_import_in_one_direction():
     graph = _graph()
     pairs = [
-        ("polyrl.rewards.compose", "polyrl.rewards.scorer"),
+        ("polyrl.rewards.reward_config", "polyrl.rewards.stage"),
         ("polyrl.tasks.base", "polyrl.tasks.isolation"),
         ("polyrl.tasks.isolation", "polyrl.tasks.verifier_worker"),
         ("polyrl.tasks.base", "polyrl.tasks.verifier_worker"),
-        ("polyrl.tasks.registry", "polyrl.tasks.builtin.compose"),
+        ("polyrl.tasks.task_registry", "polyrl.tasks.builtin.compositions"),
     ]
     circles = [pair for pair in pairs if _in_a_circle(graph, *pair)]
     assert not circles, circles

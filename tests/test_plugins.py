@@ -34,15 +34,18 @@ from polyrl.algos import (
 from polyrl.algos.gradient_surgery import SURGERIES, get_surgery
 from polyrl.critic.value_losses import VALUE_LOSSES, value_loss
 from polyrl.curriculum import SAMPLERS, make_sampler
-from polyrl.envs.registry import ENVS, EnvConfig, get_env_task
+from polyrl.device import HOST
+from polyrl.envs.env_registry import ENVS, EnvConfig, get_env_task
 from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
 from polyrl.policy.backends import BACKENDS, GenerationConfig, make_backend
 from polyrl.rewards.terms import REWARD_SOURCES
+from polyrl.rollout import rollout
+from polyrl.rollout.dispatch import ROLLOUT_KINDS
 from polyrl.rollout.selfplay import LEARNABILITY
 from polyrl.tasks import get_task, list_tasks
 from polyrl.tasks.prefixes import TASK_PREFIXES
-from polyrl.tasks.registry import TASKS
+from polyrl.tasks.task_registry import TASKS
 from polyrl.tasks.verifiers import DATASET_VERIFIERS
 from polyrl.trackers import TRACKERS, LoggingConfig, open_trackers
 
@@ -64,6 +67,7 @@ REGISTRIES = (
     TRACKERS,
     TOOL_FORMATS,
     LEARNABILITY,
+    ROLLOUT_KINDS,
 )
 
 
@@ -129,7 +133,7 @@ def example_task_plugin(install, entry_point: str = "polyrl_plugin_example:Count
 
 def test_docs_show_one_module_per_kind():
     files, entry_points = docs_plugin()
-    assert len(files) == 1 + 14  # __init__ and one module per kind
+    assert len(files) == 1 + 15  # __init__ and one module per kind
     assert set(entry_points) == {
         "polyrl.task_prefixes",
         "polyrl.verifiers",
@@ -145,6 +149,8 @@ def test_docs_show_one_module_per_kind():
         "polyrl.value_losses",
         "polyrl.gradient_surgery",
         "polyrl.backends",
+        "polyrl.rollout_kinds",
+        "polyrl.tasks",
     }
 
 
@@ -226,14 +232,16 @@ def test_plugin_backend_is_built_by_name_with_its_options(my_plugin):
     from polyrl.policy import TransformersBackend
     from polyrl.policy.loading import ModelConfig, load_policy
 
-    policy = load_policy(ModelConfig(path="tiny"), seed=0)
+    policy = load_policy(ModelConfig(path="tiny"), seed=0, device=HOST)
     generation = GenerationConfig(engine="hf_generate", options={"repetition_penalty": 1.0})
     backend = make_backend(generation, policy.model, policy.tokenizer, 0, True, policy.device)
     assert type(backend).__name__ == "HFGenerate" and backend.penalty == 1.0
     prompts = [policy.tokenizer.encode("12+30="), policy.tokenizer.encode("7*8=")]
     # greedy, no penalty: the same completions as the built-in engine's
     ours = backend.generate(prompts, max_new_tokens=6, greedy=True)
-    builtin = TransformersBackend(policy.model, policy.tokenizer).generate(prompts, max_new_tokens=6, greedy=True)
+    builtin = TransformersBackend(policy.model, policy.tokenizer, device=HOST).generate(
+        prompts, max_new_tokens=6, greedy=True
+    )
     assert [(g.completion_ids, g.finished) for g in ours] == [(g.completion_ids, g.finished) for g in builtin]
 
 
@@ -261,7 +269,7 @@ def test_a_run_generates_with_the_plugin_backend(my_plugin, tiny_train_config, m
         generation={"engine": "hf_generate"}, sft__steps=2, rl__steps=1, eval={"problems_per_task": 2, "pass_k": 1}
     )
     trainer = Trainer(config)
-    assert isinstance(trainer.backend, HFGenerate)
+    assert isinstance(trainer.parts.backend, HFGenerate)
     trainer.run()
     assert len(calls) >= 3  # after-SFT evaluation, the RL step, after-RL evaluation
 
@@ -398,3 +406,17 @@ def test_plugin_object_of_the_wrong_kind_is_skipped_with_a_warning(install, caps
     )
     assert TASKS.names() and "x" not in TASKS.names()
     assert "register_task expects a Task subclass" in capsys.readouterr().err
+
+
+def test_plugin_rollout_kind_plays_its_task_s_problems(my_plugin, prompts, scripted, tiny_tokenizer):
+    from rollout_sampling import sampling
+
+    task = get_task("primed_addition")
+    assert task.rollout_kind == "primed" and ROLLOUT_KINDS.lookup("primed").episodic is False
+    trajs = rollout(
+        [task.generate(0)], {task.name: task}, scripted(lambda _: "<answer>0</answer>"), prompts, sampling(2, 8)
+    )
+    assert [t.task for t in trajs] == ["primed_addition"] * 2 and [t.group for t in trajs] == [0, 0]
+    # the primer is context the policy did not write: it ends the prompt, not the response
+    assert all(tiny_tokenizer.decode(t.prompt_ids).endswith("Step by step: ") for t in trajs)
+    assert all(t.text == "<answer>0</answer>" for t in trajs)

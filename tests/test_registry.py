@@ -6,6 +6,8 @@ import functools
 import importlib
 import sys
 import textwrap
+import threading
+import time
 import typing
 from pathlib import Path
 
@@ -16,16 +18,17 @@ from polyrl.algos import ADVANTAGE_ESTIMATORS, AGGREGATIONS, KL_ESTIMATORS, OBJE
 from polyrl.algos.gradient_surgery import SURGERIES
 from polyrl.critic.value_losses import VALUE_LOSSES
 from polyrl.curriculum import SAMPLERS, TaskSampler, register_sampler
-from polyrl.envs.registry import ENVS, list_envs
+from polyrl.envs.env_registry import ENVS, list_envs
 from polyrl.envs.tool_formats import TOOL_FORMATS
 from polyrl.errors import UserError
 from polyrl.policy.backends import BACKENDS
 from polyrl.registry import Registry
 from polyrl.rewards.terms import REWARD_SOURCES
+from polyrl.rollout.dispatch import ROLLOUT_KINDS
 from polyrl.rollout.selfplay import LEARNABILITY
 from polyrl.tasks.builtin import MODULES
 from polyrl.tasks.prefixes import TASK_PREFIXES
-from polyrl.tasks.registry import TASKS
+from polyrl.tasks.task_registry import TASKS
 from polyrl.tasks.verifiers import DATASET_VERIFIERS
 from polyrl.trackers import TRACKERS
 from polyrl.train.config import TrainConfig
@@ -151,6 +154,30 @@ def test_builtin_modules_load_on_first_read_only(tmp_path, monkeypatch):
         sys.modules.pop("gadget_builtins", None)
 
 
+def test_a_lookup_on_another_thread_waits_for_the_built_ins_another_thread_is_loading(tmp_path, monkeypatch):
+    """Rollout threads (a Ray actor's) looked up a kind while another thread was still importing the built-ins:
+    ``unknown rollout kind 'episode'; known: single_turn``."""
+    registry = "from polyrl.registry import Registry\n\nSPRINGS = Registry('spring', builtins=('slow_springs',))\n"
+    (tmp_path / "springs.py").write_text(registry)
+    (tmp_path / "slow_springs.py").write_text(
+        "import time\n\nfrom springs import SPRINGS\n\ntime.sleep(0.3)\nSPRINGS.add('coil', 1)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        from springs import SPRINGS
+
+        found = []
+        first = threading.Thread(target=lambda: found.append(SPRINGS.lookup("coil")))
+        first.start()
+        time.sleep(0.1)  # the first thread is inside the slow import
+        found.append(SPRINGS.lookup("coil"))
+        first.join()
+        assert found == [1, 1]
+    finally:
+        sys.modules.pop("springs", None)
+        sys.modules.pop("slow_springs", None)
+
+
 # --- every kind uses it ---------------------------------------------------------------------------------------
 
 
@@ -173,6 +200,7 @@ def test_builtin_modules_load_on_first_read_only(tmp_path, monkeypatch):
         (TRACKERS, "polyrl.trackers", "tensorboard"),
         (TOOL_FORMATS, "polyrl.tool_formats", "hermes"),
         (LEARNABILITY, "polyrl.learnability", "variance"),
+        (ROLLOUT_KINDS, "polyrl.rollout_kinds", "episode"),
     ],
 )
 def test_every_kind_is_a_registry_with_its_entry_point_group(registry, group, builtin):

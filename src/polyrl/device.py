@@ -22,12 +22,22 @@ HOST = torch.device("cpu")
 never relies on it: its placement passes the device it resolved."""
 
 
+MAX_DEVICE_INDEX = 127
+"""The largest N of ``cuda:N``: torch keeps a device index in 8 signed bits (``torch.device('cuda:128')`` is
+``cuda:-128``)."""
+
+
 def check_device_spec(spec: str) -> str:
     """``spec`` if it names a device polyrl trains on (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``); a
-    ValueError (the config's one-line message) otherwise."""
-    kind, _, index = spec.partition(":")
-    if kind not in DEVICE_KINDS or (index and (kind != "cuda" or not index.isdigit())):
-        raise ValueError(f"device {spec!r}: give auto, cpu, cuda, cuda:N or mps")
+    ValueError (the config's one-line message) otherwise. The one parser of a device name: the config, ``polyrl
+    eval``/``serve --device`` and the benchmark scripts all come here, so ``cuda:`` and ``cuda:0:0``, an index
+    written with other digits than ASCII ones (``cuda:٣``), with a sign or leading zeros, or beyond torch's range
+    are refused here, not by torch's parser after the run has started."""
+    kind, colon, index = spec.partition(":")
+    numbered = index.isascii() and index.isdigit() and index == str(int(index)) and int(index) <= MAX_DEVICE_INDEX
+    if kind not in DEVICE_KINDS or (colon and not (kind == "cuda" and numbered)):
+        shown = repr(spec) if len(spec) <= 40 else repr(spec[:40]) + "…"
+        raise ValueError(f"device {shown}: give auto, cpu, cuda, cuda:N (N from 0 to {MAX_DEVICE_INDEX}) or mps")
     return spec
 
 
@@ -47,8 +57,11 @@ def device_kind(spec: str) -> str:
 def resolve_device(spec: str, local_rank: int | None = None) -> torch.device:
     """The torch device ``spec`` means on this machine: ``auto`` → ``cuda`` when CUDA is available, else ``cpu``;
     under ``torchrun`` (``local_rank`` given) a CUDA device is this process's own GPU, ``cuda:LOCAL_RANK``.
-    A UserError when the device is not there."""
-    spec = _concrete(spec)
+    A UserError when ``spec`` names no device (:func:`check_device_spec`) or the device is not there."""
+    try:
+        spec = _concrete(spec)
+    except ValueError as exc:  # a name from a command-line option (eval, serve, a benchmark): one line
+        raise UserError(str(exc)) from None
     device = torch.device(spec)
     if device.type == "cuda":
         if not torch.cuda.is_available():

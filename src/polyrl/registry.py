@@ -34,6 +34,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator, MutableMapping
 from importlib.metadata import entry_points
@@ -44,6 +45,10 @@ from polyrl.errors import UserError
 __all__ = ["Registry", "load_plugins"]
 
 T = TypeVar("T")
+
+_LOADING = threading.RLock()
+"""Held while a registry imports its built-ins and plugins: a reader on another thread waits for them (rollout
+threads look up kinds concurrently), the loading thread itself may read the registry again (re-entrant)."""
 
 
 class Registry(MutableMapping[str, T], Generic[T]):
@@ -72,6 +77,8 @@ class Registry(MutableMapping[str, T], Generic[T]):
         self._entries: dict[str, tuple[Any, T]] = {}
         """name → (the registered object, its entry); duplicates are judged on the object."""
         self._loaded = False
+        self._loading = False
+        """This registry's built-ins are being imported (by the thread that holds :data:`_LOADING`)."""
 
     # --- registration (never triggers loading: built-in modules call it while being imported) -----------
 
@@ -108,14 +115,22 @@ class Registry(MutableMapping[str, T], Generic[T]):
     # --- reading (loads built-ins and plugins once) -----------------------------------------------------
 
     def load(self) -> None:
-        """Import the built-in modules, then the plugins of the entry-point group; once per process."""
+        """Import the built-in modules, then the plugins of the entry-point group; once per process. A thread that
+        reads the registry while another is loading it waits until the built-ins and plugins are in."""
         if self._loaded:
             return
-        self._loaded = True  # first: a built-in module may read the registry while it is imported
-        for module in self.builtins:
-            importlib.import_module(module)
-        if self.entry_point_group is not None:
-            load_plugins(self.entry_point_group, self.kind, self._adopt_plugin)
+        with _LOADING:
+            if self._loaded or self._loading:  # loaded meanwhile, or a built-in module read it while being imported
+                return
+            self._loading = True
+            try:
+                for module in self.builtins:
+                    importlib.import_module(module)
+                if self.entry_point_group is not None:
+                    load_plugins(self.entry_point_group, self.kind, self._adopt_plugin)
+            finally:
+                self._loading = False
+                self._loaded = True
 
     def _adopt_plugin(self, name: str, obj: Any) -> None:
         if isinstance(obj, types.ModuleType):

@@ -221,7 +221,14 @@ class TrackioTracker(Tracker):
         self.run.log(values, step=self.last_step)
 
     def _close(self) -> None:
-        self.run.finish()
+        import trackio
+
+        # trackio.finish, not Run.finish: it also forgets the run, which trackio's exit hook would otherwise
+        # finish a second time, printing "Uploading logs to Trackio" after the run (issue #43)
+        try:
+            trackio.finish()
+        except RuntimeError:  # the run is not this context's current one (opened on another thread)
+            self.run.finish()
 
 
 @register_tracker("wandb", packages=("wandb",), extra="polyrl[wandb]")

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from polyrl.critic import Critic, CriticConfig, outcome_rewards_per_token
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.train.trainer import Trainer
 
@@ -17,11 +18,11 @@ def test_outcome_reward_sits_on_the_last_policy_token():
 
 
 def test_fresh_critic_predicts_support_midpoint_and_learns_a_return():
-    from polyrl.learner import collate
+    from polyrl.forward import collate
     from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
     model, tok = build_tiny_policy(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2))
-    critic = Critic(CriticConfig(loss="hl_gauss", v_min=-1.0, v_max=1.0, num_bins=11, lr=1e-2), model)
+    critic = Critic(CriticConfig(loss="hl_gauss", v_min=-1.0, v_max=1.0, num_bins=11, lr=1e-2), model, device=HOST)
     batch = collate([([5, 6, 7], [8, 9, 2])], tok.pad_token_id)
     _adv, returns, _ = critic.advantages(batch, torch.tensor([1.0]))
     assert returns[batch.loss_mask.bool()].tolist() == pytest.approx([1.0, 1.0, 1.0])  # gamma = lam = 1
@@ -33,11 +34,11 @@ def test_fresh_critic_predicts_support_midpoint_and_learns_a_return():
 
 @pytest.mark.parametrize("loss", ["mse", "two_hot"])
 def test_every_value_loss_trains(loss):
-    from polyrl.learner import collate
+    from polyrl.forward import collate
     from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
     model, tok = build_tiny_policy(TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2))
-    critic = Critic(CriticConfig(loss=loss, lr=1e-2), model)
+    critic = Critic(CriticConfig(loss=loss, lr=1e-2), model, device=HOST)
     batch = collate([([5, 6, 7], [8, 9, 2]), ([5, 6], [9, 2])], tok.pad_token_id)
     _, returns, _ = critic.advantages(batch, torch.tensor([1.0, 0.0]))
     first = critic.update(batch, returns)
@@ -111,10 +112,10 @@ def test_critic_warmup_trains_the_value_model_and_leaves_the_policy_alone(tiny_t
 
     monkeypatch.setattr(rl_stage, "policy_update", first_update)
     trainer = Trainer(cfg)
-    trainer.run_sft(None)
-    after_sft = copy.deepcopy(trainer.policy.model.state_dict())
-    trainer.run_rl(None)
-    trainer.run_dir.close()
+    trainer.sft.run(None)
+    after_sft = copy.deepcopy(trainer.parts.policy.model.state_dict())
+    trainer.rl.run(None)
+    trainer.parts.run_dir.close()
     assert all(torch.equal(after_sft[k], seen["policy"][k]) for k in after_sft), "warm-up must not move the policy"
     assert seen["head"].abs().sum() > 0, "the zero-initialised value head was trained"
     rows = [json.loads(line) for line in Path(cfg.run_dir, "metrics.jsonl").read_text().splitlines()]

@@ -104,8 +104,8 @@ def test_trainer_moves_logs_and_checkpoints_the_knob(tmp_path):
     )
     trainer = Trainer(cfg)
     trainer.run()
-    rl = [r for r in trainer.run_dir.read_metrics() if r["stage"] == "rl"]
+    rl = [r for r in trainer.parts.run_dir.read_metrics() if r["stage"] == "rl"]
     assert [round(r["difficulty/addition"], 6) for r in rl] == [0.4, 0.3, 0.2]
     assert rl[-1]["sampler_weight/addition"] == 1.0
-    ckpt = latest_checkpoint(trainer.run_dir.checkpoints)
+    ckpt = latest_checkpoint(trainer.parts.run_dir.checkpoints)
     assert ckpt.state["difficulty"]["knobs"] == pytest.approx({"addition": 0.2})

@@ -6,8 +6,9 @@ ray = pytest.importorskip("ray")
 
 from rollout_sampling import sampling  # noqa: E402
 
-from polyrl.distributed.config import RayConfig  # noqa: E402
+from polyrl.device import HOST  # noqa: E402
 from polyrl.distributed.pool import RolloutPool  # noqa: E402
+from polyrl.distributed.ray_config import RayConfig  # noqa: E402
 from polyrl.policy import load_policy  # noqa: E402
 from polyrl.policy.loading import ModelConfig  # noqa: E402
 from polyrl.policy.prompts import PromptConfig  # noqa: E402
@@ -32,7 +33,7 @@ def _pool(tasks, **ray_options):
         prompt_config=PromptConfig(field="question"),
         tasks=tasks,
     )
-    pool.sync_weights(load_policy(MODEL, seed=0).model, 0)
+    pool.sync_weights(load_policy(MODEL, seed=0, device=HOST).model, 0)
     return pool
 
 
@@ -101,7 +102,7 @@ def test_groups_older_than_max_staleness_are_rerun_at_the_current_version(local_
         **{"async": True},
     )
     try:
-        model = load_policy(MODEL, seed=0).model
+        model = load_policy(MODEL, seed=0, device=HOST).model
         make = _problems(task)
         pool.sampling = SAMPLING
         pool._fill(4, make)  # four groups in flight at version 0
@@ -220,7 +221,7 @@ def test_interruptible_groups_queued_before_an_update_start_with_the_newest_weig
     task = resolve_task("addition")
     pool = _pool({"addition": task}, num_rollout_workers=1, rollout_concurrency=1, max_staleness=1, **{"async": True})
     try:
-        model = load_policy(MODEL, seed=0).model
+        model = load_policy(MODEL, seed=0, device=HOST).model
         make = _problems(task)
         pool.sampling = SAMPLING
         pool._fill(4, make)  # submitted at version 0, played one after another

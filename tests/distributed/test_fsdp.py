@@ -7,6 +7,7 @@ combinations are one line and exit code 2 before any process starts.
 """
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -52,25 +53,31 @@ TINY_FSDP = {
 WEIGHT_ATOL = 1e-4
 
 FLOAT32_EPS = float(torch.finfo(torch.float32).eps)
-LOSS_ULPS = 128
+LOSS_ULPS = 512
 """How many float32 roundings of its terms' scale two processes' losses of one step may differ by. One process and
 two add the same terms in another order (each rank sums its rows, FSDP sums the ranks' gradients) and run the model
 on other micro-batch shapes, so each matmul's kernel accumulates its dot products (≤ 64 terms here) in another order.
-A per-token log-prob then moves by about √64 roundings of logits of magnitude ≲ 10, ≈ 80 ulps: rounded up, 128 ulps
-of the terms' scale. Measured: 0.2 ulp on an AMX Xeon, where a relative 1e-5 of the loss *itself* failed — an RL
-loss sums terms of both signs to nearly 0 (-6.5e-4 from terms of size ~1), so its own value is no scale for its
-error; the sum of its terms' magnitudes is."""
+A per-token log-prob then moves by about √64 roundings of logits of magnitude ≲ 10, ≈ 80 ulps. Measured on an AMX
+Xeon: 0.2 ulp on most steps, and 118 ulps on a step whose loss was the KL term alone (every group without signal):
+the budget is 4x that. An RL loss sums terms of both signs to nearly 0 (-6.5e-4 from terms of size ~1), so its own
+value is no scale for its error; :func:`_loss_scale` is."""
+
+LOGPROB_SCALE = 10.0
+"""The magnitude of a log-prob (logits ≲ 10): the scale of the rounding of each log-ratio the KL term reads."""
 
 
 def _loss_scale(record: dict) -> float:
-    """Σ|terms| of a step's logged loss. SFT: the terms (-log p / tokens) share one sign, so |loss| itself. RL
-    (token-mean PPO-clip + KL): ratio_max · Σ|advantage| / policy tokens (``adv_abs_sum/<task>`` sums |A| over a
-    task's tokens) + kl_coef · KL (KL ≥ 0)."""
+    """The scale of the rounding error of a step's logged loss. SFT: the terms (-log p / tokens) share one sign, so
+    |loss| itself. RL (token-mean PPO-clip + KL): ratio_max · Σ|advantage| / policy tokens (``adv_abs_sum/<task>``
+    sums |A| over a task's tokens), plus the KL term's: kl_coef · (KL + |r| · LOGPROB_SCALE) — the k3 estimator
+    ``exp(r) - r - 1 ≈ r²/2`` of a log-ratio ``r`` moves by ``r · dr`` when ``r`` is rounded by ``dr``, and the mean
+    |r| is at most ``sqrt(2 KL)`` (Cauchy-Schwarz): a KL of 1e-4 is 1e-4 in size but its error scales with 0.014 · 10."""
     if record["stage"] == "sft":
         return abs(record["loss"])
     adv_abs = sum(v for k, v in record.items() if k.startswith("adv_abs_sum/"))
     policy = record["ratio_max"] * adv_abs / record["policy_tokens"]
-    return policy + TINY_FSDP["rl"]["kl_coef"] * max(record["kl"], 0.0)
+    kl = max(record["kl"], 0.0)
+    return policy + TINY_FSDP["rl"]["kl_coef"] * (kl + math.sqrt(2 * kl) * LOGPROB_SCALE)
 
 
 def _launch(
@@ -303,14 +310,14 @@ def test_torchrun_without_a_config_trains_the_embedded_default(tmp_path):
 
 def test_each_rank_takes_every_world_th_row():
     rows = torch.tensor([7, 3, 9, 4, 1])
-    from polyrl.distributed.fsdp import Ranks
+    from polyrl.distributed.fsdp import DistributedRanks
 
-    assert Ranks(0, 2).mine(rows).tolist() == [7, 9, 1]
-    assert Ranks(1, 2).mine(rows).tolist() == [3, 4]
+    assert DistributedRanks(0, 2).mine(rows).tolist() == [7, 9, 1]
+    assert DistributedRanks(1, 2).mine(rows).tolist() == [3, 4]
 
 
 def test_statistics_of_two_ranks_combine_as_one():
-    from polyrl.learner.statistics import StatMeans
+    from polyrl.algos.objective_stats import StatMeans
 
     a, b, both = StatMeans(), StatMeans(), StatMeans()
     a.add({"clip_frac": torch.tensor(0.5), "ratio_max": torch.tensor(1.5)}, weight=2.0)

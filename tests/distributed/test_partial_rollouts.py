@@ -8,7 +8,7 @@ from rollout_sampling import sampling
 from polyrl.device import HOST
 from polyrl.distributed.workers import behaviour_logprobs
 from polyrl.envs import get_env_task
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.forward import collate, sequence_logprobs
 from polyrl.policy import load_policy
 from polyrl.policy.generation import Generation
 from polyrl.policy.loading import ModelConfig
@@ -99,8 +99,8 @@ def _logprobs(model, t, tok):
 
 
 def test_behaviour_logprobs_of_a_partial_rollout_come_from_each_turns_weights(prompts, scripted, tiny_tokenizer):
-    old = load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0).model.eval()
-    new = load_policy(ModelConfig(path="tiny", tiny=TINY), seed=1).model.eval()
+    old = load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0, device=HOST).model.eval()
+    new = load_policy(ModelConfig(path="tiny", tiny=TINY), seed=1, device=HOST).model.eval()
     task = get_env_task("env/retry:addition")
     backend = scripted(wrong_then_right)
     versions = iter([0, 1])

@@ -8,8 +8,8 @@ ray = pytest.importorskip("ray")
 
 from rollout_sampling import sampling  # noqa: E402
 
-from polyrl.distributed.config import RayConfig  # noqa: E402
 from polyrl.distributed.pool import connect  # noqa: E402
+from polyrl.distributed.ray_config import RayConfig  # noqa: E402
 from polyrl.errors import UserError  # noqa: E402
 
 
@@ -46,12 +46,12 @@ def test_ray_training_runs_and_logs_staleness(local_ray, tiny_train_config, asyn
     )
     trainer = Trainer(cfg)
     trainer.run()
-    records = _rl_records(trainer.run_dir.path)
+    records = _rl_records(trainer.parts.run_dir.path)
     assert len(records) == 4
     assert all(r["staleness_max"] <= 1 for r in records)
     if not asynchronous:
         assert all(r["staleness_max"] == 0 for r in records)
-    stats = trainer.rollout_pool.stats
+    stats = trainer.parts.rollout_pool.stats
     assert stats.completed == 16 and stats.failed_groups == 0
     assert stats.submitted == stats.completed + stats.abandoned + stats.failed_groups
 
@@ -60,10 +60,10 @@ def test_trajectories_carry_version_and_behaviour_logprobs(local_ray, tiny_train
     from polyrl.train.trainer import Trainer
 
     trainer = Trainer(tiny_train_config(backend="ray", ray={"num_rollout_workers": 1}))
-    pool = trainer.rollout_pool
+    pool = trainer.parts.rollout_pool
     try:
-        pool.sync_weights(trainer.policy.model, 7)
-        problems = [trainer.tasks["addition"].generate(1, "easy")]
+        pool.sync_weights(trainer.parts.policy.model, 7)
+        problems = [trainer.parts.mix.tasks["addition"].generate(1, "easy")]
         (group,) = pool.groups(1, lambda n: problems * n, sampling(3, 6))
         assert [t.policy_version for t in group] == [7, 7, 7]
         for t in group:

@@ -11,8 +11,9 @@ import torch
 from pydantic import ValidationError
 from rollout_sampling import sampling
 
+from polyrl.device import HOST
 from polyrl.envs import EnvConfig, get_env_task
-from polyrl.envs.base import Environment, EnvTask, StepResult
+from polyrl.envs.environment import Environment, EnvTask, StepResult
 from polyrl.envs.latency import LatencyModel, with_latency
 from polyrl.rewards import RewardConfig, score
 from polyrl.rollout import rollout
@@ -54,14 +55,16 @@ def test_concurrent_stepping_gives_the_trajectories_of_sequential_stepping(promp
     from polyrl.policy import TransformersBackend, load_policy
     from polyrl.policy.loading import ModelConfig
 
-    model = load_policy(ModelConfig(path="tiny", tiny={"hidden_size": 32, "num_layers": 1, "num_heads": 2})).model
+    model = load_policy(
+        ModelConfig(path="tiny", tiny={"hidden_size": 32, "num_layers": 1, "num_heads": 2}), device=HOST
+    ).model
     tail = LatencyModel("lognormal", median_s=0.002, p99_over_p50=20, timeout_s=0.01)
     task = with_latency(get_env_task("env/retry:addition"), tail)
     problems = _problems(task, 4)
 
     def play(concurrency):
         torch.manual_seed(7)
-        backend = TransformersBackend(model, tiny_tokenizer)
+        backend = TransformersBackend(model, tiny_tokenizer, device=HOST)
         trajs = rollout(problems, {task.name: task}, backend, prompts, sampling(3, 8, env_concurrency=concurrency))
         score(trajs, {task.name: task}, RewardConfig(), 8)
         task._episodes.clear()  # the next run numbers the episodes of each problem from 0 again

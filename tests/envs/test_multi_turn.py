@@ -5,14 +5,14 @@ from rollout_sampling import sampling
 
 from polyrl.algos import turn_advantages
 from polyrl.envs import get_env_task
-from polyrl.learner import collate
+from polyrl.forward import collate
 from polyrl.learner.update_batch import episode_credit
 from polyrl.rewards import RewardConfig, score
 from polyrl.rollout import Trajectory, rollout
-from polyrl.rollout.episode_metrics import episode_metrics
 from polyrl.rollout.episodes import rollout_episodes
 from polyrl.rollout.reference import reference_episode
 from polyrl.tasks import get_task
+from polyrl.train.metrics import episode_metrics
 
 
 def calc_call(expr):

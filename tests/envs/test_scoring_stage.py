@@ -3,6 +3,7 @@
 import pytest
 from rollout_sampling import sampling
 
+from polyrl.device import HOST
 from polyrl.envs import get_env_task
 from polyrl.rewards import RULE_TERMS, RewardConfig, RewardScorer, score
 from polyrl.rewards.rules import RULES
@@ -50,7 +51,7 @@ def test_per_task_overrides_weigh_an_environment_return(prompts, scripted):
 def test_batched_terms_are_weighed_once_per_task_and_gated_on_episodes_too(prompts, scripted):
     tasks, trajs = _mixed(scripted, prompts)
     config = RewardConfig(majority_vote=0.5, gate="verifier", tasks={RETRY: {"majority_vote": 2.0}})
-    score(trajs, tasks, config, 16, RewardScorer(config, list(tasks)))
+    score(trajs, tasks, config, 16, RewardScorer(config, list(tasks), device=HOST))
     assert [t.reward_terms["majority_vote"] for t in trajs] == [1.0] * 4
     assert [t.reward for t in trajs] == [1.5, 1.5, 3.0, 3.0]
     wrong = rollout(
@@ -60,7 +61,7 @@ def test_batched_terms_are_weighed_once_per_task_and_gated_on_episodes_too(promp
         prompts,
         sampling(2, 16),
     )
-    score(wrong, tasks, config, 16, RewardScorer(config, list(tasks)))
+    score(wrong, tasks, config, 16, RewardScorer(config, list(tasks), device=HOST))
     assert [t.reward for t in wrong] == [0.0, 0.0]  # the agreeing but wrong pair gets nothing behind the gate
 
 
@@ -89,7 +90,7 @@ def test_a_trl_functions_prompts_are_what_the_policy_read(prompts, scripted, tmp
     monkeypatch.syspath_prepend(str(tmp_path))
     tasks, trajs = _mixed(scripted, prompts)  # prompt.field: question, as the tiny model's runs read it
     config = RewardConfig(terms=[{"fn": "trl_echo:echo_prompts", "weight": 1.0}])
-    score(trajs, tasks, config, 16, RewardScorer(config, list(tasks)))
+    score(trajs, tasks, config, 16, RewardScorer(config, list(tasks), device=HOST))
     import trl_echo
 
     questions = [t.problem.question for t in trajs]

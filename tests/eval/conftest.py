@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from polyrl.device import HOST
+
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}
 
 
@@ -18,7 +20,7 @@ def tiny_checkpoint(tmp_path_factory):
     from polyrl.policy.loading import ModelConfig, load_policy
 
     path = tmp_path_factory.mktemp("ckpt") / "tiny_model"
-    load_policy(ModelConfig(tiny=TINY)).save(path)
+    load_policy(ModelConfig(tiny=TINY), device=HOST).save(path)
     return path
 
 
@@ -41,7 +43,7 @@ def served(tiny_checkpoint):
     from polyrl.policy.loading import ModelConfig, load_policy
     from polyrl.serve import build_app
 
-    app = build_app(load_policy(ModelConfig(path=str(tiny_checkpoint))), "tiny")
+    app = build_app(load_policy(ModelConfig(path=str(tiny_checkpoint)), device=HOST), "tiny")
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -8,7 +8,7 @@ from fake_openai import fails_first
 
 from polyrl.cli import run
 from polyrl.errors import UserError
-from polyrl.eval.endpoint import EndpointError, EndpointSource, normalize_base_url
+from polyrl.eval.endpoint_source import EndpointError, EndpointSource, normalize_base_url
 from polyrl.eval.runner import run_suite
 from polyrl.eval.suite import parse_suite
 
@@ -87,7 +87,7 @@ def test_client_errors_are_not_retried(fake_openai, tmp_path):
 def test_after_a_refusal_no_queued_request_is_sent_however_late_the_caller_wakes(fake_openai, tmp_path, monkeypatch):
     """The worker that got the refusal is free at once and would take the next queued request before the waiting
     thread wakes up to cancel the queue; a slow wake-up (a loaded machine) made a second call (issue #33)."""
-    from polyrl.eval import endpoint
+    from polyrl.eval import endpoint_source as endpoint
 
     real_wait = endpoint.wait
 

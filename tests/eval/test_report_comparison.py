@@ -46,7 +46,7 @@ def _plan(tmp_path, seeds: list[int], arms=("uniform", "adaptive")):
         run_dir=lambda n, s: tmp_path / f"{n}{s}",
         sft_dir=lambda s: tmp_path / f"sft{s}",
         out=tmp_path / "out",
-        base={"tasks": [{"name": t} for t in TASKS], "eval": {"attempts": 1}},
+        base={"tasks": [{"name": t} for t in TASKS], "eval": {"attempts": 1, "problems_per_task": 20}},
         hard={},
         share_sft=False,
     )
@@ -71,7 +71,7 @@ def test_one_seed_draws_no_differences_to_the_baseline(tmp_path):
 
 def test_training_accuracy_is_the_mean_over_seeds_smoothed_by_the_run_reports_ema(tmp_path):
     plan = _plan(tmp_path, seeds=[0, 1], arms=("uniform",))
-    from polyrl.experiments.report import load_run
+    from polyrl.experiments.summary import load_run
 
     runs = {"uniform": [load_run(plan.run_dir("uniform", s)) for s in plan.seeds]}
     fig = comparison.learning_curves(runs)
@@ -80,3 +80,15 @@ def test_training_accuracy_is_the_mean_over_seeds_smoothed_by_the_run_reports_em
     assert list(raw.get_ydata()) == pytest.approx(list(mean))
     assert list(smoothed.get_ydata()) == pytest.approx(plots.smooth(list(mean), plots.ema_alpha(len(mean))))
     assert list(smoothed.get_xdata()) == list(range(1, 41))
+
+
+def test_every_held_out_accuracy_carries_its_binomial_standard_error(tmp_path):
+    plan = _plan(tmp_path, seeds=[0, 1], arms=("uniform",))
+    summary = write_report(plan, baseline="uniform")
+    report = (plan.out / "report.md").read_text()
+    table = report.split("## Held-out, easy split")[1].split("\n\n")[1].splitlines()
+    row = next(line for line in table if line.startswith("| uniform |"))
+    mean, std = summary["strategies"]["uniform"]["easy"][TASKS[0]]
+    se = 100 * np.sqrt(mean * (1 - mean) / 40)  # 20 problems x 2 seeds
+    assert f"| {100 * mean:.1f} ± {100 * std:.1f} ({se:.1f}) |" in row
+    assert "binomial SE" in report and "20 problems per task" in report

@@ -11,6 +11,7 @@ import pytest
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
+from polyrl.device import HOST  # noqa: E402
 from polyrl.serve import ServeLimits  # noqa: E402
 
 LIMITS = ServeLimits(max_connections=20, header_timeout_s=1.0, idle_timeout_s=1.0)
@@ -28,7 +29,7 @@ def guarded(tiny_checkpoint):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    app = build_app(load_policy(ModelConfig(path=str(tiny_checkpoint))), "tiny", LIMITS)
+    app = build_app(load_policy(ModelConfig(path=str(tiny_checkpoint)), device=HOST), "tiny", LIMITS)
     server = uvicorn.Server(server_config(app, LIMITS, "127.0.0.1", port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -12,8 +12,9 @@ pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient
 
+from polyrl.device import HOST
 from polyrl.serve import ServeLimits
-from polyrl.serve.errors import ServeError, validation_message
+from polyrl.serve.api_errors import ServeError, validation_message
 from polyrl.serve.limits import Admission, chars_per_token, check_prompt_chars
 from polyrl.serve.schema import MIN_TEMPERATURE, Sampling, sampling
 
@@ -29,7 +30,7 @@ def user(content: str, **fields) -> dict:
 def tiny_policy(tiny_checkpoint):
     from polyrl.policy.loading import ModelConfig, load_policy
 
-    return load_policy(ModelConfig(path=str(tiny_checkpoint)))
+    return load_policy(ModelConfig(path=str(tiny_checkpoint)), device=HOST)
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from polyrl.cli import run as cli
-from polyrl.curriculum.mixture_search import choose_mixture, fit_ridge
+from polyrl.curriculum.mixture_regression import choose_mixture, fit_ridge
 from polyrl.errors import UserError
 from polyrl.experiments.curriculum import parse_strategies
 from polyrl.experiments.mixture_search import search_mixture
-from polyrl.experiments.report import forgetting
+from polyrl.experiments.summary import forgetting
 
 TINY = """
 model: {path: tiny}

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from polyrl.experiments.budget import Budget, format_budget
-from polyrl.experiments.report import gradient_share, verdict
+from polyrl.experiments.report import verdict
 from polyrl.experiments.stats import mean_ci, paired_difference, t_quantile
+from polyrl.experiments.summary import gradient_share
 from polyrl.train.metrics import advantage_mass
 
 

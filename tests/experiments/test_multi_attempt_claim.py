@@ -10,7 +10,8 @@ import pytest
 
 from polyrl.errors import UserError
 from polyrl.experiments.curriculum import plan_experiment
-from polyrl.experiments.report import split_names, write_report
+from polyrl.experiments.report import write_report
+from polyrl.experiments.summary import split_names
 
 CLAIM = Path(__file__).resolve().parents[2] / "configs" / "claims" / "multi_attempt.yaml"
 

@@ -168,6 +168,21 @@ def test_ci_sized_specialists_train_only_their_tasks_report_and_resume(tmp_path,
         for t in TASKS:
             assert by_task[t]["accuracy"] == pytest.approx(sum(r["correct"] for r in answers if r["task"] == t) / 4)
 
+    # paired by seed and by problem: the same difference as by seed, with each seed's evaluation noise beside it
+    bp = s["by_problem"]["joint − specialists"]["trained"]
+    assert bp["seeds"] == 2 and bp["problems"] == 8  # two trained tasks x 4 pinned problems
+    assert bp["mean"] == pytest.approx(s["differences"]["joint − specialists"]["trained"]["mean"])
+    joint, spec = s["means_per_seed"]["joint"]["trained"], s["means_per_seed"]["specialists"]["trained"]
+    assert bp["per_seed"] == pytest.approx([j - k for j, k in zip(joint, spec)])
+    assert "Paired by seed and by problem" in report and "Seeds for this design: sizing from 2" in report
+    assert "(SE)" in report and "binomial standard error" in report
+
+    assert cli([*args, "--budget", "--target-mde", "5"]) == 0  # a rerun trains nothing; the pilot sizes the design
+    printed = capsys.readouterr().out
+    assert "RL with" not in printed and "10 finished run(s) skipped" in printed
+    assert "sizing from 2 finished seed(s): per-seed SD of joint − specialists (trained)" in printed
+    assert cli([*args, "--budget", "--target-mde", "0"]) == 2
+    assert "--target-mde is in points" in capsys.readouterr().err
     assert cli(args) == 0  # a rerun trains nothing
     printed = capsys.readouterr().out
     assert "RL with" not in printed and "10 finished run(s) skipped" in printed

@@ -4,7 +4,7 @@ its history, asks for log-probs), or talks to the endpoint without the openai cl
 
 async def async_agent(client, problem):
     reply = await client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": problem.prompt}]
+        model="polyrl-policy", messages=[{"role": "user", "content": problem.prompt}]
     )
     return 1.0 if reply.choices[0].message.content else 0.0
 
@@ -12,13 +12,13 @@ async def async_agent(client, problem):
 def url_agent(base_url, problem):
     import httpx
 
-    body = {"model": "policy", "messages": [{"role": "user", "content": problem.prompt}]}
+    body = {"model": "polyrl-policy", "messages": [{"role": "user", "content": problem.prompt}]}
     reply = httpx.post(f"{base_url}/chat/completions", json=body, timeout=30).json()
     return None if "choices" in reply else 0.0  # None: the task's verifier scores the completion
 
 
 def raising_agent(client, problem):
-    client.chat.completions.create(model="policy", messages=[{"role": "user", "content": problem.prompt}])
+    client.chat.completions.create(model="polyrl-policy", messages=[{"role": "user", "content": problem.prompt}])
     raise RuntimeError("the agent's own bug")
 
 
@@ -30,20 +30,22 @@ def hanging_agent(client, problem):
 
 def editing_agent(client, problem):
     """Sends a second request whose history rewrites the first reply: a new segment."""
-    first = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": problem.prompt}])
+    first = client.chat.completions.create(
+        model="polyrl-policy", messages=[{"role": "user", "content": problem.prompt}]
+    )
     edited = [
         {"role": "user", "content": problem.prompt},
         {"role": "assistant", "content": "something else than " + (first.choices[0].message.content or "")},
         {"role": "user", "content": "again"},
     ]
-    client.chat.completions.create(model="policy", messages=edited)
+    client.chat.completions.create(model="polyrl-policy", messages=edited)
     return 0.5
 
 
 def logprob_agent(client, problem):
     """Asks for the behaviour log-probs of its completion and reports their sum."""
     reply = client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": problem.prompt}], logprobs=True
+        model="polyrl-policy", messages=[{"role": "user", "content": problem.prompt}], logprobs=True
     )
     return {"reward": 0.0, "logprob_sum": sum(t.logprob for t in reply.choices[0].logprobs.content)}
 
@@ -51,7 +53,7 @@ def logprob_agent(client, problem):
 def streaming_agent(client, problem):
     """Reads its completion as a stream of chunks."""
     stream = client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": problem.prompt}], stream=True
+        model="polyrl-policy", messages=[{"role": "user", "content": problem.prompt}], stream=True
     )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     return {"reward": float(bool(text)), "chars": len(text)}
@@ -64,7 +66,7 @@ def chatty_agent(client, problem):
     messages = [{"role": "user", "content": problem.prompt}]
     for _ in range(100):
         try:
-            reply = client.chat.completions.create(model="policy", messages=messages)
+            reply = client.chat.completions.create(model="polyrl-policy", messages=messages)
         except openai.BadRequestError:
             return 0.0
         messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "more"}]
@@ -74,7 +76,7 @@ def chatty_agent(client, problem):
 def short_agent(client, problem):
     """Asks for as many tokens as its problem's seed (1, 2, 3, …)."""
     reply = client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": problem.prompt}], max_tokens=problem.seed
+        model="polyrl-policy", messages=[{"role": "user", "content": problem.prompt}], max_tokens=problem.seed
     )
     return float(reply.choices[0].finish_reason == "length")
 
@@ -86,7 +88,7 @@ def rewriting_agent(client, problem):
     for k in range(100):
         try:
             client.chat.completions.create(
-                model="policy", messages=[{"role": "user", "content": f"{problem.prompt} {k}"}]
+                model="polyrl-policy", messages=[{"role": "user", "content": f"{problem.prompt} {k}"}]
             )
         except openai.BadRequestError:
             return 0.0
@@ -98,5 +100,5 @@ _EPISODES = iter(range(10**9))
 
 def huge_reward_agent(client, problem):
     """Returns ±1e200 in turn: finite, but its square is not."""
-    client.chat.completions.create(model="policy", messages=[{"role": "user", "content": problem.prompt}])
+    client.chat.completions.create(model="polyrl-policy", messages=[{"role": "user", "content": problem.prompt}])
     return 1e200 if next(_EPISODES) % 2 else -1e200

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from harness_rollouts import scored_rollout
 
-from polyrl.harness.task import HarnessSpec, HarnessTask
+from polyrl.device import HOST
+from polyrl.rollout.harness.task import HarnessSpec, HarnessTask
 from polyrl.tasks import get_task
 
 
@@ -202,7 +203,7 @@ def test_a_history_beyond_the_models_positions_is_refused_and_not_trained_on(pro
     from polyrl.policy.loading import ModelConfig, load_policy
 
     tiny = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "max_positions": 64}
-    policy = load_policy(ModelConfig(path="tiny", tiny=tiny))
+    policy = load_policy(ModelConfig(path="tiny", tiny=tiny), device=HOST)
     answers = []
 
     def agent(base_url, problem):
@@ -213,6 +214,39 @@ def test_a_history_beyond_the_models_positions_is_refused_and_not_trained_on(pro
         answers.append((reply.status_code, reply.json()["error"]["code"]))
         return 0.0
 
-    (t,) = _play(agent, TransformersBackend(policy.model, prompts.tokenizer), prompts, group_size=1)
+    (t,) = _play(agent, TransformersBackend(policy.model, prompts.tokenizer, device=HOST), prompts, group_size=1)
     assert answers == [(400, "context_length_exceeded")]
     assert t.info["end_reason"] == "context_length" and t.info["requests"] == 0 and sum(t.policy_mask) == 0
+
+
+def _named(model):
+    def agent(base_url, problem):
+        import httpx
+
+        body = {"messages": [{"role": "user", "content": problem.prompt}]} | ({"model": model} if model else {})
+        reply = httpx.post(f"{base_url}/chat/completions", json=body, timeout=30).json()
+        return 1.0 if reply["choices"][0]["message"]["content"] == "x" else 0.0
+
+    return agent
+
+
+def test_an_agent_naming_another_model_is_answered_by_the_policy_and_said_once(scripted, prompts):
+    """Issue #43: ``gpt-does-not-exist-9000`` was served without a word. It is still served (agent code written
+    for a hosted model trains as it is), and the log says so once."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trajs = _play(_named("gpt-does-not-exist-9000"), scripted(lambda text: "x"), prompts, group_size=4)
+    assert [t.info["end_reason"] for t in trajs] == ["returned"] * 4 and all(t.reward == 1.0 for t in trajs)
+    assert [str(w.message) for w in caught if issubclass(w.category, UserWarning)] == [
+        "addition: the agent asks for model 'gpt-does-not-exist-9000'; the run's policy answers it "
+        "(the harness endpoint serves only 'polyrl-policy')"
+    ]
+
+
+@pytest.mark.parametrize("model", ["polyrl-policy", None])
+def test_an_agent_naming_the_endpoints_model_or_none_is_not_warned_about(scripted, prompts, model):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trajs = _play(_named(model), scripted(lambda text: "x"), prompts, group_size=2)
+    assert all(t.reward == 1.0 for t in trajs)
+    assert not [w for w in caught if issubclass(w.category, UserWarning)]

@@ -5,13 +5,15 @@ connection — and an episode's URL cannot be guessed."""
 
 import json
 import socket
+import struct
 import threading
 import time
+import warnings
 
 import pytest
 
-from polyrl.harness.endpoint import HarnessEndpoint
 from polyrl.rollout.chat import ChatCodec
+from polyrl.rollout.harness.endpoint import HarnessEndpoint
 from polyrl.serve.limits import ServeLimits
 
 HELLO = {"messages": [{"role": "user", "content": "hi"}]}
@@ -111,7 +113,7 @@ def test_more_messages_than_the_limit_are_400(endpoint):
 
 
 def test_more_characters_than_the_positions_hold_are_refused_before_tokenizing(endpoint, monkeypatch):
-    from polyrl.harness.ledger import EpisodeLedger
+    from polyrl.rollout.harness.ledger import EpisodeLedger
 
     monkeypatch.setattr(EpisodeLedger, "render", lambda *a: pytest.fail("tokenized"))
     status, body = _post(endpoint, {"messages": [{"role": "user", "content": "y" * 20_000}]})
@@ -161,3 +163,23 @@ def test_an_unknown_episode_is_404(endpoint):
 def test_episode_keys_are_random(endpoint):
     keys = [endpoint.add_episode().key for _ in range(3)]
     assert len(set(keys)) == 3 and all(len(k) >= 21 for k in keys)  # 16 random bytes, base64
+
+
+def test_a_client_that_resets_its_connection_is_one_warning_not_a_traceback(endpoint, capfd):
+    """Issue #43: socketserver printed the handler's ``ConnectionResetError`` traceback on the trainer's stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = socket.create_connection(("127.0.0.1", endpoint.server.server_port), timeout=5)
+        key = endpoint.add_episode().key.encode()
+        s.sendall(b"POST /%s/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{" % key)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+        s.close()
+        deadline = time.monotonic() + 5
+        while not caught and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert [str(w.message) for w in caught] == [
+        "a client of the harness endpoint dropped its connection mid-request (ConnectionResetError); "
+        "nothing was answered on it"
+    ]
+    assert "Traceback" not in capfd.readouterr().err
+    assert _post(endpoint, HELLO)[0] == 200  # the endpoint goes on

@@ -39,9 +39,9 @@ def test_rl_steps_on_ray_workers_play_the_agent(local_ray, tiny_train_config):
         tensorboard=False,
     )
     trainer = Trainer(cfg)
-    pool = trainer.rollout_pool
-    pool.sync_weights(trainer.policy.model, 0)
-    problems = [trainer.tasks["addition"].generate(1, "easy")]
+    pool = trainer.parts.rollout_pool
+    pool.sync_weights(trainer.parts.policy.model, 0)
+    problems = [trainer.parts.mix.tasks["addition"].generate(1, "easy")]
     (group,) = pool.groups(1, lambda n: problems * n, sampling(3, 6))
     assert [t.info["end_reason"] for t in group] == ["returned"] * 3
     assert all(len(t.behaviour_logprobs) == len(t.response_ids) for t in group)

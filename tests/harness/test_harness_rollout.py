@@ -7,11 +7,12 @@ import time
 import pytest
 from harness_rollouts import scored_rollout
 
-from polyrl.harness.outcome import outcome
-from polyrl.harness.task import HarnessSpec, HarnessTask
+from polyrl.device import HOST
 from polyrl.rollout.chat import ChatCodec
-from polyrl.rollout.episode_metrics import episode_metrics
+from polyrl.rollout.harness.outcome import outcome
+from polyrl.rollout.harness.task import HarnessSpec, HarnessTask
 from polyrl.tasks import get_task
+from polyrl.train.metrics import episode_metrics
 
 CALL = '<tool_call>{"name":"calc","arguments":{"expr":"62+41"}}</tool_call>'
 
@@ -165,8 +166,10 @@ def test_behaviour_logprobs_are_the_sampling_models_on_the_exact_ids(prompts):
     from polyrl.policy.loading import ModelConfig, load_policy
 
     torch.manual_seed(0)
-    policy = load_policy(ModelConfig(path="tiny", tiny={"hidden_size": 32, "num_layers": 1, "num_heads": 2}))
-    backend = TransformersBackend(policy.model, prompts.tokenizer)
+    policy = load_policy(
+        ModelConfig(path="tiny", tiny={"hidden_size": 32, "num_layers": 1, "num_heads": 2}), device=HOST
+    )
+    backend = TransformersBackend(policy.model, prompts.tokenizer, device=HOST)
     (t,) = _play(_task("logprob_agent"), backend, prompts, group_size=1)
     ids = torch.tensor([t.prompt_ids + t.response_ids])
     with torch.no_grad():

@@ -12,7 +12,7 @@ pytest.importorskip("verifiers.v1", reason="verifiers is not installed (pip inst
 from harness_rollouts import scored_rollout
 
 from polyrl.errors import UserError
-from polyrl.harness.vf_tasks import VerifiersTask, scored_trace
+from polyrl.rollout.harness.vf_tasks import VerifiersTask, scored_trace
 
 NAME = "vf/vf_add_taskset:AddTaskset"
 

@@ -23,7 +23,9 @@ from device_guard import DEVICE, DeviceMismatch, on_device, second_device
 
 from polyrl.algos import OBJECTIVES, advantage_names
 from polyrl.algos.losses import AGGREGATIONS
-from polyrl.learner import UpdateSettings, collate, policy_update, prepare_update, sequence_logprobs, sft_step
+from polyrl.device import HOST
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.learner import ONE_PROCESS, UpdateSettings, policy_update, prepare_update, sft_step
 from polyrl.learner.update import BaseModelReference
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.rollout import Trajectory
@@ -36,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def policy():
-    return load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0)
+    return load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0, device=HOST)
 
 
 def _traj(task, group, prompt, response, reward, finished=True, behaviour=None, turns=None) -> Trajectory:
@@ -66,7 +68,9 @@ def _step(behaviour: bool = False, turns: bool = False) -> list[Trajectory]:
     return out
 
 
-def _update(policy, cfg: RLConfig, *, trajs=None, reference=None, lora=False, critic=False, tis_cap=None, ranks=None):
+def _update(
+    policy, cfg: RLConfig, *, trajs=None, reference=None, lora=False, critic=False, tis_cap=None, ranks=ONE_PROCESS
+):
     """One policy update of a copy of the tiny policy on the pretend device, everything built inside the guard."""
     model = copy.deepcopy(policy.model)
     if lora:
@@ -140,7 +144,7 @@ class OneRank:
     """The collectives of a sharded run with one rank, without a process group: the FSDP branch of the learner
     (lockstep passes, idle passes, summed losses and rows) on one process."""
 
-    rank, world, is_writer = 0, 1, True
+    rank, world, is_writer, sharded = 0, 1, True, True
 
     def mine(self, rows):
         return rows
@@ -161,7 +165,7 @@ class OneRank:
         return [obj]
 
 
-@pytest.mark.parametrize("ranks", [None, OneRank()], ids=["one-process", "fsdp-ranks"])
+@pytest.mark.parametrize("ranks", [ONE_PROCESS, OneRank()], ids=["one-process", "fsdp-ranks"])
 @pytest.mark.parametrize("micro_batch_tokens", [None, 16])
 def test_the_sft_step_runs_on_the_device_in_both_placements(policy, ranks, micro_batch_tokens):
     model = copy.deepcopy(policy.model)
@@ -270,8 +274,8 @@ def test_a_whole_run_keeps_every_tensor_on_the_placements_device(tiny_train_conf
     config = tiny_train_config(sft__steps=2, rl__steps=2, tensorboard=False, **updates)
     with second_device() as guard:
         trainer = Trainer(config, placement=LocalPlacement(guard.device))
-        assert trainer.placement.device == DEVICE and trainer.policy.device == DEVICE
-        assert all(on_device(p) for p in trainer.policy.model.parameters())
+        assert trainer.placement.device == DEVICE and trainer.parts.policy.device == DEVICE
+        assert all(on_device(p) for p in trainer.parts.policy.model.parameters())
         results = trainer.run()
     assert set(results) >= {"after_sft", "after_rl"}
 
@@ -293,7 +297,7 @@ def test_every_polyrl_setting_of_the_memory_benchmark_updates_on_the_device(sett
     args = memory.parse_args(["--hidden", "64", "--layers", "1", "--group-size", "4", "--length", "48"])
     args.prompt_length, args.micro_batch_tokens = 8, 96
     with second_device() as guard:
-        monkeypatch.setattr(memory, "device", lambda: guard.device)
+        args.device = guard.device
         step = memory.polyrl_update(args, setting)
         result = step()
         assert guard.checked > 50

@@ -10,6 +10,7 @@ from cli_errors import one_error_line
 from hub_cache import commit_for, lay_out
 
 from polyrl.cli import run
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.policy import hub
 from polyrl.policy.loading import ModelConfig, load_policy
@@ -42,8 +43,8 @@ def test_a_branch_resolves_through_its_ref_and_a_commit_directly(hub_cache, tiny
 
 def test_a_hub_id_loads_as_the_files_it_holds(hub_cache, tiny_model_dir):
     lay_out(hub_cache, REPO, tiny_model_dir)
-    from_hub = load_policy(ModelConfig(path=REPO))
-    local = load_policy(ModelConfig(path=str(tiny_model_dir)))
+    from_hub = load_policy(ModelConfig(path=REPO), device=HOST)
+    local = load_policy(ModelConfig(path=str(tiny_model_dir)), device=HOST)
     assert from_hub.source.commit is not None
     for (name, a), (_, b) in zip(from_hub.model.named_parameters(), local.model.named_parameters(), strict=True):
         assert torch.equal(a, b), name
@@ -133,7 +134,7 @@ def test_a_damaged_snapshot_is_one_line_naming_the_hub_id_and_commit(hub_cache, 
     weights = snapshot / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(UserError) as caught:
-        load_policy(ModelConfig(path=REPO))
+        load_policy(ModelConfig(path=REPO), device=HOST)
     message = str(caught.value)
     assert "is damaged or not a safetensors file" in message
     assert f"the Hub snapshot of {REPO} at commit {snapshot.name}" in message
@@ -149,7 +150,7 @@ def test_a_snapshot_of_an_encoder_is_refused_as_not_causal(hub_cache, tmp_path):
     BertLMHeadModel(config).save_pretrained(bert)
     lay_out(hub_cache, "polyrl-tests/bert", bert)
     with pytest.raises(UserError, match="not a causal language model"):
-        load_policy(ModelConfig(path="polyrl-tests/bert"))
+        load_policy(ModelConfig(path="polyrl-tests/bert"), device=HOST)
 
 
 def test_models_pull_offline_is_one_line(hub_cache, capsys):
@@ -227,5 +228,5 @@ def test_rm_train_starts_a_reward_model_from_a_hub_id(hub_cache, tiny_model_dir,
     lay_out(hub_cache, REPO, tiny_model_dir, branch="v1")
     data = save_preferences(build_preference_data(["addition"], 8, 0, "easy"), tmp_path / "pairs.jsonl")
     train_reward_model(data, REPO, tmp_path / "rm", steps=1, batch_size=4, log=lambda m: None, revision="v1")
-    model, _ = load_reward_model(tmp_path / "rm")
+    model, _ = load_reward_model(tmp_path / "rm", device=HOST)
     assert model.config.num_labels == 1 and type(model).__name__ == "LlamaForSequenceClassification"

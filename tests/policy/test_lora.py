@@ -5,13 +5,14 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig, load_policy, pin_model
 from polyrl.policy.lora import LoraConfig
 
 
 def lora_policy(base, **lora):
-    return load_policy(ModelConfig(path=str(base), lora={"enabled": True, **lora}))
+    return load_policy(ModelConfig(path=str(base), lora={"enabled": True, **lora}), device=HOST)
 
 
 def adapted(policy, name: str = "q_proj"):
@@ -95,7 +96,7 @@ def trained_adapter(tmp_path_factory, tiny_model_dir):
 def test_an_adapter_is_loaded_with_its_weights_to_continue_training(tiny_model_dir, trained_adapter):
     directory, weights = trained_adapter
     for where in (directory / "adapter", directory):  # the adapter folder, or the polyrl model directory holding it
-        policy = load_policy(ModelConfig(path=str(tiny_model_dir), lora={"adapter": str(where)}))
+        policy = load_policy(ModelConfig(path=str(tiny_model_dir), lora={"adapter": str(where)}), device=HOST)
         loaded = {n: p for n, p in policy.model.named_parameters() if "lora_" in n}
         assert loaded.keys() == weights.keys()
         assert all(torch.equal(loaded[n], weights[n]) and loaded[n].requires_grad for n in weights)
@@ -131,6 +132,6 @@ def test_a_directory_without_an_adapter_is_refused(tiny_model_dir):
 def test_an_adapter_of_another_base_shape_is_one_line(tiny_model_dir, tmp_path):
     other = tmp_path / "other"
     shape = {"hidden_size": 16, "intermediate_size": 32, "num_layers": 2, "num_heads": 2}
-    load_policy(ModelConfig(path="tiny", tiny=shape, lora={"enabled": True, "r": 2})).save(other)
+    load_policy(ModelConfig(path="tiny", tiny=shape, lora={"enabled": True, "r": 2}), device=HOST).save(other)
     with pytest.raises(UserError, match=r"cannot load the LoRA adapter .* onto this model"):
-        load_policy(ModelConfig(path=str(tiny_model_dir), lora={"adapter": str(other)}))
+        load_policy(ModelConfig(path=str(tiny_model_dir), lora={"adapter": str(other)}), device=HOST)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from polyrl.cli import run
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy, build_tiny_tokenizer
@@ -35,13 +36,13 @@ def _edit_config(path, **changes) -> None:
 def _refused(path) -> str:
     """The one-line UserError loading ``path`` raises."""
     with pytest.raises(UserError) as err:
-        load_policy(ModelConfig(path=str(path)))
+        load_policy(ModelConfig(path=str(path)), device=HOST)
     assert "\n" not in str(err.value)
     return str(err.value)
 
 
 def test_a_sound_checkpoint_loads(checkpoint):
-    assert type(load_policy(ModelConfig(path=str(checkpoint))).model).__name__ == "LlamaForCausalLM"
+    assert type(load_policy(ModelConfig(path=str(checkpoint)), device=HOST).model).__name__ == "LlamaForCausalLM"
 
 
 @pytest.mark.parametrize(
@@ -104,9 +105,9 @@ def test_an_encoder_with_all_its_weights_is_refused_as_not_causal(tmp_path):
 
 
 def test_the_same_architecture_configured_as_a_decoder_loads(tmp_path):
-    assert type(load_policy(ModelConfig(path=str(_bert_lm(tmp_path / "bert", is_decoder=True)))).model).__name__ == (
-        "BertLMHeadModel"
-    )
+    assert type(
+        load_policy(ModelConfig(path=str(_bert_lm(tmp_path / "bert", is_decoder=True))), device=HOST).model
+    ).__name__ == ("BertLMHeadModel")
 
 
 def test_nan_weights_in_a_checkpoint_are_named(checkpoint):
@@ -178,4 +179,4 @@ def test_serve_refuses_an_encoder_checkpoint(tmp_path, capsys, monkeypatch):
 def test_weights_the_config_has_no_place_for_are_a_one_line_warning(checkpoint):
     _edit_config(checkpoint, num_hidden_layers=1)
     with pytest.warns(UserWarning, match=r"9 weights in the files are not part of the model .* \(model\.layers\.1\."):
-        load_policy(ModelConfig(path=str(checkpoint)))
+        load_policy(ModelConfig(path=str(checkpoint)), device=HOST)

@@ -111,6 +111,6 @@ def test_think_tags_reach_every_verifier_of_the_run(tiny_train_config):
         tasks=["addition", "env/retry:addition"], prompt={"field": "question", "think_tags": ["<think>", "</think>"]}
     )
     trainer = Trainer(cfg)
-    for task in trainer.tasks.values():
+    for task in trainer.parts.mix.tasks.values():
         assert task.answer_format.think_tags == ("<think>", "</think>")
-    assert trainer.tasks["env/retry:addition"].inner.answer_format.think_tags == ("<think>", "</think>")
+    assert trainer.parts.mix.tasks["env/retry:addition"].inner.answer_format.think_tags == ("<think>", "</think>")

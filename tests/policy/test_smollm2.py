@@ -12,6 +12,7 @@ import pytest
 import torch
 from system_packages import needs_real_model
 
+from polyrl.device import HOST
 from polyrl.policy.presets import PRESETS
 
 PRESET = PRESETS["smollm2-135m-instruct"]
@@ -23,7 +24,7 @@ def policy():
     from polyrl.policy.loading import ModelConfig, load_policy
 
     torch.set_num_threads(1)
-    return load_policy(ModelConfig(path=PRESET.name))
+    return load_policy(ModelConfig(path=PRESET.name), device=HOST)
 
 
 def test_the_preset_is_smollm2_with_its_chatml_template(policy):
@@ -52,7 +53,7 @@ def test_it_answers_a_question_through_the_chat_template(policy):
     question = "What is the capital of France?"
     problem = Problem("qa", question, question, "Paris", "Paris", seed=0, split="eval", difficulty=None, params={})
     assert prompts.text(problem).endswith(f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n")
-    backend = TransformersBackend(policy.model, policy.tokenizer)
+    backend = TransformersBackend(policy.model, policy.tokenizer, device=HOST)
     [generation] = backend.generate([prompts.ids(problem)], max_new_tokens=12, greedy=True)
     assert "Paris" in generation.text
 
@@ -79,19 +80,19 @@ def test_one_sft_step_and_one_lora_rl_step_save_a_model_plain_transformers_loads
         },
     )
     trainer = Trainer(cfg)
-    before = {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters() if "lora_B" in n}
+    before = {n: p.detach().clone() for n, p in trainer.parts.policy.model.named_parameters() if "lora_B" in n}
     trainer.run()
     records = (tmp_path / "run" / "metrics.jsonl").read_text()
     assert '"stage": "sft"' in records and '"stage": "rl"' in records
-    after = dict(trainer.policy.model.named_parameters())
+    after = dict(trainer.parts.policy.model.named_parameters())
     assert any(not torch.equal(after[n], b) for n, b in before.items()), "LoRA adapters did not move"
 
     final = tmp_path / "run" / "final_model"
     assert (final / "model.safetensors").is_file() and (final / "chat_template.jinja").is_file()
     plain = AutoModelForCausalLM.from_pretrained(final).eval()
-    ids = trainer.policy.tokenizer("12 + 34 = 46", return_tensors="pt").input_ids
+    ids = trainer.parts.policy.tokenizer("12 + 34 = 46", return_tensors="pt").input_ids
     with torch.no_grad():
-        ours = merged(trainer.policy.model).eval()(ids).logits
+        ours = merged(trainer.parts.policy.model).eval()(ids).logits
         theirs = plain(ids).logits
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
     assert not Path(cfg.model.path).exists()  # the config keeps the preset's name, not the cache path

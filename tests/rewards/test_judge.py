@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.rewards import JudgeConfig, JudgeSource, parse_verdict
 
@@ -48,7 +49,7 @@ def test_pairwise_verdict(rubric):
 
 def test_endpoint_judge_scores_caches_and_counts_failures(rubric, fake_openai):
     server = fake_openai(_judge_reply)
-    source = JudgeSource(_cfg(rubric, base_url=server.url, timeout_s=0.5, retries=1, max_concurrency=4))
+    source = JudgeSource(_cfg(rubric, base_url=server.url, timeout_s=0.5, retries=1, max_concurrency=4), device=HOST)
     prompts = ["1+1=", "1+1=", "2+2=", "3+3="]
     responses = ["<answer>2</answer>", "<answer>2</answer>", "GARBAGE", "SLOW"]
     got = source.score(prompts, responses, [None] * 4)
@@ -63,10 +64,10 @@ def test_endpoint_judge_scores_caches_and_counts_failures(rubric, fake_openai):
 
 def test_missing_rubric_and_missing_endpoint_are_user_errors(rubric, tmp_path, monkeypatch):
     with pytest.raises(UserError, match="cannot read rubric"):
-        JudgeSource(_cfg(str(tmp_path / "nope.md"), base_url="http://127.0.0.1:1/v1"))
+        JudgeSource(_cfg(str(tmp_path / "nope.md"), base_url="http://127.0.0.1:1/v1"), device=HOST)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(UserError, match="base_url"):
-        JudgeSource(_cfg(rubric))
+        JudgeSource(_cfg(rubric), device=HOST)
 
 
 # -- position-swapped pairwise judging ------------------------------------------------------------------
@@ -86,7 +87,7 @@ class FakeClient:
 
 
 def _pairwise(rubric, client, **kw):
-    return JudgeSource(_cfg(rubric, mode="pairwise", **kw), client=client)
+    return JudgeSource(_cfg(rubric, mode="pairwise", **kw), client=client, device=HOST)
 
 
 PROBLEMS = ["1+1=", "2+2=", "3+3="]
@@ -121,7 +122,7 @@ def test_swapping_cancels_a_judge_that_always_prefers_the_first_answer(rubric):
 
 def test_swapped_fair_judge_at_an_endpoint_pays_wins_losses_and_ties(rubric, fake_openai):
     server = fake_openai(_fair_judge)
-    source = JudgeSource(_cfg(rubric, mode="pairwise", base_url=server.url, max_concurrency=3))
+    source = JudgeSource(_cfg(rubric, mode="pairwise", base_url=server.url, max_concurrency=3), device=HOST)
     # right and tagged (beats the bare reference), wrong (loses), right but bare (ties with the reference)
     got = source.score(PROBLEMS, ["<answer>2</answer>", "<answer>5</answer>", "6"], REFERENCES)
     assert got == [(1.0, None), (0.0, None), (0.5, None)]
@@ -183,7 +184,7 @@ def test_scorer_marks_position_inconsistent_samples_without_failing_them(rubric,
             )
         )
     config = RewardConfig(judge=0.5, judge_source=_cfg(rubric, mode="pairwise", base_url=server.url))
-    scorer = RewardScorer(config, ["addition"])
+    scorer = RewardScorer(config, ["addition"], device=HOST)
     score(trajs, {"addition": task}, config, 16, scorer)
     for t in trajs:
         assert t.reward_terms["judge"] == 0.5 and t.reward == pytest.approx(1.0 + 0.5 * 0.5)
@@ -194,7 +195,9 @@ def test_scorer_marks_position_inconsistent_samples_without_failing_them(rubric,
 def test_local_judge_failures_are_reasons_not_crashes(rubric, monkeypatch):
     from polyrl.rewards.judge import JudgeConfig, LocalJudgeClient
 
-    client = LocalJudgeClient(JudgeConfig(rubric=str(rubric), backend="local", model="tiny", max_tokens=8))
+    client = LocalJudgeClient(
+        JudgeConfig(rubric=str(rubric), backend="local", model="tiny", max_tokens=8), device=HOST
+    )
     limit = client.policy.model.config.max_position_embeddings
     answers = client.complete_many(["short question", "x" * (limit + 10)])
     assert answers[0][1] is None and answers[1] == (None, "judge_prompt_too_long")

@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.rewards import (
     REWARD_SOURCES,
@@ -57,7 +58,7 @@ def _traj(text: str, group: int = 0, task: str = "addition") -> Trajectory:
 
 
 def _score(config: RewardConfig, trajs, tasks=("addition",)):
-    score(trajs, {name: get_task(name) for name in tasks}, config, 16, RewardScorer(config, list(tasks)))
+    score(trajs, {name: get_task(name) for name in tasks}, config, 16, RewardScorer(config, list(tasks), device=HOST))
     return trajs
 
 
@@ -152,7 +153,7 @@ def test_per_task_overrides_accept_custom_terms(rewards_module):
 )
 def test_bad_callables_fail_at_start_up_in_one_line(rewards_module, reward, message):
     with pytest.raises(UserError, match=message) as info:
-        RewardScorer(RewardConfig.model_validate(reward), ["addition"])
+        RewardScorer(RewardConfig.model_validate(reward), ["addition"], device=HOST)
     assert "\n" not in str(info.value)
 
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.rewards import REWARD_BOUND, RewardConfig, RewardScorer, score
 from polyrl.rewards.callables import call_limited, checked_value
@@ -93,7 +94,7 @@ def _trajs(*texts, group=0):
 
 def _scored(module, fn, trajs, timeout=0.3):
     config = RewardConfig(terms=[{"fn": f"{module}:{fn}", "weight": 1.0}], term_timeout=timeout)
-    score(trajs, {"addition": get_task("addition")}, config, 16, RewardScorer(config, ["addition"]))
+    score(trajs, {"addition": get_task("addition")}, config, 16, RewardScorer(config, ["addition"], device=HOST))
     return trajs
 
 

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.rewards import RewardConfig, RewardScorer, compute_rewards, majority_vote_scores, score
 from polyrl.rewards.rm_training import build_preference_data, load_preferences, save_preferences, train_reward_model
@@ -50,7 +51,7 @@ def test_scorer_adds_majority_vote_with_a_verifier_gate():
     wrong = "<answer>-1</answer>"
     trajs = [_traj("addition", 0, t, c) for t, c in [(wrong, False), (wrong, False), (right, True)]]
     config = RewardConfig(majority_vote=0.5, gate="verifier")
-    score(trajs, {"addition": get_task("addition")}, config, 16, RewardScorer(config, ["addition"]))
+    score(trajs, {"addition": get_task("addition")}, config, 16, RewardScorer(config, ["addition"], device=HOST))
     assert [t.reward_terms["majority_vote"] for t in trajs] == [1.0, 1.0, 0.0]
     # the wrong majority gets no bonus behind the gate; the right minority gets none either (it disagrees)
     assert [t.reward for t in trajs] == [0.0, 0.0, 1.0]
@@ -58,9 +59,9 @@ def test_scorer_adds_majority_vote_with_a_verifier_gate():
 
 def test_scorer_rejects_model_terms_without_a_source_and_unknown_tasks():
     with pytest.raises(UserError, match="reward_model_source"):
-        RewardScorer(RewardConfig(reward_model=1.0), ["addition"])
+        RewardScorer(RewardConfig(reward_model=1.0), ["addition"], device=HOST)
     with pytest.raises(UserError, match="not in the mix"):
-        RewardScorer(RewardConfig(tasks={"sort_digits": {"verifier": 1.0}}), ["addition"])
+        RewardScorer(RewardConfig(tasks={"sort_digits": {"verifier": 1.0}}), ["addition"], device=HOST)
 
 
 def test_built_preference_pairs_are_verified_correct_vs_rejected():
@@ -88,7 +89,7 @@ def test_trained_tiny_reward_model_is_a_reward_source(tmp_path):
         data, "tiny", tmp_path / "rm", steps=30, batch_size=8, lr=3e-3, log=lambda m: None, tiny_shape=SMALL
     )
     assert 0.0 <= result["heldout_accuracy"] <= 1.0 and result["heldout_pairs"] == 4
-    source = RewardModelSource(RewardModelConfig(path=str(tmp_path / "rm"), batch_size=2))
+    source = RewardModelSource(RewardModelConfig(path=str(tmp_path / "rm"), batch_size=2), device=HOST)
     scores = source.score(["1+1=", "2+2=", "3+3="], ["<answer>2</answer>", "<answer>4</answer>", "x"])
     assert len(scores) == 3 and all(0.0 < v < 1.0 and reason is None for v, reason in scores)
 
@@ -100,7 +101,7 @@ def test_causal_lm_directory_is_rejected_as_a_reward_model(tmp_path):
     model, _tok = build_tiny_policy()
     model.save_pretrained(tmp_path)
     with pytest.raises(UserError, match="num_labels=1"):
-        load_reward_model(tmp_path)
+        load_reward_model(tmp_path, device=HOST)
 
 
 def test_binary_preference_columns_are_read_as_utf8_text(tmp_path):

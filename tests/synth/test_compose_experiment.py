@@ -8,7 +8,7 @@ import yaml
 from polyrl.cli import run as cli
 from polyrl.errors import UserError
 from polyrl.experiments.compose import HeldOutSuite, group_means, plan_compose
-from polyrl.tasks.builtin.compose import chain_name, held_out_chains
+from polyrl.tasks.builtin.compositions import chain_name, held_out_chains
 
 TINY = """
 model: {path: tiny}

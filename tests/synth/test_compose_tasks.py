@@ -6,7 +6,7 @@ import pytest
 
 from polyrl.errors import UserError
 from polyrl.tasks import get_task, list_tasks
-from polyrl.tasks.builtin.compose import (
+from polyrl.tasks.builtin.compositions import (
     PRIMITIVES,
     all_chains,
     apply_chain,

@@ -194,7 +194,7 @@ def test_a_missing_leak_check_file_is_a_user_error(fake_openai, docs, tmp_path, 
 def test_problems_of_the_written_dataset_are_tagged_dataset(fake_openai, docs, tmp_path):
     from polyrl.tasks import get_task
     from polyrl.tasks.dataset import load_dataset_task
-    from polyrl.tasks.registry import TASKS
+    from polyrl.tasks.task_registry import TASKS
 
     out = tmp_path / "qa.jsonl"
     assert synth(fake_openai(writer), docs, out) == 0

@@ -151,6 +151,33 @@ def test_a_binary_parquet_column_is_read_as_utf8_text(tmp_path):
     assert task.verify(problem, f"<answer>{problem.answer}</answer>").correct
 
 
+@pytest.mark.parametrize("verifier", ["numeric", "exact"])
+def test_a_decimal_parquet_answer_column_is_read_as_the_number_it_holds(tmp_path, verifier):
+    """Issue #43: a ``decimal128`` column became ``'"2.00"'`` (JSON of the Decimal, quotes included): ``numeric``
+    refused the column and ``exact`` never matched. Its number is written as a float's would be (``2.00`` → ``2``,
+    ``2.50`` → ``2.5``), exactly (no rounding of 38 digits)."""
+    import decimal
+
+    import pyarrow as pa
+
+    n = 20
+    answers = [decimal.Decimal(f"{i}.{'50' if i % 2 else '00'}") for i in range(n)]
+    path = _parquet(
+        tmp_path / "d.parquet",
+        {
+            "question": [f"What is {i} and a bit?" for i in range(n)],
+            "answer": pa.array(answers, pa.decimal128(10, 2)),
+            "level": pa.array([decimal.Decimal(i) / 4 for i in range(n)], pa.decimal128(10, 2)),
+        },
+    )
+    spec = DatasetSpec(path=path, verifier=verifier, eval_fraction=0.3, difficulty_column="level")
+    task = dataset_task(f"test_decimal_{verifier}", spec)
+    rows = task.rows.splits["train"] + task.rows.splits["eval"]
+    assert sorted(r.target for r in rows) == sorted(str(i) + (".5" if i % 2 else "") for i in range(n))
+    problem = task.generate(0)
+    assert task.verify(problem, f"<answer>{problem.answer}</answer>").correct
+
+
 def test_binary_choices_are_read_as_utf8_text(tmp_path):
     import pyarrow as pa
 

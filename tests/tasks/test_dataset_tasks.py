@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from polyrl.cli import run
+from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.tasks import get_task
 from polyrl.tasks.dataset import DatasetSpec, bucket_bounds, dataset_task, prompt_hash
@@ -235,7 +236,7 @@ def test_a_task_entry_takes_the_dataset_fields_inline_or_nested():
 
 
 def test_a_registered_dataset_task_works_by_name_and_inside_env_wrappers(gsm8k):
-    from polyrl.envs.registry import get_env_task
+    from polyrl.envs.env_registry import get_env_task
 
     dataset_task("test_gsm8k", spec(gsm8k))
     assert get_task("test_gsm8k").generate(4).question == dataset_task("test_gsm8k", spec(gsm8k)).generate(4).question
@@ -330,9 +331,9 @@ def test_cli_commands_take_dataset_tasks_from_a_config(tmp_path, gsm8k, capsys):
         assert run([*args, "--out", str(out)]) == 0
     assert run(["tasks", "check-leakage", str(train), str(held), "--fail"]) == 0
     model = tmp_path / "model"
-    load_policy(ModelConfig(tiny={"hidden_size": 16, "intermediate_size": 32, "num_layers": 1, "num_heads": 2})).save(
-        model
-    )
+    load_policy(
+        ModelConfig(tiny={"hidden_size": 16, "intermediate_size": 32, "num_layers": 1, "num_heads": 2}), device=HOST
+    ).save(model)
     args = ["eval", "--model", str(model), "--config", config, "--tasks", "gsm8k_cli", "--n", "3", "--samples", "2"]
     assert run([*args, "--max-new-tokens", "4", "--out", str(tmp_path / "ev")]) == 0
     results = json.loads((tmp_path / "ev" / "results.json").read_text())
@@ -371,7 +372,7 @@ def test_the_worked_example_config_builds_its_task_and_reward_term(monkeypatch):
     task = resolve_task(config.tasks[0].name, dataset=config.tasks[0].dataset)
     assert (len(task.rows.splits["train"]), len(task.rows.splits["eval"])) == (171, config.eval.problems_per_task)
     assert task.pure is False  # verifier: math
-    assert RewardScorer(config.reward, ["gsm8k"]).sources.keys() == {"brevity"}
+    assert RewardScorer(config.reward, ["gsm8k"], device=HOST).sources.keys() == {"brevity"}
 
 
 def test_an_impure_dataset_task_travels_to_a_verifier_worker_without_its_rows(gsm8k):

@@ -6,11 +6,11 @@ import json
 import pytest
 
 from polyrl.errors import UserError
-from polyrl.harness.task import HarnessSpec, HarnessTask
+from polyrl.rollout.harness.task import HarnessSpec, HarnessTask
 from polyrl.tasks import get_task, register_task_prefix, resolve_task
 from polyrl.tasks.answers import AnswerFormat
 from polyrl.tasks.prefixes import TASK_PREFIXES
-from polyrl.tasks.registry import TASKS
+from polyrl.tasks.task_registry import TASKS
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from system_packages import needs_bwrap
 
 from polyrl.cli import run
-from polyrl.envs.registry import get_env_task
+from polyrl.envs.env_registry import get_env_task
 from polyrl.train.trainer import Trainer
 
 pytest.importorskip("reasoning_gym")

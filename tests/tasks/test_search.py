@@ -37,7 +37,7 @@ KNAPSACK = {"items": [[2, 3], [2, 3], [3, 4], [4, 5]], "capacity": 4, "optimum":
 
 
 def test_knapsack_accepts_any_optimal_packing_and_credits_feasible_ones():
-    from polyrl.tasks.builtin.search import _knapsack_optimum
+    from polyrl.tasks.builtin.search_puzzles import _knapsack_optimum
 
     assert _knapsack_optimum(KNAPSACK["items"], 4) == (6, [1, 2])
     p = problem("knapsack", {**KNAPSACK, "items": [[2, 3], [2, 3], [4, 6]]})
@@ -75,7 +75,7 @@ def test_magic_square_rejects_broken_sums_repeats_and_changed_givens():
 
 
 def test_generated_4x4_squares_are_magic_with_distinct_entries():
-    from polyrl.tasks.builtin.search import _is_magic
+    from polyrl.tasks.builtin.search_puzzles import _is_magic
 
     t = get_task("magic_square")
     for seed in range(20):

@@ -11,12 +11,12 @@ import torch
 
 from polyrl.algos.objective_stats import logprob_mismatch
 from polyrl.device import HOST
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward import precision as precision_module
+from polyrl.forward.precision import resolve_autocast, set_autocast
 from polyrl.policy import TransformersBackend
-from polyrl.policy import precision as precision_module
 from polyrl.policy.generation import sample_tokens
 from polyrl.policy.loading import ModelConfig, load_policy
-from polyrl.policy.precision import resolve_autocast, set_autocast
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
 BF16_TOLERANCE = {"mismatch_abs_mean": 0.15, "mismatch_abs_max": 1.0, "mismatch_ratio_mean": 0.05}
@@ -59,7 +59,7 @@ def _mismatch(gens, training):
 def test_fp32_generation_reports_the_log_probs_the_trainer_computes(policy):
     model, tok = policy
     torch.manual_seed(0)
-    gens = TransformersBackend(model, tok).generate(_prompts(), max_new_tokens=10, temperature=0.8)
+    gens = TransformersBackend(model, tok, device=HOST).generate(_prompts(), max_new_tokens=10, temperature=0.8)
     stats = _mismatch(gens, _training_logprobs(model, gens))
     assert stats["mismatch_abs_max"] < 1e-4
     assert stats["mismatch_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
@@ -70,7 +70,7 @@ def test_bf16_generation_log_probs_match_fp32_training_within_tolerance(policy):
     bf16 = copy.deepcopy(model)
     set_autocast(bf16, "bf16")
     torch.manual_seed(0)
-    gens = TransformersBackend(bf16, tok).generate(_prompts(), max_new_tokens=10, temperature=0.8)
+    gens = TransformersBackend(bf16, tok, device=HOST).generate(_prompts(), max_new_tokens=10, temperature=0.8)
     stats = _mismatch(gens, _training_logprobs(model, gens))
     assert 0 < stats["mismatch_abs_mean"] < BF16_TOLERANCE["mismatch_abs_mean"], "bf16 does round, a little"
     assert stats["mismatch_abs_max"] < BF16_TOLERANCE["mismatch_abs_max"]
@@ -136,7 +136,7 @@ def _wide(width: int):
 def test_auto_keeps_the_tiny_default_in_fp32(monkeypatch):
     monkeypatch.setattr(precision_module, "bf16_cpu_flags", lambda: frozenset({"amx_bf16"}))
     assert resolve_autocast("auto", build_tiny_policy()[0], "cpu") == "none"
-    assert load_policy(ModelConfig()).model.polyrl_autocast is None
+    assert load_policy(ModelConfig(), device=HOST).model.polyrl_autocast is None
 
 
 def test_auto_picks_bf16_for_a_wide_model_on_a_cpu_with_bf16_units(monkeypatch):
@@ -168,7 +168,7 @@ def _bf16_update(policy, behaviour: bool):
     model, tok = copy.deepcopy(policy[0]), policy[1]
     set_autocast(model, "bf16")
     torch.manual_seed(0)
-    gens = TransformersBackend(model, tok).generate(_prompts(), max_new_tokens=8, temperature=0.8)
+    gens = TransformersBackend(model, tok, device=HOST).generate(_prompts(), max_new_tokens=8, temperature=0.8)
     problem = Problem("a", "q", "q", None, None, 0, "train", 0.0, {})
     trajs = [
         Trajectory(
@@ -189,7 +189,7 @@ def _bf16_update(policy, behaviour: bool):
     settings = UpdateSettings.from_config(RLConfig(temperature=0.8), tis_cap=2.0 if behaviour else None)
     batch = prepare_update(trajs, ["a"], tok.pad_token_id, settings)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    return policy_update(model, optimizer, batch, settings, list(model.parameters()))
+    return policy_update(model, optimizer, batch, settings, list(model.parameters()), device=HOST)
 
 
 def test_a_bf16_update_reports_the_behaviour_training_mismatch(policy):
@@ -206,10 +206,10 @@ def test_without_behaviour_log_probs_the_update_reports_no_mismatch(policy):
 def test_only_autocast_generation_hands_its_log_probs_to_the_update(policy):
     """fp32 generation and training agree to ~1e-6: the default job's update stays as it was (no TIS)."""
     model, tok = policy
-    assert TransformersBackend(model, tok).behaviour_logprobs is False
+    assert TransformersBackend(model, tok, device=HOST).behaviour_logprobs is False
     bf16 = copy.deepcopy(model)
     set_autocast(bf16, "bf16")
-    assert TransformersBackend(bf16, tok).behaviour_logprobs is True
+    assert TransformersBackend(bf16, tok, device=HOST).behaviour_logprobs is True
 
 
 def test_large_models_step_with_fused_adamw_and_the_tiny_default_keeps_foreach():
@@ -232,7 +232,7 @@ def test_single_turn_rollouts_carry_behaviour_log_probs_only_under_autocast(poli
     task = get_task("addition")
     problems = [task.generate(seed, "easy") for seed in range(2)]
     prompts = PromptBuilder(tok, PromptConfig(field="question"))
-    backend = TransformersBackend(model, tok)
+    backend = TransformersBackend(model, tok, device=HOST)
     trajs = [
         t for group in rollout_problems(problems, backend, prompts, 3, 6, temperature=1.0, top_p=0.9) for t in group
     ]
@@ -252,7 +252,9 @@ def test_ray_workers_behaviour_log_probs_under_top_p_are_the_samplers(policy):
 
     model, tok = policy
     torch.manual_seed(0)
-    gens = TransformersBackend(model, tok).generate(_prompts(), max_new_tokens=10, temperature=0.8, top_p=0.6)
+    gens = TransformersBackend(model, tok, device=HOST).generate(
+        _prompts(), max_new_tokens=10, temperature=0.8, top_p=0.6
+    )
     trajs = [
         SimpleNamespace(
             prompt_ids=g.prompt_ids,

@@ -146,3 +146,65 @@ def test_a_prompt_built_later_beyond_the_limit_is_refused_in_one_line(prompts):
         f"the prompt of addition problem train/3 is {len(prompts.tokenizer(prompts.text(problem)).input_ids)} tokens, "
         "more than the 5 left by the model's 13 positions (model.tiny.max_positions) less rl.max_new_tokens=8"
     )
+
+
+# -- issue #43: booleans where numbers belong ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("rl.steps=true", "rl.steps is true"),
+        ("sft.steps=false", "sft.steps is false"),
+        ("rl.lr=true", "rl.lr is true"),
+        ("seed=true", "seed is true"),
+        ("eval.pass_k=yes", "eval.pass_k is true"),  # YAML 1.1: yes is true
+        ("model.tiny.hidden_size=true", "model.tiny.hidden_size is true"),
+        ("ray.num_cpus=true", "ray.num_cpus is true"),
+        ("tasks=[{name: addition, difficulty: true}]", "tasks.0.difficulty is true"),
+    ],
+)
+def test_a_boolean_is_refused_wherever_the_config_takes_a_number(override, key):
+    """``rl.steps=true`` trained one step: pydantic reads true as 1 in an int or float field."""
+    assert f"invalid config: {key}, a boolean: give a number" == refused([override])
+
+
+@pytest.mark.parametrize("override", ["rl.steps=3", 'rl.steps="3"', "rl.lr=0.001", "rl.enabled=false"])
+def test_numbers_written_as_numbers_or_quoted_and_booleans_for_switches_still_load(override):
+    load_config(DEFAULT, [override])
+
+
+def test_train_with_a_boolean_step_count_is_one_line_and_writes_nothing(tmp_path, capsys):
+    assert run(["train", "--run-dir", str(tmp_path / "run"), "rl.steps=true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["polyrl: error: invalid config: rl.steps is true, a boolean: give a number"]
+    assert not (tmp_path / "run").exists()
+
+
+# -- issue #43: a group of one ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("advantage", ["grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"])
+def test_a_group_of_one_is_refused_where_the_baseline_is_the_group_s_own(advantage):
+    """``rl.group_size=1`` trained nothing, without a word: every advantage 0, ``updates`` 0."""
+    message = refused(["rl.group_size=1", f"rl.advantage={advantage}", "rl.dynamic_sampling=false"])
+    assert f"rl.group_size=1 trains nothing with rl.advantage={advantage}: its baseline is the group's own" in message
+
+
+def test_a_group_of_one_with_dynamic_sampling_is_refused_as_every_group_would_be_dropped():
+    message = refused(["rl.group_size=1", "rl.advantage=reinforce_pp"])
+    assert "rl.group_size=1 with rl.dynamic_sampling drops every group" in message
+
+
+@pytest.mark.parametrize("advantage", ["reinforce_pp", "gae"])
+def test_a_group_of_one_loads_where_the_baseline_is_the_batch_or_a_critic(advantage):
+    cfg = load_config(DEFAULT, ["rl.group_size=1", f"rl.advantage={advantage}", "rl.dynamic_sampling=false"])
+    assert cfg.rl.group_size == 1
+
+
+@pytest.mark.parametrize("override", ["rl.steps=0", "rl.enabled=false"])
+def test_a_group_of_one_loads_when_no_rl_step_runs(override):
+    assert load_config(DEFAULT, ["rl.group_size=1", override]).rl.group_size == 1
+
+
+def test_which_estimators_zero_a_group_of_one_is_asked_of_the_estimator():
+    from polyrl.algos import zeroes_groups_of_one
+
+    builtins = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae")
+    assert {n for n in builtins if zeroes_groups_of_one(n)} == {"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"}

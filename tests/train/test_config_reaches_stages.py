@@ -29,8 +29,8 @@ EXPECTED = Sampling(4, 7, 0.8, 0.9, 96, 3)  # group_size 4 from the tiny config
 
 def test_rl_rollouts_sample_with_the_configured_settings(tiny_train_config):
     trainer = Trainer(tiny_train_config(**SETTINGS))
-    assert trainer.source.sampling == EXPECTED
-    assert (trainer.backend.batch_size, trainer.backend.shared_prefill) == (5, False)
+    assert trainer.parts.source.sampling == EXPECTED
+    assert (trainer.parts.backend.batch_size, trainer.parts.backend.shared_prefill) == (5, False)
 
 
 def test_held_out_evaluation_steps_environments_with_env_concurrency(tiny_train_config, monkeypatch):
@@ -48,7 +48,7 @@ def test_held_out_evaluation_steps_environments_with_env_concurrency(tiny_train_
 
 def test_rejection_sampling_samples_like_rl_with_its_own_group_size(tiny_train_config, monkeypatch):
     seen = []
-    monkeypatch.setattr("polyrl.train.sft.rejection_samples", lambda *args: (seen.append(args[-1]), ([], 0.0))[1])
+    monkeypatch.setattr("polyrl.train.sft_data.rejection_samples", lambda *args: (seen.append(args[-1]), ([], 0.0))[1])
     trainer = Trainer(tiny_train_config(**SETTINGS))
     trainer.sft.rejection_round(0)
     assert seen == [Sampling(3, 7, 0.8, 0.9, 96, 3)]
@@ -64,7 +64,7 @@ def test_ray_workers_get_the_trainer_backend_settings_and_its_sampling(tiny_trai
     monkeypatch.setattr("polyrl.distributed.pool.RolloutPool", FakePool)
     trainer = Trainer(tiny_train_config(backend="ray", **SETTINGS))
     assert built["backend_options"] == {"batch_size": 5, "shared_prefill": False}
-    assert trainer.source.sampling == EXPECTED
+    assert trainer.parts.source.sampling == EXPECTED
 
 
 def test_a_ray_worker_builds_its_backend_with_the_options_it_was_given(monkeypatch):

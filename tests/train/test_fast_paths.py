@@ -15,9 +15,10 @@ from collections import Counter
 import pytest
 import torch
 
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.device import HOST
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward.decoder import set_forward
 from polyrl.policy import TransformersBackend
-from polyrl.policy.decoder import set_forward
 from polyrl.policy.tiny import build_tiny_policy
 
 
@@ -53,7 +54,10 @@ def frequent_tokens(gens, k: int = 3) -> list[int]:
 def test_shared_prefill_greedy_matches_model_generate(policy):
     model, tok = policy
     flat = grouped_prompts(6, 3)
-    fast, plain = TransformersBackend(model, tok), TransformersBackend(model, tok, shared_prefill=False)
+    fast, plain = (
+        TransformersBackend(model, tok, device=HOST),
+        TransformersBackend(model, tok, shared_prefill=False, device=HOST),
+    )
     assert [g.completion_ids for g in fast.generate(flat, max_new_tokens=20, greedy=True)] == [
         g.completion_ids for g in plain.generate(flat, max_new_tokens=20, greedy=True)
     ]
@@ -62,7 +66,10 @@ def test_shared_prefill_greedy_matches_model_generate(policy):
 def test_rows_that_stop_early_leave_the_batch_without_changing_the_others(policy):
     model, tok = policy
     flat = grouped_prompts(8, 2, seed=1)
-    fast, plain = TransformersBackend(model, tok), TransformersBackend(model, tok, shared_prefill=False)
+    fast, plain = (
+        TransformersBackend(model, tok, device=HOST),
+        TransformersBackend(model, tok, shared_prefill=False, device=HOST),
+    )
     stops = frequent_tokens(plain.generate(flat, max_new_tokens=20, greedy=True)) + [tok.eos_token_id]
     fast._eos = plain._eos = stops
     a = fast.generate(flat, max_new_tokens=20, greedy=True)
@@ -79,8 +86,8 @@ def test_rows_that_stop_early_leave_the_batch_without_changing_the_others(policy
 def test_chunks_split_groups_and_keep_the_order(policy):
     model, tok = policy
     flat = grouped_prompts(5, 3, seed=2)
-    small = TransformersBackend(model, tok, batch_size=4)  # chunk boundaries cut through groups
-    whole = TransformersBackend(model, tok)
+    small = TransformersBackend(model, tok, batch_size=4, device=HOST)  # chunk boundaries cut through groups
+    whole = TransformersBackend(model, tok, device=HOST)
     a = small.generate(flat, max_new_tokens=8, greedy=True)
     b = whole.generate(flat, max_new_tokens=8, greedy=True)
     assert [g.prompt_ids for g in a] == flat
@@ -90,7 +97,7 @@ def test_chunks_split_groups_and_keep_the_order(policy):
 def test_sampling_is_seeded_and_top_p_near_zero_is_greedy(policy):
     model, tok = policy
     flat = grouped_prompts(4, 4, seed=3)
-    backend = TransformersBackend(model, tok)
+    backend = TransformersBackend(model, tok, device=HOST)
     torch.manual_seed(7)
     first = [g.completion_ids for g in backend.generate(flat, max_new_tokens=12, temperature=1.0)]
     torch.manual_seed(7)
@@ -106,7 +113,7 @@ def test_sampling_follows_the_model_distribution(policy):
     """First-token frequencies of the shared-prefill sampler match softmax(logits / T) of a plain forward."""
     model, tok = policy
     prompt = grouped_prompts(1, 1, seed=4)[0]
-    backend = TransformersBackend(model, tok)
+    backend = TransformersBackend(model, tok, device=HOST)
     torch.manual_seed(0)
     gens = backend.generate([prompt] * 4000, max_new_tokens=1, temperature=2.0)
     with torch.no_grad():
@@ -161,7 +168,7 @@ def test_distinct_prompts_take_the_plain_path(tiny, monkeypatch):
     different is tried for sharing, declined, and scored by one padded forward."""
     model = copy.deepcopy(tiny[0])
     set_forward(model, "transformers")
-    import polyrl.learner.forward as batch_module
+    import polyrl.forward.logprobs as batch_module
 
     calls = []
     real = batch_module._shared_prompt_logprobs

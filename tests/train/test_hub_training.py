@@ -9,6 +9,7 @@ import torch
 import yaml
 from hub_cache import commit_for, lay_out
 
+from polyrl.device import HOST
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.train.config import load_config, save_config
 from polyrl.train.resume import pin_models
@@ -104,12 +105,12 @@ def test_a_rerun_of_the_saved_config_loads_the_recorded_commit_after_main_moves(
     config = load_config(None, base={"tasks": ["addition"], "model": {"path": REPO}, "run_dir": str(tmp_path / "r")})
     save_config(pin_models(config), tmp_path / "config.yaml")
     other = tmp_path / "other"
-    load_policy(ModelConfig(path="tiny", tiny=tiny_train_settings["model"]["tiny"]), seed=1).save(other)
+    load_policy(ModelConfig(path="tiny", tiny=tiny_train_settings["model"]["tiny"]), seed=1, device=HOST).save(other)
     lay_out(hub_cache, REPO, other, commit=commit_for("second"))  # main now names another commit
-    rerun = load_policy(load_config(tmp_path / "config.yaml", saved=True).model)
+    rerun = load_policy(load_config(tmp_path / "config.yaml", saved=True).model, device=HOST)
     assert rerun.source.commit == first.name
-    assert load_policy(ModelConfig(path=REPO)).source.commit == commit_for("second")
-    original = load_policy(ModelConfig(path=str(tiny_model_dir)))
+    assert load_policy(ModelConfig(path=REPO), device=HOST).source.commit == commit_for("second")
+    original = load_policy(ModelConfig(path=str(tiny_model_dir)), device=HOST)
     for (name, a), (_, b) in zip(rerun.model.named_parameters(), original.model.named_parameters(), strict=True):
         assert torch.equal(a, b), name
 

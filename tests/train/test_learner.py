@@ -5,6 +5,7 @@ import copy
 import pytest
 import torch
 
+from polyrl.device import HOST
 from polyrl.learner.settings import UpdateSettings
 from polyrl.learner.update import micro_batches, minibatches, policy_update
 from polyrl.learner.update_batch import prepare_update
@@ -38,7 +39,7 @@ def _step(seed: int = 0) -> list[Trajectory]:
 @pytest.fixture(scope="module")
 def policy():
     tiny = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}
-    return load_policy(ModelConfig(path="tiny", tiny=tiny), seed=0)
+    return load_policy(ModelConfig(path="tiny", tiny=tiny), seed=0, device=HOST)
 
 
 def _update(policy, cfg: RLConfig, trajs=None):
@@ -47,7 +48,7 @@ def _update(policy, cfg: RLConfig, trajs=None):
     settings = UpdateSettings.from_config(cfg)
     batch = prepare_update(trajs or _step(), ["a", "b"], policy.tokenizer.pad_token_id, settings)
     torch.manual_seed(0)
-    result = policy_update(model, optimizer, batch, settings, list(model.parameters()))
+    result = policy_update(model, optimizer, batch, settings, list(model.parameters()), device=HOST)
     return result, model
 
 

@@ -9,9 +9,10 @@ import torch
 from polyrl.critic import Critic, CriticConfig
 from polyrl.device import HOST
 from polyrl.errors import UserError
-from polyrl.learner import collate, sequence_logprobs, sft_step
+from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward.token_scores import scores_from_hidden, split_lm
+from polyrl.learner import ONE_PROCESS, sft_step
 from polyrl.learner.settings import UpdateSettings
-from polyrl.learner.token_scores import scores_from_hidden, split_lm
 from polyrl.learner.update import BaseModelReference, _frozen_logprobs, policy_update
 from polyrl.learner.update_batch import prepare_update
 from polyrl.policy.loading import ModelConfig, load_policy
@@ -39,7 +40,7 @@ def _step() -> list[Trajectory]:
 
 
 def _policy(**model):
-    return load_policy(ModelConfig(path="tiny", tiny=TINY, **model), seed=0)
+    return load_policy(ModelConfig(path="tiny", tiny=TINY, **model), seed=0, device=HOST)
 
 
 def _naive(hidden, targets, head, temperature):
@@ -102,7 +103,7 @@ def test_chunked_scores_keep_no_full_vocabulary_logits_for_the_backward():
 
 @pytest.mark.parametrize("share_prompts", [True, False])
 def test_sequence_logprobs_equal_the_full_logits_at_temperature(share_prompts, monkeypatch):
-    import polyrl.learner.token_scores as token_scores
+    import polyrl.forward.token_scores as token_scores
 
     monkeypatch.setattr(token_scores, "LOGIT_CHUNK_BYTES", 5 * 110 * 4)  # five positions per chunk
     model = _policy().model
@@ -150,7 +151,7 @@ def test_critic_micro_batches_give_the_unsplit_step(loss):
     returns = torch.linspace(-1, 1, batch.loss_mask.numel()).reshape(batch.loss_mask.shape)
     results = []
     for budget in (None, 12):
-        critic = Critic(CriticConfig(loss=loss, lr=1e-2), policy.model)
+        critic = Critic(CriticConfig(loss=loss, lr=1e-2), policy.model, device=HOST)
         critic.model.head.weight.data.normal_(generator=torch.Generator().manual_seed(0))  # a non-zero head
         critic.optimizer = torch.optim.SGD(critic.model.parameters(), lr=0.5)  # the step is the gradient
         value = critic.update(batch, returns, micro_batch_tokens=budget)
@@ -165,7 +166,9 @@ def _rl_update(model, cfg=None):
     cfg = cfg or RLConfig(skip_zero_advantage=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     batch = prepare_update(_step(), ["a", "b"], 0, UpdateSettings.from_config(cfg))
-    return policy_update(model, optimizer, batch, UpdateSettings.from_config(cfg), list(model.parameters())), model
+    return policy_update(
+        model, optimizer, batch, UpdateSettings.from_config(cfg), list(model.parameters()), device=HOST
+    ), model
 
 
 def test_bf16_autocast_on_cpu_trains_float32_weights_with_a_loss_close_to_float32():
@@ -198,8 +201,8 @@ def test_gradient_checkpointing_gives_the_same_update(share_prompts):
 
 def test_checkpointing_shares_prompts_only_without_gradients(monkeypatch):
     """On transformers' forward, checkpointed layers can't read a KV cache in the backward (polyrl's packed
-    forward shares prompts under checkpointing too: tests/policy/test_decoder.py)."""
-    import polyrl.learner.forward as batch_module
+    forward shares prompts under checkpointing too: tests/forward/test_decoder.py)."""
+    import polyrl.forward.logprobs as batch_module
 
     model = _policy(gradient_checkpointing=True, forward="transformers").model.train()
     calls = []
@@ -219,7 +222,7 @@ def test_lora_reference_is_the_base_model_without_a_copy(tiny_train_config):
         model={"path": "tiny", "tiny": TINY, "lora": {"enabled": True, "r": 2, "alpha": 4}}, rl__kl_coef=0.1
     )
     trainer = Trainer(cfg)
-    policy = trainer.policy.model
+    policy = trainer.parts.policy.model
     reference = trainer.rl.reference_model()
     assert isinstance(reference, BaseModelReference) and reference.model is policy  # no second set of weights
     with torch.no_grad():
@@ -231,9 +234,9 @@ def test_lora_reference_is_the_base_model_without_a_copy(tiny_train_config):
     batch = prepare_update(_step(), ["a", "b"], 0, settings)
     rows, lengths = torch.arange(len(batch)), batch.tokens.attention_mask.sum(1)
     with torch.no_grad():
-        ref = _frozen_logprobs(reference, batch, rows, lengths, settings, None, HOST)
-        expected = _frozen_logprobs(base, batch, rows, lengths, settings, None, HOST)
-        own = _frozen_logprobs(policy, batch, rows, lengths, settings, None, HOST)
+        ref = _frozen_logprobs(reference, batch, rows, lengths, settings, ONE_PROCESS, HOST)
+        expected = _frozen_logprobs(base, batch, rows, lengths, settings, ONE_PROCESS, HOST)
+        own = _frozen_logprobs(policy, batch, rows, lengths, settings, ONE_PROCESS, HOST)
     mask = batch.tokens.loss_mask
     torch.testing.assert_close(ref * mask, expected * mask, atol=1e-5, rtol=1e-5)
     assert float(((own - expected) * mask).abs().max()) > 1e-3
@@ -242,5 +245,5 @@ def test_lora_reference_is_the_base_model_without_a_copy(tiny_train_config):
 def test_gradient_checkpointing_takes_effect_on_a_loaded_checkpoint(tmp_path):
     """from_pretrained returns a model in eval mode, where transformers would silently not checkpoint."""
     _policy().save(tmp_path / "model")
-    model = load_policy(ModelConfig(path=str(tmp_path / "model"), gradient_checkpointing=True)).model
+    model = load_policy(ModelConfig(path=str(tmp_path / "model"), gradient_checkpointing=True), device=HOST).model
     assert model.training and model.is_activation_checkpointing

@@ -8,7 +8,8 @@ import copy
 import pytest
 import torch
 
-from polyrl.learner.batch import length_ordered, pack_rows, padding_share
+from polyrl.device import HOST
+from polyrl.forward.batch import length_ordered, pack_rows, padding_share
 from polyrl.learner.settings import UpdateSettings
 from polyrl.learner.update import micro_batches, policy_update
 from polyrl.learner.update_batch import prepare_update
@@ -57,7 +58,7 @@ def _trajs() -> list[Trajectory]:
 @pytest.mark.parametrize("share_prompts", [True, False])
 def test_the_length_bucketed_update_has_the_padded_batch_gradient(share_prompts):
     tiny = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}
-    policy = load_policy(ModelConfig(path="tiny", tiny=tiny), seed=0)
+    policy = load_policy(ModelConfig(path="tiny", tiny=tiny), seed=0, device=HOST)
     grads = {}
     for budget in (None, 48):
         cfg = UpdateSettings.from_config(
@@ -70,7 +71,7 @@ def test_the_length_bucketed_update_has_the_padded_batch_gradient(share_prompts)
             assert len(pieces) > 2, "the update really runs in several micro-batches"
         model = copy.deepcopy(policy.model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # keep the gradients, leave the weights
-        policy_update(model, optimizer, batch, cfg, list(model.parameters()))
+        policy_update(model, optimizer, batch, cfg, list(model.parameters()), device=HOST)
         grads[budget] = [p.grad.clone() for p in model.parameters()]
     for whole, split in zip(grads[None], grads[48]):
         assert torch.allclose(whole, split, atol=1e-6)

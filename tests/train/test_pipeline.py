@@ -4,6 +4,7 @@ import json
 
 import torch
 
+from polyrl.device import HOST
 from polyrl.train.trainer import Trainer
 
 PER_STEP_METRICS = ("reward", "accuracy", "response_length", "entropy", "kl", "clip_fraction", "zero_variance_frac")
@@ -71,17 +72,17 @@ def test_nonfinite_losses_skip_updates_then_stop_with_a_usable_checkpoint(tiny_t
     # an entropy bonus keeps zero-advantage sequences in the update, so every step runs a (poisoned) update
     cfg = tiny_train_config(rl__max_bad_steps=2, rl__epochs=1, rl__minibatches=1, rl__entropy_coef=0.01)
     trainer = Trainer(cfg)
-    before = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+    before = {k: v.clone() for k, v in trainer.parts.policy.model.state_dict().items()}
     with pytest.warns(UserWarning, match="non-finite"), pytest.raises(TrainingError, match="consecutive"):
         trainer.run()
-    ckpt = latest_checkpoint(trainer.run_dir.checkpoints)
+    ckpt = latest_checkpoint(trainer.parts.run_dir.checkpoints)
     assert ckpt.stage == "rl" and ckpt.step == 1
     # the skipped updates did not touch the weights: they are the SFT weights
     from polyrl.train.checkpoint import load_model_weights
 
-    sft_state = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
-    load_model_weights(trainer.policy.model, ckpt.path / "model")
-    assert all(torch.equal(sft_state[k], v) for k, v in trainer.policy.model.state_dict().items())
+    sft_state = {k: v.clone() for k, v in trainer.parts.policy.model.state_dict().items()}
+    load_model_weights(trainer.parts.policy.model, ckpt.path / "model")
+    assert all(torch.equal(sft_state[k], v) for k, v in trainer.parts.policy.model.state_dict().items())
     assert any(not torch.equal(before[k], sft_state[k]) for k in before)  # SFT did train
 
 
@@ -96,8 +97,8 @@ def test_lora_training_saves_a_merged_plain_checkpoint(tiny_train_config):
         sft__steps=2,
     )
     trainer = Trainer(cfg)
-    trainable = sum(p.numel() for p in trainer.trainable_parameters())
-    total = sum(p.numel() for p in trainer.policy.model.parameters())
+    trainable = sum(p.numel() for p in trainer.state.training.parameters())
+    total = sum(p.numel() for p in trainer.parts.policy.model.parameters())
     assert 0 < trainable < total / 2
     trainer.run()
     model = AutoModelForCausalLM.from_pretrained(Path(cfg.run_dir) / "final_model")
@@ -137,21 +138,28 @@ def test_skipping_zero_advantage_sequences_leaves_the_update_unchanged(tiny_trai
 
     cfg = tiny_train_config(sft__steps=4, rl__epochs=1, rl__minibatches=1, rl__group_size=4, rl__prompts_per_step=8)
     trainer = Trainer(cfg)
-    trainer.run_sft(None)
+    trainer.sft.run(None)
     trainer.state.training.make_optimizer(cfg.rl.lr, 0, 10, cosine=False, weight_decay=0.0)
     torch.manual_seed(0)
     trajs = trainer.rl.collect(0, np.random.default_rng(0)).trajectories
     for k, t in enumerate(trajs):  # mixed rewards in the first two groups, all-zero rewards elsewhere
         t.reward = float(k % 2) if t.group < 2 else 0.0
-    start = copy.deepcopy(trainer.policy.model.state_dict())
+    start = copy.deepcopy(trainer.parts.policy.model.state_dict())
 
     def update(skip: bool):
-        trainer.policy.model.load_state_dict(start)
+        trainer.parts.policy.model.load_state_dict(start)
         trainer.state.training.make_optimizer(cfg.rl.lr, 0, 10, cosine=False, weight_decay=0.0)
         rl = UpdateSettings.from_config(cfg.rl).replace(skip_zero_advantage=skip)
-        batch = prepare_update(trajs, list(trainer.tasks), trainer.policy.tokenizer.pad_token_id, rl)
-        out = policy_update(trainer.policy.model, trainer.optimizer, batch, rl, trainer.trainable_parameters())
-        return out, {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+        batch = prepare_update(trajs, list(trainer.parts.mix.tasks), trainer.parts.policy.tokenizer.pad_token_id, rl)
+        out = policy_update(
+            trainer.parts.policy.model,
+            trainer.state.training.optimizer,
+            batch,
+            rl,
+            trainer.state.training.parameters(),
+            device=HOST,
+        )
+        return out, {k: v.clone() for k, v in trainer.parts.policy.model.state_dict().items()}
 
     skipped, w_skip = update(True)
     full, w_full = update(False)

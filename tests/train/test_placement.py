@@ -49,7 +49,7 @@ def test_the_trainer_hands_every_placement_job_to_the_injected_placement(tiny_tr
     placement = RecordingPlacement()
     trainer = Trainer(config, placement=placement)
     assert placement.calls[:3] == [("open_run_dir",), ("make_backend",), ("rollouts",)]
-    assert isinstance(trainer.backend, TransformersBackend)
+    assert isinstance(trainer.parts.backend, TransformersBackend)
     trainer.run()
     calls = placement.calls
     assert [c for c in calls if c[0] == "save_model"] == [("save_model", "sft_model"), ("save_model", "final_model")]
@@ -80,12 +80,12 @@ def test_a_backend_is_one_registration(tiny_train_config, monkeypatch):
 
     def make(model, tokenizer, context):
         made.append(context)
-        return TransformersBackend(model, tokenizer, batch_size=context.generation.batch_size)
+        return TransformersBackend(model, tokenizer, batch_size=context.generation.batch_size, device=HOST)
 
     monkeypatch.setattr(BACKENDS, "_entries", dict(BACKENDS._entries))
     register_backend("recorded")(make)
     trainer = Trainer(tiny_train_config(generation={"engine": "recorded", "batch_size": 7}))
-    assert isinstance(trainer.backend, TransformersBackend) and trainer.backend.batch_size == 7
+    assert isinstance(trainer.parts.backend, TransformersBackend) and trainer.parts.backend.batch_size == 7
     assert [c.seed for c in made] == [trainer.config.seed]
 
 

@@ -8,6 +8,7 @@ import pytest
 from cli_errors import one_error_line
 
 from polyrl.cli import run
+from polyrl.device import HOST
 from polyrl.policy.loading import load_policy
 from polyrl.train.config import load_config, save_config
 from polyrl.train.model_card import CardInputs, write_model_card
@@ -21,7 +22,7 @@ def lora_run(tmp_path_factory, tiny_model_dir):
     run_dir = tmp_path_factory.mktemp("push") / "run"
     model = {"path": str(tiny_model_dir), "lora": {"enabled": True, "r": 2}}
     config = load_config(None, base={"tasks": ["addition"], "model": model, "run_dir": str(run_dir)})
-    policy = load_policy(config.model)
+    policy = load_policy(config.model, device=HOST)
     policy.save(run_dir / "final_model")
     write_model_card(run_dir / "final_model", CardInputs(config, policy.source, {}))
     save_config(config, run_dir / "config.yaml")

@@ -12,6 +12,7 @@ from cli_errors import one_error_line
 from safetensors import SafetensorError
 
 from polyrl.cli import run as cli
+from polyrl.device import HOST
 from polyrl.train.config import load_config
 from polyrl.train.trainer import Trainer
 
@@ -143,10 +144,10 @@ def test_a_sharded_checkpoint_is_checked_against_the_model_from_its_dcp_metadata
     from polyrl.train.checkpoint import weights_mismatch
 
     tiny = tiny_train_settings["model"]["tiny"]
-    trained = load_policy(ModelConfig(path="tiny", tiny=tiny)).model
+    trained = load_policy(ModelConfig(path="tiny", tiny=tiny), device=HOST).model
     model_state, optim_state = get_state_dict(trained, torch.optim.AdamW(trained.parameters()))
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp_path / "model"))
-    wider = load_policy(ModelConfig(path="tiny", tiny={**tiny, "hidden_size": 64})).model
+    wider = load_policy(ModelConfig(path="tiny", tiny={**tiny, "hidden_size": 64}), device=HOST).model
     assert weights_mismatch(trained, tmp_path / "model", "checkpoint rl-000002") is None
     assert weights_mismatch(wider, tmp_path / "model", "checkpoint rl-000002").startswith(
         "model.embed_tokens.weight is [110, 32] in checkpoint rl-000002 but [110, 64] in this model (and "

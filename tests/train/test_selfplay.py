@@ -468,8 +468,8 @@ def _scripted(trainer):
     for seed in range(200):
         p = PROPOSER.generate(seed, "easy")
         references[p.question] = PROPOSER.reference_response(p)
-    for source in (trainer.selfplay.proposers, trainer.selfplay.solvers):
-        source.backend = ReferenceProposals(trainer.backend, trainer.policy.tokenizer, references)
+    for source in (trainer.parts.selfplay.proposers, trainer.parts.selfplay.solvers):
+        source.backend = ReferenceProposals(trainer.parts.backend, trainer.parts.policy.tokenizer, references)
     return trainer
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from polyrl.algos.objectives import GSPOSettings
 from polyrl.learner.settings import UpdateSettings
+from polyrl.learner.update import objective_settings_for
 from polyrl.train.config import RLConfig
 
 # a value unlike the default for every RLConfig field the update reads
@@ -59,7 +60,7 @@ def test_truncated_importance_sampling_applies_only_to_batches_sampled_by_other_
     has_behaviour_logprobs, expected
 ):
     settings = UpdateSettings.from_config(RLConfig(), tis_cap=2.0)
-    assert settings.objective_for(has_behaviour_logprobs).tis_cap == expected
+    assert objective_settings_for(settings, has_behaviour_logprobs).tis_cap == expected
 
 
 def test_the_settings_are_frozen():

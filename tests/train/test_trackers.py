@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -206,3 +207,30 @@ def test_mlflow_local_store_records_metrics_config_and_results(tiny_train_config
         ]
         == 2
     )
+
+
+@pytest.mark.skipif(not _have("trackio"), reason="trackio is not installed (pip install 'polyrl[trackio]')")
+def test_a_closed_trackio_tracker_prints_nothing_when_the_process_exits(tmp_path):
+    """Issue #43: a test run ended by printing "Uploading logs to Trackio": trackio's exit hook finished the run
+    polyrl had finished already."""
+    script = f"""
+from polyrl.trackers import LoggingConfig, open_trackers
+(tracker,) = open_trackers(LoggingConfig(trackers=["trackio"], project="polyrl-test"), {str(tmp_path)!r}, {{}})
+tracker.log({{"stage": "rl", "step": 1, "global_step": 1, "reward": 0.5}})
+tracker.close()
+print("CLOSED", flush=True)
+"""
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio")}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    after = done.stdout.split("CLOSED", 1)[1]
+    assert after.strip() == "" and "Uploading logs" not in done.stderr
+
+
+def test_the_docs_give_each_tracker_s_name_of_pass_at_k_as_it_logs_it():
+    """Issue #43: MLflow shows ``pass_at_k`` where the other trackers show ``pass@k``; docs/training.md says
+    which name each tracker has, and this holds it to ``mlflow_name``."""
+    doc = (Path(__file__).parents[2] / "docs" / "training.md").read_text()
+    rows = dict(line.strip("|").split("|")[:2] for line in doc.splitlines() if "/addition`" in line and "|" in line)
+    rows = {where.strip(): name.strip().strip("`") for where, name in rows.items()}
+    assert rows == {"TensorBoard, trackio, W&B": "eval/pass@4/addition", "MLflow": mlflow_name("eval/pass@4/addition")}

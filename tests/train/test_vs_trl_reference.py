@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from polyrl.algos import ObjectiveInputs, get_objective
-from polyrl.learner import collate, sequence_logprobs
+from polyrl.device import HOST
+from polyrl.forward import collate, sequence_logprobs
 from polyrl.learner.settings import UpdateSettings
 from polyrl.learner.update import policy_update
 from polyrl.learner.update_batch import prepare_update
@@ -66,12 +67,12 @@ gradient, different values."""
 def saved(tmp_path_factory):
     """The tiny Llama, saved once: each side loads its own copy of the same weights."""
     path = tmp_path_factory.mktemp("tiny")
-    load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0).save(path)
+    load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0, device=HOST).save(path)
     return path
 
 
 def _polyrl_policy(saved):
-    return load_policy(ModelConfig(path=str(saved), autocast="none"))
+    return load_policy(ModelConfig(path=str(saved), autocast="none"), device=HOST)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,7 @@ def sampled(saved):
         for q in QUESTIONS
     ]
     torch.manual_seed(0)
-    gens = TransformersBackend(policy.model, policy.tokenizer).generate(
+    gens = TransformersBackend(policy.model, policy.tokenizer, device=HOST).generate(
         [p for p in prompts for _ in range(G)], max_new_tokens=MAX_NEW_TOKENS
     )
     return gens, policy.tokenizer
@@ -117,7 +118,7 @@ def _trl_trainer(saved, tokenizer, tmp_path, **config):
         report_to=[],
         save_strategy="no",
         bf16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # transformers 5 renamed gradient_checkpointing (deprecated, removed in v6)
         per_device_train_batch_size=len(QUESTIONS) * G,
         num_generations=G,
         max_completion_length=MAX_NEW_TOKENS,
@@ -257,7 +258,7 @@ def test_on_policy_update_equals_trls(saved, sampled, trajectories, tmp_path, lo
 
     policy = _polyrl_policy(saved)
     optimizer = _polyrl_optimizer(policy.model)
-    result = policy_update(policy.model, optimizer, batch, settings, list(policy.model.parameters()))
+    result = policy_update(policy.model, optimizer, batch, settings, list(policy.model.parameters()), device=HOST)
 
     trainer = _trl_trainer(saved, tokenizer, tmp_path, **trl_config)
     loss = _trl_step(trainer, _trl_inputs(trajectories, batch.advantages, tokenizer.pad_token_id))
@@ -283,7 +284,7 @@ def test_clipped_update_equals_trls_off_policy(saved, sampled, trajectories, tmp
     logp, _ = sequence_logprobs(policy.model, batch.tokens, settings.temperature)
     old = (logp.detach() + shift) * batch.tokens.loss_mask
     inputs = ObjectiveInputs(logp, old, batch.advantages, batch.tokens.loss_mask, truncated=batch.truncated)
-    loss, stats = get_objective(settings.objective)(inputs, settings.objective_for(False))
+    loss, stats = get_objective(settings.objective)(inputs, settings.objective_settings)
     loss.backward()
     clip_and_step(optimizer, list(policy.model.parameters()), settings.max_grad_norm, loss.detach())
 
@@ -306,7 +307,7 @@ def test_vs_trl_evaluates_trls_model_at_polyrls_precision(saved, monkeypatch):
 
     from transformers import AutoModelForCausalLM
 
-    from polyrl.policy.precision import autocast_mode
+    from polyrl.forward.precision import autocast_mode
 
     monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "benchmarks"))
     vs_trl = pytest.importorskip("vs_trl")

@@ -2,8 +2,8 @@
 
 ``advantages`` turns rewards into per-sequence advantages (GRPO, Dr. GRPO, RLOO, REINFORCE++), plus
 cross-task normalization and token-level GAE; ``objectives`` turns token log-probs and advantages into
-the policy loss (PPO-clip, GSPO, CISPO) and its statistics; ``losses`` holds log-probs from logits, the
-aggregations, the KL penalty and reward shaping (DAPO overlong penalty).
+the policy loss (PPO-clip, GSPO, CISPO) and its statistics; ``losses`` holds the aggregations, the KL penalty
+and reward shaping (DAPO overlong penalty); the log-probs they read come from :mod:`polyrl.forward`.
 """
 
 from polyrl.algos.advantages import (
@@ -27,20 +27,18 @@ from polyrl.algos.advantages import (
     uses_critic,
     zero_variance_group_fraction,
     zero_variance_groups,
+    zeroes_groups_of_one,
 )
 from polyrl.algos.losses import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     aggregate,
-    chosen_logprobs,
-    entropy_from_logits,
     get_aggregation,
     kl_penalty,
     loss_totals,
     overlong_penalty,
     register_aggregation,
     register_kl_estimator,
-    token_logprobs,
 )
 from polyrl.algos.objectives import (
     OBJECTIVES,
@@ -69,9 +67,7 @@ __all__ = [
     "advantage_estimator",
     "advantage_names",
     "aggregate",
-    "chosen_logprobs",
     "dr_grpo",
-    "entropy_from_logits",
     "gae",
     "get_advantage_estimator",
     "get_aggregation",
@@ -91,9 +87,9 @@ __all__ = [
     "reinforce_pp_baseline",
     "rloo",
     "task_normalize",
-    "token_logprobs",
     "turn_advantages",
     "uses_critic",
     "zero_variance_group_fraction",
     "zero_variance_groups",
+    "zeroes_groups_of_one",
 ]

@@ -55,6 +55,7 @@ __all__ = [
     "uses_critic",
     "zero_variance_group_fraction",
     "zero_variance_groups",
+    "zeroes_groups_of_one",
 ]
 
 Ids = Tensor | Sequence[Hashable]
@@ -169,6 +170,21 @@ def get_advantage_estimator(name: str) -> Callable[..., Any]:
 def uses_critic(name: str) -> bool:
     """Whether the advantage estimator ``name`` asks a critic (so the run trains one)."""
     return isinstance(name, str) and name in ADVANTAGE_ESTIMATORS and ADVANTAGE_ESTIMATORS[name].reads == "critic"
+
+
+def zeroes_groups_of_one(name: str) -> bool:
+    """Whether the estimator ``name`` gives a group of one completion advantage 0 whatever its reward: its
+    baseline is that group's own (grpo, dr_grpo, rloo, reinforce_pp_baseline), so ``rl.group_size=1`` trains
+    nothing (issue #43). Not reinforce_pp (the batch's baseline) nor a critic. Found by asking the estimator, so a
+    registered one of a plugin is judged the same way: two groups of one, rewarded 1 and 0."""
+    estimator = ADVANTAGE_ESTIMATORS[name]
+    if estimator.reads != "rewards":
+        return False
+    try:
+        advantages = estimator.fn(torch.tensor([1.0, 0.0]), torch.tensor([0, 1]))
+    except Exception:  # a plugin that cannot take this batch: left to the run (nothing to refuse here)
+        return False
+    return bool(torch.all(torch.as_tensor(advantages) == 0))
 
 
 # ---------------------------------------------------------------------------------------------------------

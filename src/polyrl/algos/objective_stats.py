@@ -1,21 +1,33 @@
-"""The statistics an objective reports: each measured once, reducible over any subset of the batch's rows.
+"""The statistics an objective reports: each measured once, reducible over any subset of the batch's rows, read
+off the device once per micro-batch and averaged over an update's tokens.
 
 An objective returns ``stats: dict[str, RowStat]``. A :class:`RowStat` keeps the per-row tensors a
 statistic is reduced from and the reduction, so the learner reads the whole batch's value and each task's
 (``stat.over(rows)``) from one objective call; the subset's value is exactly the one the objective would
-compute on those rows alone (every reduction here works row by row before it sums).
+compute on those rows alone (every reduction here works row by row before it sums). :func:`read_stats` reads a
+micro-batch's statistics, overall and per task, in one copy from the device; :class:`StatMeans` keeps them as
+token-weighted running means over the update (``*_max`` / ``*_min`` keep their extremes), which FSDP ranks combine.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["RowStat", "logprob_mismatch", "ratio_stats", "sequence_fraction_stat", "token_mean_stat"]
+__all__ = [
+    "RowStat",
+    "StatMeans",
+    "logprob_mismatch",
+    "ratio_stats",
+    "read_stats",
+    "sequence_fraction_stat",
+    "token_mean_stat",
+]
 
 
 @dataclass(frozen=True)
@@ -94,3 +106,68 @@ def logprob_mismatch(behaviour: Tensor, training: Tensor, mask: Tensor) -> dict[
             "mismatch_abs_max": RowStat(_masked_max, (diff.abs(), valid)),
             "mismatch_ratio_mean": token_mean_stat(torch.exp(diff), mask),
         }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading them: once per micro-batch, averaged over the update
+
+
+class StatMeans:
+    """Token-weighted running means of the objective's statistics (extremes for ``*_max`` / ``*_min``)."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = defaultdict(float)
+        self.weights: dict[str, float] = defaultdict(float)
+
+    def add(self, values: dict[str, float], weight: float) -> None:
+        """Add one micro-batch's statistics (read by :func:`read_stats`), weighted by its loss tokens."""
+        for key, v in values.items():
+            if key.endswith("_max"):
+                self.sums[key] = max(self.sums.get(key, -math.inf), v)
+            elif key.endswith("_min"):
+                self.sums[key] = min(self.sums.get(key, math.inf), v)
+            elif math.isfinite(v):
+                self.sums[key] += v * weight
+                self.weights[key] += weight
+
+    def absorb(self, sums: dict[str, float], weights: dict[str, float]) -> None:
+        """Add another rank's running sums (the same keys mean the same statistics)."""
+        for key, value in sums.items():
+            if key.endswith("_max"):
+                self.sums[key] = max(self.sums.get(key, -math.inf), value)
+            elif key.endswith("_min"):
+                self.sums[key] = min(self.sums.get(key, math.inf), value)
+            else:
+                self.sums[key] += value
+                self.weights[key] += weights.get(key, 0.0)
+
+    def result(self) -> dict[str, float]:
+        return {
+            k: (v if k.endswith(("_max", "_min")) else v / self.weights[k] if self.weights[k] else float("nan"))
+            for k, v in self.sums.items()
+        }
+
+
+def read_stats(stats: dict[str, RowStat | Tensor], mask: Tensor, task_rows: dict[str, Tensor], device):
+    """Every statistic of one micro-batch over all its rows and over each task's rows (``task_rows``: a bool mask
+    on the device per task), with the loss tokens each is weighted by, read from the device in one copy:
+    ``(overall, weight, {task: (values, weight)})``. A plain tensor is a whole-batch statistic: overall only."""
+    keys, values = [], []
+    for key, value in stats.items():
+        keys.append((None, key))
+        values.append(value.over() if isinstance(value, RowStat) else value)
+    keys.append((None, ""))
+    values.append(mask.sum())
+    for task, keep in task_rows.items():
+        for key, value in stats.items():
+            if isinstance(value, RowStat):
+                keys.append((task, key))
+                values.append(value.over(keep))
+        keys.append((task, ""))
+        values.append(mask[keep].sum())
+    numbers = torch.stack([v.detach().float().reshape(()).to(device) for v in values]).tolist()
+    by: dict = defaultdict(dict)
+    for (task, key), number in zip(keys, numbers):
+        by[task][key] = number
+    split = lambda d: ({k: v for k, v in d.items() if k}, d[""])
+    return (*split(by.pop(None)), {task: split(d) for task, d in by.items()})

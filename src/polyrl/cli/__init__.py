@@ -16,8 +16,8 @@ from polyrl.cli import experiment_arms as _experiment_arms
 from polyrl.cli import experiment_transfer as _experiment_transfer
 from polyrl.cli import models as _models
 from polyrl.cli import push as _push
-from polyrl.cli import report as _report
 from polyrl.cli import rm as _rm
+from polyrl.cli import run_report as _report
 from polyrl.cli import serve as _serve
 from polyrl.cli import synth as _synth
 from polyrl.cli import tasks as _tasks

@@ -49,7 +49,7 @@ def _source(
         source = LocalModelSource(policy, field, suite.system, seed=suite.seed, style=style, env=tasks.env_config)
         pinned = f" at commit {policy.source.commit}" if policy.source.kind == "hub" else ""
         return source, f"checkpoint {model}{pinned}"
-    from polyrl.eval.endpoint import EndpointSource
+    from polyrl.eval.endpoint_source import EndpointSource
 
     api_key = None
     if api_key_env:

@@ -30,7 +30,7 @@ def _compare(
     import dataclasses
 
     from polyrl.experiments.curriculum import plan_experiment, run_experiment
-    from polyrl.experiments.report import split_names
+    from polyrl.experiments.summary import split_names
 
     names = [s.strip() for s in arms.split(",") if s.strip()] if arms else None
     if jobs < 1:

@@ -65,6 +65,11 @@ def specialists(
         False, "--prune-checkpoints", help="Delete each finished arm run's checkpoints (its final model stays)."
     ),
     budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
+    target_mde: float | None = typer.Option(
+        None,
+        "--target-mde",
+        help="Points: from the finished seeds (2 or more: a pilot), the seeds joint − specialists needs for this MDE.",
+    ),
 ) -> None:
     """Joint multi-task RL vs single-task specialists on the same RL budget, scored in-domain and on transfer tasks."""
     import dataclasses
@@ -75,6 +80,8 @@ def specialists(
 
     if jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
+    if target_mde is not None and not 0 < target_mde < 100:
+        raise UserError(f"--target-mde is in points, between 0 and 100; got {target_mde}")
     tasks = [t.strip() for t in train.split(",") if t.strip()]
     plan, design = plan_specialists(config, tasks, seeds, out, holdout_category)
     plan = dataclasses.replace(plan, prune_checkpoints=prune_checkpoints)
@@ -82,6 +89,8 @@ def specialists(
         print(f"arm {arm:28s} {steps:4d} RL steps on {', '.join(on)}")
     print(f"transfer tasks (no arm trains them): {', '.join(design.transfer) or 'none'}")
     print(format_budget(estimate_budget(plan, probe=budget), jobs=jobs), flush=True)
+    if target_mde is not None:
+        print(sizing_line(plan, design, target_mde), flush=True)
     if budget:
         return
     summary = run_specialists(plan, design, log=lambda m: print(m, flush=True), command=invoked_command(), jobs=jobs)
@@ -95,3 +104,15 @@ def specialists(
                 f"joint − specialists, {group}: {100 * d['mean']:+5.1f} points [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
             )
     print(f"report: {plan.out / 'report.md'}")
+
+
+def sizing_line(plan, design, target_mde: float) -> str:
+    """The seeds the design needs for ``target_mde`` points (``experiments/by_problem.py: size_seeds``)."""
+    from polyrl.experiments.by_problem import seconds_per_seed, size_seeds
+
+    sizing = size_seeds(plan, design, target_mde / 100)
+    if sizing is None:
+        return (
+            "sizing: needs 2 or more finished seeds whose runs kept per-problem answers (a pilot: run --seeds 2 first)"
+        )
+    return sizing.line(seconds_per_seed(plan, design))

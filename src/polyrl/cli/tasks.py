@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -72,11 +73,41 @@ def list_cmd(
     console.print(table)
 
 
-def _example(task, problem: Problem, title: str) -> None:
+def _example(task, problem: Problem, title: str, image_dir: Path | None = None) -> None:
     console.rule(Text(title))
+    if problem.images:
+        _say(_shown_images(problem, image_dir))
     _say(problem.prompt)
     reference = task.reference_response(problem)
     _say(f"reference: {reference}" if reference is not None else "reference: (none for this problem)")
+
+
+def _shown_images(problem: Problem, image_dir: Path | None) -> str:
+    """The line that stands for a problem's images: the PNG files written to ``image_dir``, else their sizes."""
+    from polyrl.tasks.images import describe_images
+
+    if image_dir is None:
+        them = "it" if len(problem.images) == 1 else "them"
+        return f"[{describe_images(problem.images)}; polyrl tasks sample --images DIR writes {them} as PNG]"
+    paths = []
+    for i, image in enumerate(problem.images):
+        name = re.sub(r"[^\w.-]", "_", f"{problem.task}_{problem.split}_{problem.seed}_{i}") + ".png"
+        image.save(image_dir / name, format="PNG")
+        paths.append(str(image_dir / name))
+    return "image: " + ", ".join(paths) if len(paths) == 1 else "images: " + ", ".join(paths)
+
+
+def _image_dir(path: Path | None) -> Path | None:
+    """``--images DIR``, made if missing; a path that is a file (or cannot be made) is a UserError."""
+    if path is None:
+        return None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"--images {path}: not a directory") from None
+    except OSError as exc:
+        raise UserError(f"--images {path}: cannot make the directory ({exc.strerror or exc})") from None
+    return path
 
 
 @app.command("show")
@@ -107,17 +138,23 @@ def sample_cmd(
     split: str = typer.Option("train", help=SPLIT_HELP),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per line (Problem.to_dict)."),
     config: Path = typer.Option(None, "--config", help=CONFIG_HELP),
+    images: Path = typer.Option(
+        None, "--images", help="Write each problem's images here as PNG files (TASK_SPLIT_SEED_I.png)."
+    ),
 ) -> None:
-    """Generate problems and print them with their reference answers."""
+    """Generate problems and print them with their reference answers (and where their images were written)."""
     _register_datasets(config)
     task = get_task(name)
     _check_split(split)
+    image_dir = _image_dir(images)
     for s in range(seed, seed + n):
         problem = task.generate(s, _difficulty(difficulty), split)
         if as_json:
+            if image_dir is not None and problem.images:
+                _shown_images(problem, image_dir)
             print(json.dumps(problem.to_dict(), ensure_ascii=False))
         else:
-            _example(task, problem, problem.id)
+            _example(task, problem, problem.id, image_dir)
 
 
 @app.command("export")

@@ -38,6 +38,39 @@ def print_results(results: dict, console: Console, first: str = "after SFT") -> 
     console.print(table)
 
 
+RUN_FILES = ("metrics.jsonl", "tb/", "sft_model/", "final_model/", "eval/")
+"""What the closing line lists, in this order, when the run directory holds it."""
+
+
+def written(run_dir: Path, cfg) -> str:
+    """The closing line: what the run directory holds (only what is there), and why the RL outputs are not, when
+    RL did not run (``rl.steps=0`` listed ``final_model/``, which it never writes)."""
+    held = [name for name in RUN_FILES if (run_dir / name.rstrip("/")).exists()]
+    line = f"run directory: {run_dir}  ({', '.join(held)})"
+    if not (cfg.rl.enabled and cfg.rl.steps):
+        why = "rl.enabled is false" if not cfg.rl.enabled else "rl.steps is 0"
+        line += f"; no RL ran ({why}): no final_model/ or summary.md, the model is sft_model/"
+    return line
+
+
+def _resume_keeps_its_place(resume: Path, run_dir: str | None, overrides: list[str]) -> None:
+    """A resumed run stays where it is and keeps its own history: ``--run-dir``, ``run_dir=`` and ``resumes=`` with
+    ``--resume`` were ignored without a word (issue #43); they are refused in one line."""
+    from polyrl.train.config import parse_overrides
+
+    keys = [key for key, _ in parse_overrides(overrides) if key in ("run_dir", "resumes")]
+    if "resumes" in keys:
+        raise UserError(
+            f"--resume {resume} with resumes: the resume history is written by polyrl (each resume's overrides and "
+            "the checkpoint they took effect at); leave it out"
+        )
+    if run_dir is not None or keys:
+        raise UserError(
+            f"--resume {resume} with {'--run-dir' if run_dir is not None else 'run_dir'}: a resumed run stays in "
+            f"{resume}; to train elsewhere, start a new run (copy the run directory first to branch from it)"
+        )
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
@@ -69,6 +102,7 @@ def register(app: typer.Typer) -> None:
         if resume is not None:
             if config is not None:
                 raise UserError("--resume continues a run with its saved config; do not pass --config")
+            _resume_keeps_its_place(resume, run_dir, overrides)
             cfg_file = resume / "config.yaml"
             if not cfg_file.exists():
                 raise UserError(f"{str(resume)!r} is not a polyrl run directory (no config.yaml)")
@@ -89,7 +123,7 @@ def register(app: typer.Typer) -> None:
             from polyrl.cli.torchrun import fsdp_trainer
 
             trainer = fsdp_trainer(cfg, resume is not None, run_dir)
-            cfg, console = trainer.config, Console(quiet=not trainer.ranks.is_writer)
+            cfg, console = trainer.config, Console(quiet=not trainer.placement.ranks.is_writer)
         else:
             trainer = Trainer(cfg, resume=resume is not None)
         placed = describe(trainer.placement.device) + (" (device=auto)" if cfg.device == "auto" else "")
@@ -107,4 +141,4 @@ def register(app: typer.Typer) -> None:
                 f"the disk is full (writing {where}): free space, then polyrl train --resume {cfg.run_dir}"
             ) from None
         print_results(results, console, trainer.first_eval)
-        console.print(f"run directory: {cfg.run_dir}  (metrics.jsonl, tb/, sft_model/, final_model/, eval/)")
+        console.print(written(Path(cfg.run_dir), cfg), highlight=False)

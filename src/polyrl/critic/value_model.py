@@ -24,9 +24,8 @@ from torch import Tensor, nn
 
 from polyrl.algos import gae
 from polyrl.critic.value_losses import VALUE_LOSSES, expected_value, value_loss
-from polyrl.device import HOST
+from polyrl.forward.precision import autocast_mode, forward_precision, set_autocast
 from polyrl.optim import MAX_LR, clip_and_step
-from polyrl.policy.precision import autocast_mode, forward_precision, set_autocast
 
 
 class CriticConfig(BaseModel):
@@ -106,7 +105,7 @@ def outcome_rewards_per_token(rewards: Tensor, mask: Tensor) -> Tensor:
 class Critic:
     """A value model, its optimizer and the two things PPO asks of it: advantages and a value update."""
 
-    def __init__(self, config: CriticConfig, policy_model: nn.Module, device: torch.device | str = HOST):
+    def __init__(self, config: CriticConfig, policy_model: nn.Module, device: torch.device | str):
         self.config = config
         self.device = torch.device(device)
         """Where the policy is, and so the value model copied from it (the run's placement decided it)."""

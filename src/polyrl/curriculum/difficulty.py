@@ -114,13 +114,3 @@ def make_difficulty_controller(config, tasks: dict[str, Any], specs: dict[str, A
         max_difficulty=config.max_difficulty,
         fixed={n: specs[n].difficulty for n in tasks if n not in start},
     )
-
-
-def curriculum_metrics(sampler, controller: DifficultyController | None) -> dict[str, float]:
-    """What the curriculum did this step: ``sampler_weight/<task>``, ``difficulty/<task>`` and the sampler's own
-    :meth:`~polyrl.curriculum.samplers.TaskSampler.metrics`."""
-    out = {f"sampler_weight/{t}": float(w) for t, w in zip(sampler.tasks, sampler.weights())}
-    out.update(sampler.metrics())
-    if controller is not None:
-        out.update({f"difficulty/{t}": k for t, k in controller.knobs.items()})
-    return out

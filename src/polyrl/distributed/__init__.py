@@ -3,6 +3,6 @@
 Nothing here imports Ray at module import time; ``backend: ray`` loads it when the trainer starts.
 """
 
-from polyrl.distributed.config import RayConfig
+from polyrl.distributed.ray_config import RayConfig
 
 __all__ = ["RayConfig"]

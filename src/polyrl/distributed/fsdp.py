@@ -9,8 +9,10 @@ rows of each minibatch only; FSDP sums the gradients (divide factor 1: the loss 
 the global totals).
 
 FSDP's collectives (the all-gather before each layer's forward, the reduce-scatter after its backward)
-need every rank to run the same number of passes: :meth:`Ranks.lockstep` pads a rank's list of
-micro-batches to the longest rank's, and the padding runs an idle pass (zero loss) on one row.
+need every rank to run the same number of passes: :meth:`DistributedRanks.lockstep` pads a rank's list of
+micro-batches to the longest rank's, and the padding runs an idle pass (zero loss) on one row
+(``polyrl.learner.ranks.idle_pass``). :class:`DistributedRanks` is the learner's ``Ranks`` across processes; the
+learner is the same code in one process (``polyrl.learner.ranks.ONE_PROCESS``).
 
 Generation uses an unsharded replica of the policy on every rank (``sync_replica`` after each update), so
 sampling needs no collective and ranks may generate different numbers of tokens.
@@ -35,7 +37,7 @@ def launched_by_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def init_process_group(device: torch.device) -> Ranks:
+def init_process_group(device: torch.device) -> DistributedRanks:
     """Join the process group ``torchrun`` describes in the environment, for a model on ``device`` (this rank's
     own, resolved by the caller): gloo on CPU; on CUDA, nccl for the model's tensors and gloo for the small CPU
     ones (counts, losses, per-row statistics)."""
@@ -48,7 +50,7 @@ def init_process_group(device: torch.device) -> Ranks:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dist.init_process_group(backend)
-    return Ranks(dist.get_rank(), dist.get_world_size())
+    return DistributedRanks(dist.get_rank(), dist.get_world_size())
 
 
 def unwrapped(model):
@@ -115,7 +117,7 @@ def load_sharded(path: Path, model, optimizer) -> None:
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
-def stage_directory(path: Path, ranks: Ranks) -> None:
+def stage_directory(path: Path, ranks: DistributedRanks) -> None:
     """An empty ``path`` for every rank to write into (rank 0 clears it; everyone waits)."""
     if ranks.rank == 0:
         shutil.rmtree(path, ignore_errors=True)
@@ -124,11 +126,14 @@ def stage_directory(path: Path, ranks: Ranks) -> None:
 
 
 @dataclass(frozen=True)
-class Ranks:
-    """This process's place in the group, and the collectives the trainer and learner need."""
+class DistributedRanks:
+    """This process's place in the ``torch.distributed`` group, and the collectives the trainer and learner need
+    (``polyrl.learner.ranks.Ranks`` across processes)."""
 
     rank: int
     world: int
+    sharded: bool = True
+    """The policy is sharded across the group (FSDP2)."""
 
     @property
     def is_writer(self) -> bool:
@@ -192,16 +197,6 @@ class Ranks:
         return torch.where(count > 0, merged, torch.full_like(merged, float("nan")))
 
 
-def idle_pass(model, input_ids: Tensor, device, backward: bool) -> None:
-    """One forward (and backward) pass that contributes nothing: keeps this rank's FSDP collectives in step
-    with a rank that has one more micro-batch. ``input_ids``: the batch's tokens (its first row is moved to
-    ``device``, the model's, and run)."""
-    with torch.set_grad_enabled(backward):
-        logits = model(input_ids=input_ids[:1].to(device), use_cache=False).logits
-        if backward:
-            (logits.float().sum() * 0.0).backward()
-
-
 class RankSource:
     """A :class:`~polyrl.rollout.collect.GroupSource` that splits each round's groups across ranks.
 
@@ -211,7 +206,7 @@ class RankSource:
     of how the groups are split, so a run on 2 ranks samples what a run on 1 rank samples; generation runs
     on a forked RNG, so the ranks' global RNGs (minibatch shuffles) stay in step."""
 
-    def __init__(self, inner, ranks: Ranks):
+    def __init__(self, inner, ranks: DistributedRanks):
         self.inner, self.ranks = inner, ranks
 
     def groups(self, n: int, make_problems) -> list:
@@ -235,7 +230,7 @@ class RankScorer:
     trajectories of its groups (``group % world == rank``: majority vote sees whole groups) and every rank
     receives every result, so each trajectory is scored once, not once per rank."""
 
-    def __init__(self, scorer, ranks: Ranks):
+    def __init__(self, scorer, ranks: DistributedRanks):
         self.scorer, self.ranks = scorer, ranks
 
     def score(self, trajs: list) -> None:

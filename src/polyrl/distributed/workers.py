@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from polyrl.envs.base import Environment, EnvTask, StepResult, is_environment
+from polyrl.device import HOST
+from polyrl.envs.environment import Environment, EnvTask, StepResult, is_environment
 from polyrl.tasks import Problem
 
 
@@ -102,7 +103,7 @@ class RemoteEnvTask:
 
 
 def _response_logprobs(model, device, trajs, pad_id: int, temperature: float, top_p: float) -> list[list[float]]:
-    from polyrl.learner import collate, sequence_logprobs
+    from polyrl.forward import collate, sequence_logprobs
 
     batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], pad_id).to(device)
     if top_p < 1.0:
@@ -118,8 +119,8 @@ def _response_logprobs(model, device, trajs, pad_id: int, temperature: float, to
 def _nucleus_response_logprobs(model, trajs, batch, temperature: float, top_p: float) -> list[list[float]]:
     """With ``rl.top_p < 1`` the tokens were drawn from the top-p nucleus, renormalized: score each response
     token under that distribution (full logits of one row at a time), not under the plain softmax."""
+    from polyrl.forward.precision import forward_precision
     from polyrl.policy.generation import nucleus_logprobs
-    from polyrl.policy.precision import forward_precision
 
     out = []
     with torch.no_grad(), forward_precision(model, batch.device):
@@ -173,7 +174,7 @@ class RolloutWorker:
         from polyrl.policy import PromptBuilder, load_policy
 
         torch.set_num_threads(threads or 1)
-        self.policy = load_policy(model_config, seed=seed)
+        self.policy = load_policy(model_config, seed=seed, device=HOST)  # a rollout actor holds CPUs only (pool.py)
         self.policy.model.eval()
         self.prompts = PromptBuilder(self.policy.tokenizer, prompt_config)
         self.backend_options = dict(backend_options or {})

@@ -4,8 +4,8 @@ Environments are tasks named ``env/<name>[:<argument>]`` (see :func:`list_envs`)
 in the OpenAI function-calling format and called with ``<tool_call>{...}</tool_call>``.
 """
 
-from polyrl.envs.base import Environment, EnvTask, StepResult, is_environment
-from polyrl.envs.registry import ENV_PREFIX, EnvConfig, get_env_task, list_envs, register_env
+from polyrl.envs.env_registry import ENV_PREFIX, EnvConfig, get_env_task, list_envs, register_env
+from polyrl.envs.environment import Environment, EnvTask, StepResult, is_environment
 from polyrl.envs.tools import Tool, ToolError, parse_tool_calls
 
 __all__ = [

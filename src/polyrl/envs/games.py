@@ -13,8 +13,8 @@ import random
 import re
 from collections import deque
 
-from polyrl.envs.base import Environment, EnvTask, Message, StepResult
-from polyrl.envs.registry import EnvConfig, register_env
+from polyrl.envs.env_registry import EnvConfig, register_env
+from polyrl.envs.environment import Environment, EnvTask, Message, StepResult
 from polyrl.tasks.base import Example, Param, Problem
 
 WORDS = tuple(

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from polyrl.envs.base import Environment, StepResult
+from polyrl.envs.environment import Environment, StepResult
 
 Z99 = 2.3263478740408408
 """The standard normal's 99th percentile."""

@@ -7,8 +7,8 @@ rewards, which turn-level advantages can credit to that turn).
 
 from __future__ import annotations
 
-from polyrl.envs.base import Environment, Message, StepResult
-from polyrl.envs.registry import EnvConfig, register_env
+from polyrl.envs.env_registry import EnvConfig, register_env
+from polyrl.envs.environment import Environment, Message, StepResult
 from polyrl.envs.wrapped import WrappedTask
 from polyrl.tasks import Problem, Task, Verdict, get_task
 

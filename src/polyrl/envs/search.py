@@ -13,8 +13,8 @@ import re
 import sqlite3
 import time
 
-from polyrl.envs.base import Environment, EnvTask
-from polyrl.envs.registry import EnvConfig, register_env
+from polyrl.envs.env_registry import EnvConfig, register_env
+from polyrl.envs.environment import Environment, EnvTask
 from polyrl.envs.tool_use import tool_call_text
 from polyrl.envs.tools import Tool, ToolEnvironment, ToolError
 from polyrl.tasks.base import Example, Param, Problem, Task

@@ -8,8 +8,8 @@ from it, so problems are reproducible but have no reference trajectory.
 
 from __future__ import annotations
 
-from polyrl.envs.base import Environment, EnvTask, Message, StepResult
-from polyrl.envs.registry import EnvConfig, register_env
+from polyrl.envs.env_registry import EnvConfig, register_env
+from polyrl.envs.environment import Environment, EnvTask, Message, StepResult
 from polyrl.errors import UserError
 from polyrl.tasks.base import Example, Problem
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
-from polyrl.envs.base import Environment
-from polyrl.envs.registry import EnvConfig, register_env
+from polyrl.envs.env_registry import EnvConfig, register_env
+from polyrl.envs.environment import Environment
 from polyrl.envs.sandbox import SandboxLimits, SandboxMode, check_sandbox, run_python
 from polyrl.envs.tool_formats import HERMES, UsesToolFormat
 from polyrl.envs.tools import Tool, ToolEnvironment, ToolError

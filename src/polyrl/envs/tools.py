@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from polyrl.envs.base import Environment, Message, StepResult
+from polyrl.envs.environment import Environment, Message, StepResult
 from polyrl.envs.tool_formats import ToolCall, UsesToolFormat, call_id, example_call, parse_tool_calls
 from polyrl.tasks.base import Problem, Task
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from polyrl.envs.base import EnvTask
+from polyrl.envs.environment import EnvTask
 from polyrl.tasks.base import DEFAULT_DIFFICULTY, Difficulty, DifficultySpace, Problem, Task
 
 
@@ -19,6 +19,7 @@ class WrappedTask(EnvTask):
         self.max_turns = max_turns
         self.description = f"{inner.name} as an episode"
         self.partial_credit = inner.partial_credit
+        self.modalities = inner.modalities  # the problems are the inner task's, images and all
 
     def difficulty_space(self) -> DifficultySpace:  # type: ignore[override]
         return self.inner.difficulty_space()

@@ -11,16 +11,17 @@ from typing import Any
 
 import torch
 
-from polyrl.envs.base import is_environment
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.env_registry import EnvConfig
+from polyrl.envs.environment import is_environment
 from polyrl.envs.retry import RetryTask
 from polyrl.errors import UserError
-from polyrl.eval.metrics import pass_at_k
+from polyrl.eval.pass_at_k import pass_at_k
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rewards.stage import verify_trajectories
 from polyrl.rollout import Sampling, Trajectory, rollout
 from polyrl.tasks import Task
+from polyrl.tasks.images import images_digest
 
 
 def _played(problems, tasks, backend, prompts, sampling: Sampling, greedy: bool = False) -> list[Trajectory]:
@@ -91,9 +92,12 @@ def evaluate_policy(
 
 
 def problem_key(problem) -> str:
-    """A short digest of what a problem is (its task, prompt and answer): two evaluations whose records carry the
-    same key scored the same problem, whatever code generated it."""
-    text = json.dumps([problem.task, problem.prompt, problem.answer], sort_keys=True, default=str)
+    """A short digest of what a problem is (its task, prompt and answer, and the pixels of its images where it has
+    any): two evaluations whose records carry the same key scored the same problem, whatever code generated it."""
+    shown = [problem.task, problem.prompt, problem.answer]
+    if problem.images:  # a text problem's key is what it always was
+        shown.append(images_digest(problem.images))
+    text = json.dumps(shown, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

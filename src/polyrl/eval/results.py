@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl.errors import UserError
-from polyrl.eval.metrics import pass_at_k
+from polyrl.eval.pass_at_k import pass_at_k
 from polyrl.eval.sources import plays_episodes
 from polyrl.eval.suite import EvalItem
 from polyrl.tasks.base import Task

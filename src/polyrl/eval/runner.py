@@ -3,7 +3,8 @@
 Output directory::
 
     OUT/run.json        what is being evaluated: the suite (with its fingerprint) and the model
-    OUT/samples.jsonl   one line per completion, appended as each finishes (survives interruption)
+    OUT/samples.jsonl   one line per completion, appended as each finishes (survives interruption); a problem's
+                        images (base64 PNG) on its greedy sample's line
     OUT/results.json    the aggregated results, written atomically once every sample is in
     OUT/results.md      the same as Markdown tables
 """
@@ -17,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from polyrl.errors import UserError
-from polyrl.eval.endpoint import EndpointError
+from polyrl.eval.endpoint_source import EndpointError
 from polyrl.eval.results import aggregate, problem_key, results_markdown
 from polyrl.eval.sources import Completion, CompletionSource, SampleRequest, chat_messages, plays_episodes
 from polyrl.eval.suite import EvalItem, EvalSuite, SuiteTasks, suite_items
 from polyrl.run_dir import atomic_write_text
+from polyrl.tasks.base import check_modalities
+from polyrl.tasks.images import png_base64
 
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
@@ -102,8 +105,9 @@ def _episodic(tasks: dict[str, Any], source: CompletionSource) -> list[str]:
 
 
 def _described(item: EvalItem, request: SampleRequest, completion: Completion, verdict) -> dict[str, Any]:
-    """A sample's record in ``samples.jsonl`` besides its key: the problem, the completion, its verdict."""
-    return {
+    """A sample's record in ``samples.jsonl`` besides its key: the problem, the completion, its verdict; the greedy
+    sample of a problem with images also holds them (``images``, base64 PNG text)."""
+    record = {
         "task": item.task,
         "category": item.category,
         "difficulty": item.difficulty,
@@ -118,6 +122,9 @@ def _described(item: EvalItem, request: SampleRequest, completion: Completion, v
         "reason": verdict.reason,
         "answer": verdict.answer,
     }
+    if request.greedy and item.problem.images:
+        record["images"] = [png_base64(image) for image in item.problem.images]
+    return record
 
 
 def run_suite(
@@ -137,6 +144,7 @@ def run_suite(
     out = Path(out)
     resolve = resolve or SuiteTasks()
     tasks = {t.name: resolve(t.name, suite.answer_format) for t in suite.tasks}
+    check_modalities(tasks, source.modalities, model)
     episodic = _episodic(tasks, source)
     header = {
         "suite": suite.model_dump(),

@@ -15,9 +15,10 @@ from typing import Protocol
 
 import torch
 
-from polyrl.envs.base import is_environment
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.env_registry import EnvConfig
+from polyrl.policy.generation import GENERATION_BATCH_SIZE, TransformersBackend
 from polyrl.policy.prompts import PromptBuilder, PromptConfig, problem_text
+from polyrl.rollout.dispatch import rollout_kind
 from polyrl.tasks.base import Problem, Task, Verdict
 
 
@@ -46,9 +47,9 @@ class Completion:
 
 
 def plays_episodes(task: Task) -> bool:
-    """Environments and the task kinds that play their own episodes (harness agents, ``vf/`` tasksets): the
-    episode, not one completion's text, is what is scored."""
-    return is_environment(task) or hasattr(task, "play")
+    """Tasks whose rollout kind is episodic (environments, harness agents, ``vf/`` tasksets): the episode, not one
+    completion's text, is what is scored."""
+    return rollout_kind(task).episodic
 
 
 OnDone = Callable[[SampleRequest, Completion], None]
@@ -56,6 +57,8 @@ OnDone = Callable[[SampleRequest, Completion], None]
 
 class CompletionSource(Protocol):
     description: str
+    modalities: frozenset[str]
+    """What the model behind the source takes (text; text and images): a suite task showing more is refused."""
 
     def complete(self, requests: Sequence[SampleRequest], on_done: OnDone) -> None: ...
 
@@ -70,19 +73,19 @@ def chat_messages(problem: Problem, field: str, system: str | None, style: str |
 
 
 class LocalModelSource:
-    """Batched ``model.generate`` on a loaded checkpoint; greedy and sampled requests go in separate batches."""
+    """Batched generation on a loaded checkpoint, ``batch_size`` sequences at a time (training's
+    ``generation.batch_size`` unless told); greedy and sampled requests go in separate batches."""
 
     def __init__(
         self,
         policy,
         field: str,
         system: str | None,
-        batch_size: int = 64,
+        batch_size: int = GENERATION_BATCH_SIZE,
         seed: int = 0,
         style: str | None = None,
         env: EnvConfig | None = None,
     ):
-        from polyrl.policy.generation import TransformersBackend
 
         self.backend = TransformersBackend(policy.model, policy.tokenizer, batch_size=batch_size, device=policy.device)
         self.prompts = PromptBuilder(policy.tokenizer, PromptConfig(field=field, system=system, style=style))
@@ -91,6 +94,7 @@ class LocalModelSource:
         self.env = env or EnvConfig()
         """Episodes' token budget and environment concurrency (a training config's ``env`` section)."""
         self.description = "local checkpoint"
+        self.modalities = policy.modalities
 
     def complete(self, requests: Sequence[SampleRequest], on_done: OnDone) -> None:
         for greedy in (True, False):

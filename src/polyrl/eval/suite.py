@@ -25,9 +25,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.env_registry import EnvConfig
 from polyrl.errors import UserError
-from polyrl.policy.generation import DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from polyrl.forward.logprobs import DEFAULT_TEMPERATURE
+from polyrl.policy.generation import DEFAULT_TOP_P
 from polyrl.tasks import resolve_task
 from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE, AnswerFormat
 from polyrl.tasks.base import Problem, Task

@@ -24,7 +24,7 @@ from polyrl.errors import UserError
 from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, train_all
 from polyrl.run_dir import atomic_write_text
 from polyrl.tasks.base import DEFAULT_DIFFICULTY
-from polyrl.tasks.builtin.compose import PRIMITIVES, chain_name, held_out_chains, training_chains
+from polyrl.tasks.builtin.compositions import PRIMITIVES, chain_name, held_out_chains, training_chains
 
 
 @dataclass(frozen=True)

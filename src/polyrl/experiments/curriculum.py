@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from polyrl.curriculum import SAMPLERS, make_difficulty_controller, make_sampler
-from polyrl.envs.registry import EnvConfig
+from polyrl.envs.env_registry import EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
 from polyrl.tasks import resolve_task

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from polyrl.curriculum.mixture_search import candidate_mixtures, choose_mixture, fit_ridge
+from polyrl.curriculum.mixture_regression import candidate_mixtures, choose_mixture, fit_ridge
 from polyrl.errors import UserError
 from polyrl.experiments.curriculum import read_experiment_config, train_from_warm_start
 from polyrl.train.config import load_config

@@ -18,104 +18,29 @@ K specialists' scores (what training task by task leaves there). Every compariso
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from polyrl.errors import UserError
+from polyrl.experiments.by_problem import by_problem_section
 from polyrl.experiments.curriculum import ExperimentPlan, plan_experiment, read_design_file, read_experiment_config
 from polyrl.experiments.heldout_set import heldout_records, pin_heldout
+from polyrl.experiments.specialists_design import (
+    JOINT,
+    LOCO_OTHERS,
+    LOCO_PREFIX,
+    SPECIALISTS,
+    WARM_START,
+    SpecialistsDesign,
+    arm_name,
+    design_specialists,
+)
+from polyrl.experiments.stats import binomial_se, mean_binomial_se, mean_ci, paired_difference
 from polyrl.experiments.stats import ci_text as _ci
-from polyrl.experiments.stats import mean_ci, paired_difference
 from polyrl.experiments.stats import pct as _pct
 from polyrl.run_dir import atomic_write_text
-
-JOINT = "joint"
-ONLY_PREFIX = "only_"
-LOCO_OTHERS = "loco_others"
-LOCO_PREFIX = "loco_"
-WARM_START = "warm start"
-SPECIALISTS = "specialists"
-"""The composite row: each trained task scored by its own specialist, each transfer task by their mean."""
-
-
-def arm_name(task: str) -> str:
-    """``only_<task>`` with ``/`` (a composed or plugin task's namespace) as ``_``: one directory per arm."""
-    return ONLY_PREFIX + task.replace("/", "_")
-
-
-@dataclass
-class SpecialistsDesign:
-    trained: list[str]
-    """The tasks RL trains on (the joint run's mix; one specialist each)."""
-    transfer: list[str]
-    """The config's other tasks: trained by no arm, scored in every run."""
-    steps: int
-    """The joint run's RL steps (the budget every group of arms shares)."""
-    categories: dict[str, str]
-    """Trained task -> its category."""
-    holdout: str | None = None
-    """Leave-one-category-out's held-out category (None: no such arms)."""
-
-    @property
-    def arms(self) -> dict[str, tuple[list[str], int]]:
-        """Arm -> (tasks RL samples, RL steps)."""
-        k = len(self.trained)
-        out = {JOINT: (list(self.trained), self.steps)}
-        out.update({arm_name(t): ([t], self.steps // k) for t in self.trained})
-        if self.holdout is not None:
-            out[LOCO_OTHERS] = (self.loco_others, self.steps // 2)
-            out[LOCO_PREFIX + self.holdout] = (self.held, self.steps // 2)
-        return out
-
-    @property
-    def held(self) -> list[str]:
-        """The held-out category's trained tasks."""
-        return [t for t in self.trained if self.categories[t] == self.holdout]
-
-    @property
-    def loco_others(self) -> list[str]:
-        return [t for t in self.trained if self.categories[t] != self.holdout]
-
-
-def design_specialists(
-    tasks: list[str], train: list[str], steps: int, categories: dict[str, str], holdout: str | None = None
-) -> SpecialistsDesign:
-    """Check ``train`` (a subset of the config's ``tasks``, two or more), the budget and the held-out category;
-    ``categories`` maps each task to its category. Bad input is a :class:`UserError`."""
-    if len(set(tasks)) != len(tasks):
-        raise UserError("a task is listed twice in the config")
-    if len(set(train)) != len(train):
-        raise UserError("--train names a task twice")
-    unknown = [t for t in train if t not in tasks]
-    if unknown:
-        raise UserError(
-            f"--train: {', '.join(map(repr, unknown))} is not a task of the config ({', '.join(tasks)}); "
-            "every arm is scored on the config's tasks"
-        )
-    if len(train) < 2:
-        raise UserError("--train needs two or more tasks: joint training on one task is its specialist")
-    if steps % len(train):
-        raise UserError(
-            f"rl.steps {steps} does not split evenly over {len(train)} specialists; use a multiple of {len(train)}"
-        )
-    if holdout is not None:
-        trained_cats = {categories[t] for t in train}
-        if holdout not in trained_cats:
-            raise UserError(
-                f"--holdout-category {holdout!r} is not the category of a trained task; their categories: "
-                + ", ".join(sorted(trained_cats))
-            )
-        if trained_cats == {holdout}:
-            raise UserError(
-                f"every trained task is of category {holdout!r}: holding it out leaves nothing to train on"
-            )
-        if steps % 2:
-            raise UserError(f"rl.steps {steps} is odd: leave-one-category-out's two arms get half of it each")
-    transfer = [t for t in tasks if t not in train]
-    return SpecialistsDesign(list(train), transfer, steps, {t: categories[t] for t in train}, holdout)
 
 
 def plan_specialists(
@@ -147,7 +72,7 @@ def plan_specialists(
 
 def design_heldout(plan: ExperimentPlan) -> list[dict[str, Any]]:
     """The held-out problems every run of ``plan`` is scored on (:mod:`polyrl.experiments.heldout_set`)."""
-    from polyrl.envs.registry import EnvConfig
+    from polyrl.envs.env_registry import EnvConfig
     from polyrl.tasks import resolve_task
 
     env = EnvConfig(**plan.base["env"])
@@ -271,6 +196,7 @@ def specialists_section(plan: ExperimentPlan, design: SpecialistsDesign, summary
     """The report's joint-vs-specialists section (tables, figure) and its verdict; adds ``summary["specialists"]``."""
     s = specialists_summary(summary, design)
     summary["specialists"] = s
+    groups = {"trained": design.trained, "transfer": design.transfer}
     budget = plan.base["rl"]["prompts_per_step"] * plan.base["rl"]["group_size"]
     lines = [
         "## Joint multi-task RL vs single-task specialists",
@@ -283,22 +209,32 @@ def specialists_section(plan: ExperimentPlan, design: SpecialistsDesign, summary
         "| arm | RL trains on | RL steps |",
         "|---|---|---:|",
         *(f"| {arm} | {', '.join(ts)} | {steps} |" for arm, (ts, steps) in design.arms.items()),
+    ]
+    n, seeds = plan.base["eval"]["problems_per_task"], len(plan.seeds)
+    lines += [
         "",
-        "| arm | trained tasks [95% CI] | transfer tasks [95% CI] |",
+        f"Held-out: {n} problems per task, the same in every run; (SE) is the binomial standard error of the "
+        "accuracy beside it (the evaluation's own noise: sqrt(p(1-p)/problems), over every seed's answers).",
+        "",
+        "| arm | trained tasks [95% CI] (SE) | transfer tasks [95% CI] (SE) |",
         "|---|---:|---:|",
     ]
     for arm, m in s["means"].items():
-        lines.append(f"| {arm} | {_ci(m['trained'])} | {_ci(m['transfer']) if 'transfer' in m else '—'} |")
+        se = {g: mean_binomial_se([s["per_task"][arm][t]["mean"] for t in ts], n, seeds) for g, ts in groups.items()}
+        cells = [f"{_ci(m[g])} ({_pct(se[g])})" if g in m else "—" for g in groups]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     tasks = [*design.trained, *design.transfer]
     lines += [
         "",
-        "Per task, mean over seeds:",
+        "Per task, mean over seeds (binomial SE):",
         "",
         "| arm | " + " | ".join(tasks) + " |",
         "|---|" + "---:|" * len(tasks),
     ]
     for arm, acc in s["per_seed"].items():
-        lines.append(f"| {arm} | " + " | ".join(_pct(float(np.mean(acc[t]))) for t in tasks) + " |")
+        means = {t: float(np.mean(acc[t])) for t in tasks}
+        cells = (f"{_pct(means[t])} ({_pct(binomial_se(means[t], n * seeds))})" for t in tasks)
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "Paired differences (points [95% CI]; MDE: the smallest difference this design detects with 80% power):",
@@ -310,6 +246,7 @@ def specialists_section(plan: ExperimentPlan, design: SpecialistsDesign, summary
         tr = d.get("transfer")
         cells = f"{_ci(tr, True)} | {_pct(tr['mde'])}" if tr else "— | —"
         lines.append(f"| {label} | {_ci(d['trained'], True)} | {_pct(d['trained']['mde'])} | {cells} |")
+    lines += by_problem_section(plan, design, s)
     if "loco" in s:
         lo = s["loco"]
         lines += [
@@ -331,7 +268,7 @@ def specialists_section(plan: ExperimentPlan, design: SpecialistsDesign, summary
 def plot_specialists(plan: ExperimentPlan, design: SpecialistsDesign, s: dict[str, Any]) -> str:
     """``specialists.png``: per-task held-out bars with 95% CIs per arm, and each trained task's rollout accuracy
     against the completions spent on it, joint vs its specialist."""
-    from polyrl.experiments.report import load_run
+    from polyrl.experiments.summary import load_run
     from polyrl.report import comparison
 
     per_step = plan.base["rl"]["prompts_per_step"] * plan.base["rl"]["group_size"]

@@ -71,7 +71,7 @@ def design_arms(
     ``only_<C>`` arm per other category (or per category in ``one``), ``all_others``, and, with
     ``holdout_arm``, RL on the held-out category itself. Bad input is a :class:`UserError`."""
     from polyrl.tasks.base import CATEGORIES
-    from polyrl.tasks.registry import list_tasks
+    from polyrl.tasks.task_registry import list_tasks
 
     if holdout not in categories:
         known = sorted(set(CATEGORIES) | {t.category for t in list_tasks()} | set(categories))

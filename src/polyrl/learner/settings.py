@@ -32,7 +32,8 @@ class UpdateSettings:
     objective: str
     """Registered policy objective."""
     objective_settings: ObjectiveSettings
-    """What the objective reads; ``tis_cap`` is None here (see :meth:`objective_for`). Its ``aggregation`` and
+    """What the objective reads; ``tis_cap`` is None here (the update sets it per batch:
+    :func:`polyrl.learner.update.objective_settings_for`). Its ``aggregation`` and
     ``max_tokens`` (``rl.loss_aggregation``, ``rl.max_new_tokens``) are the update's too: the KL and entropy
     terms are aggregated as the policy loss is, from this one copy."""
     tis_cap: float | None
@@ -82,13 +83,6 @@ class UpdateSettings:
             max_grad_norm=rl.max_grad_norm,
             gradient_surgery=rl.gradient_surgery,
         )
-
-    def objective_for(self, has_behaviour_logprobs: bool) -> ObjectiveSettings:
-        """The objective's settings for one batch: truncated importance sampling only where the batch was
-        sampled by other weights (it carries behaviour log-probs); in-process rollouts are on-policy."""
-        if not has_behaviour_logprobs or self.tis_cap is None:
-            return self.objective_settings
-        return dataclasses.replace(self.objective_settings, tis_cap=self.tis_cap)
 
     def replace(self, **changes) -> UpdateSettings:
         """A copy with ``changes`` (tests and benchmarks vary one knob)."""

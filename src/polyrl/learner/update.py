@@ -13,9 +13,11 @@ accumulated gradient equals the unsplit one. Leaving zero-advantage rows out (th
 surrogate) uses the same totals: the skipped rows still count in the normalizer, so the gradient is the
 full batch's.
 
-Across ranks (FSDP, ``ranks``): every rank holds the whole step's batch and computes the same advantages,
-minibatches and totals; each runs forward/backward on its share of each minibatch only, every rank as many
-passes (``Ranks.lockstep``), and the gradients are summed by FSDP — the one-process update, split.
+The processes the update runs on are one :class:`~polyrl.learner.ranks.Ranks` (``ranks``): in one process
+(:data:`~polyrl.learner.ranks.ONE_PROCESS`) every share is the whole batch and every collective hands its input back.
+Across ranks (FSDP) every rank holds the whole step's batch and computes the same advantages, minibatches and
+totals; each runs forward/backward on its share of each minibatch only, every rank as many passes
+(``Ranks.lockstep``), and the gradients are summed by FSDP — the one-process update, split.
 """
 
 from __future__ import annotations
@@ -38,14 +40,12 @@ from polyrl.algos import (
     objective_totals,
 )
 from polyrl.algos.gradient_surgery import get_surgery
-from polyrl.algos.objective_stats import logprob_mismatch
+from polyrl.algos.objective_stats import StatMeans, logprob_mismatch, read_stats
 from polyrl.algos.objectives import loss_mask
-from polyrl.device import HOST
-from polyrl.distributed.fsdp import idle_pass
-from polyrl.learner.batch import length_ordered, pack_rows
-from polyrl.learner.forward import sequence_logprobs
+from polyrl.forward.batch import length_ordered, pack_rows
+from polyrl.forward.logprobs import sequence_logprobs
+from polyrl.learner.ranks import ONE_PROCESS, Ranks, idle_pass
 from polyrl.learner.settings import UpdateSettings
-from polyrl.learner.statistics import StatMeans, read_stats
 from polyrl.learner.update_batch import UpdateBatch
 from polyrl.optim import clip_and_step
 
@@ -115,6 +115,14 @@ def _inputs(micro: UpdateBatch, logp: Tensor, totals) -> ObjectiveInputs:
     )
 
 
+def objective_settings_for(settings: UpdateSettings, has_behaviour_logprobs: bool) -> ObjectiveSettings:
+    """The objective's settings for one batch: truncated importance sampling (``settings.tis_cap``) only where the
+    batch was sampled by other weights (it carries behaviour log-probs); in-process rollouts are on-policy."""
+    if not has_behaviour_logprobs or settings.tis_cap is None:
+        return settings.objective_settings
+    return dataclasses.replace(settings.objective_settings, tis_cap=settings.tis_cap)
+
+
 def _totals(batch: UpdateBatch, rows: Tensor, settings: ObjectiveSettings) -> tuple[Tensor, Tensor]:
     """The loss's token and sequence counts over ``rows``."""
     return objective_totals(batch.tokens.loss_mask[rows], batch.truncated[rows], settings)
@@ -137,8 +145,8 @@ class _Pass:
     by_task: dict[str, StatMeans] = field(default_factory=lambda: defaultdict(StatMeans))
     seq_entropy: Tensor | None = None
     seq_kl: Tensor | None = None
-    ranks: object = None
-    """``polyrl.distributed.fsdp.Ranks`` when the model is sharded across processes; None in one process."""
+    ranks: Ranks = ONE_PROCESS
+    """The processes the update is split across (one, or the ranks of a sharded model)."""
 
     def backward(self, rows: Tensor, totals, first_epoch: bool) -> float:
         """Forward/backward of ``rows`` in micro-batches, each normalized by the minibatch ``totals``; the summed
@@ -162,7 +170,7 @@ class _Pass:
             st.temperature,
             entropy=True,
             entropy_grad=st.entropy_coef != 0,
-            share_prompts=st.share_prompts and self.ranks is None,
+            share_prompts=st.share_prompts and not self.ranks.sharded,
         )
         inputs = _inputs(micro, logp, totals)
         loss, stats = self.objective(inputs, self.objective_settings)
@@ -194,7 +202,8 @@ class _Pass:
         return loss
 
     def merge_ranks(self) -> None:
-        """Every rank's statistics and per-row entropies/KLs, combined (each rank measured its own rows)."""
+        """Every rank's statistics and per-row entropies/KLs, combined (each rank measured its own rows; one
+        process: its own, unchanged)."""
         parts = self.ranks.gather(
             (
                 (dict(self.overall.sums), dict(self.overall.weights)),
@@ -232,7 +241,7 @@ class _Pass:
 def _prepare(model, batch: UpdateBatch, settings: UpdateSettings, reference, ranks, device) -> tuple[_Pass, tuple]:
     """The update's pass (with the frozen log-probs it needs) and how much larger the full batch's normalizer
     is than the trained rows' (1 unless rows are skipped)."""
-    objective_settings = settings.objective_for(batch.behaviour_logprobs is not None)
+    objective_settings = objective_settings_for(settings, batch.behaviour_logprobs is not None)
     n_all, active = len(batch), batch.active
     lengths = batch.tokens.attention_mask.sum(1)
     all_tokens, all_seqs = _totals(batch, torch.arange(n_all), objective_settings)
@@ -263,18 +272,18 @@ def policy_update(
     *,
     reference=None,
     critic=None,
+    device: torch.device | str,
     generator: torch.Generator | None = None,
-    ranks=None,
-    device: torch.device | str = HOST,
+    ranks: Ranks = ONE_PROCESS,
 ) -> UpdateResult:
     """``settings.epochs`` passes over ``batch``'s active rows in ``settings.minibatches`` optimizer steps each, every
     minibatch accumulated over micro-batches of at most ``settings.micro_batch_tokens`` padded tokens (and, with
     ``settings.gradient_surgery``, per task, the task gradients combined before the step).
 
     ``parameters`` are the ones the optimizer trains (gradient clipping); ``reference`` is the frozen KL
-    reference (with ``settings.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE). ``ranks``
-    (``polyrl.distributed.fsdp.Ranks``): the model is sharded and this process trains its share of each
-    minibatch (no critic or gradient surgery there; the config refuses them). ``device``: where the model (and
+    reference (with ``settings.kl_coef > 0``); ``critic`` gets one value update per minibatch (GAE). ``ranks``: the
+    processes the update is split across; each trains its share of each minibatch (a sharded run has no critic or
+    gradient surgery; the config refuses them). ``device``: where the model (and
     the reference) are; each micro-batch moves there."""
     device = torch.device(device)
     run, share = _prepare(model, batch, settings, reference, ranks, device)
@@ -289,10 +298,8 @@ def policy_update(
             mb_tokens, mb_seqs = _totals(batch, mb, objective_settings)
             totals = (mb_tokens * share[0], mb_seqs * share[1])
             optimizer.zero_grad(set_to_none=True)
-            if ranks is not None:  # this rank's rows; the loss summed over ranks (the same skip decision everywhere)
+            if surgery is None:  # this rank's rows; the loss summed over ranks (the same skip decision everywhere)
                 total = ranks.sum(run.backward(ranks.mine(mb), totals, epoch == 0))
-            elif surgery is None:
-                total = run.backward(mb, totals, epoch == 0)
             else:
                 total = run.backward_with_surgery(mb, totals, epoch == 0, parameters, surgery, generator)
             if critic is not None and batch.returns is not None:
@@ -306,8 +313,7 @@ def policy_update(
                 continue
             losses.append(total)
             grad_norms.append(grad_norm)
-    if ranks is not None:
-        run.merge_ranks()
+    run.merge_ranks()
     return UpdateResult(
         loss=_mean(losses),
         grad_norm=_mean(grad_norms),
@@ -348,8 +354,7 @@ def _frozen_logprobs(
     reference, or a :class:`BaseModelReference`), computed on ``device`` in the update's micro-batches and kept
     on the host with the batch (across ranks: each rank its share, then summed into the whole on every rank)."""
     out = torch.zeros(batch.tokens.loss_mask.shape)
-    mine = rows if ranks is None else ranks.mine(rows)
-    for piece in _pieces(mine, lengths, batch.group_ids, settings.micro_batch_tokens, ranks):
+    for piece in _pieces(ranks.mine(rows), lengths, batch.group_ids, settings.micro_batch_tokens, ranks):
         if piece is None:
             model = source.model if isinstance(source, BaseModelReference) else source
             idle_pass(model, batch.tokens.input_ids, device, backward=False)
@@ -361,18 +366,15 @@ def _frozen_logprobs(
                     source.model, micro, settings.temperature, share_prompts=settings.share_prompts
                 )[0]
         else:
-            share = (
-                settings.share_prompts and ranks is None
-            )  # a sharded forward must run the same passes on every rank
+            share = settings.share_prompts and not ranks.sharded  # a sharded forward runs the same passes everywhere
             logp = sequence_logprobs(source, micro, settings.temperature, share_prompts=share)[0]
         out[piece, : logp.shape[1]] = logp.float().cpu()
-    return out if ranks is None else ranks.sum_rows(out)
+    return ranks.sum_rows(out)
 
 
-def _pieces(rows: Tensor, lengths: Tensor, group_ids: Tensor, budget: int | None, ranks) -> list[Tensor | None]:
+def _pieces(rows: Tensor, lengths: Tensor, group_ids: Tensor, budget: int | None, ranks: Ranks) -> list[Tensor | None]:
     """The micro-batches of ``rows``; across ranks, padded with None to the longest rank's count."""
-    pieces = [p for p in micro_batches(rows, lengths, group_ids, budget) if len(p)]
-    return pieces if ranks is None else ranks.lockstep(pieces)
+    return ranks.lockstep(p for p in micro_batches(rows, lengths, group_ids, budget) if len(p))
 
 
 def _mean(xs) -> float:

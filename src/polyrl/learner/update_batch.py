@@ -22,7 +22,7 @@ from polyrl.algos import (
     task_normalize,
     zero_variance_groups,
 )
-from polyrl.learner.batch import TokenBatch, collate
+from polyrl.forward.batch import TokenBatch, collate
 from polyrl.learner.settings import UpdateSettings
 from polyrl.rollout import Trajectory
 

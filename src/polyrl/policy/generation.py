@@ -6,27 +6,22 @@ so a different engine (vLLM, a Ray worker pool) can be dropped in by implementin
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from polyrl.device import HOST
-from polyrl.policy.decoder import MODULES, Decoder
+from polyrl.forward.batch import distinct
+from polyrl.forward.decoder import MODULES, Decoder
+from polyrl.forward.logprobs import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE
+from polyrl.forward.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
+from polyrl.forward.prefill import Prefill, forward_args, left_pad, prefill
 from polyrl.policy.packed_decode import GraphedDecode, PackedDecode, PackedLinears
-from polyrl.policy.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
 
-DEFAULT_TEMPERATURE = 1.0
-"""Sampling temperature wherever none is given: ``rl.temperature``, ``eval.temperature``, an eval suite's, and a
-library call of ``generate`` (1: the policy's own distribution)."""
 DEFAULT_TOP_P = 1.0
 """Nucleus wherever none is given: ``rl.top_p``, an eval suite's, and a library call of ``generate`` (1: the
 whole distribution)."""
-DEFAULT_SHARE_PROMPTS = True
-"""``rl.share_prompts``, and what :class:`TransformersBackend` and ``sequence_logprobs`` do when not told: each
-distinct prompt runs through the model once per group."""
 GENERATION_BATCH_SIZE = 256
 """``generation.batch_size``, and :class:`TransformersBackend`'s when not told: sequences generated together."""
 CUDA_GRAPHS = True
@@ -66,78 +61,6 @@ class GenerationBackend(Protocol):
         ...
 
 
-def forward_args(model) -> dict:
-    """Which keyword names this model's ``forward`` takes for the cache and for keeping only the last logits
-    (they changed across transformers versions), and whether it takes ``position_ids``."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = inspect.signature(base.forward).parameters
-    return {
-        "cache": "cache" if "cache" in params else "past_key_values",
-        "keep_last": next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None),
-        "positions": "position_ids" in params,
-    }
-
-
-def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[N, max_len]`` ids and attention mask with each prompt right-aligned (its last token in the last column)."""
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        input_ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
-        attention[i, width - len(p) :] = 1
-    return input_ids, attention
-
-
-def distinct(prompts: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
-    """The distinct prompts in first-seen order, and for each input prompt the index of its distinct one."""
-    unique: dict[tuple[int, ...], int] = {}
-    source = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
-    return list(unique), source
-
-
-@dataclass
-class Prefill:
-    """One forward over distinct prompts whose KV cache has been copied out to one row per input prompt."""
-
-    logits: torch.Tensor
-    """``[U, T, V]`` logits of the distinct prompts (``T`` is 1 when only the last position was kept)."""
-    cache: object
-    """The KV cache, row ``i`` holding input prompt ``i``'s prompt."""
-    source: torch.Tensor
-    """``[N]`` index of each input prompt's distinct prompt."""
-    attention: torch.Tensor
-    """``[U, P]`` left-padded attention mask of the distinct prompts."""
-    positions: torch.Tensor
-    """``[U, P]`` position ids of the distinct prompts."""
-
-
-def prefill(
-    model,
-    unique: Sequence[Sequence[int]],
-    source: Sequence[int],
-    device: torch.device,
-    pad_id: int = 0,
-    last_logits_only: bool = False,
-) -> Prefill | None:
-    """Run each distinct prompt through ``model`` (its weights on ``device``) once, left-padded, with a KV cache,
-    and index the cache out to one row per input prompt; None when the model takes no ``position_ids`` or its
-    cache can't be indexed by row. Gradients flow through it when enabled."""
-    args = forward_args(model)
-    if not args["positions"]:
-        return None
-    input_ids, attention = (t.to(device) for t in left_pad(unique, pad_id))
-    positions = (attention.cumsum(1) - 1).clamp(min=0)
-    keep = {args["keep_last"]: 1} if last_logits_only and args["keep_last"] else {}
-    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, **keep)
-    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-    if not hasattr(cache, "batch_select_indices"):
-        return None
-    index = torch.tensor(list(source), device=device)
-    cache.batch_select_indices(index)
-    return Prefill(out.logits, cache, index, attention, positions)
-
-
 def eos_ids(model, tokenizer) -> list[int]:
     ids = model.generation_config.eos_token_id
     ids = [ids] if isinstance(ids, int) else list(ids or [])
@@ -163,7 +86,8 @@ class TransformersBackend:
         tokenizer,
         batch_size: int = GENERATION_BATCH_SIZE,
         shared_prefill: bool = DEFAULT_SHARE_PROMPTS,
-        device: torch.device | str = HOST,
+        *,
+        device: torch.device | str,
         cuda_graphs: bool = CUDA_GRAPHS,
     ):
         self.model = model

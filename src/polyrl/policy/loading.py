@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from polyrl.device import HOST
 from polyrl.errors import UserError
-from polyrl.policy.decoder import set_forward
+from polyrl.forward.decoder import set_forward
+from polyrl.forward.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
 from polyrl.policy.lora import (
     ADAPTER_DIR,
     LoraConfig,
@@ -31,9 +31,9 @@ from polyrl.policy.model_files import (
     first_nonfinite,
     one_line,
 )
-from polyrl.policy.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
 from polyrl.policy.resolve import ResolvedModel, resolve_model
 from polyrl.policy.tiny import TINY, TinyModelConfig, build_tiny_policy
+from polyrl.tasks.base import TEXT_ONLY
 
 if TYPE_CHECKING:
     import torch
@@ -94,6 +94,9 @@ class Policy:
     """The ``torch.device`` :func:`load_policy` put the weights on (whoever moves them says so here)."""
     source: ResolvedModel | None = None
     """Where the base weights came from (a LoRA adapter names it as its base; a model card too)."""
+    modalities: frozenset[str] = TEXT_ONLY
+    """What the model takes: text (a causal LM), or text and images (a vision-language model); a run refuses a
+    task that shows what it cannot take (:func:`polyrl.tasks.base.check_modalities`)."""
 
     def save(self, path: str | Path, adapter: bool = True) -> None:
         """Save as a plain Hugging Face checkpoint (LoRA adapters merged in) and, for a LoRA policy unless
@@ -184,8 +187,9 @@ def pin_model(config: ModelConfig, log=None) -> ModelConfig:
     return config.model_copy(update=update)
 
 
-def load_policy(config: ModelConfig | None = None, seed: int = 0, device: torch.device | str = HOST) -> Policy:
-    """Build or load the policy described by ``config`` on ``device``."""
+def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: torch.device | str) -> Policy:
+    """Build or load the policy described by ``config`` on ``device`` (its owner's: the run's placement, or the
+    caller that will generate or score with it)."""
     import torch
 
     config = config or ModelConfig()

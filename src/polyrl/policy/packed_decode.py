@@ -1,4 +1,4 @@
-"""Generation on polyrl's packed forward (``policy/decoder.py``): prompts prefilled packed, a static KV cache, one
+"""Generation on polyrl's packed forward (``forward/decoder.py``): prompts prefilled packed, a static KV cache, one
 decode step per token, on a CPU with bf16 matmuls every weight reordered once per ``generate`` call, and on CUDA
 each decode step replayed as one CUDA graph.
 
@@ -21,7 +21,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from polyrl.policy.decoder import Decoder, Linears, causal_block, gather, layer_qkv, layer_rest, packed_hidden
+from polyrl.forward.decoder import Decoder, Linears, causal_block, gather, layer_qkv, layer_rest, packed_hidden
 
 
 class PackedLinears(Linears):

@@ -10,9 +10,11 @@ conversion never leaves a half checkpoint behind.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -92,37 +94,83 @@ def is_gguf_path(path: str) -> bool:
 
 
 DIGESTS_FILE = "gguf-digests.json"
-"""In the cache folder above the converted checkpoints: the content digest of each GGUF file seen, by path, size, inode and time
-stamp, so that a file is hashed once, not on every run."""
+"""In the cache folder above the converted checkpoints: the content digest of each GGUF file seen, so that a file is
+hashed once, not on every run. An entry is found by the file's path, size, inode, modification and change times
+and is used only while the file's sampled fingerprint still matches it; the file is untrusted input (an entry that
+is not a SHA-256 in hex is ignored and the file hashed again)."""
+
+SAMPLE_HEAD = 16 * 2**20
+"""Bytes at the start of a GGUF file its fingerprint reads whole: the header, the metadata (the tokenizer's
+vocabulary is the bulk of it) and the tensor table — all of a small file."""
+SAMPLE_BLOCKS, SAMPLE_BLOCK = 64, 64 * 2**10
+"""Blocks of the rest the fingerprint reads, spread evenly from the end of the head to the end of the file."""
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def _stat_key(source: Path) -> str:
+    # st_ctime_ns: the kernel sets it on every write and every change of the time stamps; unlike the modification
+    # time, nobody can set it back (touch -r, cp -p and rsync -t keep an old mtime on new bytes)
     st = source.stat()
-    return f"{source.resolve()}|{st.st_size}|{st.st_ino}|{st.st_mtime_ns}"
+    return f"{source.resolve()}|{st.st_size}|{st.st_ino}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+
+
+def sampled_fingerprint(source: Path) -> str:
+    """SHA-256 of ``source``'s size, its first :data:`SAMPLE_HEAD` bytes and :data:`SAMPLE_BLOCKS` blocks of the
+    rest (the last one ending at the end of the file): a few milliseconds for any size, and different after any
+    edit of the header or the tensor table and after most edits of the weights. It checks a remembered digest on
+    every use; the full digest is what the cache is keyed by."""
+    digest = hashlib.sha256()
+    with source.open("rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        digest.update(f"{size}|".encode())
+        if size <= SAMPLE_HEAD + SAMPLE_BLOCKS * SAMPLE_BLOCK:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+            return digest.hexdigest()
+        digest.update(f.read(SAMPLE_HEAD))
+        rest = size - SAMPLE_HEAD - SAMPLE_BLOCK
+        for i in range(SAMPLE_BLOCKS):
+            f.seek(SAMPLE_HEAD + rest * i // (SAMPLE_BLOCKS - 1))
+            digest.update(f.read(SAMPLE_BLOCK))
+    return digest.hexdigest()
+
+
+def is_sha256(value) -> bool:
+    """True for a SHA-256 digest in lower-case hex (what the cache names folders after and records)."""
+    return isinstance(value, str) and _SHA256.fullmatch(value) is not None
+
+
+def _read_memo(memo_path: Path) -> dict:
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return memo if isinstance(memo, dict) else {}
 
 
 def content_digest(source: Path) -> str:
     """SHA-256 of ``source``'s bytes. The cache is keyed by content, not by path: the same file installed in two
     environments (two venvs, a venv and CI's) is converted once. A full hash of the 98 MB preset takes a fraction
-    of a second and is remembered by path, size, inode and time stamp (a file touched or rewritten is hashed
-    again)."""
+    of a second and is remembered (:data:`DIGESTS_FILE`): a file rewritten, touched or whose sampled fingerprint
+    changed is hashed again, so a rewrite in place that keeps the file's size and modification time (issue #43)
+    still reaches a new conversion."""
     memo_path = cache_dir().parent / DIGESTS_FILE
-    key = _stat_key(source)
-    try:
-        memo = json.loads(memo_path.read_text())
-    except (OSError, ValueError):
-        memo = {}
-    if not isinstance(memo, dict):
-        memo = {}
-    if isinstance(memo.get(key), str):
-        return memo[key]
-    memo[key] = file_sha256(source)
+    key, sample = _stat_key(source), sampled_fingerprint(source)
+    memo = _read_memo(memo_path)
+    entry = memo.get(key)
+    if isinstance(entry, dict) and entry.get("sample") == sample and is_sha256(entry.get("sha256")):
+        return entry["sha256"]
+    digest = file_sha256(source)
+    where = str(source.resolve()) + "|"
+    memo = {k: v for k, v in memo.items() if not k.startswith(where)}  # one entry per file: its current state
+    memo[key] = {"sha256": digest, "sample": sample}
     try:  # best effort: the memo only saves time, so a cache that cannot be written is not an error here
         memo_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(memo_path, json.dumps(memo, indent=1) + "\n")
     except OSError:
         pass
-    return memo[key]
+    return digest
 
 
 def gguf_label(source: Path) -> str:

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 
 from polyrl.errors import UserError
+from polyrl.forward.logprobs import DEFAULT_TEMPERATURE
 from polyrl.policy.backends import BackendContext, GenerationConfig, register_backend
-from polyrl.policy.generation import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, Generation, eos_ids
+from polyrl.policy.generation import DEFAULT_TOP_P, Generation, eos_ids
 from polyrl.policy.loading import Policy, merged
 
 

@@ -50,6 +50,8 @@ table.samples th:nth-child(1){width:14%}table.samples th:nth-child(2),table.samp
 table.samples th:nth-child(4){width:10%}
 table.samples td.text div{white-space:pre-wrap;overflow-wrap:anywhere;max-height:14em;overflow:auto;
 font:12px/1.4 ui-monospace,'DejaVu Sans Mono',monospace}
+table.samples td.text div.images{max-height:none;white-space:normal}
+img.problem{image-rendering:pixelated;margin:0 6px 6px 0;border:1px solid #e1e4e8}
 """
 
 

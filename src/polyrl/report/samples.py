@@ -1,6 +1,9 @@
 """The report's "Samples" section: completions the policy wrote during RL, with their rewards, per logged step.
 
-RL records may carry ``samples``: a list of ``{"task", "prompt", "completion", "reward", "correct", "reason"}``.
+RL records may carry ``samples``: a list of ``{"task", "prompt", "completion", "reward", "correct", "reason"}``, and
+``images`` (base64 PNG text) where the problem showed images: they are shown above the prompt as inline PNG data URIs,
+each decoded and encoded again first (an entry that is not an image within :data:`MAX_SHOWN_PIXELS` is named, not
+shown), so nothing but PNG bytes polyrl wrote reaches the page.
 Completions are model output, and a policy optimised for reward is adversarial: every field is treated as hostile
 text. It is converted to a string, stripped of control characters and unpaired surrogates (which would make the page
 unwritable as UTF-8), cut to ``MAX_CHARS`` and HTML-escaped (``<``, ``>``, ``&``, both quotes), so no field can open
@@ -15,12 +18,20 @@ import math
 import re
 from typing import Any
 
+from polyrl.errors import UserError
+from polyrl.tasks.images import data_uri, image_from_record
+
 MAX_CHARS = 2000
 """Longest prompt or completion shown (the trainer already cuts them to a few hundred characters)."""
 MAX_STEPS = 12
 """Most steps shown: the first, the last, and evenly spaced ones between."""
 MAX_ROWS = 32
 """Most completions shown per step (the first ones logged)."""
+
+MAX_SHOWN_PIXELS = 1024 * 1024
+"""Largest image shown in the samples (problems' images are small; a larger entry is named, not shown)."""
+SHOWN_WIDTH = 160
+"""Most pixels an image is drawn wide on the page (small pictures are enlarged, pixels kept square)."""
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -68,6 +79,24 @@ def _correct_cell(x: Any) -> str:
     return "<td>–</td>"
 
 
+def images_html(images: Any) -> str:
+    """``<img>`` elements for a sample's images (re-encoded PNG data URIs), "" for none; a bad entry is a note."""
+    if not isinstance(images, list) or not images:
+        return ""
+    shown = []
+    for i, value in enumerate(images[:MAX_ROWS]):
+        try:
+            if not isinstance(value, str):
+                raise UserError(f"image {i}: not base64 PNG text")
+            image = image_from_record(value, f"image {i}", MAX_SHOWN_PIXELS)
+        except UserError as exc:
+            shown.append(f'<span class="note">{safe_text(exc, 200)}</span>')
+            continue
+        width = min(SHOWN_WIDTH, image.width * max(1, SHOWN_WIDTH // image.width))  # whole-pixel enlargement
+        shown.append(f'<img class="problem" alt="problem image {i}" width="{width}" src="{data_uri(image)}">')
+    return f'<div class="images">{"".join(shown)}</div>'
+
+
 def _row(sample: dict[str, Any]) -> str:
     reward = _reward(sample.get("reward"))
     return (
@@ -75,7 +104,7 @@ def _row(sample: dict[str, Any]) -> str:
         f"<td>{'–' if reward is None else f'{reward:.3g}'}</td>"
         f"{_correct_cell(sample.get('correct'))}"
         f"<td>{safe_text(sample.get('reason'), 200)}</td>"
-        f'<td class="text"><div>{safe_text(sample.get("prompt"))}</div></td>'
+        f'<td class="text">{images_html(sample.get("images"))}<div>{safe_text(sample.get("prompt"))}</div></td>'
         f'<td class="text"><div>{safe_text(sample.get("completion"))}</div></td></tr>'
     )
 

@@ -4,14 +4,18 @@ LLM judge. Each is a source factory in :data:`~polyrl.rewards.terms.REWARD_SOURC
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING
 
 from polyrl.errors import UserError
 from polyrl.rewards.callables import Scores
 from polyrl.rewards.terms import register_reward_source
 
-if TYPE_CHECKING:
-    from polyrl.rewards.compose import RewardConfig
+_REGISTERED: list[str] = []
+
+
+def _model_term(name: str):
+    """``register_reward_source`` for a built-in batched term: ``name`` is also its weight's ``RewardConfig`` field."""
+    _REGISTERED.append(name)
+    return register_reward_source(name)
 
 
 def majority_vote_scores(answers: list[str | None]) -> Scores:
@@ -25,28 +29,12 @@ def majority_vote_scores(answers: list[str | None]) -> Scores:
     return [(0.0, "no_answer") if a is None else (float(a == label), None) for a in answers]
 
 
-@register_reward_source("majority_vote")
-def _majority_vote(config: RewardConfig, device: str):
-    def score(trajs) -> Scores:
-        groups: dict[int, list[int]] = defaultdict(list)
-        for i, t in enumerate(trajs):
-            groups[t.group].append(i)
-        out: list = [None] * len(trajs)
-        for idx in groups.values():
-            answers = [trajs[i].verdict.answer for i in idx]
-            for i, s in zip(idx, majority_vote_scores(answers)):
-                out[i] = s
-        return out
-
-    return score
-
-
 def _prompt_text(t) -> str:
     return t.problem.question
 
 
-@register_reward_source("reward_model")
-def _reward_model(config: RewardConfig, device: str):
+@_model_term("reward_model")
+def _reward_model(config, device: str):
     from polyrl.rewards.reward_model import RewardModelSource
 
     if config.reward_model_source is None:
@@ -55,8 +43,8 @@ def _reward_model(config: RewardConfig, device: str):
     return lambda trajs: source.score([_prompt_text(t) for t in trajs], [t.text for t in trajs])
 
 
-@register_reward_source("judge")
-def _judge(config: RewardConfig, device: str):
+@_model_term("judge")
+def _judge(config, device: str):
     from polyrl.rewards.judge import JudgeSource
 
     if config.judge_source is None:
@@ -77,3 +65,24 @@ def _judge(config: RewardConfig, device: str):
 
     score.judge_source = source  # its counters (calls, position_inconsistent) for callers and tests
     return score
+
+
+@_model_term("majority_vote")
+def _majority_vote(config, device: str):
+    def score(trajs) -> Scores:
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, t in enumerate(trajs):
+            groups[t.group].append(i)
+        out: list = [None] * len(trajs)
+        for idx in groups.values():
+            answers = [trajs[i].verdict.answer for i in idx]
+            for i, s in zip(idx, majority_vote_scores(answers)):
+                out[i] = s
+        return out
+
+    return score
+
+
+MODEL_TERMS = tuple(_REGISTERED)
+"""The built-in batched terms, in the order they are scored: the names registered above, each also the name of its
+weight (a ``RewardConfig`` field)."""

@@ -190,14 +190,13 @@ class OpenAIJudgeClient:
 class LocalJudgeClient:
     """A local causal LM (any path load_policy accepts), greedy, batched."""
 
-    def __init__(self, config: JudgeConfig, device: torch.device | str | None = None):
-        """``device``: where the judge model runs (None: :data:`polyrl.device.HOST`)."""
-        from polyrl.device import HOST
+    def __init__(self, config: JudgeConfig, device: torch.device | str):
+        """``device``: where the judge model runs (the run's placement's)."""
         from polyrl.policy import TransformersBackend
         from polyrl.policy.loading import ModelConfig, load_policy
 
         model = ModelConfig(path=config.model, revision=config.revision)
-        self.policy = load_policy(model, device=HOST if device is None else device)
+        self.policy = load_policy(model, device=device)
         self.backend = TransformersBackend(self.policy.model, self.policy.tokenizer, device=self.policy.device)
         self.config = config
 
@@ -243,7 +242,7 @@ class JudgeSource:
     e.g. ``[[A]]`` in both orders), over every sample scored, cached ones included.
     """
 
-    def __init__(self, config: JudgeConfig, device: torch.device | str | None = None, client=None):
+    def __init__(self, config: JudgeConfig, device: torch.device | str, client=None):
         self.config = config
         self.rubric = load_rubric(config.rubric)
         if client is None:

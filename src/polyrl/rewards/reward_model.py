@@ -82,12 +82,11 @@ def build_tiny_reward_model(seed: int = 0, **shape):
     return model, tokenizer
 
 
-def load_reward_model(path: str | Path, device: torch.device | str | None = None, revision: str | None = None):
-    """``(model, tokenizer)`` of a reward model (a directory or a Hub id at ``revision``), the model on ``device``
-    (None: :data:`polyrl.device.HOST`); UserError when it is not one."""
+def load_reward_model(path: str | Path, device: torch.device | str, revision: str | None = None):
+    """``(model, tokenizer)`` of a reward model (a directory or a Hub id at ``revision``), the model on ``device``;
+    UserError when it is not one."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from polyrl.device import HOST
     from polyrl.policy.model_files import check_weight_files
     from polyrl.policy.resolve import resolve_model_path
 
@@ -117,7 +116,7 @@ def load_reward_model(path: str | Path, device: torch.device | str | None = None
             raise UserError(f"reward model tokenizer at {str(path)!r} has neither a pad nor an EOS token")
         tokenizer.pad_token = tokenizer.eos_token
     model.config.pad_token_id = tokenizer.pad_token_id
-    return model.to(HOST if device is None else device).eval(), tokenizer
+    return model.to(device).eval(), tokenizer
 
 
 def pair_text(tokenizer, prompt: str, response: str) -> str:
@@ -148,12 +147,11 @@ def encode_pairs(tokenizer, prompts: list[str], responses: list[str], max_length
 class RewardModelSource:
     """Batched scoring of completions by a reward model (one forward pass per ``batch_size`` completions)."""
 
-    def __init__(self, config: RewardModelConfig, device: torch.device | str | None = None):
-        """``device``: where the reward model runs (None: :data:`polyrl.device.HOST`)."""
-        from polyrl.device import HOST
+    def __init__(self, config: RewardModelConfig, device: torch.device | str):
+        """``device``: where the reward model runs (the run's placement's)."""
 
         self.config = config
-        self.device = HOST if device is None else device
+        self.device = device
         self.model, self.tokenizer = load_reward_model(config.path, self.device, config.revision)
 
     def raw_scores(self, prompts: list[str], responses: list[str]) -> list[float]:

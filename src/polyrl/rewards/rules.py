@@ -19,8 +19,9 @@ Episode terms (multi-turn):
   return is its verifier), with the task's ``reward.tasks`` overrides like every other term.
 
 A term returns None where it does not apply (a zero weight it would only cost time for, no think tags).
-Each is weighted by a ``RewardConfig`` field, so this table holds the built-ins only; a new term of your own is a
-reward term (:func:`polyrl.rewards.register_reward_term`), configurable by name.
+A term's name is stated once, where it is registered here; its weight is the ``RewardConfig`` field of that name
+(``tests/rewards/test_term_names.py`` holds the two together). So this table holds the built-ins only; a new term of
+your own is a reward term (:func:`polyrl.rewards.register_reward_term`), configurable by name.
 """
 
 from __future__ import annotations
@@ -130,6 +131,11 @@ def _think_length(s: Sample) -> float | None:
 @rule_term("env_return", episode=True, weight="verifier")
 def _env_return(s: Sample) -> float:
     return sum(s.turn_rewards or ())
+
+
+RULE_TERMS = tuple(name for name, rule in RULES.items() if not rule.episode)
+"""The completion terms, in the order they are summed: the names registered above, each also the name of its weight
+(a ``RewardConfig`` field)."""
 
 
 def rule_terms(sample: Sample) -> dict[str, float]:

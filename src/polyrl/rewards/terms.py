@@ -32,15 +32,11 @@ from typing import Any
 
 from polyrl.registry import Registry
 from polyrl.rewards.callables import TERM_TIMEOUT, Scores, user_term_scores
+from polyrl.rewards.rules import RULES
 from polyrl.tasks.verifiers import UserCallable, user_callable
 
-RULE_TERMS = ("verifier", "format", "length", "overlong", "think_format", "think_length")
-"""Per-completion terms computed from the response and its verdict (:mod:`polyrl.rewards.rules`)."""
-MODEL_TERMS = ("reward_model", "judge", "majority_vote")
-"""Built-in batched terms (:mod:`polyrl.rewards.builtin_terms`)."""
-RESERVED = RULE_TERMS + ("overlong_cache", "gate", "tasks", "reward_model_source", "judge_source", "terms")
-RESERVED += ("term_timeout", "env_return")
-"""Names a new term cannot take: the rule terms, the environment return and ``RewardConfig``'s other options."""
+RESERVED = (*RULES, "overlong_cache", "gate", "tasks", "reward_model_source", "judge_source", "terms", "term_timeout")
+"""Names a new term cannot take: the rule terms (``env_return`` included) and ``RewardConfig``'s other options."""
 
 SourceFactory = Callable[[Any, str], Callable[[list], Scores]]
 

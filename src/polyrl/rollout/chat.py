@@ -9,7 +9,7 @@ chat template (tiny, Qwen, Llama) works.
 
 from __future__ import annotations
 
-from polyrl.envs.base import Environment, Message
+from polyrl.envs.environment import Environment, Message
 from polyrl.envs.tool_formats import ToolFormat, UsesToolFormat, describe_tools, resolve_tool_format
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.tasks import Problem

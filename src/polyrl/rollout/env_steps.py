@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from polyrl.envs.base import Environment, EnvTask, StepResult
+from polyrl.envs.environment import Environment, EnvTask, StepResult
 from polyrl.tasks import Problem
 
 

@@ -7,13 +7,12 @@ Their reward is :func:`polyrl.rewards.stage.score`'s (the ``env_return`` term, w
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from polyrl.envs.base import Environment, Message, StepResult
-from polyrl.envs.registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS
+from polyrl.envs.env_registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS
+from polyrl.envs.environment import Environment, Message, StepResult
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rollout.chat import ChatCodec, user_text
+from polyrl.rollout.dispatch import PolicySource, Sampling, register_rollout_kind
 from polyrl.rollout.env_steps import EnvSteps, Episode
 from polyrl.rollout.trajectory import Trajectory, number_groups
 from polyrl.tasks import Problem, Verdict
@@ -32,10 +31,6 @@ def _finish(ep: Episode, result: StepResult | None, reason: str | None = None) -
 
 def _reset(env: Environment) -> list[Message]:
     return env.reset()
-
-
-PolicySource = Callable[[], tuple[GenerationBackend, int]]
-"""``latest()``: the generation backend of the newest weights and their version (interruptible generation)."""
 
 
 def rollout_episodes(
@@ -114,6 +109,33 @@ def episode_groups(
         )
     finally:
         steps.close()
+
+
+@register_rollout_kind("episode", episodic=True, interruptible=True)
+def _episodes(
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    sampling: Sampling,
+    greedy: bool,
+    version: int,
+    latest: PolicySource | None,
+) -> list[list[Trajectory]]:
+    """The episode kind: :func:`episode_groups` with the run's sampling (every environment task's problems)."""
+    return episode_groups(
+        problems,
+        tasks,
+        backend,
+        prompts,
+        sampling.group_size,
+        sampling.max_new_tokens,
+        sampling.max_episode_tokens,
+        {"temperature": sampling.temperature, "top_p": sampling.top_p, "greedy": greedy},
+        version,
+        sampling.env_concurrency,
+        latest,
+    )
 
 
 def _play(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from polyrl.envs.base import EnvTask
+from polyrl.envs.environment import EnvTask
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rollout.chat import ChatCodec
 from polyrl.rollout.env_steps import Episode

@@ -1,6 +1,6 @@
 """Self-play: one policy in two roles, trained in the same update.
 
-The **proposer** is shown prompts of a proposer task (:class:`polyrl.tasks.selfplay.ProposerTask`, e.g.
+The **proposer** is shown prompts of a proposer task (:class:`polyrl.tasks.proposer.ProposerTask`, e.g.
 ``propose_expression``) and writes problems with their claimed answers; the task's verifier checks each proposal
 (it parses with a whitelist, bounded; it obeys the prompt; its claimed answer is right). Every valid proposal
 becomes a problem of the solver task (``source="proposed"``), and the **solver** — the same policy — answers it
@@ -31,7 +31,7 @@ from polyrl.rewards.stage import verify_trajectories
 from polyrl.rollout.collect import Collected, GroupSource, has_signal, numbered
 from polyrl.rollout.trajectory import Trajectory, number_groups
 from polyrl.tasks import Problem, Task, Verdict
-from polyrl.tasks.selfplay import ProposerTask
+from polyrl.tasks.proposer import ProposerTask
 
 LEARNABILITY: Registry[Callable[[float], float]] = Registry(
     "learnability", "polyrl.learnability", builtins=("polyrl.rollout.selfplay",)

@@ -1,7 +1,7 @@
 """An OpenAI-compatible chat-completions server for a checkpoint (FastAPI).
 
 Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``. Every error is in OpenAI's
-shape (:mod:`polyrl.serve.errors`); what a request may cost is bounded by :class:`~polyrl.serve.limits.ServeLimits`.
+shape (:mod:`polyrl.serve.api_errors`); what a request may cost is bounded by :class:`~polyrl.serve.limits.ServeLimits`.
 
 One generation runs at a time (the model is shared and ``generate`` is not made for concurrent calls), in a
 worker thread so the event loop keeps answering; the ``n`` completions of one request are one batch.
@@ -20,8 +20,8 @@ from starlette.concurrency import run_in_threadpool
 from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.policy.generation import TransformersBackend
+from polyrl.serve.api_errors import ServeError, install_handlers
 from polyrl.serve.completion import add_logprobs, completion_events, completion_object, make_choice
-from polyrl.serve.errors import ServeError, install_handlers
 from polyrl.serve.limits import (
     Admission,
     BodySizeLimit,

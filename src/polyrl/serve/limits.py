@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from polyrl.serve.errors import ServeError, error_response
+from polyrl.serve.api_errors import ServeError, error_response
 
 
 class ServeLimits(BaseModel):

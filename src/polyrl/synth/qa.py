@@ -196,7 +196,7 @@ Ask = Callable[[str, int], str]
 
 def endpoint_ask(url: str, model: str, api_key: str | None, timeout: float, retries: int) -> Ask:
     """An :data:`Ask` over the OpenAI-compatible client ``polyrl eval`` uses (greedy decoding)."""
-    from polyrl.eval.endpoint import EndpointSource
+    from polyrl.eval.endpoint_source import EndpointSource
     from polyrl.eval.sources import SampleRequest
     from polyrl.tasks.base import Problem
 

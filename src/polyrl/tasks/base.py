@@ -6,19 +6,28 @@ response to that problem with :meth:`Task.verify`, which never raises.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from polyrl.errors import UserError
 from polyrl.tasks.answers import DEFAULT_ANSWER_STYLE, MAX_ANSWER_CHARS, AnswerFormat
+from polyrl.tasks.images import png_base64, problem_images
 from polyrl.tasks.verdict import VERIFIER_ERROR, Verdict
 
-CATEGORIES = ("arithmetic", "logic", "grid", "graph", "sequential", "crypto", "search")
-"""The seven task categories (after Enigmata); plugins may add others."""
+CATEGORIES = ("arithmetic", "logic", "grid", "graph", "sequential", "crypto", "search", "visual")
+"""The task categories: Enigmata's seven, and ``visual`` (problems shown as images); plugins may add others."""
+
+TEXT = "text"
+IMAGE = "image"
+TEXT_ONLY = frozenset({TEXT})
+"""What a text task shows a policy, and what a language model takes."""
+TEXT_AND_IMAGES = frozenset({TEXT, IMAGE})
+"""What a task whose problems carry images shows, and what a vision-language model takes."""
 
 SPLITS = ("train", "eval")
 """Seed spaces. The same seed index in different splits draws from unrelated random streams."""
@@ -149,13 +158,26 @@ class Problem:
     ``synthesized`` (near a problem the policy failed, :mod:`polyrl.curriculum.weakness`), ``replay`` (a failed
     problem drawn again), ``proposed`` (written by the policy in its proposer role, :mod:`polyrl.rollout.selfplay`);
     logged per step as ``source/<kind>``."""
+    images: list[Any] = field(default_factory=list)
+    """The images the problem shows beside its text, in order: RGB ``PIL.Image.Image``s (given as PIL images of any
+    supported mode or uint8 numpy arrays, converted when the problem is made; :mod:`polyrl.tasks.images`)."""
+
+    def __post_init__(self) -> None:
+        if self.images is None:
+            self.images = []
+        elif not (isinstance(self.images, list) and not self.images):
+            self.images = problem_images(self.images, f"problem of task {self.task}")
 
     @property
     def id(self) -> str:
         return f"{self.task}/{self.split}/{self.seed}/{_params_key(self.params)}"
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        """The problem as JSON-valued fields and its ``id``; ``images`` (base64 PNG text) only where it has images,
+        so a text problem's record is what it always was."""
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name != "images"}
+        if self.images:
+            d["images"] = [png_base64(image) for image in self.images]
         d["id"] = self.id
         return d
 
@@ -172,6 +194,8 @@ class Problem:
         values.setdefault("split", "train")
         values.setdefault("difficulty", None)
         values.setdefault("params", {})
+        if values.get("images") is None:
+            values["images"] = []
         return cls(**values)
 
 
@@ -185,6 +209,9 @@ class Example:
     solution: str | None
     statement: str | None = None
     """The same problem in natural language, with the exact answer shape (``prompt.style: natural``)."""
+    images: tuple[Any, ...] = ()
+    """The images the problem shows (PIL images or uint8 arrays); only a task whose ``modalities`` include
+    ``image`` may make them."""
 
 
 def _params_key(params: Mapping[str, Any]) -> str:
@@ -214,10 +241,16 @@ class Task:
     """Whether ``check`` can return scores strictly between 0 and 1."""
     answer_shape: ClassVar[str] = ""
     """The words the natural statement uses for what the answer looks like (e.g. ``a single integer``)."""
+    modalities: ClassVar[frozenset[str]] = TEXT_ONLY
+    """What its problems show the policy: ``{"text"}``, or ``{"text", "image"}`` for a task whose problems carry
+    images (a run refuses it for a policy that takes text only, :func:`check_modalities`)."""
     pure: ClassVar[bool] = False
     """Whether ``check`` is safe to run in the trainer's process: it never evaluates model text as code and
     its time and memory are bounded by the answer's length. Tasks that are not pure are verified in the
     isolated worker pool (:mod:`polyrl.tasks.isolation`); plugins opt in with ``pure = True``."""
+    rollout_kind: ClassVar[str] = "single_turn"
+    r"""The registered rollout kind that plays this task's problems (``polyrl.rollout.dispatch.ROLLOUT_KINDS``):
+    ``single_turn``, G completions of each prompt; environments are ``episode``\ s, agent harnesses ``harness``."""
 
     def __init__(self, answer_format: AnswerFormat | str = DEFAULT_ANSWER_STYLE):
         self.answer_format = AnswerFormat(answer_format) if isinstance(answer_format, str) else answer_format
@@ -255,6 +288,10 @@ class Task:
     ) -> Problem:
         """The :class:`Problem` of this task for an example made elsewhere (by :meth:`make`, or proposed by a
         policy in self-play), with this task's answer-format instruction."""
+        if ex.images and IMAGE not in self.modalities:
+            raise TypeError(
+                f"task {self.name} made a problem with images but its modalities are {set(self.modalities)}"
+            )
         instruction = self.answer_format.instruction()
         prompt = f"{ex.question}\n{instruction}"
         natural_prompt = None if ex.statement is None else f"{ex.statement}\n{instruction}"
@@ -271,6 +308,7 @@ class Task:
             natural_question=ex.statement,
             natural_prompt=natural_prompt,
             source=source,
+            images=list(ex.images),
         )
 
     def reference_response(self, problem: Problem) -> str | None:
@@ -324,3 +362,14 @@ class Task:
 
     def __repr__(self) -> str:
         return f"<Task {self.name} ({self.category})>"
+
+
+def check_modalities(tasks: Mapping[str, Task], takes: frozenset[str], model: str) -> None:
+    """Refuse, in one line, a task whose problems show what the policy ``model`` cannot take (images to a model of
+    text only): trained anyway, it would see the question without the picture it is about."""
+    for name, task in tasks.items():
+        missing = sorted(set(task.modalities) - set(takes))
+        if missing:
+            shown = "images" if missing == [IMAGE] else " and ".join(missing)
+            kinds = " and ".join(sorted(takes))
+            raise UserError(f"task {name} has {shown}; model {model} takes {kinds} only")

@@ -24,6 +24,9 @@ after which ``get_task("gsm8k")`` (and ``env/retry:gsm8k``) works like any regis
 * **Problems.** ``Problem.answer`` is the processed answer (after ``answer_after``/``answer_regex``),
   ``Problem.solution`` the same text (the reference response for SFT is it in the answer format), and
   ``Problem.params`` the row index (``row``) within its file, plus the ``bucket``.
+* **Images.** With ``images: COLUMN`` each row's image(s) (paths relative to the file, bytes, ``Image`` features;
+  :mod:`polyrl.tasks.dataset_images`) become ``Problem.images``, the task's modalities text and image, and a row's
+  split hash covers its images' pixels as well as its prompt.
 """
 
 from __future__ import annotations
@@ -39,7 +42,19 @@ from typing import Any, ClassVar
 
 from polyrl.errors import UserError
 from polyrl.tasks.answers import MAX_ANSWER_CHARS
-from polyrl.tasks.base import DEFAULT_DIFFICULTY, SPLITS, VERIFIER_ERROR, Difficulty, Param, Problem, Task, Verdict
+from polyrl.tasks.base import (
+    DEFAULT_DIFFICULTY,
+    SPLITS,
+    TEXT_AND_IMAGES,
+    TEXT_ONLY,
+    VERIFIER_ERROR,
+    Difficulty,
+    Param,
+    Problem,
+    Task,
+    Verdict,
+)
+from polyrl.tasks.dataset_images import load_image
 from polyrl.tasks.dataset_rows import DatasetRows, DatasetSpec, Row, bucket_bounds, dataset_rows, prompt_hash
 from polyrl.tasks.verifiers import DATASET_VERIFIERS, UserCallable, import_callable
 
@@ -118,6 +133,7 @@ class DatasetTask(Task):
         row = order[int(seed) % len(order)]
         prompt = f"{row.question}\n{self.answer_format.instruction()}"
         served = {"bucket": bucket, "row": row.index} if self.params else {"row": row.index}
+        where = f"dataset task {self.name} row {row.index}"
         return Problem(
             self.name,
             row.question,
@@ -129,6 +145,7 @@ class DatasetTask(Task):
             space.knob(difficulty),
             served,
             source="dataset",
+            images=[load_image(ref, where, self.spec.max_image_pixels) for ref in row.images],
         )
 
     def check(self, answer: str, problem: Problem) -> float | tuple[float, str]:
@@ -206,7 +223,7 @@ def load_dataset_task(name: str, spec: DatasetSpec | dict[str, Any]) -> type[Dat
     Loading the same name again with the same spec returns the same class; with another spec it replaces
     the earlier dataset task (never a built-in or plugin task of that name)."""
     from polyrl.tasks.prefixes import prefix_of
-    from polyrl.tasks.registry import TASKS, register_task
+    from polyrl.tasks.task_registry import TASKS, register_task
 
     if not isinstance(spec, DatasetSpec):
         spec = DatasetSpec.model_validate(spec)
@@ -233,6 +250,7 @@ def load_dataset_task(name: str, spec: DatasetSpec | dict[str, Any]) -> type[Dat
 
 def _dataset_task_class(name: str, spec: DatasetSpec, params: tuple[Param, ...], description: str):
     attrs = {"name": name, "spec": spec, "params": params, "pure": verifier_is_pure(spec), "description": description}
+    attrs["modalities"] = TEXT_AND_IMAGES if spec.images is not None else TEXT_ONLY
     return type("DatasetTask_" + re.sub(r"\W", "_", name), (DatasetTask,), {**attrs, "__module__": __name__})
 
 

@@ -9,6 +9,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from polyrl.errors import UserError
 from polyrl.tasks.dataset_files import check_local_file, text_value
+from polyrl.tasks.dataset_images import ImageRef, row_images, undecoded_images
+from polyrl.tasks.images import MAX_IMAGE_PIXELS
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -42,6 +45,14 @@ class DatasetSpec(BaseModel):
     answer_regex: str | None = Field(None, description="Keep group 1 (else the match) of this regex's first match.")
     choices: str | None = Field(
         None, description="Column of option lists: shown as A., B., …; the answer becomes a letter."
+    )
+    images: str | None = Field(
+        None,
+        description="Column of each row's image, or list of images: a path relative to the file's folder, image "
+        "bytes, a data: URI, or a datasets Image feature.",
+    )
+    max_image_pixels: int = Field(
+        MAX_IMAGE_PIXELS, ge=1, le=64 * 1024 * 1024, description="Most pixels (width x height) an image may have."
     )
     difficulty_column: str | None = Field(None, description="Column of per-row difficulty (larger is harder).")
     difficulty_buckets: int = Field(5, ge=1, le=100, description="Most buckets the difficulty knob chooses from.")
@@ -83,6 +94,15 @@ class Row:
     question: str
     target: str
     difficulty: float | None
+    images: tuple[ImageRef, ...] = ()
+    """Where the row's images are: their bytes, or the file they are in (decoded when a problem is served)."""
+    images_digest: str | None = None
+    """SHA-256 of the images' pixels (with the question, what decides the row's split), None without images."""
+
+    @property
+    def split_key(self) -> str:
+        """What decides the row's split: the question, and the pixels of its images when it has any."""
+        return self.question if self.images_digest is None else f"{self.question}\x00{self.images_digest}"
 
 
 def _load_table(path: str, spec: DatasetSpec, split: str):
@@ -119,6 +139,10 @@ def _load_table(path: str, spec: DatasetSpec, split: str):
 def _text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
+    if isinstance(value, Decimal) and value.is_finite():  # a parquet decimal column: its digits, as a float's
+        text = format(value, "f")  # exact, never in exponent form; then no trailing zeros, as 2.0 is "2"
+        text = text.rstrip("0").rstrip(".") if "." in text else text
+        return "0" if text == "-0" else text
     if isinstance(value, (str, int, float, bool)):
         return str(value)
     return json.dumps(value, ensure_ascii=False, default=str)
@@ -128,7 +152,7 @@ _NUMBER_IN_TEXT = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
 
 def _difficulty_value(value: Any, where: str) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     match = _NUMBER_IN_TEXT.search(value) if isinstance(value, str) else None
     if match is None:
@@ -190,14 +214,17 @@ def load_rows(path: str, spec: DatasetSpec, split: str) -> list[Row]:
     table = _load_table(path, spec, split)
     if len(table) == 0:
         raise UserError(f"dataset {path} has no rows")
-    wanted = [spec.prompt, spec.answer, spec.choices, spec.difficulty_column]
+    wanted = [spec.prompt, spec.answer, spec.choices, spec.difficulty_column, spec.images]
     missing = [c for c in wanted if c is not None and c not in table.column_names]
     if missing:
         raise UserError(f"dataset {path} has no column {missing[0]!r}; its columns: {', '.join(table.column_names)}")
+    if spec.images is not None:
+        table = undecoded_images(table, spec.images)
     rows, long = [], {"prompt": 0, "answer": 0}
     for i, record in enumerate(_records(table, path)):
         where = f"{path} row {i}"
-        record = {c: text_value(record[c], where, c) for c in wanted if c is not None}
+        images = record[spec.images] if spec.images is not None else None
+        record = {c: text_value(record[c], where, c) for c in wanted if c is not None and c != spec.images}
         options = _options(record[spec.choices], where) if spec.choices else None
         question = _question(record[spec.prompt], options, where)
         if len(question) > spec.max_prompt_chars:
@@ -213,7 +240,8 @@ def load_rows(path: str, spec: DatasetSpec, split: str) -> list[Row]:
         difficulty = None
         if spec.difficulty_column is not None:
             difficulty = _difficulty_value(record[spec.difficulty_column], where)
-        rows.append(Row(i, question, target, difficulty))
+        refs, digest = row_images(images, _image_root(path), f"{where}: column {spec.images!r}", spec.max_image_pixels)
+        rows.append(Row(i, question, target, difficulty, refs, digest))
     if long["prompt"] or long["answer"]:
         _report_long_rows(path, spec, len(table), long)
     if not rows:
@@ -222,6 +250,14 @@ def load_rows(path: str, spec: DatasetSpec, split: str) -> list[Row]:
             f"and max_answer_chars={spec.max_answer_chars}"
         )
     return rows
+
+
+def _image_root(path: str) -> Path | None:
+    """The folder image paths of a local dataset are read relative to (and may not leave); None for a hub dataset."""
+    local = Path(path)
+    if local.suffix.lower() in LOCAL_FORMATS:
+        return local.parent
+    return local if local.is_dir() else None
 
 
 def _records(table, path: str):
@@ -295,7 +331,7 @@ def split_rows(spec: DatasetSpec) -> DatasetRows:
     if spec.eval_path is not None or spec.eval_split is not None:
         eval_rows = load_rows(spec.eval_path or spec.path, spec, spec.eval_split or spec.split)
     else:
-        held = [prompt_hash(r.question) < spec.eval_fraction for r in train]
+        held = [prompt_hash(r.split_key) < spec.eval_fraction for r in train]
         eval_rows = [r for r, h in zip(train, held) if h]
         train = [r for r, h in zip(train, held) if not h]
         if not eval_rows:

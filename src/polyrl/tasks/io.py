@@ -24,6 +24,8 @@ JSON_COLUMNS = ("answer", "params")
 """Columns stored as JSON text so every row has the same schema."""
 
 _STRING_COLUMNS = ("id", "task", "question", "prompt", "answer", "solution", "split", "params")
+IMAGES = "images"
+"""The column of a problem's images (present only in files holding a problem with images)."""
 
 
 def file_format(path: Path) -> str:
@@ -37,7 +39,7 @@ def file_format(path: Path) -> str:
 
 
 def problem_row(problem: Problem, response: str | None = None) -> dict[str, Any]:
-    """The file row for ``problem`` (and its ``response`` in a score file)."""
+    """The file row for ``problem`` (and its ``response`` in a score file); ``images`` as base64 PNG text."""
     row = problem.to_dict()
     for key in JSON_COLUMNS:
         row[key] = json.dumps(row[key], ensure_ascii=False)
@@ -47,14 +49,35 @@ def problem_row(problem: Problem, response: str | None = None) -> dict[str, Any]
 
 
 def _features(rows: list[Mapping[str, Any]]):
-    """An explicit schema, so an all-null column (e.g. ``solution``) keeps its type in parquet."""
-    from datasets import Features, Value
+    """An explicit schema, so an all-null column (e.g. ``solution``) keeps its type in parquet; ``images`` a list of
+    ``datasets`` ``Image`` values."""
+    from datasets import Features, Image, Value
 
     kinds = {name: Value("string") for name in (*_STRING_COLUMNS, "response", "reason")}
     kinds.update(seed=Value("int64"), difficulty=Value("float64"), score=Value("float64"))
     kinds.update(correct=Value("bool"), format_ok=Value("bool"))
-    names = list(rows[0]) if rows else list(_STRING_COLUMNS)
+    kinds[IMAGES] = [Image()]
+    names = _column_names(rows) if rows else list(_STRING_COLUMNS)
     return Features({n: kinds.get(n, Value("string")) for n in names})
+
+
+def _column_names(rows: list[Mapping[str, Any]]) -> list[str]:
+    """The first row's columns, and ``images`` where any row has images (rows without them hold an empty list)."""
+    names = list(rows[0])
+    if IMAGES not in names and any(IMAGES in row for row in rows):
+        names.insert(names.index("id") if "id" in names else len(names), IMAGES)
+    return names
+
+
+def _parquet_rows(rows: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``rows`` as the parquet writer takes them: every row with every column, images as PNG bytes."""
+    if not any(IMAGES in row for row in rows):
+        return rows
+    from polyrl.tasks.images import encoded_image
+
+    return [
+        {**row, IMAGES: [{"bytes": encoded_image(v), "path": None} for v in row.get(IMAGES) or []]} for row in rows
+    ]
 
 
 def write_rows(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Path:
@@ -71,7 +94,7 @@ def write_rows(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Pa
             import datasets
 
             datasets.disable_progress_bars()
-            datasets.Dataset.from_list(rows, features=_features(rows)).to_parquet(tmp)
+            datasets.Dataset.from_list(_parquet_rows(rows), features=_features(rows)).to_parquet(tmp)
         else:
             # JSON lines written directly: the same records datasets writes, but `Dataset.to_json` goes
             # through pandas, which rounds floats to 10 digits and would break the exact round trip.
@@ -101,8 +124,12 @@ def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
             rows = pq.read_table(path).to_pylist()
         except Exception as exc:  # pyarrow raises several types for corrupt files
             raise UserError(f"{path}: not a readable parquet file ({type(exc).__name__}: {str(exc)[:120]})") from None
-        # every column polyrl reads from a problem file is text or a number: binary columns are UTF-8 text
-        return [{k: text_value(v, _where(path, i), k) for k, v in row.items()} for i, row in enumerate(rows)]
+        # every column polyrl reads from a problem file is text or a number (binary columns are UTF-8 text), but the
+        # images, which stay PNG bytes
+        return [
+            {k: v if k == IMAGES else text_value(v, _where(path, i), k) for k, v in row.items()}
+            for i, row in enumerate(rows)
+        ]
     rows = []
     try:
         with open(path, encoding="utf-8") as f:

@@ -14,7 +14,9 @@ A timed-out call is the verdict ``verifier_timeout`` and a crashed one ``verifie
 hostile response costs at most one time limit and never stops the run. Workers are started on first use
 (``subprocess`` with pipes, so nothing is forked from a threaded trainer or a Ray actor and no
 ``__main__`` guard is needed), shared by the whole process, reused across calls, and stopped at exit.
-Workers answer in JSON, never pickle: what a worker sends cannot run code in the trainer.
+Workers answer in JSON, never pickle: what a worker sends cannot run code in the trainer. Problems go to a worker
+without their images: a verifier checks an answer against the problem's answer and text, never its pictures, and a
+dataset's pictures would cost a batch megabytes of pickling.
 
 This bounds time, memory and network; it is not a sandbox for the file system. Verifiers that ``eval``
 model text are guarded before they run (see ``polyrl.tasks.rg_guards``). The worker side is
@@ -24,6 +26,7 @@ model text are guarded before they run (see ``polyrl.tasks.rg_guards``). The wor
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import pickle
 import shutil
@@ -138,6 +141,11 @@ class _Worker:
                 pass
 
 
+def _without_images(problem: Problem) -> Problem:
+    """``problem`` as a worker receives it: its images left behind (see the module's docstring)."""
+    return dataclasses.replace(problem, images=[]) if getattr(problem, "images", None) else problem
+
+
 def _task_blob(task: Verifiable) -> bytes | None:
     """The pickled task, or None (with a warning) for a class a worker could not import."""
     try:
@@ -183,7 +191,7 @@ class VerifierPool:
             blobs = {id(task): _task_blob(task) for task, _, _ in calls}
             keys = {task_id: i for i, task_id in enumerate(blobs)}
             tasks = list(blobs.values())
-            items = [(keys[id(task)], problem, response) for task, problem, response in calls]
+            items = [(keys[id(task)], _without_images(problem), response) for task, problem, response in calls]
             verdicts: list[Verdict | None] = [None] * len(items)
             sendable = [i for i, (task, _, _) in enumerate(calls) if blobs[id(task)] is not None]
             n = min(len(self._workers), len(sendable))

@@ -1,6 +1,8 @@
 """Train/eval leakage: prompts that occur in two problem sets.
 
-Prompts are compared after collapsing whitespace and case, so reformatting alone does not hide a copy.
+Prompts are compared after collapsing whitespace and case, so reformatting alone does not hide a copy. A problem with
+images is the same problem only with the same pictures: its key adds the images' pixel digest (a visual task asks
+the same question of many pictures).
 """
 
 from __future__ import annotations
@@ -9,10 +11,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from polyrl.tasks.base import Problem
+from polyrl.tasks.images import images_digest
 
 
 def prompt_key(prompt: str) -> str:
     return " ".join(prompt.split()).casefold()
+
+
+def leakage_key(problem: Problem) -> str:
+    """What two problems must share to be one: the prompt (:func:`prompt_key`), and the pixels of any images."""
+    key = prompt_key(problem.prompt)
+    if problem.images:
+        key += "\x00" + images_digest(problem.images)
+    return key
 
 
 @dataclass(frozen=True)
@@ -20,7 +31,7 @@ class Leakage:
     """The prompts shared by set A and set B."""
 
     shared_prompts: int
-    """Distinct prompts that occur in both sets."""
+    """Distinct prompts (with their images) that occur in both sets."""
     rows_a: int
     """Problems of A whose prompt occurs in B."""
     rows_b: int
@@ -33,13 +44,13 @@ def find_leakage(a: Iterable[Problem], b: Iterable[Problem], max_examples: int =
     first_in_a: dict[str, Problem] = {}
     keys_a: list[str] = []
     for p in a:
-        key = prompt_key(p.prompt)
+        key = leakage_key(p)
         keys_a.append(key)
         first_in_a.setdefault(key, p)
     shared: dict[str, Problem] = {}
     rows_b = 0
     for p in b:
-        key = prompt_key(p.prompt)
+        key = leakage_key(p)
         if key in first_in_a:
             rows_b += 1
             shared.setdefault(key, p)

@@ -49,10 +49,10 @@ TASK_PREFIXES: Registry[TaskPrefix] = Registry(
     "polyrl.task_prefixes",
     builtins=(
         "polyrl.tasks.reasoning_gym",
-        "polyrl.tasks.builtin.compose",
-        "polyrl.envs.registry",
-        "polyrl.harness.task",
-        "polyrl.harness.vf_tasks",
+        "polyrl.tasks.builtin.compositions",
+        "polyrl.envs.env_registry",
+        "polyrl.rollout.harness.task",
+        "polyrl.rollout.harness.vf_tasks",
     ),
     entry=lambda name, resolve, **metadata: TaskPrefix(resolve, **metadata),
 )

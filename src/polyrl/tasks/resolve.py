@@ -3,7 +3,7 @@
 A name is, in this order:
 
 1. a registered task (``countdown``, ``compose/rev``, a plugin's, a dataset task registered for this process);
-2. otherwise routed by the longest registered prefix it starts with (:data:`~polyrl.tasks.registry.TASK_PREFIXES`:
+2. otherwise routed by the longest registered prefix it starts with (:data:`~polyrl.tasks.task_registry.TASK_PREFIXES`:
    ``rg/`` reasoning-gym datasets, ``compose/`` chains, ``env/`` environments, ``vf/`` verifiers tasksets);
 3. otherwise an unknown task (one line, with the closest names).
 
@@ -20,7 +20,7 @@ from typing import Any
 from polyrl.tasks.base import Task
 from polyrl.tasks.dataset import dataset_task_name, load_dataset_task
 from polyrl.tasks.prefixes import TASK_PREFIXES, TaskRequest, prefix_of, with_answer_format
-from polyrl.tasks.registry import TASKS
+from polyrl.tasks.task_registry import TASKS
 
 __all__ = ["get_task", "resolve_task"]
 

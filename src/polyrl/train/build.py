@@ -33,9 +33,11 @@ from polyrl.rollout.selfplay import SelfPlay, SelfPlaySettings
 from polyrl.run_dir import RunDir
 from polyrl.tasks import Task, resolve_task
 from polyrl.tasks.answers import AnswerFormat
+from polyrl.tasks.base import check_modalities
 from polyrl.trackers import open_trackers
 from polyrl.train.config import TaskSpec, TrainConfig
 from polyrl.train.lengths import check_run_lengths
+from polyrl.train.state import PolicyVersion
 
 if TYPE_CHECKING:  # types only: Ray and torch.distributed load when a run uses them
     from polyrl.distributed.fsdp import RankScorer
@@ -59,16 +61,13 @@ class TaskMix:
     specs: dict[str, TaskSpec]
     """Task name → its ``TaskSpec`` from the config."""
     difficulty_controller: DifficultyController | None
+    difficulty: Callable[[str], object]
+    """How hard a task is asked for training now: the difficulty controller's knob (its ``difficulty``, which holds
+    the configured difficulty of every task it leaves alone), or without one the configured difficulty."""
     sft_override: object
     """``sft.difficulty``: SFT's difficulty for every task, or None for each task's training difficulty."""
     has_references: dict[str, bool]
     """Task name → whether it provides reference solutions (SFT's data)."""
-
-    def difficulty(self, name: str):
-        """The training difficulty of ``name`` now: a difficulty controller's knob when one is configured."""
-        if self.difficulty_controller is not None:
-            return self.difficulty_controller.difficulty(name)
-        return self.specs[name].difficulty
 
     def sft_difficulty(self, name: str):
         return self.sft_override if self.sft_override is not None else self.difficulty(name)
@@ -105,24 +104,8 @@ class RunParts:
     """The Ray workers with ``backend: ray``; None in process."""
     selfplay: SelfPlay | None
     update_settings: UpdateSettings
-    policy_version: Callable[[], int]
-    """The current policy version (rollouts are tagged with it)."""
-
-    # the mix, as the stages read it
-    tasks = property(lambda self: self.mix.tasks)
-    difficulty_controller = property(lambda self: self.mix.difficulty_controller)
-
-    def difficulty(self, name: str):
-        return self.mix.difficulty(name)
-
-    def sft_difficulty(self, name: str):
-        return self.mix.sft_difficulty(name)
-
-    def eval_tasks(self) -> dict[str, tuple[Task, object]]:
-        return self.mix.eval_tasks()
-
-    def reference_tasks(self) -> dict[str, Task]:
-        return self.mix.reference_tasks()
+    policy_version: PolicyVersion
+    """The current policy version, which the run's state counts (rollouts are tagged with it)."""
 
     def seed_step(self, stage: str, step: int) -> np.random.Generator:
         """Seed torch for ``stage``/``step`` and return the step's numpy generator (resumes replay it)."""
@@ -212,7 +195,7 @@ def _selfplay(config: TrainConfig, tasks: dict, local, sampling: Sampling) -> Se
     return SelfPlay(settings, tasks, local(proposer), local(solver))
 
 
-def build_run(config: TrainConfig, resume: bool, placement, policy_version: Callable[[], int]) -> RunParts:
+def build_run(config: TrainConfig, resume: bool, placement, policy_version: PolicyVersion) -> RunParts:
     """Every part of the run ``config`` describes, in order, each user error a one-line UserError before training
     starts; ``policy_version()`` reads the run's current version."""
     config.verifier.apply()  # the isolated verifier pool's limits, before any task verifies anything
@@ -223,7 +206,10 @@ def build_run(config: TrainConfig, resume: bool, placement, policy_version: Call
     trackers = lambda: open_trackers(config.logging, config.run_dir, config.model_dump(mode="json"))
     run_dir = placement.open_run_dir(config.run_dir, trackers, resume)
     policy, prompts, backend = _load_policy(config, placement)
-    partial = TaskMix(tasks, specs, controller, config.sft.difficulty, {})
+    check_modalities(tasks, policy.modalities, config.model.path)
+    configured = {n: spec.difficulty for n, spec in specs.items()}
+    difficulty = controller.difficulty if controller is not None else configured.__getitem__
+    partial = TaskMix(tasks, specs, controller, difficulty, config.sft.difficulty, {})
     references = {n: tasks[n].generate(0, partial.difficulty(n)).solution is not None for n in tasks}
     mix = dataclasses.replace(partial, has_references=references)
     if config.sft.enabled and config.sft.steps and not any(references.values()):

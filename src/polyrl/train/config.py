@@ -15,26 +15,26 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from polyrl.curriculum import SAMPLERS
 from polyrl.device import DEFAULT_DEVICE, check_device_spec, device_kind
-from polyrl.distributed.config import RayConfig
-from polyrl.envs.registry import ENV_PREFIX, EnvConfig
+from polyrl.distributed.ray_config import RayConfig
+from polyrl.envs.env_registry import ENV_PREFIX, EnvConfig
 from polyrl.envs.retry import retried_task_name
 from polyrl.errors import UserError
-from polyrl.harness.task import HarnessSpec
+from polyrl.forward.logprobs import DEFAULT_TEMPERATURE
 from polyrl.optim import MAX_LR
 from polyrl.policy.backends import GenerationConfig, check_engine
-from polyrl.policy.generation import DEFAULT_TEMPERATURE
 from polyrl.policy.loading import TINY, ModelConfig
 from polyrl.policy.prompts import PromptConfig
 from polyrl.policy.threads import check_threads
 from polyrl.registry import registered
 from polyrl.rewards import RewardConfig
+from polyrl.rollout.harness.task import HarnessSpec
 from polyrl.rollout.selfplay import LEARNABILITY
 from polyrl.run_dir import ResumeRecord, atomic_write_text
 from polyrl.tasks.base import DEFAULT_DIFFICULTY
 from polyrl.tasks.dataset import DatasetSpec, fold_dataset_fields
 from polyrl.tasks.isolation import VerifierConfig
 from polyrl.trackers import LoggingConfig
-from polyrl.train.config_fields import Strict, first_nonfinite_field
+from polyrl.train.config_fields import Strict, first_bool_number, first_nonfinite_field
 from polyrl.train.lengths import check_budgets, response_budgets
 from polyrl.train.rl_config import MOVED_OBJECTIVE_KEYS, RLConfig
 from polyrl.yaml_files import DuplicateKeyError, describe, read_yaml, safe_load
@@ -184,7 +184,7 @@ class SelfPlayConfig(Strict):
     @field_validator("proposer")
     @classmethod
     def _proposer_task(cls, name):
-        from polyrl.tasks.selfplay import proposer_task_class
+        from polyrl.tasks.proposer import proposer_task_class
 
         try:
             proposer_task_class(name)
@@ -278,6 +278,15 @@ class TrainConfig(Strict):
         description="Written by polyrl: the overrides each --resume gave, and the checkpoint they took effect at.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data):
+        """``rl.steps=true`` is refused, not read as 1 step: no boolean where a number belongs, in any section."""
+        found = first_bool_number(data, cls)
+        if found is not None:
+            raise ValueError(f"{found[0]} is {str(found[1]).lower()}, a boolean: give a number")
+        return data
+
     @field_validator("device")
     @classmethod
     def _device(cls, spec: str) -> str:
@@ -362,7 +371,7 @@ class TrainConfig(Strict):
             if self.rl.prompts_per_step == 0:
                 raise ValueError("rl.prompts_per_step is 0: no problems to train on (0 is for selfplay.enabled runs)")
             return
-        from polyrl.tasks.selfplay import proposer_task_class
+        from polyrl.tasks.proposer import proposer_task_class
 
         names = [t.name for t in self.tasks]
         for role, name in (("proposer", sp.proposer), ("solver", proposer_task_class(sp.proposer).solver_task)):

@@ -24,7 +24,7 @@ def held_out(
     else:
         before()
         records: list[dict] = []
-        results = evaluate(config, parts.backend, parts.prompts, parts.eval_tasks(), per_problem=records)
+        results = evaluate(config, parts.backend, parts.prompts, parts.mix.eval_tasks(), per_problem=records)
         run_dir.save_lines(problems_file(path), records)
         run_dir.save_json(path, results)
     if log is not None:

@@ -32,7 +32,7 @@ import torch
 
 from polyrl.algos import uses_critic
 from polyrl.distributed.fsdp import (
-    Ranks,
+    DistributedRanks,
     RankScorer,
     RankSource,
     load_sharded,
@@ -102,7 +102,7 @@ class _StateInShards:
 class FSDPPlacement(LocalPlacement):
     """The policy sharded across the ranks of ``ranks``; each rank generates on its own unsharded replica."""
 
-    def __init__(self, ranks: Ranks, device: torch.device):
+    def __init__(self, ranks: DistributedRanks, device: torch.device):
         super().__init__(device)
         self.ranks = ranks
         self.is_writer = ranks.is_writer
@@ -197,6 +197,6 @@ class FSDPPlacement(LocalPlacement):
 class FSDPTrainer(Trainer):
     """The Trainer on this rank of a multi-process run (``torchrun``): :class:`FSDPPlacement`, nothing else."""
 
-    def __init__(self, config: TrainConfig, ranks: Ranks, device: torch.device, resume: bool = False):
+    def __init__(self, config: TrainConfig, ranks: DistributedRanks, device: torch.device, resume: bool = False):
         check_fsdp_config(config)
         super().__init__(config, resume=resume, placement=FSDPPlacement(ranks, device))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from polyrl.envs import is_environment
-from polyrl.envs.registry import ENV_PREFIX
+from polyrl.envs.env_registry import ENV_PREFIX
 from polyrl.errors import UserError
 from polyrl.policy.loading import TINY
 from polyrl.policy.model_files import model_positions
@@ -81,7 +81,7 @@ def check_run_lengths(config, policy, prompts, mix) -> None:
 
 
 def _check_sft_examples(config, policy, prompts, mix, tasks: dict[str, Any], positions: int, where: str) -> None:
-    from polyrl.train.sft import reference_batch
+    from polyrl.train.sft_data import reference_batch
 
     if not tasks:
         return

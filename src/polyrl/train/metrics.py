@@ -13,18 +13,57 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from polyrl.curriculum import curriculum_metrics
 from polyrl.learner.update import UpdateResult
 from polyrl.learner.update_batch import UpdateBatch
 from polyrl.rollout import Trajectory
 from polyrl.rollout.collect import Collected, by_group, has_signal
-from polyrl.rollout.episode_metrics import episode_metrics
+from polyrl.tasks.images import png_base64
 
 VERIFIER_FAILURES = ("verifier_timeout", "verifier_error")
 """Verdict reasons of a verifier that could not finish (isolated worker timed out or crashed)."""
 
 SAMPLE_CHARS = 400
 """Prompt and completion text kept per logged sample."""
+
+
+EPISODE_MEANS = {
+    "turns": "turns",
+    "tool_calls": "tool_calls",
+    "tool_errors": "tool_errors",
+    "invalid_actions": "invalid_actions",
+    "policy_tokens_per_episode": "policy_tokens",
+    "env_tokens_per_episode": "env_tokens",
+}
+"""Metric → the episode statistic (``Trajectory.info``) it is the mean per episode of. The token means are named
+apart from ``policy_tokens``, which is the step's sum (overall and per task)."""
+
+
+def episode_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Per environment: ``success``, the means per episode of :data:`EPISODE_MEANS`, and the fraction of
+    episodes ending for each reason (``end/<reason>/<env>``)."""
+    by_env: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        if t.is_episode:
+            by_env.setdefault(t.task, []).append(t)
+    out: dict[str, float] = {}
+    for name, ts in sorted(by_env.items()):
+        n = len(ts)
+        out[f"success/{name}"] = sum(t.verdict.correct for t in ts) / n
+        for metric, key in EPISODE_MEANS.items():
+            out[f"{metric}/{name}"] = sum(t.info.get(key, 0) for t in ts) / n
+        for reason in sorted({t.verdict.reason for t in ts}):
+            out[f"end/{reason}/{name}"] = sum(t.verdict.reason == reason for t in ts) / n
+    return out
+
+
+def curriculum_metrics(sampler, controller) -> dict[str, float]:
+    """What the curriculum did this step: ``sampler_weight/<task>``, ``difficulty/<task>`` and the sampler's own
+    :meth:`~polyrl.curriculum.samplers.TaskSampler.metrics`."""
+    out = {f"sampler_weight/{t}": float(w) for t, w in zip(sampler.tasks, sampler.weights())}
+    out.update(sampler.metrics())
+    if controller is not None:
+        out.update({f"difficulty/{t}": k for t, k in controller.knobs.items()})
+    return out
 
 
 def _mean(xs) -> float:
@@ -101,23 +140,25 @@ class TermFailures:
 def samples(trajs: list[Trajectory], per_task: int = 1) -> list[dict[str, Any]]:
     """A few completions of the step with their rewards, for the metrics file and the report: the first
     ``per_task`` of each task with the prompt the policy read (the run's prompt field and style, e.g. the natural
-    statement a real model reads), text cut to :data:`SAMPLE_CHARS` characters."""
+    statement a real model reads), text cut to :data:`SAMPLE_CHARS` characters, and the problem's images, whole, as
+    base64 PNG text (``images``, only where it has images)."""
     seen: dict[str, int] = defaultdict(int)
     out = []
     for t in trajs:
         if seen[t.task] >= per_task:
             continue
         seen[t.task] += 1
-        out.append(
-            {
-                "task": t.task,
-                "prompt": t.shown_prompt[:SAMPLE_CHARS],
-                "completion": t.text[:SAMPLE_CHARS],
-                "reward": t.reward,
-                "correct": bool(t.verdict.correct),
-                "reason": t.verdict.reason,
-            }
-        )
+        sample = {
+            "task": t.task,
+            "prompt": t.shown_prompt[:SAMPLE_CHARS],
+            "completion": t.text[:SAMPLE_CHARS],
+            "reward": t.reward,
+            "correct": bool(t.verdict.correct),
+            "reason": t.verdict.reason,
+        }
+        if t.problem.images:
+            sample["images"] = [png_base64(image) for image in t.problem.images]
+        out.append(sample)
     return out
 
 
@@ -138,7 +179,7 @@ def step_metrics(
       ``policy_tokens`` (sums), ``reward_terms/*``, ``reward_failures/*``, verifier failures,
       ``judge_position_inconsistent``;
     - over the rows trained on (:func:`_trained_metrics`): ``entropy`` and ``kl``;
-    - multi-turn episode metrics over every generated episode (:func:`~polyrl.rollout.episode_metrics.episode_metrics`);
+    - multi-turn episode metrics over every generated episode (:func:`episode_metrics`);
     - from the update (:class:`~polyrl.learner.update.UpdateResult`): ``loss``, ``grad_norm``,
       ``skipped_updates``, ``updates``, ``trained_sequences``, every statistic the objective measured
       (overall and per task, measured once), ``value_loss``;

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from polyrl.learner import BaseModelReference
+from polyrl.learner.ranks import ONE_PROCESS
 from polyrl.run_dir import RunDir
 from polyrl.train.checkpoint import (
     Checkpoint,
@@ -36,8 +37,8 @@ class LocalPlacement:
         self.device = torch.device(device)
         """Where the policy, the KL reference, the critic and every training batch live."""
 
-    ranks = None
-    """``polyrl.distributed.fsdp.Ranks`` when sharded; None in one process."""
+    ranks = ONE_PROCESS
+    """The processes the learner's work is split across: this one (``DistributedRanks`` when sharded)."""
     is_writer = True
     """This process writes the run directory (every rank but 0 of a sharded run writes nothing)."""
 

@@ -65,21 +65,47 @@ def pin_models(config: TrainConfig, log=None) -> TrainConfig:
     return config.model_copy(update=pinned)
 
 
+def without_effect(changed: dict[str, Any], ckpt: Checkpoint) -> list[str]:
+    """The changed keys a resume from ``ckpt`` could only record, not apply (issue #43): ``model.path`` — the run
+    goes on from the checkpoint's weights, and another model's architecture or tokenizer under them would be
+    another run — and every ``sft.`` setting once SFT is over (its model is ``sft_model/``)."""
+    past_sft = ckpt.stage != "sft"
+    return [k for k in changed if k == "model.path" or (past_sft and k.startswith("sft."))]
+
+
 def check_resume(config: TrainConfig, run_dir: RunDir, ckpt: Checkpoint, model) -> None:
-    """Refuse a resume whose model cannot take ``ckpt``'s weights (an override changed its shape: hidden size,
-    layers, LoRA rank…), before anything is written: ``config.yaml`` and its resume history keep describing
-    the run as it is, so the next plain ``--resume`` goes on from ``ckpt``."""
+    """Refuse, before anything is written, a resume whose overrides could not take effect from ``ckpt``
+    (:func:`without_effect`) or whose model cannot take ``ckpt``'s weights (an override changed its shape:
+    hidden size, layers, LoRA rank…): ``config.yaml`` and its resume history keep describing the run as it is, so
+    the next plain ``--resume`` goes on from ``ckpt``."""
+    changed = changed_settings(load_config(run_dir.config_file, saved=True), config)
+    idle = without_effect(changed, ckpt)
+    if idle:
+        raise UserError(
+            f"cannot resume {run_dir.path} from checkpoint {ckpt.path.name} with {', '.join(idle)} changed: "
+            f"{_why_idle(idle, ckpt)}; resume without {'it' if len(idle) == 1 else 'them'}, or start a new run in "
+            "another run_dir"
+        )
     problem = weights_mismatch(model, ckpt.path / "model", f"checkpoint {ckpt.path.name}")
     if problem is None:
         return
-    changed = [
-        k for k in changed_settings(load_config(run_dir.config_file, saved=True), config) if k.startswith("model.")
-    ]
+    changed = [k for k in changed if k.startswith("model.")]
     why = f"this resume changes {', '.join(changed)}" if changed else "the model is not the one the run trained"
     raise UserError(
         f"cannot resume {run_dir.path} from checkpoint {ckpt.path.name}: {problem}; {why}: resume without "
         "changing the model's shape, or start a new run in another run_dir"
     )
+
+
+def _why_idle(keys: list[str], ckpt: Checkpoint) -> str:
+    reasons = []
+    if "model.path" in keys:
+        reasons.append(f"the run goes on from the weights of {ckpt.path.name}, not from another model")
+    if any(k.startswith("sft.") for k in keys):
+        reasons.append(
+            f"SFT is over ({ckpt.path.name} is an {ckpt.stage.upper()} checkpoint; its model is sft_model/)"
+        )
+    return " and ".join(reasons)
 
 
 def save_run_config(config: TrainConfig, run_dir: RunDir, resume: bool, ckpt: Checkpoint | None = None) -> TrainConfig:

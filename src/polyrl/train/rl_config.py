@@ -13,11 +13,13 @@ from polyrl.algos import (
     get_objective,
     objective_settings_class,
     uses_critic,
+    zeroes_groups_of_one,
 )
 from polyrl.algos.gradient_surgery import get_surgery
 from polyrl.critic import CriticConfig
+from polyrl.forward.logprobs import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE
 from polyrl.optim import MAX_LR
-from polyrl.policy.generation import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P
+from polyrl.policy.generation import DEFAULT_TOP_P
 from polyrl.registry import registered
 from polyrl.train.config_fields import Strict
 
@@ -154,6 +156,22 @@ class RLConfig(Strict):
             raise ValueError(f"rl.objective_settings.{where} ({self.objective}): {msg}") from None
         return self
 
+    def _groups_of_one(self) -> None:
+        """``rl.group_size=1`` trained nothing without a word (issue #43): refused where it cannot train."""
+        if self.group_size != 1 or not self.prompts_per_step or not (self.enabled and self.steps):
+            return
+        if zeroes_groups_of_one(self.advantage):
+            raise ValueError(
+                f"rl.group_size=1 trains nothing with rl.advantage={self.advantage}: its baseline is the group's own "
+                "rewards, so a group of one completion has advantage 0 whatever its reward; use rl.group_size of 2 "
+                "or more, or rl.advantage=reinforce_pp (the batch's baseline) or gae (a critic)"
+            )
+        if self.dynamic_sampling:
+            raise ValueError(
+                "rl.group_size=1 with rl.dynamic_sampling drops every group (the rewards of one completion are "
+                "always all equal) and trains nothing: set rl.dynamic_sampling=false, or rl.group_size of 2 or more"
+            )
+
     @model_validator(mode="after")
     def _compatible(self):
         if uses_critic(self.advantage) and self.task_normalize:
@@ -170,6 +188,7 @@ class RLConfig(Strict):
                 )
             if self.task_normalize:
                 raise ValueError(f"rl.advantage_level={level} cannot be combined with rl.task_normalize")
+        self._groups_of_one()
         rows = self.prompts_per_step * self.group_size
         if rows and self.minibatches > rows:  # rows 0: self-play supplies them (selfplay:)
             raise ValueError(

@@ -31,10 +31,12 @@ from polyrl.train.metrics import TermFailures, step_metrics
 class RLStage:
     """The RL stage of the pipeline (after SFT), over the run's parts, state and placement."""
 
-    def __init__(self, parts, state, placement, progress, broadcast_weights, evaluate):
+    def __init__(self, parts, state, placement, progress, evaluate):
         self.parts, self.state, self.placement, self.progress = parts, state, placement, progress
         self.training = state.training
-        self.broadcast_weights, self.evaluate = broadcast_weights, evaluate
+        self.evaluate = evaluate
+        self.score = scoring(parts.mix.tasks, parts.config.reward, parts.config.rl.max_new_tokens, parts.reward_scorer)
+        """Stage 2, with everything but the trajectories fixed (each task's reward weights resolved once)."""
         self.reference = None
         """The frozen KL reference (with ``rl.kl_coef > 0``)."""
         self.term_failures = TermFailures()
@@ -85,6 +87,12 @@ class RLStage:
             self.progress.stop()
             print("\n".join(lines), file=sys.stderr, flush=True)
 
+    def broadcast_weights(self) -> None:
+        """The current weights to every generator of RL rollouts: the backend and, with Ray, the workers."""
+        self.state.sync_backend()
+        if self.parts.rollout_pool is not None:
+            self.parts.rollout_pool.sync_weights(self.training.model, self.state.policy_version)
+
     def reference_model(self):
         """The frozen KL reference: the policy as SFT left it (``sft_model/``), placed like the policy."""
         return self.placement.reference_model(self.training.model, self.parts.run_dir.model_dir("sft_model"))
@@ -100,7 +108,7 @@ class RLStage:
         batch = update = None
         if trajs:
             pad_id, settings = parts.policy.tokenizer.pad_token_id, parts.update_settings
-            batch = prepare_update(trajs, list(parts.tasks), pad_id, settings, training.critic)
+            batch = prepare_update(trajs, list(parts.mix.tasks), pad_id, settings, training.critic)
             update = policy_update(
                 training.model,
                 training.optimizer,
@@ -126,7 +134,7 @@ class RLStage:
             update,
             elapsed,
             lr=training.lr(),
-            curriculum=(parts.sampler, parts.difficulty_controller),
+            curriculum=(parts.sampler, parts.mix.difficulty_controller),
         )
 
     def collect(self, step: int, rng: np.random.Generator) -> Collected:
@@ -136,20 +144,19 @@ class RLStage:
         parts.sampler.set_step(step)
 
         def make_problems(n: int):
-            return parts.sampler.draw(n, rng, parts.tasks, parts.difficulty)
+            return parts.sampler.draw(n, rng, parts.mix.tasks, parts.mix.difficulty)
 
-        score = scoring(parts.tasks, parts.config.reward, cfg.max_new_tokens, parts.reward_scorer)
         collected = collect_groups(
             parts.source,
             cfg.prompts_per_step,
             make_problems,
-            score,
+            self.score,
             self._observe,
             cfg.dynamic_sampling,
             cfg.max_refills,
         )
         if parts.selfplay is not None:  # the game's proposer and solver groups (not shown to the curriculum)
-            game = parts.selfplay.collect(rng, parts.difficulty, score, cfg.dynamic_sampling)
+            game = parts.selfplay.collect(rng, parts.mix.difficulty, self.score, cfg.dynamic_sampling)
             collected = collected.merged(game)
         return collected
 
@@ -157,8 +164,8 @@ class RLStage:
         """The curriculum sees every generated group's verifier scores (dropped groups included)."""
         scores = [t.verdict.score for t in group]
         self.parts.sampler.observe(group[0].problem, scores)
-        if self.parts.difficulty_controller is not None:
-            self.parts.difficulty_controller.update(group[0].task, scores)
+        if self.parts.mix.difficulty_controller is not None:
+            self.parts.mix.difficulty_controller.update(group[0].task, scores)
 
     def critic_warmup(self, steps: int) -> None:
         """Value-model updates on the starting policy's rollouts before any policy update, so that GAE starts
@@ -172,7 +179,7 @@ class RLStage:
             record: dict = {"sequences": len(trajs)}
             if trajs:
                 pad_id = parts.policy.tokenizer.pad_token_id
-                batch = prepare_update(trajs, list(parts.tasks), pad_id, parts.update_settings, critic)
+                batch = prepare_update(trajs, list(parts.mix.tasks), pad_id, parts.update_settings, critic)
                 record.update(critic_update(critic, batch, parts.update_settings))
                 record["reward"] = sum(t.reward for t in trajs) / len(trajs)
             record["step_time"] = time.perf_counter() - t0

@@ -1,7 +1,7 @@
 """The SFT stage: a warm start on the tasks' reference solutions, then rounds of rejection-sampling
 fine-tuning on the policy's own verified-correct samples; it ends by saving ``sft_model/``.
 
-Each step draws a fresh batch of reference problems (``sft.reference_batch``) at the step's seed and
+Each step draws a fresh batch of reference problems (``sft_data.reference_batch``) at the step's seed and
 takes one optimizer step through the placement (one process, or each rank its share). Steps are
 logged as ``stage: sft`` records and checkpointed every ``checkpoint_every`` steps.
 """
@@ -14,17 +14,17 @@ import time
 import numpy as np
 
 from polyrl.learner import SFT_WEIGHT_DECAY, sft_step
-from polyrl.train import sft
+from polyrl.train import sft_data
 from polyrl.train.checkpoint import Checkpoint
 
 
 class SFTStage:
     """The SFT stage of the pipeline (before RL), over the run's parts, state and placement."""
 
-    def __init__(self, parts, state, placement, progress, sync_backend, save_model):
+    def __init__(self, parts, state, placement, progress, save_model):
         self.parts, self.state, self.placement, self.progress = parts, state, placement, progress
         self.training = state.training
-        self.sync_backend, self.save_model = sync_backend, save_model
+        self.save_model = save_model
 
     def run(self, ckpt: Checkpoint | None) -> None:
         """SFT from the start, or from ``ckpt`` (an SFT checkpoint)."""
@@ -52,9 +52,9 @@ class SFTStage:
         parts, cfg = self.parts, self.parts.config.sft
         rng = parts.seed_step("sft", step)
         t0 = time.perf_counter()
-        batch = sft.reference_batch(
-            parts.reference_tasks(),
-            parts.sft_difficulty,
+        batch = sft_data.reference_batch(
+            parts.mix.reference_tasks(),
+            parts.mix.sft_difficulty,
             parts.prompts,
             parts.policy.tokenizer.eos_token_id,
             rng,
@@ -93,10 +93,16 @@ class SFTStage:
         """Sample the policy on fresh problems, keep the verified-correct completions, fine-tune on them."""
         parts, cfg = self.parts, self.parts.config.sft
         rng = parts.seed_step("rft", rnd)
-        self.sync_backend()
+        self.state.sync_backend()
         sampling = dataclasses.replace(parts.sampling(), group_size=cfg.rejection_samples)
-        data, pass_rate = sft.rejection_samples(
-            parts.tasks, parts.sft_difficulty, parts.backend, parts.prompts, rng, cfg.rejection_problems, sampling
+        data, pass_rate = sft_data.rejection_samples(
+            parts.mix.tasks,
+            parts.mix.sft_difficulty,
+            parts.backend,
+            parts.prompts,
+            rng,
+            cfg.rejection_problems,
+            sampling,
         )
         losses = []
         for _ in range(cfg.rejection_steps if data else 0):

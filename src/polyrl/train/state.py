@@ -42,6 +42,17 @@ class Training:
         return self.scheduler.get_last_lr()[0]
 
 
+class PolicyVersion:
+    """The policy's version: its optimizer updates so far in RL. The run's state counts it (and checkpoints it); the
+    rollout sources call it to tag each trajectory with the version of the weights that sampled it."""
+
+    def __init__(self, value: int = 0):
+        self.value = value
+
+    def __call__(self) -> int:
+        return self.value
+
+
 class RunState:
     """The counters and stateful parts of a run, saved and restored as one."""
 
@@ -55,8 +66,15 @@ class RunState:
         evaluations between them) line up on one axis."""
         self.bad_steps = 0
         """Consecutive steps with a non-finite loss."""
-        self.policy_version = 0
-        """Policy updates so far in RL (rollouts are tagged with it)."""
+
+    @property
+    def policy_version(self) -> int:
+        """Policy updates so far in RL (rollouts are tagged with it: ``parts.policy_version``)."""
+        return self.parts.policy_version.value
+
+    @policy_version.setter
+    def policy_version(self, value: int) -> None:
+        self.parts.policy_version.value = value
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps besides tensors: the curriculum, counters, and how much was logged."""
@@ -64,7 +82,7 @@ class RunState:
         return {
             "sampler": parts.sampler.state_dict(),
             "bad_steps": self.bad_steps,
-            "difficulty": parts.difficulty_controller.state_dict() if parts.difficulty_controller else {},
+            "difficulty": parts.mix.difficulty_controller.state_dict() if parts.mix.difficulty_controller else {},
             "policy_version": self.policy_version,
             "global_step": self.global_step,
             "metrics_lines": parts.run_dir.metrics_lines(),
@@ -74,8 +92,8 @@ class RunState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         parts = self.parts
         parts.sampler.load_state_dict(state.get("sampler", {}))
-        if parts.difficulty_controller is not None:
-            parts.difficulty_controller.load_state_dict(state.get("difficulty", {}))
+        if parts.mix.difficulty_controller is not None:
+            parts.mix.difficulty_controller.load_state_dict(state.get("difficulty", {}))
         if parts.selfplay is not None:
             parts.selfplay.load_state_dict(state.get("selfplay", {}))
         self.bad_steps = state.get("bad_steps", 0)
@@ -116,6 +134,10 @@ class RunState:
         config = self.parts.config
         warmup = config.rl.critic.warmup_steps if uses_critic(config.rl.advantage) else 0
         return (config.sft.steps if config.sft.enabled else 0) + warmup
+
+    def sync_backend(self) -> None:
+        """Give the generation backend the current weights (through the placement), tagged with their version."""
+        self.placement.sync_backend(self.parts.backend, self.training.model, self.policy_version)
 
     def log(self, stage: str, step: int, record: dict[str, Any]) -> None:
         """One metrics record of ``stage`` at its own ``step``, stamped with the run's :attr:`global_step`."""

@@ -35,7 +35,7 @@ from polyrl.train.progress import StageProgress
 from polyrl.train.resume import check_resume, pin_models, save_run_config
 from polyrl.train.rl_stage import RLStage
 from polyrl.train.sft_stage import SFTStage
-from polyrl.train.state import RunState, Training, TrainingError
+from polyrl.train.state import PolicyVersion, RunState, Training, TrainingError
 
 __all__ = ["Trainer", "TrainingError", "resume_config", "train"]
 
@@ -49,11 +49,11 @@ class Trainer:
         config = pin_models(config, log=_log)  # every model name resolved, and Hub commits recorded, first
         self.config, self.resume = config, resume
         self.placement = placement if placement is not None else LocalPlacement(resolve_device(config.device))
-        self.parts = build_run(config, resume, self.placement, lambda: self.state.policy_version)
+        self.parts = build_run(config, resume, self.placement, PolicyVersion())
         self.state = RunState(self.parts, Training(self.parts.policy.model), self.placement)
         self.progress = StageProgress(config.progress and self.placement.is_writer)
-        self.sft = SFTStage(self.parts, self.state, self.placement, self.progress, self.sync_backend, self.save_model)
-        self.rl = RLStage(self.parts, self.state, self.placement, self.progress, self.broadcast_weights, self.evaluate)
+        self.sft = SFTStage(self.parts, self.state, self.placement, self.progress, self.save_model)
+        self.rl = RLStage(self.parts, self.state, self.placement, self.progress, self.evaluate)
         self.results: dict[str, Any] = {}
         """The held-out results so far (``after_sft``, ``after_rl``), as the model cards show them."""
         self.resume_from = latest_checkpoint(self.parts.run_dir.checkpoints) if resume else None
@@ -106,12 +106,6 @@ class Trainer:
         """What the first held-out evaluation (``after_sft``) is of: the SFT model, or the model RL starts from."""
         return "after SFT" if self.config.sft.enabled and self.config.sft.steps else "before RL"
 
-    def run_sft(self, ckpt=None) -> None:
-        self.sft.run(ckpt)
-
-    def run_rl(self, ckpt=None) -> None:
-        self.rl.run(ckpt)
-
     def evaluate(self, name: str, log: bool = True) -> dict[str, dict[str, float]]:
         """Held-out results ``name`` (computed, or read back: the after-SFT evaluation is done once per run);
         logged as an ``eval`` record at the current stage step and global step unless ``log`` is False (the
@@ -121,19 +115,9 @@ class Trainer:
 
     def _before_evaluation(self) -> None:
         self.progress.stop()
-        self.sync_backend()
+        self.state.sync_backend()
 
-    # -- weights in and out ---------------------------------------------------------------------------
-    def sync_backend(self) -> None:
-        """Give the generation backend the current weights."""
-        self.placement.sync_backend(self.parts.backend, self.state.training.model, self.state.policy_version)
-
-    def broadcast_weights(self) -> None:
-        """The current weights to every generator of RL rollouts: the backend and, with Ray, the workers."""
-        self.sync_backend()
-        if self.parts.rollout_pool is not None:
-            self.parts.rollout_pool.sync_weights(self.state.training.model, self.state.policy_version)
-
+    # -- weights out ----------------------------------------------------------------------------------
     def save_model(self, name: str) -> None:
         """The policy as a Hugging Face checkpoint in ``RUN_DIR/name`` (never one with NaN or infinite weights), its
         LoRA adapter in ``RUN_DIR/name/adapter``, and a model card."""
@@ -161,28 +145,11 @@ class Trainer:
             self.parts.backend.close()
         self.placement.close()
 
-    # -- the run's parts, as callers (experiments, benchmarks, tests) read them ------------------------
-    policy = property(lambda self: self.parts.policy)
-    tasks = property(lambda self: self.parts.tasks)
+    # -- read by experiments/curriculum.py, compose.py and mixture_search.py; the run's parts are trainer.parts ---
+    tasks = property(lambda self: self.parts.mix.tasks)
     prompts = property(lambda self: self.parts.prompts)
     backend = property(lambda self: self.parts.backend)
-    source = property(lambda self: self.parts.source)
-    sampler = property(lambda self: self.parts.sampler)
-    selfplay = property(lambda self: self.parts.selfplay)
     run_dir = property(lambda self: self.parts.run_dir)
-    ranks = property(lambda self: self.placement.ranks)
-    policy_version = property(lambda self: self.state.policy_version)
-    optimizer = property(lambda self: self.state.training.optimizer)
-    rollout_pool = property(lambda self: self.parts.rollout_pool)
-
-    def difficulty(self, name: str):
-        return self.parts.difficulty(name)
-
-    def eval_tasks(self) -> dict[str, tuple[Any, Any]]:
-        return self.parts.eval_tasks()
-
-    def trainable_parameters(self) -> list:
-        return self.state.training.parameters()
 
 
 def _log(message: str) -> None:

@@ -14,7 +14,9 @@ MODULES = tuple(
         "graph_paths",
         "sequential",
         "crypto",
-        "search",
-        "compose",
+        "search_puzzles",
+        "compositions",
+        "visual",
+        "visual_puzzles",
     )
 )

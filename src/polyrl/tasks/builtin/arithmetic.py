@@ -12,7 +12,7 @@ from fractions import Fraction
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import evaluate_expression, parse_int, parse_rational
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 # Every integer answer stays below 2**63 at the hard end too, so that exported problems fit int64 columns.
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import evaluate_expression, parse_int
 from polyrl.tasks.builtin.arithmetic import expression_example, join_operands
-from polyrl.tasks.registry import register_task
-from polyrl.tasks.selfplay import ProposerTask
+from polyrl.tasks.proposer import ProposerTask
+from polyrl.tasks.task_registry import register_task
 
 MAX_PROPOSAL_CHARS = 120
 """Longest proposal (expression, ``=`` and value) the verifier reads; longer ones are invalid (``too_long``)."""

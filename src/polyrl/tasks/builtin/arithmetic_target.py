@@ -10,7 +10,7 @@ from collections import Counter
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import evaluate_expression
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 # Longest accepted expression: six numbers with generous parentheses and spaces fit easily.
 _MAX_EXPRESSION_CHARS = 200

@@ -12,7 +12,7 @@ import string
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_assignment, parse_int
 from polyrl.tasks.builtin._text import positional_credit, random_letters, random_words
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 _ALPHABET = string.ascii_lowercase
 _DECODED_TEXT = "Answer with the decoded text in lowercase, spaces where the ciphertext has them, for example: abc de."

@@ -9,7 +9,7 @@ from __future__ import annotations
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_int, parse_int_list
 from polyrl.tasks.builtin.graph_paths import edges_text
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 
 @register_task("connected_components")

@@ -6,7 +6,7 @@ from collections import deque
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_int, parse_int_list
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 
 def edges_text(edges: list[list[int]], sep: str = "-") -> str:

@@ -12,7 +12,7 @@ from collections import deque
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_char_grid, parse_int, parse_letters
 from polyrl.tasks.builtin._text import positional_credit, random_letters
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 _STEPS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 
@@ -25,7 +25,7 @@ def _find(rows: list[str], ch: str) -> tuple[int, int]:
     raise ValueError(f"no {ch!r} in grid")
 
 
-def _maze_moves(rows: list[str], start: tuple[int, int], goal: tuple[int, int]) -> str | None:
+def maze_moves(rows: list[str], start: tuple[int, int], goal: tuple[int, int]) -> str | None:
     """A shortest move string from start to goal by breadth-first search, or None if unreachable."""
     h, w = len(rows), len(rows[0])
     came: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {start: None}
@@ -46,6 +46,22 @@ def _maze_moves(rows: list[str], start: tuple[int, int], goal: tuple[int, int]) 
     return None
 
 
+def random_maze(rng, n: int, wall_share: float) -> tuple[list[str], str]:
+    """An ``n`` x ``n`` maze (rows of ``#`` walls, ``.`` floor, ``S`` start, ``E`` exit), each cell a wall with
+    chance ``wall_share``, and a shortest move string from S to E; drawn again until E can be reached."""
+    while True:
+        cells = [["#" if rng.random() < wall_share else "." for _ in range(n)] for _ in range(n)]
+        free = [(r, c) for r in range(n) for c in range(n) if cells[r][c] == "."]
+        if len(free) < 2:
+            continue
+        start, goal = rng.sample(free, 2)
+        cells[start[0]][start[1]], cells[goal[0]][goal[1]] = "S", "E"
+        rows = ["".join(row) for row in cells]
+        moves = maze_moves(rows, start, goal)
+        if moves:
+            return rows, moves
+
+
 @register_task("maze_path")
 class MazePath(Task):
     category = "grid"
@@ -59,41 +75,36 @@ class MazePath(Task):
     answer_shape = "one letter per move"
 
     def make(self, rng, p):
-        n = p["size"]
-        while True:  # redraw the rare maze whose start cannot reach the exit
-            cells = [["#" if rng.random() < p["wall_share"] else "." for _ in range(n)] for _ in range(n)]
-            free = [(r, c) for r in range(n) for c in range(n) if cells[r][c] == "."]
-            if len(free) < 2:
-                continue
-            start, goal = rng.sample(free, 2)
-            cells[start[0]][start[1]], cells[goal[0]][goal[1]] = "S", "E"
-            rows = ["".join(row) for row in cells]
-            moves = _maze_moves(rows, start, goal)
-            if moves:
-                # "the letters U, D, L and R" in the answer sentence: SmolLM2 answered "U, D, L, R" after SFT
-                statement = (
-                    "Find a shortest walk through this maze from S to E. Each line is a row; # is a wall, . is open "
-                    "floor. Each move goes one cell up, down, left or right, never into a wall or off the grid."
-                    f"\n{chr(10).join(rows)}\n"
-                    "Answer with one letter per move, in order, written together without spaces or commas: U for "
-                    "up, D for down, L for left, R for right; RRDL, for example, is right, right, down, left."
-                )
-                question = f"maze {'/'.join(rows)}; moves U/D/L/R"
-                return Example(question, {"maze": rows, "steps": len(moves)}, moves, statement)
+        rows, moves = random_maze(rng, p["size"], p["wall_share"])
+        # "the letters U, D, L and R" in the answer sentence: SmolLM2 answered "U, D, L, R" after SFT
+        statement = (
+            "Find a shortest walk through this maze from S to E. Each line is a row; # is a wall, . is open "
+            "floor. Each move goes one cell up, down, left or right, never into a wall or off the grid."
+            f"\n{chr(10).join(rows)}\n"
+            "Answer with one letter per move, in order, written together without spaces or commas: U for "
+            "up, D for down, L for left, R for right; RRDL, for example, is right, right, down, left."
+        )
+        question = f"maze {'/'.join(rows)}; moves U/D/L/R"
+        return Example(question, {"maze": rows, "steps": len(moves)}, moves, statement)
 
     def check(self, answer: str, problem: Problem):
-        rows, steps = problem.answer["maze"], problem.answer["steps"]
-        moves = parse_letters(answer, "UDLR")
-        r, c = _find(rows, "S")
-        for m in moves:
-            dr, dc = _STEPS[m]
-            r, c = r + dr, c + dc
-            if not (0 <= r < len(rows) and 0 <= c < len(rows[0])) or rows[r][c] == "#":
-                return 0.0, "wrong"
-        if rows[r][c] != "E":
+        return walk_score(problem.answer["maze"], problem.answer["steps"], answer)
+
+
+def walk_score(rows: list[str], steps: int, answer: str) -> float | tuple[float, str]:
+    """The score of the moves ``answer`` (letters U/D/L/R) through maze ``rows`` (``#`` walls, ``S`` start, ``E``
+    exit) whose shortest walk takes ``steps`` moves: 1 for a shortest walk, partial for a longer one, else wrong."""
+    moves = parse_letters(answer, "UDLR")
+    r, c = _find(rows, "S")
+    for m in moves:
+        dr, dc = _STEPS[m]
+        r, c = r + dr, c + dc
+        if not (0 <= r < len(rows) and 0 <= c < len(rows[0])) or rows[r][c] == "#":
             return 0.0, "wrong"
-        # A detour reaches the exit but wastes steps: credit shrinks with the waste, below a full solve.
-        return 1.0 if len(moves) == steps else 0.5 * steps / len(moves)
+    if rows[r][c] != "E":
+        return 0.0, "wrong"
+    # A detour reaches the exit but wastes steps: credit shrinks with the waste, below a full solve.
+    return 1.0 if len(moves) == steps else 0.5 * steps / len(moves)
 
 
 def _count_islands(rows: list[str]) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_char_grid, parse_int_list
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 _DIGITS = "123456789"
 

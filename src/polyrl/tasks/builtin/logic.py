@@ -13,7 +13,7 @@ import string
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_assignment, parse_bool
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 # A formula is a nested list: ["var", name], ["not", f] or [op, f, g] with op in & | ^ ->.
 # Lists, not tuples, so that formulas stored in a problem survive a JSON round trip unchanged.

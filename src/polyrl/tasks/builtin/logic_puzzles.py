@@ -8,7 +8,7 @@ import string
 
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_assignment
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 _ROLE = {True: "knight", False: "knave"}
 

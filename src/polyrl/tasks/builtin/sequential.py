@@ -7,7 +7,7 @@ import re
 from polyrl.tasks.base import Example, Param, Problem, Task
 from polyrl.tasks.builtin._parse import parse_int, parse_int_list, parse_letters
 from polyrl.tasks.builtin._text import positional_credit, random_letters
-from polyrl.tasks.registry import register_task
+from polyrl.tasks.task_registry import register_task
 
 
 @register_task("reverse_letters")

@@ -1,0 +1,20 @@
+"""The README's count of built-in tasks and their categories is the registry's (it said 41 when 56 were registered)."""
+
+import re
+from pathlib import Path
+
+from polyrl.tasks.task_registry import TASKS
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def _builtin() -> dict[str, str]:
+    return {n: TASKS[n].category for n in TASKS.names() if TASKS[n].__module__.startswith("polyrl.tasks.builtin.")}
+
+
+def test_the_readme_counts_every_built_in_task_and_category():
+    text = README.read_text()
+    count, categories = re.search(r"(\d+) built-in tasks in (\w+) categories", text).groups()
+    words = {"seven": 7, "eight": 8, "nine": 9, "ten": 10}
+    assert (int(count), words[categories]) == (len(_builtin()), len(set(_builtin().values())))
+    assert f"{count} built-ins" in text  # the Layout section says the same
