@@ -2,13 +2,17 @@
 its config.yaml records the commit it loaded, and a LoRA run leaves the merged model and the PEFT adapter, each
 with a model card whose header the Hub reads."""
 
+import hashlib
 import json
+import shutil
 
 import pytest
 import torch
 import yaml
+from cli_errors import one_error_line
 from hub_cache import commit_for, lay_out
 
+from polyrl.cli import run as cli
 from polyrl.device import HOST
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.train.config import load_config, save_config
@@ -113,6 +117,26 @@ def test_a_rerun_of_the_saved_config_loads_the_recorded_commit_after_main_moves(
     original = load_policy(ModelConfig(path=str(tiny_model_dir)), device=HOST)
     for (name, a), (_, b) in zip(rerun.model.named_parameters(), original.model.named_parameters(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_a_resume_that_names_another_revision_is_refused_and_changes_nothing(
+    lora_run, hub_cache, tiny_model_dir, tiny_train_settings, tmp_path, capsys
+):
+    """The run goes on from its checkpoint's weights, so a resume cannot switch the base to another commit: it would
+    only be recorded (issue #43's rule for ``model.path``, held for ``model.revision``)."""
+    run, snapshot, _ = lora_run
+    copied = shutil.copytree(run, tmp_path / "run")
+    lay_out(hub_cache, REPO, tiny_model_dir, commit=snapshot.name)
+    other = tmp_path / "other"
+    load_policy(ModelConfig(path="tiny", tiny=tiny_train_settings["model"]["tiny"]), seed=1, device=HOST).save(other)
+    lay_out(hub_cache, REPO, other, commit=commit_for("v2"), branch="v2")
+    files = lambda: {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(copied.rglob("*")) if p.is_file()}
+    before = files()
+    assert cli(["train", "--resume", str(copied), "model.revision=v2"]) == 2
+    line = one_error_line(capsys)
+    assert f"cannot resume {copied} from checkpoint rl-" in line and "with model.revision changed: " in line
+    assert "the run goes on from the weights of rl-" in line
+    assert files() == before
 
 
 def test_reward_model_and_local_judge_hub_ids_are_pinned(hub_cache, tiny_model_dir, tmp_path):

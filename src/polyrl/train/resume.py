@@ -65,12 +65,17 @@ def pin_models(config: TrainConfig, log=None) -> TrainConfig:
     return config.model_copy(update=pinned)
 
 
+_MODEL_NAME = ("model.path", "model.revision")
+"""The keys that say which model a run trains (a Hub id's revision too: :func:`pin_models` makes it a commit)."""
+
+
 def without_effect(changed: dict[str, Any], ckpt: Checkpoint) -> list[str]:
-    """The changed keys a resume from ``ckpt`` could only record, not apply (issue #43): ``model.path`` — the run
-    goes on from the checkpoint's weights, and another model's architecture or tokenizer under them would be
-    another run — and every ``sft.`` setting once SFT is over (its model is ``sft_model/``)."""
+    """The changed keys a resume from ``ckpt`` could only record, not apply (issue #43): ``model.path`` and
+    ``model.revision`` — the run goes on from the checkpoint's weights, and another model's architecture or
+    tokenizer under them would be another run — and every ``sft.`` setting once SFT is over (its model is
+    ``sft_model/``)."""
     past_sft = ckpt.stage != "sft"
-    return [k for k in changed if k == "model.path" or (past_sft and k.startswith("sft."))]
+    return [k for k in changed if k in _MODEL_NAME or (past_sft and k.startswith("sft."))]
 
 
 def check_resume(config: TrainConfig, run_dir: RunDir, ckpt: Checkpoint, model) -> None:
@@ -99,7 +104,7 @@ def check_resume(config: TrainConfig, run_dir: RunDir, ckpt: Checkpoint, model) 
 
 def _why_idle(keys: list[str], ckpt: Checkpoint) -> str:
     reasons = []
-    if "model.path" in keys:
+    if any(k in _MODEL_NAME for k in keys):
         reasons.append(f"the run goes on from the weights of {ckpt.path.name}, not from another model")
     if any(k.startswith("sft.") for k in keys):
         reasons.append(
