@@ -139,6 +139,20 @@ def test_a_resume_that_names_another_revision_is_refused_and_changes_nothing(
     assert files() == before
 
 
+def test_a_lora_checkpoint_of_a_hub_base_asks_the_hub_nothing(hub_cache, tiny_model_dir, tmp_path, recwarn):
+    """PEFT's save looked the base's config.json up on the Hub at every checkpoint (offline: a warning each time)."""
+    from polyrl.train.checkpoint import save_checkpoint
+
+    lay_out(hub_cache, REPO, tiny_model_dir)
+    policy = load_policy(ModelConfig(path=REPO, lora={"enabled": True, "r": 2}), device=HOST)
+    policy.save(tmp_path / "sft_model")  # as a run saves its model first: the adapter names its Hub base
+    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    save_checkpoint(tmp_path / "checkpoints", "sft", 1, policy.model, optimizer, scheduler, {}, keep=2)
+    assert (tmp_path / "checkpoints" / "sft-000001" / "model" / "adapter_model.safetensors").is_file()
+    assert [str(w.message) for w in recwarn if "Could not find a config file" in str(w.message)] == []
+
+
 def test_reward_model_and_local_judge_hub_ids_are_pinned(hub_cache, tiny_model_dir, tmp_path):
     from polyrl.rewards.reward_model import build_tiny_reward_model
 

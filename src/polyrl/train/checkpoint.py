@@ -133,7 +133,11 @@ def _write_checkpoint(root: Path, tmp: Path, stage, step, model, optimizer, sche
     final = root / _name(stage, step)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    # a LoRA model saves its adapters; PEFT's default ("auto") asks the Hub for the base's config.json at every
+    # checkpoint when the base is a Hub id (a warning offline), to learn whether the vocabulary was resized: polyrl
+    # never resizes it
+    peft = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
+    model.save_pretrained(tmp / "model", safe_serialization=True, **peft)
     torch.save(
         {
             "optimizer": optimizer.state_dict(),
