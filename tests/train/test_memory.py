@@ -2,6 +2,7 @@
 autocast, gradient checkpointing and the LoRA reference without a copy."""
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -247,3 +248,13 @@ def test_gradient_checkpointing_takes_effect_on_a_loaded_checkpoint(tmp_path):
     _policy().save(tmp_path / "model")
     model = load_policy(ModelConfig(path=str(tmp_path / "model"), gradient_checkpointing=True), device=HOST).model
     assert model.training and model.is_activation_checkpointing
+
+
+@pytest.mark.parametrize("forward", ["auto", "transformers"])
+def test_gradient_checkpointing_uses_no_name_transformers_deprecated(forward):
+    """transformers 5 renamed ``gradient_checkpointing_enable`` and ``is_gradient_checkpointing`` to
+    ``activation_checkpointing_*``; the old names warn (FutureWarning) and go in v6."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        model = _policy(gradient_checkpointing=True, forward=forward).model
+        sequence_logprobs(model, collate(_sequences()[:2] * 2, 0))[0].sum().backward()

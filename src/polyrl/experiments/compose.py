@@ -56,7 +56,7 @@ def evaluate_held_out(trainer, suite: HeldOutSuite) -> dict[str, dict[str, float
 
     names = sorted({n for group in suite.groups().values() for n in group})
     tasks = {n: (get_task(n), suite.difficulty) for n in names}
-    return evaluate(trainer.config, trainer.backend, trainer.prompts, tasks, suite.problems, pass_k=1)
+    return evaluate(trainer.config, trainer.parts.backend, trainer.parts.prompts, tasks, suite.problems, pass_k=1)
 
 
 def plan_compose(

@@ -220,8 +220,8 @@ def run_finished(plan: ExperimentPlan, run: Path) -> bool:
 def _hard_eval(trainer, plan: ExperimentPlan) -> dict[str, dict[str, float]]:
     from polyrl.train.evaluation import evaluate
 
-    split = {n: (t, plan.hard[n]) for n, t in trainer.tasks.items()}
-    return evaluate(trainer.config, trainer.backend, trainer.prompts, split, pass_k=1)
+    split = {n: (t, plan.hard[n]) for n, t in trainer.parts.mix.tasks.items()}
+    return evaluate(trainer.config, trainer.parts.backend, trainer.parts.prompts, split, pass_k=1)
 
 
 def train_from_warm_start(config: TrainConfig, sft_run: Path):

@@ -56,7 +56,7 @@ def search_mixture(
             }
         )
         log(f"proxy run {i + 1}/{len(mixtures)}: " + ", ".join(f"{t} {x:.2f}" for t, x in zip(tasks, w)))
-        results = train_from_warm_start(cfg, sft).run_dir.eval_file("after_rl")
+        results = train_from_warm_start(cfg, sft).parts.run_dir.eval_file("after_rl")
         scores.append(json.loads(results.read_text())["mean"]["accuracy"])
     coef, intercept = fit_ridge(mixtures, np.array(scores))
     best, predicted = choose_mixture(coef, intercept, rng)

@@ -145,12 +145,6 @@ class Trainer:
             self.parts.backend.close()
         self.placement.close()
 
-    # -- read by experiments/curriculum.py, compose.py and mixture_search.py; the run's parts are trainer.parts ---
-    tasks = property(lambda self: self.parts.mix.tasks)
-    prompts = property(lambda self: self.parts.prompts)
-    backend = property(lambda self: self.parts.backend)
-    run_dir = property(lambda self: self.parts.run_dir)
-
 
 def _log(message: str) -> None:
     print(f"polyrl: {message}", file=sys.stderr, flush=True)
