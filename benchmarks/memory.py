@@ -65,7 +65,7 @@ def vocab_size(args) -> int:
         return VOCAB
     from pathlib import Path
 
-    from polyrl.policy.presets import resolve_model_path
+    from polyrl.policy.resolve import resolve_model_path
 
     return json.loads((Path(resolve_model_path(args.model)) / "config.json").read_text())["vocab_size"]
 
@@ -81,7 +81,7 @@ def build_model(args, dtype: torch.dtype = torch.float32):
 
         from transformers import AutoConfig
 
-        from polyrl.policy.presets import resolve_model_path
+        from polyrl.policy.resolve import resolve_model_path
 
         path = Path(resolve_model_path(args.model))
         if any(path.glob("*.safetensors")):
@@ -161,7 +161,7 @@ def trl_update(args):
     if args.model:
         from transformers import AutoTokenizer
 
-        from polyrl.policy.presets import resolve_model_path
+        from polyrl.policy.resolve import resolve_model_path
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(args.model))
     else:

@@ -170,3 +170,32 @@ def scripted(tiny_tokenizer):
     from scripted_backend import ScriptedBackend
 
     return lambda script: ScriptedBackend(tiny_tokenizer, script)
+
+
+TINY_SHAPE = TINY_TRAIN["model"]["tiny"]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The tiny model of ``TINY_TRAIN``'s shape (seed 0) saved as a plain Hugging Face checkpoint."""
+    from polyrl.device import HOST
+    from polyrl.policy.loading import ModelConfig, load_policy
+
+    path = tmp_path_factory.mktemp("tiny_model") / "model"
+    load_policy(ModelConfig(path="tiny", tiny=TINY_SHAPE), seed=0, device=HOST).save(path)
+    return path
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache (HF_HUB_CACHE) with HF_HUB_OFFLINE=1, for this process and its children;
+    ``hub_cache.lay_out(...)`` (tests/hub_cache.py) fills it."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache

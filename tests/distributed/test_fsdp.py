@@ -19,6 +19,7 @@ import pytest
 import torch
 import yaml
 from cli_errors import one_error_line
+from hub_cache import lay_out
 
 from polyrl.cli import run as cli
 
@@ -79,13 +80,21 @@ def _loss_scale(record: dict) -> float:
     return policy + TINY_FSDP["rl"]["kl_coef"] * (kl + math.sqrt(2 * kl) * LOGPROB_SCALE)
 
 
-def _launch(tmp: Path, name: str, nproc: int, resume: bool = False) -> subprocess.Popen:
-    config = tmp / "tiny.yaml"
-    config.write_text(yaml.safe_dump(TINY_FSDP))
-    where = ["--resume", str(tmp / name)] if resume else ["--config", str(config), "--run-dir", str(tmp / name)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+def _launch(
+    tmp: Path,
+    name: str,
+    nproc: int,
+    resume: bool = False,
+    config: dict = TINY_FSDP,
+    overrides: tuple = (),
+    env: dict | None = None,
+) -> subprocess.Popen:
+    config_file = tmp / f"{name}.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    where = ["--resume", str(tmp / name)] if resume else ["--config", str(config_file), "--run-dir", str(tmp / name)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})}
     return subprocess.Popen(
-        [sys.executable, "-m", "polyrl", "train", "--nproc", str(nproc), *where],
+        [sys.executable, "-m", "polyrl", "train", "--nproc", str(nproc), *where, *overrides],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -180,6 +189,81 @@ def test_resume_after_sigkill_matches_uninterrupted(runs, tmp_path):
     done, resumed = _weights(runs / "two"), _weights(tmp_path / "killed")
     assert done.keys() == resumed.keys() and all(torch.equal(done[k], resumed[k]) for k in done)
     assert _losses(tmp_path / "killed") == _losses(runs / "two")
+
+
+HUB_REPO = "polyrl-tests/tiny-chat"
+TINY_LORA = {
+    **TINY_FSDP,
+    # the base by Hub id, from an offline cache: the launcher resolves it once and every rank loads that commit
+    "model": {"path": HUB_REPO, "lora": {"enabled": True, "r": 4, "alpha": 8}},
+    "prompt": {"field": "question", "style": "terse"},
+    "sft": {**TINY_FSDP["sft"], "lr": 3e-2},
+    "rl": {**TINY_FSDP["rl"], "lr": 1e-2},  # the KL reference is the base: the adapters disabled on the shards
+    "reward": {"length": 0.5},
+}
+
+
+@pytest.fixture(scope="module")
+def hub_env(tmp_path_factory, tiny_model_dir) -> dict:
+    """An offline Hugging Face cache whose ``HUB_REPO`` is the tiny model of ``TINY_FSDP``'s shape (seed 0)."""
+    cache = tmp_path_factory.mktemp("hf") / "cache"
+    snapshot = lay_out(cache, HUB_REPO, tiny_model_dir)
+    return {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "POLYRL_TEST_COMMIT": snapshot.name}
+
+
+@pytest.fixture(scope="module")
+def lora_runs(tmp_path_factory, hub_env):
+    """A 1-process and a 2-process LoRA run of the same config (base sharded, adapters trained), started together."""
+    tmp = tmp_path_factory.mktemp("fsdp_lora")
+    procs = [_launch(tmp, n, k, config=TINY_LORA, env=hub_env) for n, k in (("one", 1), ("two", 2))]
+    for proc in procs:
+        _finish(proc)
+    return tmp
+
+
+def test_the_launcher_resolves_a_hub_id_once_and_the_run_records_its_commit(lora_runs, hub_env):
+    saved = yaml.safe_load((lora_runs / "two" / "config.yaml").read_text())
+    assert saved["model"]["revision"] == hub_env["POLYRL_TEST_COMMIT"]
+    assert saved["resumes"] == []  # the pinned commit is the run's own setting, not a resume's override
+
+
+def test_lora_on_two_processes_reaches_the_losses_of_one(lora_runs):
+    one, two = _records(lora_runs / "one"), _losses(lora_runs / "two")
+    assert [(r["stage"], r["step"]) for r in one] == [r[:2] for r in two]
+    assert all(r["loss"] != 0 for r in one if r["stage"] == "rl")
+    for record, (_, _, b) in zip(one, two, strict=True):
+        scale = max(_loss_scale(record), abs(record["loss"]))
+        assert b == pytest.approx(record["loss"], rel=0, abs=LOSS_ULPS * FLOAT32_EPS * scale), record["step"]
+
+
+def test_lora_on_two_processes_trains_only_the_adapters_to_the_weights_of_one(lora_runs):
+    from safetensors.torch import load_file
+
+    one, two = (
+        load_file(str(lora_runs / n / "final_model" / "adapter" / "adapter_model.safetensors")) for n in ("one", "two")
+    )
+    assert one.keys() == two.keys() and all("lora_" in k for k in one)
+    assert max(float((one[k] - two[k]).abs().max()) for k in one) < WEIGHT_ATOL
+
+
+def test_the_adapter_two_processes_saved_loads_in_peft_as_the_merged_model(lora_runs, tiny_model_dir):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    final = lora_runs / "two" / "final_model"
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    adapted = PeftModel.from_pretrained(base, final / "adapter").eval()
+    merged = AutoModelForCausalLM.from_pretrained(final).eval()
+    ids = torch.tensor([[3, 17, 25, 9, 40, 41, 12]])
+    with torch.no_grad():
+        torch.testing.assert_close(adapted(input_ids=ids).logits, merged(input_ids=ids).logits, rtol=0, atol=1e-5)
+
+
+def test_a_two_process_lora_run_resumes_from_its_sharded_checkpoint(lora_runs, hub_env, tmp_path):
+    _finish(_launch(tmp_path, "halted", 2, config=TINY_LORA, overrides=("rl.steps=2",), env=hub_env))
+    steps = (f"rl.steps={TINY_LORA['rl']['steps']}",)
+    _finish(_launch(tmp_path, "halted", 2, resume=True, overrides=steps, env=hub_env))
+    assert _losses(tmp_path / "halted") == _losses(lora_runs / "two")
 
 
 def test_nproc_zero_is_refused(capsys):

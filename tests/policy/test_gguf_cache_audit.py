@@ -17,7 +17,8 @@ from safetensors.numpy import load_file
 
 from polyrl.cli import run
 from polyrl.policy import presets
-from polyrl.policy.presets import DIGESTS_FILE, resolve_model_path
+from polyrl.policy.presets import DIGESTS_FILE
+from polyrl.policy.resolve import resolve_model_path
 from polyrl.run_dir import file_sha256
 
 NORMS = ("output_norm.weight", "blk.0.attn_norm.weight")

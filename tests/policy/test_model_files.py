@@ -120,7 +120,7 @@ def test_nan_weights_in_a_checkpoint_are_named(checkpoint):
 
 
 def test_a_gguf_file_whose_tensor_bytes_are_random_is_refused_and_not_cached(tiny_gguf, cache):
-    from polyrl.policy.presets import resolve_model_path
+    from polyrl.policy.resolve import resolve_model_path
 
     data = bytearray(tiny_gguf.read_bytes())
     junk = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()

@@ -13,7 +13,8 @@ import torch
 from polyrl.cli import run
 from polyrl.errors import UserError
 from polyrl.policy import presets
-from polyrl.policy.presets import PRESETS, Preset, cache_dir, resolve_model_path
+from polyrl.policy.presets import PRESETS, Preset, cache_dir
+from polyrl.policy.resolve import resolve_model_path
 
 SMOLLM2 = "smollm2-135m-instruct"
 
@@ -194,9 +195,15 @@ def test_models_list_shows_each_preset_installed_and_cached(tiny_gguf, cache, mo
     assert f"installed; cached at {cache / SMOLLM2}" in out and f"cache: {cache}" in out
 
 
-def test_prepare_rejects_what_is_neither_a_preset_nor_a_gguf_file(capsys):
+def test_prepare_rejects_what_names_no_model(capsys):
     assert run(["models", "prepare", "smollm3"]) == 2
-    assert "unknown model 'smollm3': give a preset (smollm2-135m-instruct) or a .gguf file" in one_line_error(capsys)
+    line = one_line_error(capsys)
+    assert "model path 'smollm3' is not a directory" in line and "a preset from `polyrl models list`" in line
+
+
+def test_prepare_has_nothing_to_do_for_the_embedded_model(capsys):
+    assert run(["models", "prepare", "tiny"]) == 2
+    assert "built from its config: there is nothing to prepare" in one_line_error(capsys)
 
 
 def test_a_preset_and_a_gguf_file_are_shown_natural_prompts(tmp_path):

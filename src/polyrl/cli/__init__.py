@@ -15,6 +15,7 @@ from polyrl.cli import experiment as _experiment
 from polyrl.cli import experiment_arms as _experiment_arms
 from polyrl.cli import experiment_transfer as _experiment_transfer
 from polyrl.cli import models as _models
+from polyrl.cli import push as _push
 from polyrl.cli import rm as _rm
 from polyrl.cli import run_report as _report
 from polyrl.cli import serve as _serve
@@ -44,6 +45,7 @@ app.add_typer(_models.app, name="models")
 _train.register(app)
 _serve.register(app)
 _report.register(app)
+_push.register(app)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ app = typer.Typer(
 def _source(
     device: str,
     model: str | None,
+    revision: str | None,
     endpoint: str | None,
     api_key_env: str | None,
     model_name: str | None,
@@ -33,6 +34,8 @@ def _source(
 ):
     if (model is None) == (endpoint is None):
         raise UserError("give exactly one of --model PATH or --endpoint URL")
+    if revision is not None and model is None:
+        raise UserError("--revision goes with --model (a Hub id); an endpoint serves its own model")
     if model is not None:
         from transformers.utils import logging as hf_logging
 
@@ -41,9 +44,11 @@ def _source(
         from polyrl.policy.loading import ModelConfig, load_policy
 
         hf_logging.disable_progress_bar()
-        policy = load_policy(ModelConfig(path=model), seed=suite.seed, device=resolve_device(device))
+        config = ModelConfig(path=model, revision=revision)
+        policy = load_policy(config, seed=suite.seed, device=resolve_device(device))
         source = LocalModelSource(policy, field, suite.system, seed=suite.seed, style=style, env=tasks.env_config)
-        return source, f"checkpoint {model}"
+        pinned = f" at commit {policy.source.commit}" if policy.source.kind == "hub" else ""
+        return source, f"checkpoint {model}{pinned}"
     from polyrl.eval.endpoint_source import EndpointSource
 
     api_key = None
@@ -76,7 +81,10 @@ def eval_cmd(
     model: str | None = typer.Option(
         None,
         "--model",
-        help="Local Hugging Face checkpoint (e.g. RUN_DIR/final_model), a preset name or a .gguf file.",
+        help="Local Hugging Face checkpoint (e.g. RUN_DIR/final_model), a preset name, a .gguf file or a Hub id.",
+    ),
+    revision: str | None = typer.Option(
+        None, "--revision", help="With a Hub id: branch, tag or commit (default: main)."
     ),
     endpoint: str | None = typer.Option(
         None, "--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1."
@@ -142,7 +150,7 @@ def eval_cmd(
 
         out = Path("evals") / time.strftime("%Y%m%d-%H%M%S")
     source, description = _source(
-        device, model, endpoint, api_key_env, model_name, concurrency, timeout, field, suite, style, resolve
+        device, model, revision, endpoint, api_key_env, model_name, concurrency, timeout, field, suite, style, resolve
     )
     log = lambda m: print(m, flush=True)
     results = run_suite(suite, source, out, field, description, resume, log=log, style=style, resolve=resolve)

@@ -40,8 +40,9 @@ def train(
         ..., "--data", help="Preference data (prompt/chosen/rejected): file or datasets directory."
     ),
     model: str = typer.Option(
-        "tiny", "--model", help="'tiny', a Hugging Face model directory, a preset name or a .gguf file."
+        "tiny", "--model", help="'tiny', a Hugging Face model directory, a preset name, a .gguf file or a Hub id."
     ),
+    revision: str | None = typer.Option(None, "--revision", help="With a Hub id: branch, tag or commit."),
     out: str = typer.Option(..., "--out", help="Directory for the trained reward model."),
     steps: int = typer.Option(200, "--steps", help="Optimizer steps."),
     batch_size: int = typer.Option(16, "--batch-size", help="Pairs per step."),
@@ -54,7 +55,8 @@ def train(
 
     if steps < 1 or batch_size < 1 or lr <= 0:
         raise UserError("--steps and --batch-size must be at least 1 and --lr positive")
-    result = train_reward_model(data, model, out, steps, batch_size, lr, seed=seed, log=lambda m: print(m, flush=True))
+    log = lambda m: print(m, flush=True)
+    result = train_reward_model(data, model, out, steps, batch_size, lr, seed=seed, log=log, revision=revision)
     print(
         f"held-out pairwise accuracy {result['heldout_accuracy']:.3f} ({result['heldout_pairs']} pairs), "
         f"loss {result['heldout_loss']:.4f}; saved to {out}"

@@ -31,12 +31,18 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
         checkpoint: str = typer.Argument(
-            ..., help="Hugging Face checkpoint directory (e.g. RUN_DIR/final_model), a preset name or a .gguf file."
+            ...,
+            help="Hugging Face checkpoint directory (e.g. RUN_DIR/final_model), a preset name, a .gguf file or a Hub id.",
+        ),
+        revision: str | None = typer.Option(
+            None, "--revision", help="Hub ids: branch, tag or commit (default: main)."
         ),
         host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (127.0.0.1: this machine only)."),
         port: int = typer.Option(8000, "--port", help="TCP port (1-65535)."),
         model_name: str | None = typer.Option(
-            None, "--model-name", help="Name in /v1/models (default: the directory name)."
+            None,
+            "--model-name",
+            help="Name in /v1/models (default: a Hub id or preset as given, else the directory name).",
         ),
         max_request_bytes: int = _limit("max_request_bytes"),
         max_messages: int = _limit("max_messages"),
@@ -63,7 +69,7 @@ def register(app: typer.Typer) -> None:
             raise UserError("polyrl serve needs FastAPI and uvicorn: pip install 'polyrl[serve]'") from None
         from polyrl.device import resolve_device
         from polyrl.policy.loading import check_model_dir
-        from polyrl.policy.presets import resolve_model_path
+        from polyrl.policy.resolve import resolve_model
         from polyrl.policy.threads import check_threads
         from polyrl.serve.app import serve as run_server
 
@@ -88,6 +94,10 @@ def register(app: typer.Typer) -> None:
             header_timeout_s=header_timeout_s,
             idle_timeout_s=idle_timeout_s,
         )
-        checkpoint = resolve_model_path(checkpoint)
-        check_model_dir(checkpoint)
-        run_server(checkpoint, host, port, model_name, limits, threads, placed)
+        resolved = resolve_model(checkpoint, revision)
+        if resolved.directory is None:
+            raise UserError("polyrl serve serves a checkpoint; the embedded 'tiny' model has none (train it first)")
+        check_model_dir(resolved.directory)
+        if model_name is None and resolved.kind in ("hub", "preset"):
+            model_name = checkpoint  # the name a client asks for, not the snapshot's or cache folder's name
+        run_server(str(resolved.directory), host, port, model_name, limits, threads, placed)

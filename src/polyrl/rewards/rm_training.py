@@ -125,8 +125,10 @@ def train_reward_model(
     seed: int = 0,
     log=print,
     tiny_shape: dict | None = None,
+    revision: str | None = None,
 ) -> dict[str, float]:
-    """Train on ``data_path``, save to ``out`` (save_pretrained), return held-out pairwise accuracy and loss."""
+    """Train on ``data_path``, save to ``out`` (save_pretrained), return held-out pairwise accuracy and loss;
+    ``model_path``: 'tiny' or any model name polyrl resolves (``revision``: a Hub id's branch, tag or commit)."""
     import torch
     import torch.nn.functional as F
 
@@ -138,9 +140,9 @@ def train_reward_model(
     else:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from polyrl.policy.presets import resolve_model_path
+        from polyrl.policy.resolve import resolve_model_path
 
-        model_path = resolve_model_path(model_path)
+        model_path = resolve_model_path(model_path, revision)
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_path)
             model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1)

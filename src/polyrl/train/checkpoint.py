@@ -133,7 +133,11 @@ def _write_checkpoint(root: Path, tmp: Path, stage, step, model, optimizer, sche
     final = root / _name(stage, step)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    # a LoRA model saves its adapters; PEFT's default ("auto") asks the Hub for the base's config.json at every
+    # checkpoint when the base is a Hub id (a warning offline), to learn whether the vocabulary was resized: polyrl
+    # never resizes it
+    peft = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
+    model.save_pretrained(tmp / "model", safe_serialization=True, **peft)
     torch.save(
         {
             "optimizer": optimizer.state_dict(),
@@ -255,7 +259,7 @@ def weights_mismatch(model, directory: Path, label: str) -> str | None:
     saved, kind = _saved_shapes(directory, model)
     if kind is not None:
         return f"{label} does not fit this model ({kind})"
-    if hasattr(model, "peft_config"):
+    if hasattr(model, "peft_config") and not (directory / ".metadata").is_file():  # DCP keeps the whole model
         from peft import get_peft_model_state_dict
 
         ours = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(model).items()}

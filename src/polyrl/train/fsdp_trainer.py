@@ -12,7 +12,9 @@ What changes, and only this:
 - the run directory: rank 0 writes it (metrics, TensorBoard, evaluation, models); the others write nothing;
 - checkpoints: the model and optimizer as sharded ``torch.distributed.checkpoint`` state in ``model/``,
   the rest as in one process; the Hugging Face models (``sft_model/``, ``final_model/``) are gathered;
-- generation and evaluation: on an unsharded replica per rank, synced after every update; rank 0 evaluates.
+- generation and evaluation: on an unsharded replica per rank, synced after every update; rank 0 evaluates;
+- LoRA: the frozen base is sharded with the adapters in its layers, only the adapters train, and the KL reference
+  is the sharded policy with its adapters disabled (docs/from-trl.md, "LoRA on several processes").
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from polyrl.distributed.fsdp import (
     sync_replica,
 )
 from polyrl.errors import UserError
+from polyrl.learner import BaseModelReference
 from polyrl.policy.backends import get_backend
 from polyrl.run_dir import RunDir, SilentRunDir
 from polyrl.train.checkpoint import Checkpoint, load_model_weights, restore_rng, save_checkpoint
@@ -68,8 +71,6 @@ def check_fsdp_config(config: TrainConfig) -> None:
             "multi-process (FSDP) training cannot use rl.gradient_surgery: per-task backward passes differ "
             "between ranks; use rl.gradient_surgery=none"
         )
-    if config.model.lora.enabled:
-        raise UserError("multi-process (FSDP) training does not shard LoRA adapters: set model.lora.enabled=false")
     if config.selfplay.enabled:
         raise UserError(
             "multi-process (FSDP) training cannot run self-play yet: the game's two rollout rounds run in one "
@@ -149,16 +150,19 @@ class FSDPPlacement(LocalPlacement):
 
     # -- the sharded model in and out -----------------------------------------------------------------
     def reference_model(self, model, sft_model_dir: Path):
-        """The frozen KL reference, loaded from ``sft_model/`` and sharded like the policy."""
+        """The frozen KL reference: under LoRA the sharded policy with its adapters disabled (as in one process);
+        otherwise loaded from ``sft_model/`` and sharded like the policy."""
+        if hasattr(model, "disable_adapter"):
+            return BaseModelReference(model)
         reference = copy.deepcopy(self.replica).eval()
         load_model_weights(reference, sft_model_dir)
         return shard_model(reference.requires_grad_(False), trainable=False)
 
-    def save_model(self, policy, final: Path) -> None:
-        """The gathered weights as a plain Hugging Face checkpoint, written by rank 0."""
+    def save_model(self, policy, final: Path, describe: Callable[[Path], None] | None = None) -> None:
+        """The gathered weights as a plain Hugging Face checkpoint (and the LoRA adapter), written by rank 0."""
         sync_replica(policy.model, self.replica)
         if self.ranks.is_writer:
-            super().save_model(dataclasses.replace(policy, model=self.replica), final)
+            super().save_model(dataclasses.replace(policy, model=self.replica), final, describe)
         self.ranks.barrier()  # the others may read it next (the KL reference)
 
     def save_checkpoint(self, root: Path, stage: str, step: int, training, state: dict, keep: int) -> None:

@@ -74,9 +74,16 @@ class LocalPlacement:
         load_model_weights(reference, sft_model_dir)
         return reference
 
-    def save_model(self, policy, final: Path) -> None:
-        """Save the policy as a Hugging Face checkpoint in ``final``, atomically (temp dir + rename)."""
-        save_model_dir(final, policy.save)
+    def save_model(self, policy, final: Path, describe: Callable[[Path], None] | None = None) -> None:
+        """Save the policy as a Hugging Face checkpoint in ``final`` (and its LoRA adapter in ``final/adapter``),
+        then ``describe(directory)`` (the model card), atomically: a temporary directory renamed into place."""
+
+        def save(directory: Path) -> None:
+            policy.save(directory)
+            if describe is not None:
+                describe(directory)
+
+        save_model_dir(final, save)
 
     def save_checkpoint(self, root: Path, stage: str, step: int, training, state: dict, keep: int) -> None:
         """``training`` (a :class:`~polyrl.train.state.Training`): model, optimizer, scheduler, critic."""

@@ -1,5 +1,9 @@
 """The run's ``config.yaml`` on a fresh start and on ``--resume``.
 
+Every model a config names by Hub id (the policy, an adapter to continue, a reward model, a local judge) is
+resolved before anything else (:func:`pin_models`), and the commit it resolved to is what ``config.yaml`` records,
+so that a rerun or a resume loads the same weights however the Hub's branches move.
+
 A resumed run may be given overrides (``polyrl train --resume RUN rl.steps=40 rl.lr=1e-4``). They are applied,
 and recorded: ``config.yaml`` then holds the values the run goes on with, and its ``resumes`` list says what
 each resume changed and the checkpoint (stage, step) it took effect at, so the file never claims a run was made
@@ -11,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from polyrl.errors import UserError
+from polyrl.policy.loading import pin_model
+from polyrl.policy.resolve import resolve_model
 from polyrl.run_dir import ResumeRecord, RunDir
 from polyrl.train.checkpoint import Checkpoint, weights_mismatch
 from polyrl.train.config import TrainConfig, load_config, save_config
@@ -36,12 +42,40 @@ def changed_settings(saved: TrainConfig, config: TrainConfig) -> dict[str, Any]:
     return {k: v for k, v in after.items() if before.get(k, object()) != v}
 
 
+def pin_models(config: TrainConfig, log=None) -> TrainConfig:
+    """``config`` with every model it names resolved (Hub ids from the cache, or downloaded first) and the commits
+    recorded: ``model.revision``, ``model.lora.adapter_revision`` (and the adapter's settings),
+    ``reward.reward_model_source.revision``, ``reward.judge_source.revision`` (a local judge). A name that leads
+    nowhere is a UserError here, before the run directory is touched."""
+    reward = config.reward
+    update = {}
+    rm = reward.reward_model_source
+    if rm is not None:
+        found = resolve_model(rm.path, rm.revision, log)
+        if found.kind == "hub":
+            update["reward_model_source"] = rm.model_copy(update={"revision": found.commit})
+    judge = reward.judge_source
+    if judge is not None and judge.backend == "local":
+        found = resolve_model(judge.model, judge.revision, log)
+        if found.kind == "hub":
+            update["judge_source"] = judge.model_copy(update={"revision": found.commit})
+    pinned = {"model": pin_model(config.model, log)}
+    if update:
+        pinned["reward"] = reward.model_copy(update=update)
+    return config.model_copy(update=pinned)
+
+
+_MODEL_NAME = ("model.path", "model.revision")
+"""The keys that say which model a run trains (a Hub id's revision too: :func:`pin_models` makes it a commit)."""
+
+
 def without_effect(changed: dict[str, Any], ckpt: Checkpoint) -> list[str]:
-    """The changed keys a resume from ``ckpt`` could only record, not apply (issue #43): ``model.path`` — the run
-    goes on from the checkpoint's weights, and another model's architecture or tokenizer under them would be
-    another run — and every ``sft.`` setting once SFT is over (its model is ``sft_model/``)."""
+    """The changed keys a resume from ``ckpt`` could only record, not apply (issue #43): ``model.path`` and
+    ``model.revision`` — the run goes on from the checkpoint's weights, and another model's architecture or
+    tokenizer under them would be another run — and every ``sft.`` setting once SFT is over (its model is
+    ``sft_model/``)."""
     past_sft = ckpt.stage != "sft"
-    return [k for k in changed if k == "model.path" or (past_sft and k.startswith("sft."))]
+    return [k for k in changed if k in _MODEL_NAME or (past_sft and k.startswith("sft."))]
 
 
 def check_resume(config: TrainConfig, run_dir: RunDir, ckpt: Checkpoint, model) -> None:
@@ -70,7 +104,7 @@ def check_resume(config: TrainConfig, run_dir: RunDir, ckpt: Checkpoint, model) 
 
 def _why_idle(keys: list[str], ckpt: Checkpoint) -> str:
     reasons = []
-    if "model.path" in keys:
+    if any(k in _MODEL_NAME for k in keys):
         reasons.append(f"the run goes on from the weights of {ckpt.path.name}, not from another model")
     if any(k.startswith("sft.") for k in keys):
         reasons.append(

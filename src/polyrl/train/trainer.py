@@ -17,6 +17,7 @@ CPU with a fixed seed and thread count, ends with the same weights.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,10 @@ from polyrl.train.build import build_run
 from polyrl.train.checkpoint import latest_checkpoint
 from polyrl.train.config import TrainConfig
 from polyrl.train.evaluation import held_out
+from polyrl.train.model_card import CardInputs, write_model_card
 from polyrl.train.placement import LocalPlacement
 from polyrl.train.progress import StageProgress
-from polyrl.train.resume import check_resume, save_run_config
+from polyrl.train.resume import check_resume, pin_models, save_run_config
 from polyrl.train.rl_stage import RLStage
 from polyrl.train.sft_stage import SFTStage
 from polyrl.train.state import PolicyVersion, RunState, Training, TrainingError
@@ -44,6 +46,7 @@ class Trainer:
     ``FSDPPlacement`` on each rank of a multi-process run)."""
 
     def __init__(self, config: TrainConfig, resume: bool = False, placement=None):
+        config = pin_models(config, log=_log)  # every model name resolved, and Hub commits recorded, first
         self.config, self.resume = config, resume
         self.placement = placement if placement is not None else LocalPlacement(resolve_device(config.device))
         self.parts = build_run(config, resume, self.placement, PolicyVersion())
@@ -51,6 +54,8 @@ class Trainer:
         self.progress = StageProgress(config.progress and self.placement.is_writer)
         self.sft = SFTStage(self.parts, self.state, self.placement, self.progress, self.save_model)
         self.rl = RLStage(self.parts, self.state, self.placement, self.progress, self.evaluate)
+        self.results: dict[str, Any] = {}
+        """The held-out results so far (``after_sft``, ``after_rl``), as the model cards show them."""
         self.resume_from = latest_checkpoint(self.parts.run_dir.checkpoints) if resume else None
         """The checkpoint a resumed run goes on from (None: from the start)."""
         if self.resume_from is not None:
@@ -75,14 +80,17 @@ class Trainer:
         else:  # a checkpoint written before metrics_lines existed
             run_dir.truncate_metrics(ckpt.stage, ckpt.step)
         in_sft = ckpt is None or ckpt.stage == "sft"
+        results = self.results
         try:
             if in_sft:
                 self.sft.run(ckpt)
-            results = {"after_sft": self.evaluate("after_sft", log=in_sft)}
+            results["after_sft"] = self.evaluate("after_sft", log=in_sft)
+            self.describe_model("sft_model")
             if self.config.rl.enabled and self.config.rl.steps:
                 self.rl.run(ckpt if not in_sft else None)
                 self.save_model("final_model")
                 results["after_rl"] = self.evaluate("after_rl")
+                self.describe_model("final_model")
             run_dir.log_results(results)
         finally:
             self._close()
@@ -111,9 +119,22 @@ class Trainer:
 
     # -- weights out ----------------------------------------------------------------------------------
     def save_model(self, name: str) -> None:
-        """The policy as a Hugging Face checkpoint in ``RUN_DIR/name`` (never one with NaN or infinite weights)."""
-        self.state.require_finite(str(self.parts.run_dir.model_dir(name)))
-        self.placement.save_model(self.parts.policy, self.parts.run_dir.model_dir(name))
+        """The policy as a Hugging Face checkpoint in ``RUN_DIR/name`` (never one with NaN or infinite weights), its
+        LoRA adapter in ``RUN_DIR/name/adapter``, and a model card."""
+        final = self.parts.run_dir.model_dir(name)
+        self.state.require_finite(str(final))
+        self.placement.save_model(self.parts.policy, final, lambda d: write_model_card(d, self._card(), final))
+
+    def describe_model(self, name: str) -> None:
+        """Rewrite the model card of ``RUN_DIR/name`` with the held-out results so far (rank 0; when it exists)."""
+        directory = self.parts.run_dir.model_dir(name)
+        if self.parts.run_dir.writes and directory.is_dir():
+            write_model_card(directory, self._card())
+
+    def _card(self) -> CardInputs:
+        ranks = self.placement.ranks
+        source = self.parts.policy.source
+        return CardInputs(self.config, source, dict(self.results), self.first_eval, ranks.world if ranks else 1)
 
     def _close(self) -> None:
         self.progress.stop()
@@ -123,6 +144,10 @@ class Trainer:
         if hasattr(self.parts.backend, "close"):
             self.parts.backend.close()
         self.placement.close()
+
+
+def _log(message: str) -> None:
+    print(f"polyrl: {message}", file=sys.stderr, flush=True)
 
 
 def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
