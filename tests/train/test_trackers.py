@@ -9,6 +9,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -141,7 +142,18 @@ def test_trackio_records_metrics_config_and_results(tiny_train_config):
     assert SQLiteStorage.get_run_config("polyrl-test", run.name)["rl"]["steps"] == 2
 
 
-def _wandb_records(run: Path) -> list:
+def _wandb_records(run: Path, timeout: float = 120.0) -> list:
+    """The records of an offline W&B run file once W&B's service has written its exit record: ``run.finish()`` can
+    return before the service process has flushed the file (seen on a loaded machine: a file without its history)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = _read_wandb_file(run)
+        if any(rec.WhichOneof("record_type") == "exit" for rec in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
+def _read_wandb_file(run: Path) -> list:
     """The protobuf records of an offline W&B run file (LevelDB log format: 32 KiB blocks, 7-byte headers)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
