@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from polyrl.errors import UserError
-from polyrl.forward.decoder import set_forward
+from polyrl.forward.decoder import IMAGE_MODEL_TYPE, set_forward
 from polyrl.forward.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
 from polyrl.policy.model_files import (
     check_causal,
@@ -22,7 +22,7 @@ from polyrl.policy.model_files import (
 )
 from polyrl.policy.presets import resolve_model_path
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
-from polyrl.tasks.base import TEXT_ONLY
+from polyrl.tasks.base import TEXT_AND_IMAGES, TEXT_ONLY
 
 if TYPE_CHECKING:
     import torch
@@ -92,6 +92,9 @@ class Policy:
     modalities: frozenset[str] = TEXT_ONLY
     """What the model takes: text (a causal LM), or text and images (a vision-language model); a run refuses a
     task that shows what it cannot take (:func:`polyrl.tasks.base.check_modalities`)."""
+    image_input: Any = None
+    """How a vision-language model takes a problem's pictures (``polyrl.policy.tiny_vision.ImageInput``: what
+    :class:`~polyrl.policy.prompts.PromptBuilder` needs to show them); None for a model of text only."""
 
     def save(self, path: str | Path) -> None:
         """Save as a plain Hugging Face checkpoint (LoRA adapters merged in)."""
@@ -116,7 +119,7 @@ def check_model_dir(path: str | Path) -> None:
         model_type = json.loads(cfg_file.read_text()).get("model_type")
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {cfg_file}: {exc}") from None
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type != IMAGE_MODEL_TYPE:
         raise UserError(f"model at {str(path)!r} (model_type={model_type!r}) is not a causal language model")
 
 
@@ -137,6 +140,8 @@ def load_checkpoint(path: str, dtype=None):
 
     check_model_dir(path)
     check_weight_files(path)
+    if json.loads((Path(path) / "config.json").read_text()).get("model_type") == IMAGE_MODEL_TYPE:
+        import polyrl.policy.tiny_vision  # noqa: F401  (registers the tiny vision-language model's classes)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # its load report is a table; what matters in it is raised below in one line
     try:
@@ -167,7 +172,12 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: tor
 
     config = config or ModelConfig()
     dtype = _dtype(config.dtype)
-    if config.path == TINY:
+    if config.path == TINY and config.tiny.vision.enabled:
+        from polyrl.policy.tiny_vision import build_tiny_vlm
+
+        model, tokenizer = build_tiny_vlm(config.tiny, seed=seed)
+        model = model.to(dtype)
+    elif config.path == TINY:
         model, tokenizer = build_tiny_policy(config.tiny, seed=seed)
         model = model.to(dtype)
     else:
@@ -183,7 +193,21 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: tor
         model = _add_lora(model, config.lora)
     set_autocast(model, resolve_autocast(config.autocast, model, device))
     set_forward(model, config.forward)
+    if getattr(model.config, "model_type", None) == IMAGE_MODEL_TYPE:
+        return _vision_policy(model.to(device), tokenizer, torch.device(device), config)
     return Policy(model.to(device), tokenizer, torch.device(device))
+
+
+def _vision_policy(model, tokenizer, device, config: ModelConfig) -> Policy:
+    """A policy that takes pictures (the tiny vision-language model), on the forward that embeds them."""
+    from polyrl.policy.tiny_vision import ImageInput
+
+    if config.forward == "transformers":
+        raise UserError(
+            "model.forward: transformers cannot take images: the tiny vision-language model runs on polyrl's "
+            "packed forward (model.forward: auto)"
+        )
+    return Policy(model, tokenizer, device, TEXT_AND_IMAGES, ImageInput.of(model, tokenizer))
 
 
 def _add_lora(model, cfg: LoraConfig):
