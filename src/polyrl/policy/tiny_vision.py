@@ -84,7 +84,8 @@ class PatchEncoder(nn.Module):
         self.project = nn.Linear(width, width)
 
     def forward(self, images: Tensor) -> Tensor:
-        x = images.permute(0, 3, 1, 2).to(self.patches.weight.dtype) / 255.0
+        # ink, not light: a white background is 0, so a square with nothing drawn in it is the convolution's bias
+        x = 1.0 - images.permute(0, 3, 1, 2).to(self.patches.weight.dtype) / 255.0
         x = self.patches(x).flatten(2).transpose(1, 2) + self.position
         for block in self.blocks:
             x = block(x)
