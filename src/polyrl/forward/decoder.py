@@ -236,6 +236,8 @@ def pack(batch, device=None, *, share_prompts: bool) -> PackedBatch:
     off); without prompt lengths every row's first token is its prompt, so every later token is scored. The
     layout is planned from the host batch (:meth:`~polyrl.forward.batch.TokenBatch.on_host`)."""
     batch = batch.on_host()
+    if batch.images is not None and batch.prompt_lengths is None:
+        raise ValueError("a batch with pictures needs its prompt lengths (collate's): they order the pictures")
     lengths = batch.attention_mask.sum(1).tolist()
     if min(lengths) < 1:
         raise ValueError("a TokenBatch row without tokens cannot be packed")
@@ -273,14 +275,17 @@ def pack(batch, device=None, *, share_prompts: bool) -> PackedBatch:
 
 
 def _packed_images(images: list | None, source: list[int], count: int, device) -> Tensor | None:
-    """The pictures of the packed prompts (each distinct prompt's once, in packed order) on ``device``."""
+    """The pictures of the packed tokens on ``device``, in packed order: each distinct prompt's once, then each
+    row's continuation's (an episode's observations)."""
     if images is None:
         return None
     first = {}
     for row, u in enumerate(source):
         first.setdefault(u, row)
-    pixels = [images[first[u]][0] for u in range(count) if images[first[u]] is not None]
-    return torch.cat(pixels).to(device) if pixels else None
+    shown = [images[first[u]] for u in range(count)]
+    parts = [row[0] for row in shown if row is not None and row[0] is not None]
+    parts += [row[2] for row in images if row is not None and row[2] is not None]
+    return torch.cat(parts).to(device) if parts else None
 
 
 def _starts(lengths: list[int], offset: int) -> list[int]:

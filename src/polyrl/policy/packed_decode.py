@@ -21,7 +21,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from polyrl.forward.batch import ImagePrompt
+from polyrl.forward.batch import ImageIds
 from polyrl.forward.decoder import Decoder, Linears, causal_block, gather, layer_qkv, layer_rest, packed_hidden
 
 
@@ -170,7 +170,7 @@ class PackedDecode:
         positions = torch.cat([torch.arange(int(n), device=device) for n in lengths])
         kv: list = []
         block = causal_block(starts.tolist(), lengths.tolist(), device)
-        pictures = [u.pixels for u in unique if isinstance(u, ImagePrompt)]
+        pictures = [u.pixels for u in unique if isinstance(u, ImageIds)]
         images = torch.cat(pictures).to(device) if pictures else None
         hidden = packed_hidden(dec, ids, positions, [block], linears, keep_kv=kv, images=images)
         src = torch.tensor(source, device=device)

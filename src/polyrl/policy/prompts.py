@@ -108,7 +108,7 @@ def problem_text(problem: Problem, field: str, style: PromptStyle | None = "ters
 class PromptBuilder:
     """Builds prompt token ids for problems (chat template when the tokenizer has one). With ``images`` (a
     vision-language policy's ``Policy.image_input``), a problem's pictures open its user message as placeholder
-    tokens and its ids are an :class:`~polyrl.forward.batch.ImagePrompt` that carries their pixels."""
+    tokens and its ids are an :class:`~polyrl.forward.batch.ImageIds` that carries their pixels."""
 
     def __init__(self, tokenizer, config: PromptConfig | None = None, images=None):
         self.tokenizer = tokenizer

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from polyrl.forward.batch import ImagePrompt
+from polyrl.forward.batch import ImageIds
 from polyrl.forward.decoder import IMAGE_MODEL_TYPE
 from polyrl.policy.tiny import TinyModelConfig, build_tiny_tokenizer, tiny_llama_config
 
@@ -181,7 +181,7 @@ class ImageInput:
         ]
         return torch.from_numpy(np.stack([np.asarray(im.convert("RGB"), dtype=np.uint8) for im in resized]))
 
-    def prompt(self, ids: list[int], images) -> ImagePrompt:
+    def prompt(self, ids: list[int], images) -> ImageIds:
         """``ids`` (with the placeholders of ``images`` in them) carrying the pictures' pixels and their digest."""
         pixels = self.pixels(images)
-        return ImagePrompt(ids, pixels, hashlib.sha256(pixels.numpy().tobytes()).digest())
+        return ImageIds(ids, pixels, hashlib.sha256(pixels.numpy().tobytes()).digest())
