@@ -155,9 +155,15 @@ def test_the_saved_model_loads_back_as_itself(policy, tmp_path):
         assert torch.equal(sequence_logprobs(back.model, batch)[0], sequence_logprobs(policy.model, batch)[0])
 
 
-def test_the_transformers_forward_is_refused_for_the_vision_model():
+def test_the_transformers_forward_is_refused_for_the_vision_model_in_its_config():
+    with pytest.raises(ValueError, match=r"model\.forward: transformers cannot take images"):
+        ModelConfig(tiny={**SMALL, "vision": VISION}, forward="transformers")
+
+
+def test_the_transformers_forward_is_refused_for_a_saved_vision_model(policy, tmp_path):
+    policy.save(tmp_path / "vlm")
     with pytest.raises(UserError, match=r"model\.forward: transformers cannot take images"):
-        _policy(forward="transformers")
+        load_policy(ModelConfig(path=str(tmp_path / "vlm"), forward="transformers"), device=HOST)
 
 
 def test_a_picture_side_that_is_not_whole_patches_is_refused():

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from polyrl.errors import UserError
 from polyrl.forward.decoder import IMAGE_MODEL_TYPE, set_forward
@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     import torch
 
 TINY = "tiny"
+TRANSFORMERS_FORWARD_TAKES_NO_IMAGES = (
+    "model.forward: transformers cannot take images: the tiny vision-language model runs on polyrl's packed forward "
+    "(model.forward: auto)"
+)
 
 
 class LoraConfig(BaseModel):
@@ -69,6 +73,14 @@ class ModelConfig(BaseModel):
         description="Recompute each layer's activations in the backward instead of storing them (less memory, about one more forward).",
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
+
+    @model_validator(mode="after")
+    def _images_take_the_packed_forward(self):
+        """The tiny model's pictures are embedded by polyrl's packed forward only: refused with the config, before a
+        run directory exists."""
+        if self.path == TINY and self.tiny.vision.enabled and self.forward == "transformers":
+            raise ValueError(TRANSFORMERS_FORWARD_TAKES_NO_IMAGES)
+        return self
 
 
 def merged(model):
@@ -202,11 +214,8 @@ def _vision_policy(model, tokenizer, device, config: ModelConfig) -> Policy:
     """A policy that takes pictures (the tiny vision-language model), on the forward that embeds them."""
     from polyrl.policy.tiny_vision import ImageInput
 
-    if config.forward == "transformers":
-        raise UserError(
-            "model.forward: transformers cannot take images: the tiny vision-language model runs on polyrl's "
-            "packed forward (model.forward: auto)"
-        )
+    if config.forward == "transformers":  # a saved model's config (the tiny one's is refused by the config)
+        raise UserError(TRANSFORMERS_FORWARD_TAKES_NO_IMAGES)
     return Policy(model, tokenizer, device, TEXT_AND_IMAGES, ImageInput.of(model, tokenizer))
 
 
