@@ -107,3 +107,11 @@ def test_an_observation_picture_for_a_text_policy_is_one_line(policy):
 
     with pytest.raises(UserError, match="an environment message shows a picture; the policy takes text only"):
         ChatCodec(codec_prompts).between_turns([{"role": "user", "content": "x", "images": [np.zeros((4, 4))]}], True)
+
+
+def test_an_episode_opens_with_the_problem_s_picture(policy):
+    trajs, calls = _episodes(policy)
+    image_id = policy.model.config.image_token_id
+    for t, read in zip(trajs, calls[0][0]):
+        assert isinstance(t.prompt_ids, ImageIds) and t.prompt_ids.count(image_id) == 16
+        assert torch.equal(read.pixels, policy.image_input.pixels(t.problem.images))

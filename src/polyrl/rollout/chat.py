@@ -149,8 +149,9 @@ class ChatCodec:
         """``messages`` with each picture's placeholder text before its message's content (``first``: pictures
         of the first user message, the problem's), and every picture in order, as RGB images."""
         shown, pictures = [], []
+        opening = next((i for i, m in enumerate(messages) if m.get("role") == "user"), 0)
         for i, message in enumerate(messages):
-            own = [*(first if i == 0 else ()), *message.get("images", ())]
+            own = [*(first if i == opening else ()), *message.get("images", ())]
             message = {k: v for k, v in message.items() if k != "images"}
             if own:
                 if self.images is None:
