@@ -87,3 +87,13 @@ def test_train_takes_a_visual_task_for_the_tiny_model_with_its_encoder(tmp_path)
     assert run(["train", "--config", str(path)]) == 0
     back = load_policy(ModelConfig(path=str(tmp_path / "run" / "final_model")), device=HOST)
     assert back.modalities == TEXT_AND_IMAGES
+
+
+def test_eval_takes_a_visual_task_for_a_saved_tiny_vision_model(tmp_path):
+    model = tmp_path / "model"
+    vision = {"enabled": True, "image_size": 16, "heads": 2}
+    load_policy(ModelConfig(tiny={**TINY_SHAPE, "vision": vision}), device=HOST).save(model)
+    argv = ["eval", "--model", str(model), "--tasks", "count_shapes", "--n", "2", "--out", str(tmp_path / "e")]
+    assert run(argv) == 0
+    records = [json.loads(line) for line in (tmp_path / "e" / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["images"] for r in records)
