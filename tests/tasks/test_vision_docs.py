@@ -42,6 +42,14 @@ def test_the_usage_block_runs():
     assert namespace["problem"].to_dict()["images"][0].startswith("iVBORw0KGgo")
 
 
+def test_the_tiny_vision_language_model_example_runs():
+    namespace: dict = {}
+    exec(_code_blocks()[2], namespace)
+    ids, policy = namespace["ids"], namespace["policy"]
+    assert tuple(ids.pixels.shape) == (1, 32, 32, 3)
+    assert ids.count(policy.model.config.image_token_id) == 16 and len(policy.modalities) == 2
+
+
 @pytest.mark.parametrize(
     "row", [line for line in DOC.read_text().splitlines() if line.startswith("| `") and "img/visual/" in line]
 )

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from polyrl.errors import UserError
+from polyrl.forward.decoder import IMAGE_MODEL_TYPE
 
 
 def launched_by_torchrun() -> bool:
@@ -77,6 +78,9 @@ def shard_model(model, trainable: bool = True):
     divided by the global minibatch totals, so the sum is the one-process gradient."""
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
+    if getattr(getattr(model, "config", None), "model_type", None) == IMAGE_MODEL_TYPE:
+        # a sharded model takes its own forward (forward/token_scores.py), which cannot embed pictures
+        raise UserError("--nproc (FSDP) cannot take images yet: train the tiny vision-language model in one process")
     for layer in decoder_layers(model):
         fully_shard(layer)
     fully_shard(unwrapped(model))

@@ -176,7 +176,7 @@ class RolloutWorker:
         torch.set_num_threads(threads or 1)
         self.policy = load_policy(model_config, seed=seed, device=HOST)  # a rollout actor holds CPUs only (pool.py)
         self.policy.model.eval()
-        self.prompts = PromptBuilder(self.policy.tokenizer, prompt_config)
+        self.prompts = PromptBuilder(self.policy.tokenizer, prompt_config, self.policy.image_input)
         self.backend_options = dict(backend_options or {})
         """``TransformersBackend`` keywords (``batch_size``, ``shared_prefill``), as the trainer's backend has."""
         self.tasks = {

@@ -3,8 +3,9 @@
 An environment is created from a task :class:`~polyrl.tasks.Problem` by an :class:`EnvTask`, which is a
 Task like any other (same ``generate``, difficulty space and splits), so environments go into a training
 mix by name (``env/calculator:multiplication``) and everything that samples tasks works unchanged.
-Observations are chat messages (``{"role": "user" | "tool", "content": ...}``); the rollout renders them
-with the tokenizer's chat template and masks their tokens out of the policy loss.
+Observations are chat messages (``{"role": "user" | "tool", "content": ...}``, optionally with ``"images"``, pictures
+a vision-language policy is shown before the text); the rollout renders them with the tokenizer's chat template and
+masks their tokens out of the policy loss.
 """
 
 from __future__ import annotations

@@ -88,7 +88,9 @@ class LocalModelSource:
     ):
 
         self.backend = TransformersBackend(policy.model, policy.tokenizer, batch_size=batch_size, device=policy.device)
-        self.prompts = PromptBuilder(policy.tokenizer, PromptConfig(field=field, system=system, style=style))
+        self.prompts = PromptBuilder(
+            policy.tokenizer, PromptConfig(field=field, system=system, style=style), policy.image_input
+        )
         self.batch_size = batch_size
         self.seed = seed
         self.env = env or EnvConfig()

@@ -31,7 +31,10 @@ from torch.utils.checkpoint import checkpoint
 
 from polyrl.forward.batch import distinct
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+IMAGE_MODEL_TYPE = "polyrl_tiny_vlm"
+"""The embedded tiny vision-language model (``policy/tiny_vision.py``): a Llama whose ``vision`` module turns pictures
+into the embeddings of the prompt's image placeholder tokens; it takes pictures on this forward only."""
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", IMAGE_MODEL_TYPE)
 """Decoders whose layers are ``input_layernorm → self_attn (q/k/v/o_proj, rotary) → post_attention_layernorm →
 mlp (gate/up/down_proj)`` with residuals around both, and no other transformation (SmolLM2 is a Llama)."""
 
@@ -79,6 +82,11 @@ class Decoder:
     head_dim: int
     sliding_window: int | None
     """Attention span of the layers, when the config limits it (the forward then refuses longer sequences)."""
+    vision: nn.Module | None = None
+    """A vision-language model's picture encoder: ``uint8 [images, S, S, 3]`` to ``[images, K, hidden]``, the
+    embeddings of each picture's ``K`` placeholder tokens (None: the model takes text only)."""
+    image_token_id: int | None = None
+    """The placeholder token whose embeddings :attr:`vision` replaces."""
 
     @classmethod
     def of(cls, model) -> Decoder | None:
@@ -105,11 +113,34 @@ class Decoder:
         if getattr(config, "use_sliding_window", True) is False:  # Qwen2 keeps a window it does not use
             window = None
         kv = getattr(config, "num_key_value_heads", None) or heads
+        if config.model_type == IMAGE_MODEL_TYPE:
+            return cls(trunk, head, heads, kv, head_dim, window, base.vision, config.image_token_id)
         return cls(trunk, head, heads, kv, head_dim, window)
 
     @property
     def layers(self) -> nn.ModuleList:
         return self.trunk.layers
+
+    def embed(self, ids: Tensor, images: Tensor | None = None) -> Tensor:
+        """Input embeddings ``[T, hidden]`` of ``ids [T]``; with ``images [n, S, S, 3]``, the ``n · K`` image
+        placeholder tokens of ``ids`` (in order) take the pictures' embeddings instead. A placeholder without its
+        picture, or a picture without its placeholders, is a ValueError: never a prompt that silently lost it."""
+        x = self.trunk.embed_tokens(ids)
+        if self.vision is None:
+            if images is not None:
+                raise ValueError("pictures given to a model that takes text only")
+            return x
+        where = (ids == self.image_token_id).nonzero().squeeze(1)
+        if images is None:
+            if len(where):
+                raise ValueError(f"{len(where)} image placeholder tokens without their pictures")
+            return x
+        pictures = self.vision(images)
+        if pictures.shape[0] * pictures.shape[1] != len(where):
+            raise ValueError(
+                f"{len(where)} image placeholder tokens for {pictures.shape[0]} pictures of {pictures.shape[1]} each"
+            )
+        return x.index_put((where,), pictures.reshape(-1, x.shape[-1]).to(x.dtype))
 
     def rotary(self, positions: Tensor, like: Tensor) -> tuple[Tensor, Tensor]:
         """``cos, sin`` ``[T, head_dim]`` of ``positions [T]`` (the model's own rotary module: its scaling)."""
@@ -198,6 +229,8 @@ class PackedBatch:
     """``[M]`` row of each scored token in the padded batch."""
     cols: Tensor
     """``[M]`` column of its score in the ``[N, width - 1]`` output (the position that predicts it)."""
+    images: Tensor | None = None
+    """``[n, S, S, 3]`` the pictures of the packed tokens' image placeholders, in their order (None: text only)."""
 
 
 def pack(batch, device=None, *, share_prompts: bool) -> PackedBatch:
@@ -206,6 +239,8 @@ def pack(batch, device=None, *, share_prompts: bool) -> PackedBatch:
     off); without prompt lengths every row's first token is its prompt, so every later token is scored. The
     layout is planned from the host batch (:meth:`~polyrl.forward.batch.TokenBatch.on_host`)."""
     batch = batch.on_host()
+    if batch.images is not None and batch.prompt_lengths is None:
+        raise ValueError("a batch with pictures needs its prompt lengths (collate's): they order the pictures")
     lengths = batch.attention_mask.sum(1).tolist()
     if min(lengths) < 1:
         raise ValueError("a TokenBatch row without tokens cannot be packed")
@@ -214,7 +249,8 @@ def pack(batch, device=None, *, share_prompts: bool) -> PackedBatch:
     # a row's first token is always context: nothing predicts it
     prompt_lengths = [min(max(p, 1), n) for p, n in zip(prompt_lengths, lengths)]
     prompts = [row[:p] for row, p in zip(ids, prompt_lengths)]
-    unique, source = distinct(prompts) if share_prompts else (prompts, list(range(len(prompts))))
+    keys = [rows[1] if rows is not None else None for rows in batch.images] if batch.images is not None else None
+    unique, source = distinct(prompts, keys) if share_prompts else (prompts, list(range(len(prompts))))
     p_len = [len(u) for u in unique]
     p_start = _starts(p_len, 0)
     r_len = [n - p for n, p in zip(lengths, prompt_lengths)]
@@ -233,8 +269,26 @@ def pack(batch, device=None, *, share_prompts: bool) -> PackedBatch:
         cols += range(p - 1, p - 1 + r)
     as_tensor = lambda values: torch.tensor(values, dtype=torch.long, device=device)
     return PackedBatch(
-        as_tensor(flat), as_tensor(positions), blocks, *(as_tensor(v) for v in (predictors, targets, rows, cols))
+        as_tensor(flat),
+        as_tensor(positions),
+        blocks,
+        *(as_tensor(v) for v in (predictors, targets, rows, cols)),
+        _packed_images(batch.images, source, len(unique), device),
     )
+
+
+def _packed_images(images: list | None, source: list[int], count: int, device) -> Tensor | None:
+    """The pictures of the packed tokens on ``device``, in packed order: each distinct prompt's once, then each
+    row's continuation's (an episode's observations)."""
+    if images is None:
+        return None
+    first = {}
+    for row, u in enumerate(source):
+        first.setdefault(u, row)
+    shown = [images[first[u]] for u in range(count)]
+    parts = [row[0] for row in shown if row is not None and row[0] is not None]
+    parts += [row[2] for row in images if row is not None and row[2] is not None]
+    return torch.cat(parts).to(device) if parts else None
 
 
 def _starts(lengths: list[int], offset: int) -> list[int]:
@@ -307,11 +361,13 @@ def packed_hidden(
     blocks: list[AttentionBlock],
     linears: Linears = MODULES,
     keep_kv: list | None = None,
+    images: Tensor | None = None,
 ) -> Tensor:
     """Final hidden states ``[T, hidden]`` (after the last norm) of the packed tokens ``ids [T]`` at
     ``positions [T]``; every token is a query of exactly one block. With ``keep_kv``, each layer's keys and
-    values ``[T, KV, D]`` (after the rotary embedding) are appended to it, for a KV cache."""
-    x = dec.trunk.embed_tokens(ids)
+    values ``[T, KV, D]`` (after the rotary embedding) are appended to it, for a KV cache. ``images``: the
+    pictures of the tokens' image placeholders (:meth:`Decoder.embed`)."""
+    x = dec.embed(ids, images)
     cos, sin = dec.rotary(positions, x)
     # where each block's real queries are among its [S·Lq] rows: found once here (a host sync on CUDA), not in every
     # layer by a boolean mask (issue #42: one sync per layer and block)

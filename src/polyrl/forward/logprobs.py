@@ -48,6 +48,8 @@ def sequence_logprobs(
         dec = Decoder.of(model)
         if dec is not None and dec.fits(batch.input_ids.shape[1]) and len(batch):
             return packed_logprobs(dec, batch, temperature, entropy, entropy_grad, share_prompts)
+        if batch.images is not None:
+            raise ValueError("prompts with pictures are scored on polyrl's packed forward only (model.forward: auto)")
         if share_prompts and batch.prompt_lengths is not None and not _checkpointing(model):
             shared = _shared_prompt_logprobs(model, batch, temperature, entropy, entropy_grad)
             if shared is not None:
@@ -83,7 +85,7 @@ def packed_logprobs(
     """``sequence_logprobs`` on the packed forward: ``[N, width - 1]`` log-probs (and entropies) on
     ``batch.device``, 0 at prompt and padding positions."""
     packed = pack(batch, batch.device, share_prompts=share_prompts)
-    hidden = packed_hidden(dec, packed.ids, packed.positions, packed.blocks)
+    hidden = packed_hidden(dec, packed.ids, packed.positions, packed.blocks, images=packed.images)
     logp, ent = scores_from_hidden(
         hidden[packed.predictors], packed.targets, dec.head, temperature, entropy, entropy_grad=entropy_grad
     )

@@ -12,7 +12,7 @@ from typing import Protocol
 
 import torch
 
-from polyrl.forward.batch import distinct
+from polyrl.forward.batch import ImageIds, distinct
 from polyrl.forward.decoder import MODULES, Decoder
 from polyrl.forward.logprobs import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE
 from polyrl.forward.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
@@ -138,7 +138,8 @@ class TransformersBackend:
 
     def _generate_chunk(self, chunk, max_new_tokens, temperature, top_p, greedy) -> list[Generation]:
         decoded = None
-        if self.shared_prefill:
+        # prompts with pictures take the packed decode, the one that embeds them, whether or not prompts are shared
+        if self.shared_prefill or any(isinstance(p, ImageIds) for p in chunk):
             decoded = self._decode_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
         if decoded is None:
             rows = self._hf_generate_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
@@ -153,7 +154,8 @@ class TransformersBackend:
                 finished = True
                 break
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
-        return Generation(list(prompt), completion, text, finished, logprobs[: len(completion)] if logprobs else None)
+        ids = prompt.copy() if isinstance(prompt, ImageIds) else list(prompt)  # its pictures stay with it
+        return Generation(ids, completion, text, finished, logprobs[: len(completion)] if logprobs else None)
 
     def _hf_generate_chunk(self, prompts, max_new_tokens, temperature, top_p, greedy) -> list[list[int]]:
         input_ids, attention = left_pad(prompts, self.tokenizer.pad_token_id)

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from polyrl.errors import UserError
-from polyrl.forward.decoder import set_forward
+from polyrl.forward.decoder import IMAGE_MODEL_TYPE, set_forward
 from polyrl.forward.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
 from polyrl.policy.lora import (
     ADAPTER_DIR,
@@ -33,12 +33,16 @@ from polyrl.policy.model_files import (
 )
 from polyrl.policy.resolve import ResolvedModel, resolve_model
 from polyrl.policy.tiny import TINY, TinyModelConfig, build_tiny_policy
-from polyrl.tasks.base import TEXT_ONLY
+from polyrl.tasks.base import TEXT_AND_IMAGES, TEXT_ONLY
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["TINY", "LoraConfig", "ModelConfig", "Policy", "load_checkpoint", "load_policy", "pin_model"]
+TRANSFORMERS_FORWARD_TAKES_NO_IMAGES = (
+    "model.forward: transformers cannot take images: the tiny vision-language model runs on polyrl's packed forward "
+    "(model.forward: auto)"
+)
 
 
 class ModelConfig(BaseModel):
@@ -73,6 +77,14 @@ class ModelConfig(BaseModel):
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
 
+    @model_validator(mode="after")
+    def _images_take_the_packed_forward(self):
+        """The tiny model's pictures are embedded by polyrl's packed forward only: refused with the config, before a
+        run directory exists."""
+        if self.path == TINY and self.tiny.vision.enabled and self.forward == "transformers":
+            raise ValueError(TRANSFORMERS_FORWARD_TAKES_NO_IMAGES)
+        return self
+
 
 def merged(model):
     """``model`` as a plain transformers model: a copy with its LoRA adapters merged in (PEFT), or the model
@@ -97,6 +109,9 @@ class Policy:
     modalities: frozenset[str] = TEXT_ONLY
     """What the model takes: text (a causal LM), or text and images (a vision-language model); a run refuses a
     task that shows what it cannot take (:func:`polyrl.tasks.base.check_modalities`)."""
+    image_input: Any = None
+    """How a vision-language model takes a problem's pictures (``polyrl.policy.tiny_vision.ImageInput``: what
+    :class:`~polyrl.policy.prompts.PromptBuilder` needs to show them); None for a model of text only."""
 
     def save(self, path: str | Path, adapter: bool = True) -> None:
         """Save as a plain Hugging Face checkpoint (LoRA adapters merged in) and, for a LoRA policy unless
@@ -126,7 +141,7 @@ def check_model_dir(path: str | Path) -> None:
         model_type = json.loads(cfg_file.read_text()).get("model_type")
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {cfg_file}: {exc}") from None
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type != IMAGE_MODEL_TYPE:
         raise UserError(f"model at {str(path)!r} (model_type={model_type!r}) is not a causal language model")
 
 
@@ -147,6 +162,8 @@ def load_checkpoint(path: str, dtype=None):
 
     check_model_dir(path)
     check_weight_files(path)
+    if json.loads((Path(path) / "config.json").read_text()).get("model_type") == IMAGE_MODEL_TYPE:
+        import polyrl.policy.tiny_vision  # noqa: F401  (registers the tiny vision-language model's classes)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # its load report is a table; what matters in it is raised below in one line
     try:
@@ -195,7 +212,12 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: tor
     config = config or ModelConfig()
     dtype = _dtype(config.dtype)
     source = resolve_model(config.path, config.revision)
-    if source.directory is None:
+    if source.directory is None and config.tiny.vision.enabled:
+        from polyrl.policy.tiny_vision import build_tiny_vlm
+
+        model, tokenizer = build_tiny_vlm(config.tiny, seed=seed)
+        model = model.to(dtype)
+    elif source.directory is None:
         model, tokenizer = build_tiny_policy(config.tiny, seed=seed)
         model = model.to(dtype)
     else:
@@ -214,7 +236,18 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: tor
         model = add_lora(model, config.lora)
     set_autocast(model, resolve_autocast(config.autocast, model, device))
     set_forward(model, config.forward)
+    if getattr(model.config, "model_type", None) == IMAGE_MODEL_TYPE:
+        return _vision_policy(model.to(device), tokenizer, torch.device(device), config, source)
     return Policy(model.to(device), tokenizer, torch.device(device), source)
+
+
+def _vision_policy(model, tokenizer, device, config: ModelConfig, source: ResolvedModel) -> Policy:
+    """A policy that takes pictures (the tiny vision-language model), on the forward that embeds them."""
+    from polyrl.policy.tiny_vision import ImageInput
+
+    if config.forward == "transformers":  # a saved model's config (the tiny one's is refused by the config)
+        raise UserError(TRANSFORMERS_FORWARD_TAKES_NO_IMAGES)
+    return Policy(model, tokenizer, device, source, TEXT_AND_IMAGES, ImageInput.of(model, tokenizer))
 
 
 def _load_base(source: ResolvedModel, dtype):

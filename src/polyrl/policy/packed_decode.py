@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from polyrl.forward.batch import ImageIds
 from polyrl.forward.decoder import Decoder, Linears, causal_block, gather, layer_qkv, layer_rest, packed_hidden
 
 
@@ -67,7 +68,7 @@ class PackedLinears(Linears):
         return torch.ops.mkldnn._reorder_linear_weight(weight, self.rows), bias
 
     def _pack(self, module) -> None:
-        if type(module) is nn.Linear:
+        if type(module) is nn.Linear and not module._forward_hooks:  # a hook (the tiny VLM's head) must run
             self.weights[module] = self._packed([module])
 
     def _fuse(self, owner, modules) -> None:
@@ -220,7 +221,9 @@ def prefill_prompts(dec: Decoder, unique: list, source: list[int], linears: Line
     positions = torch.cat([torch.arange(int(n), device=device) for n in lengths])
     kv: list = []
     block = causal_block(starts.tolist(), lengths.tolist(), device)
-    hidden = packed_hidden(dec, ids, positions, [block], linears, keep_kv=kv)
+    pictures = [u.pixels for u in unique if isinstance(u, ImageIds)]
+    images = torch.cat(pictures).to(device) if pictures else None
+    hidden = packed_hidden(dec, ids, positions, [block], linears, keep_kv=kv, images=images)
     src = torch.tensor(source, device=device)
     first_logits = linears(dec.head, hidden[(starts + lengths - 1)[src]])
     width = int(lengths.max())

@@ -106,11 +106,14 @@ def problem_text(problem: Problem, field: str, style: PromptStyle | None = "ters
 
 
 class PromptBuilder:
-    """Builds prompt token ids for problems (chat template when the tokenizer has one)."""
+    """Builds prompt token ids for problems (chat template when the tokenizer has one). With ``images`` (a
+    vision-language policy's ``Policy.image_input``), a problem's pictures open its user message as placeholder
+    tokens and its ids are an :class:`~polyrl.forward.batch.ImageIds` that carries their pixels."""
 
-    def __init__(self, tokenizer, config: PromptConfig | None = None):
+    def __init__(self, tokenizer, config: PromptConfig | None = None, images=None):
         self.tokenizer = tokenizer
         self.config = config or PromptConfig()
+        self.images = images
         self.use_chat = self.config.chat_template and getattr(tokenizer, "chat_template", None) is not None
         self.max_tokens: int | None = None
         """The longest prompt :meth:`ids` builds (None: no limit); see :meth:`limit`."""
@@ -127,6 +130,10 @@ class PromptBuilder:
 
     def text(self, problem: Problem) -> str:
         content = self.content(problem)
+        if problem.images:
+            if self.images is None:  # check_modalities refuses the task before any prompt is built
+                raise UserError(f"task {problem.task} has images; the policy takes text only")
+            content = self.images.placeholders(len(problem.images)) + content
         if not self.use_chat:
             system = f"{self.config.system}\n" if self.config.system else ""
             return f"{system}{content}\n"
@@ -144,7 +151,7 @@ class PromptBuilder:
                 f"the prompt of {problem.task} problem {problem.split}/{problem.seed} is {len(ids)} tokens, more than "
                 f"the {self.max_tokens} left by {self._room}"
             )
-        return ids
+        return self.images.prompt(ids, problem.images) if problem.images else ids
 
     def response_ids(self, response: str) -> list[int]:
         """Token ids of a response followed by EOS (what SFT trains on)."""

@@ -33,6 +33,26 @@ CHAT_TEMPLATE = (
 )
 
 
+class TinyVisionConfig(BaseModel):
+    """The patch encoder that makes the embedded default a vision-language model (``policy/tiny_vision.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="Put a patch encoder in front of the tiny model: it then takes images.")
+    image_size: int = Field(32, ge=4, description="Side every picture is resized to, in pixels.")
+    patch_size: int = Field(
+        8, ge=1, description="Side of the squares a picture is cut into; each is one placeholder token of the prompt."
+    )
+    layers: int = Field(1, ge=0, description="Transformer blocks of the encoder over a picture's squares.")
+    heads: int = Field(4, ge=1, description="Attention heads of those blocks (they must split hidden_size evenly).")
+
+    @model_validator(mode="after")
+    def _squares(self):
+        if self.image_size % self.patch_size:
+            raise ValueError(f"image_size {self.image_size} is not a whole number of patch_size {self.patch_size}")
+        return self
+
+
 class TinyModelConfig(BaseModel):
     """Shape of the embedded default model (a LlamaForCausalLM)."""
 
@@ -45,6 +65,9 @@ class TinyModelConfig(BaseModel):
         4, ge=1, description="Attention heads: hidden_size / num_heads (the head width) must be a whole, even number."
     )
     max_positions: int = Field(512, ge=16, description="Longest prompt + response in tokens.")
+    vision: TinyVisionConfig = Field(
+        default_factory=TinyVisionConfig, description="A patch encoder for images (off: the model takes text only)."
+    )
 
     @model_validator(mode="after")
     def _head_width(self):
@@ -55,6 +78,10 @@ class TinyModelConfig(BaseModel):
             raise ValueError(
                 f"hidden_size {self.hidden_size} / num_heads {self.num_heads} is not a whole, even head width "
                 "(rotary embeddings turn pairs of a head's dimensions)"
+            )
+        if self.vision.enabled and self.hidden_size % self.vision.heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not a whole number of vision.heads {self.vision.heads}"
             )
         return self
 
@@ -90,7 +117,18 @@ def build_tiny_policy(config: TinyModelConfig | None = None, seed: int = 0):
 
     config = config or TinyModelConfig()
     tokenizer = build_tiny_tokenizer()
-    hf_config = LlamaConfig(
+    hf_config = LlamaConfig(**tiny_llama_config(config, tokenizer))
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(hf_config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+def tiny_llama_config(config: TinyModelConfig, tokenizer) -> dict:
+    """The ``LlamaConfig`` arguments of the tiny model's shape over ``tokenizer``'s vocabulary."""
+    return dict(
         vocab_size=len(tokenizer),
         hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size,
@@ -103,9 +141,3 @@ def build_tiny_policy(config: TinyModelConfig | None = None, seed: int = 0):
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(hf_config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model, tokenizer

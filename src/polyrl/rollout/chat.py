@@ -5,14 +5,20 @@ turns — the end of the assistant turn when the policy did not close it, the re
 the next generation prompt — is tokenized from the chat template's text and masked out of the loss (policy_mask
 0). Observations are rendered as the *difference* between the template applied with and without them, so any
 chat template (tiny, Qwen, Llama) works.
+
+Pictures (a vision-language policy): the problem's open the first user message, as in a single-turn prompt, and a
+message may carry its own (``"images"``: PIL images or uint8 arrays, e.g. a zoomed crop), shown before its text.
+Each is its placeholder tokens in the ids; the ids carry the pixels (:class:`~polyrl.forward.batch.ImageIds`).
 """
 
 from __future__ import annotations
 
 from polyrl.envs.environment import Environment, Message
 from polyrl.envs.tool_formats import ToolFormat, UsesToolFormat, describe_tools, resolve_tool_format
+from polyrl.errors import UserError
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.tasks import Problem
+from polyrl.tasks.images import rgb_image
 
 _PLACEHOLDER = "\x00polyrl\x00"
 
@@ -33,6 +39,8 @@ class ChatCodec:
         self.use_chat = prompts.use_chat
         self.content = prompts.content  # the problem in the configured field and style
         self.template_kwargs = prompts.config.chat_template_kwargs
+        self.images = prompts.images
+        """The policy's image input (None: it takes text only)."""
         self.natural = prompts.config.style == "natural"
         """Tools are described in sentences and environments word their messages for an instruction-tuned LM."""
         self.native_tools = self.use_chat and "tools" in (self.tok.chat_template or "")
@@ -103,6 +111,11 @@ class ChatCodec:
     def start(self, messages: list[Message], tools: list[dict], problem: Problem | None = None) -> list[int]:
         """Prompt ids of the first turn (:meth:`shown`); tools go through the template when it has a native format."""
         messages = self.shown(messages, problem)
+        pictures = list(problem.images) if problem is not None else []
+        messages, pictures = self._placeholders(messages, pictures)
+        return self._with_pictures(self._start_ids(messages, tools), pictures)
+
+    def _start_ids(self, messages: list[Message], tools: list[dict]) -> list[int]:
         system = [self.system] if self.system else []
         if tools and not self.native_tools:
             system.append(describe_tools(tools, self.tool_format, self.natural))
@@ -116,6 +129,10 @@ class ChatCodec:
         """Environment ids after a policy turn: close the turn, the observation, the next generation prompt.
         The observation is what the template renders after the (placeholder) assistant turn, so templates that
         render an earlier turn differently once it is no longer the last (Qwen3's think block) still work."""
+        observation, pictures = self._placeholders(observation, [])
+        return self._with_pictures(self._between_ids(observation, finished), pictures)
+
+    def _between_ids(self, observation: list[Message], finished: bool) -> list[int]:
         if not self.use_chat:
             return self._ids("".join(f"\n[{m['role']}] {m['content']}" for m in observation) + "\n")
         closing = self.turn_end
@@ -127,3 +144,25 @@ class ChatCodec:
         if not rest.startswith(self.turn_end):
             raise ValueError(f"chat template closes an assistant turn inconsistently: {rest[:40]!r}")
         return self._ids(closing + rest[len(self.turn_end) :])
+
+    def _placeholders(self, messages: list[Message], first: list) -> tuple[list[Message], list]:
+        """``messages`` with each picture's placeholder text before its message's content (``first``: pictures
+        of the first user message, the problem's), and every picture in order, as RGB images."""
+        shown, pictures = [], []
+        opening = next((i for i, m in enumerate(messages) if m.get("role") == "user"), 0)
+        for i, message in enumerate(messages):
+            own = [*(first if i == opening else ()), *message.get("images", ())]
+            message = {k: v for k, v in message.items() if k != "images"}
+            if own:
+                if self.images is None:
+                    raise UserError(
+                        "an environment message shows a picture; the policy takes text only (an environment task "
+                        "whose observations carry images declares modalities = TEXT_AND_IMAGES)"
+                    )
+                pictures += [rgb_image(p, f"{message.get('role')} message picture {k}") for k, p in enumerate(own)]
+                message["content"] = self.images.placeholders(len(own)) + message["content"]
+            shown.append(message)
+        return shown, pictures
+
+    def _with_pictures(self, ids: list[int], pictures: list) -> list[int]:
+        return self.images.prompt(ids, pictures) if pictures else ids

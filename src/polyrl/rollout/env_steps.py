@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from polyrl.envs.environment import Environment, EnvTask, StepResult
+from polyrl.forward.batch import join
 from polyrl.tasks import Problem
 
 
@@ -37,7 +38,8 @@ class Episode:
     """The user messages the policy read first (:attr:`~polyrl.rollout.trajectory.Trajectory.prompt_text`)."""
 
     def add(self, ids: list[int], policy: bool) -> None:
-        self.response_ids += ids
+        """Append ``ids`` (with their pictures, an observation's: :class:`~polyrl.forward.batch.ImageIds`)."""
+        self.response_ids = join(self.response_ids, ids)
         self.policy_mask += [int(policy)] * len(ids)
 
 

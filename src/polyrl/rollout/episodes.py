@@ -11,6 +11,7 @@ import warnings
 
 from polyrl.envs.env_registry import ENV_CONCURRENCY, MAX_EPISODE_TOKENS
 from polyrl.envs.environment import Environment, Message, StepResult
+from polyrl.forward.batch import join
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.rollout.chat import ChatCodec, user_text
@@ -208,7 +209,7 @@ def _run_episodes(
         if latest is not None:
             backend, version = latest()
         gens = backend.generate(
-            [e.prompt_ids + e.response_ids for e in live], max_new_tokens=max_new_tokens, **sampling
+            [join(e.prompt_ids, e.response_ids) for e in live], max_new_tokens=max_new_tokens, **sampling
         )
         acting = []
         for ep, gen in zip(live, gens):

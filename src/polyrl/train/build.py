@@ -154,7 +154,7 @@ def _load_policy(config: TrainConfig, placement) -> tuple[Policy, PromptBuilder,
     configure_torch(config.threads, config.deterministic, device, config.keep_freed_memory)
     torch.manual_seed(config.seed)
     policy = load_policy(config.model, seed=config.seed, device=device)
-    prompts = PromptBuilder(policy.tokenizer, config.prompt)
+    prompts = PromptBuilder(policy.tokenizer, config.prompt, policy.image_input)
     tokenizer, share = policy.tokenizer, config.rl.share_prompts
     backend = placement.make_backend(
         policy, lambda model: make_backend(config.generation, model, tokenizer, config.seed, share, device)
