@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 import torch
+from small_llama import SHAPE, ConfigTokenizer
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -29,19 +30,6 @@ from polyrl.policy import TransformersBackend
 from polyrl.policy.decode_graphs import DecodeGraphs
 from polyrl.policy.packed_decode import GraphedDecode, PackedLinears
 from polyrl.policy.tiny import build_tiny_policy
-
-SHAPE = dict(
-    vocab_size=72,
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    pad_token_id=0,
-    eos_token_id=1,
-    bos_token_id=2,
-)
 
 
 def _sharp(model):
@@ -182,25 +170,16 @@ def _prompts(n_groups=5, group=3, seed=1):
     return [p for p in prompts for _ in range(group)]
 
 
-class _Tok:
-    """What the backend reads of a tokenizer, for the config-built models (vocabulary of 72 ids)."""
-
-    pad_token_id, eos_token_id = 0, 1
-
-    def decode(self, ids, skip_special_tokens=True):
-        return " ".join(map(str, ids))
-
-
 @pytest.mark.parametrize("kind", ARCHITECTURES)
 def test_packed_generation_greedy_is_model_generate(kind):
     model = _model(kind).eval()
     flat = _prompts()
-    first = TransformersBackend(model, _Tok(), device=HOST).generate(flat, max_new_tokens=16, greedy=True)
+    first = TransformersBackend(model, ConfigTokenizer(), device=HOST).generate(flat, max_new_tokens=16, greedy=True)
     frequent = Counter(t for g in first for t in g.completion_ids[2:]).most_common(3)
     model.generation_config.eos_token_id = [1] + [t for t, _ in frequent]  # rows leave the batch at varied steps
-    packed = TransformersBackend(model, _Tok(), device=HOST).generate(flat, max_new_tokens=16, greedy=True)
+    packed = TransformersBackend(model, ConfigTokenizer(), device=HOST).generate(flat, max_new_tokens=16, greedy=True)
     set_forward(model, "transformers")
-    plain = TransformersBackend(model, _Tok(), shared_prefill=False, device=HOST).generate(
+    plain = TransformersBackend(model, ConfigTokenizer(), shared_prefill=False, device=HOST).generate(
         flat, max_new_tokens=16, greedy=True
     )
     assert [g.completion_ids for g in packed] == [g.completion_ids for g in plain]
@@ -213,17 +192,17 @@ def test_the_fixed_batch_decode_step_a_cuda_graph_replays_is_model_generate_gree
     the batch) decodes, eagerly on this CPU, the tokens of transformers' greedy decode."""
     model = _model(kind).eval()
     flat = _prompts(seed=4)
-    graphed = TransformersBackend(model, _Tok(), device=HOST)
+    graphed = TransformersBackend(model, ConfigTokenizer(), device=HOST)
     graphed.graphs = DecodeGraphs(capture=False, fused=False)  # on a CPU: the fixed-batch state, eagerly
     assert isinstance(graphed.decode_state(flat, 8), GraphedDecode)
     first = graphed.generate(flat, max_new_tokens=16, greedy=True)
     frequent = Counter(t for g in first for t in g.completion_ids[2:]).most_common(3)
     model.generation_config.eos_token_id = [1] + [t for t, _ in frequent]  # rows finish early and keep their slots
-    graphed = TransformersBackend(model, _Tok(), device=HOST)
+    graphed = TransformersBackend(model, ConfigTokenizer(), device=HOST)
     graphed.graphs = DecodeGraphs(capture=False, fused=False)
     out = graphed.generate(flat, max_new_tokens=16, greedy=True)
     set_forward(model, "transformers")
-    plain = TransformersBackend(model, _Tok(), shared_prefill=False, device=HOST).generate(
+    plain = TransformersBackend(model, ConfigTokenizer(), shared_prefill=False, device=HOST).generate(
         flat, max_new_tokens=16, greedy=True
     )
     assert [g.completion_ids for g in out] == [g.completion_ids for g in plain]
@@ -239,7 +218,11 @@ def test_packed_generation_samples_and_log_probs_are_the_cached_forwards(kind):
     for forward in ("auto", "transformers"):
         set_forward(model, forward)
         torch.manual_seed(3)
-        runs.append(TransformersBackend(model, _Tok(), device=HOST).generate(flat, max_new_tokens=12, temperature=0.9))
+        runs.append(
+            TransformersBackend(model, ConfigTokenizer(), device=HOST).generate(
+                flat, max_new_tokens=12, temperature=0.9
+            )
+        )
     assert [g.completion_ids for g in runs[0]] == [g.completion_ids for g in runs[1]]
     for a, b in zip(*runs):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=1e-5)

@@ -13,6 +13,7 @@ import pytest
 import torch
 from cuda_graph_standin import HostSync, cuda_graphs
 from device_guard import second_device
+from small_llama import SHAPE, ConfigTokenizer
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import polyrl.policy.decode_graphs as decode_graphs
@@ -21,26 +22,6 @@ from polyrl.forward.precision import set_autocast
 from polyrl.policy import TransformersBackend
 from polyrl.policy.decode_graphs import DecodeGraphs, rows_bucket, width_bucket
 from polyrl.policy.fused_decode import RotaryTables
-
-SHAPE = dict(
-    vocab_size=72,
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    pad_token_id=0,
-    eos_token_id=1,
-    bos_token_id=2,
-)
-
-
-class _Tok:
-    pad_token_id, eos_token_id = 0, 1
-
-    def decode(self, ids, skip_special_tokens=True):
-        return " ".join(map(str, ids))
 
 
 def _model(kind: str = "llama"):
@@ -60,7 +41,7 @@ def _prompts(rows: int = 7, seed: int = 1) -> list[list[int]]:
 
 
 def _generate(model, graphs: DecodeGraphs, prompts, **sampling):
-    backend = TransformersBackend(model, _Tok(), device=HOST)
+    backend = TransformersBackend(model, ConfigTokenizer(), device=HOST)
     backend.graphs = graphs
     torch.manual_seed(3)
     gens = backend.generate(prompts, max_new_tokens=10, **sampling)
@@ -71,7 +52,7 @@ def _captured(model, graphs: DecodeGraphs, prompts, monkeypatch, **sampling):
     """``_generate`` on the pretend device, with the stand-in capturing: (tokens, log-probs), what the stand-in saw."""
     with cuda_graphs(monkeypatch) as standin, second_device(model) as guard, warnings.catch_warnings():
         warnings.simplefilter("error")  # a fallback warns: here it fails the test
-        backend = TransformersBackend(model, _Tok(), device=guard.device)
+        backend = TransformersBackend(model, ConfigTokenizer(), device=guard.device)
         backend.graphs = graphs
         torch.manual_seed(3)
         gens = backend.generate(prompts, max_new_tokens=10, **sampling)
@@ -126,7 +107,7 @@ def test_a_graph_is_captured_once_per_bucket_and_replayed_across_calls_from_one_
     in the same memory pool."""
     model, graphs = _model(), DecodeGraphs(capture=True, fused=True)
     with cuda_graphs(monkeypatch) as standin, second_device(model) as guard:
-        backend = TransformersBackend(model, _Tok(), device=guard.device)
+        backend = TransformersBackend(model, ConfigTokenizer(), device=guard.device)
         backend.graphs = graphs
         for _ in range(3):
             backend.generate(_prompts(7), max_new_tokens=10, greedy=True)
@@ -214,7 +195,7 @@ def test_a_failed_capture_restores_the_step_and_decodes_eagerly_saying_why(failu
     graphs = DecodeGraphs(capture=True, fused=True)
     with cuda_graphs(monkeypatch) as standin, second_device(model) as guard:
         failure(standin, monkeypatch)
-        backend = TransformersBackend(model, _Tok(), device=guard.device)
+        backend = TransformersBackend(model, ConfigTokenizer(), device=guard.device)
         backend.graphs = graphs
         torch.manual_seed(3)
         with pytest.warns(UserWarning, match="CUDA graph capture of the decode step failed") as warned:
