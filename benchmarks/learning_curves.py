@@ -10,6 +10,8 @@ the same steps; the final evaluation (after the last step) is the benchmark's ow
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,3 +209,35 @@ def learning_report(results: list[dict], every: int, margin: float) -> tuple[lis
         + (f"; time to it, TRL / polyrl: {_ci(ratios, '{:.2f}')}× over {len(ratios)} seed(s)" if ratios else "")
     )
     return [during, tta, after, speed], verdict
+
+
+_SEEDS = re.compile(r"seeds [0-9, ]+; ")
+
+
+def without_seeds(setup: str) -> str:
+    """A run's setup line with its seeds left out: what seeds run apart must share to be reported together."""
+    return _SEEDS.sub("", setup)
+
+
+def merged_runs(paths: list[str]) -> tuple[list[dict], list[str], str]:
+    """The per-seed results of earlier ``vs_trl.py --json`` files, in seed order, with each file's machine line and
+    their common setup (seeds left out) — for a comparison staged across sessions. Raises ``SystemExit`` with one
+    line for a file that is missing or not such a file, for setups that differ, and for a seed found twice."""
+    results, machines, setups = [], [], {}
+    for path in paths:
+        try:
+            run = json.loads(Path(path).read_text())
+            setups[path] = without_seeds(run["setup"])
+            results += run["results"]
+            machines.append(run["machine"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"--merge: {path} is not a vs_trl.py --json file ({type(e).__name__}: {e})") from None
+    first = paths[0]
+    for path, setup in setups.items():
+        if setup != setups[first]:
+            raise SystemExit(f"--merge: {path} ran another setup than {first}: {setup!r} vs {setups[first]!r}")
+    seeds = [r["seed"] for r in results]
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        raise SystemExit(f"--merge: seed(s) {', '.join(map(str, twice))} found in more than one file")
+    return sorted(results, key=lambda r: r["seed"]), machines, setups[first]

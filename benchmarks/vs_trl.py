@@ -5,6 +5,11 @@ problems, same hyperparameters, in one run.
                                           [--sft-steps 200] [--eval-problems 100] [--seeds 0,1,2] [--quick]
                                           [--markdown] [--json out.json]
     .venv/bin/python benchmarks/vs_trl.py --model smollm2-135m-instruct [--seeds 0,1,2] [--markdown]
+    .venv/bin/python benchmarks/vs_trl.py --model smollm2-135m-instruct --recipe job --seeds 1,2 --json b.json
+    .venv/bin/python benchmarks/vs_trl.py --model smollm2-135m-instruct --recipe job --merge a.json b.json
+
+``--merge`` runs nothing: it reports the seeds of earlier ``--json`` files together (the files must share one setup,
+the flags given must be the ones they ran with), so that a comparison of several hours is staged across sessions.
 
 ``--model`` other than ``tiny`` (a preset, a .gguf file or a Hugging Face directory) starts from
 configs/smollm2.yaml (natural prompts through the chat template, its tasks and SFT recipe) with sizes for a
@@ -422,6 +427,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     console = Console(stderr=True)
 
+    if args.merge:
+        from learning_curves import merged_runs, without_seeds
+
+        results, machines, setup = merged_runs(args.merge)
+        seeds = [r["seed"] for r in results]
+        curve = results[0]["polyrl"].get("curve") or {"points": [[0]]}
+        args.eval_every = curve["points"][0][0]  # the files' own (the first evaluation is at step N)
+        if without_seeds(setup_line(args, seeds, results)) != setup:
+            raise SystemExit(
+                f"--merge: the files ran {setup!r}; give the flags they ran with (--model, --recipe, ...)"
+            )
+        report(args, seeds, results, machine=" | ".join(dict.fromkeys(machines)))
+        return
     load = [os.getloadavg()[0]]
     results = []
     for seed in seeds:
@@ -476,6 +494,13 @@ def parse_args() -> tuple[argparse.Namespace, list[int]]:
     parser.add_argument("--plot", help="With evaluations during RL: write the learning curves to this PNG.")
     parser.add_argument("--markdown", action="store_true", help="Print markdown tables instead.")
     parser.add_argument("--json", help="Also write every figure, each optimizer step's included, to this file.")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="Run nothing: report together the seeds of earlier --json files (the same setup; give the flags they ran "
+        "with), so that a long comparison can be staged across sessions.",
+    )
     args = parser.parse_args()
     if args.model == "tiny" and args.recipe != "quick":
         parser.error("--recipe job is the real-model job's recipe: give --model smollm2-135m-instruct (or another)")
@@ -500,18 +525,11 @@ def parse_args() -> tuple[argparse.Namespace, list[int]]:
     return args, seeds
 
 
-def report(args, seeds: list[int], results: list[dict], load: list[float]) -> None:
-    """The tables and the verdict (``--markdown``: as Markdown; ``--json``: every figure to a file too)."""
-    goal = GOAL_SPEEDUP["tiny" if args.model == "tiny" else "real"]
-
+def setup_line(args, seeds: list[int], results: list[dict]) -> str:
+    """What was compared: sizes, model, tasks, seeds and precisions (``--merge`` checks files share it)."""
     completions = args.steps * args.prompts * args.group_size
-    machine = (
-        f"{cpu_model()}, {os.cpu_count()} cores shared with other jobs (load average {load[0]:.1f} at start, "
-        f"{load[1]:.1f} at end), torch {torch.__version__} with {args.threads} thread(s), "
-        f"transformers {_version('transformers')}, TRL {_version('trl')}, Python {platform.python_version()}"
-    )
     task_names = [n for n in results[0]["sft"] if n != "mean"]
-    setup = (
+    return (
         f"{args.steps} RL steps × {args.prompts} prompts × G={args.group_size} "
         f"({completions:,} completions per trainer), ≤{args.max_new_tokens} new tokens, lr {args.lr}, "
         f"model {args.model}, "
@@ -520,6 +538,22 @@ def report(args, seeds: list[int], results: list[dict], load: list[float]) -> No
         f"seeds {', '.join(map(str, seeds))}; precision: polyrl {results[0]['polyrl']['precision']}, "
         f"TRL {results[0]['trl']['precision']}"
     )
+
+
+def report(args, seeds: list[int], results: list[dict], load: list[float] | None = None, machine: str = "") -> None:
+    """The tables and the verdict (``--markdown``: as Markdown; ``--json``: every figure to a file too). The
+    machine line is this process's (``load``: the load average at start and end) unless ``machine`` is given
+    (``--merge``: the merged files' own)."""
+    goal = GOAL_SPEEDUP["tiny" if args.model == "tiny" else "real"]
+
+    completions = args.steps * args.prompts * args.group_size
+    machine = machine or (
+        f"{cpu_model()}, {os.cpu_count()} cores shared with other jobs (load average {load[0]:.1f} at start, "
+        f"{load[1]:.1f} at end), torch {torch.__version__} with {args.threads} thread(s), "
+        f"transformers {_version('transformers')}, TRL {_version('trl')}, Python {platform.python_version()}"
+    )
+    task_names = [n for n in results[0]["sft"] if n != "mean"]
+    setup = setup_line(args, seeds, results)
 
     tables = summary_tables(results, completions, task_names)
     speedups = [r["trl"]["wall"] / r["polyrl"]["wall"] for r in results]

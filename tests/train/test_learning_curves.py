@@ -1,6 +1,7 @@
 """benchmarks/learning_curves.py (``vs_trl.py --eval-every``): evaluations during RL stamped with training time
 only, time to accuracy, and the tables of polyrl vs TRL where RL learns, with hand-computed numbers."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,40 @@ def test_the_learning_report_by_hand(lc):
     assert speed[2][0][1] == "4.50 [-1.85, 10.85]×"  # ratios 5.0 and 4.0: SE 0.5, t 12.706
     assert "polyrl in 2/2 seeds, TRL in 1/2" in verdict and "TRL / polyrl: 5.00× over 1 seed(s)" in verdict
     assert "polyrl +6.0 points" in verdict or "polyrl +6.0 [" in verdict  # gains 6 and 6
+
+
+def _run_file(path: Path, seeds: list[int], setup: str = "90 RL steps; held-out: 50 problems; {seeds}precision: bf16"):
+    seeds_part = f"seeds {', '.join(map(str, seeds))}; "
+    results = [{"seed": s, "sft": {"mean": {"accuracy": 0.3}}} for s in seeds]
+    path.write_text(json.dumps({"setup": setup.format(seeds=seeds_part), "machine": "cpu", "results": results}))
+    return str(path)
+
+
+def test_merged_runs_put_seeds_run_apart_in_seed_order(lc, tmp_path):
+    a = _run_file(tmp_path / "a.json", [2, 1])
+    b = _run_file(tmp_path / "b.json", [0])
+    results, machines, setup = lc.merged_runs([a, b])
+    assert [r["seed"] for r in results] == [0, 1, 2]
+    assert machines == ["cpu", "cpu"]
+    assert setup == "90 RL steps; held-out: 50 problems; precision: bf16"
+
+
+def test_merged_runs_refuse_a_seed_found_twice(lc, tmp_path):
+    a, b = _run_file(tmp_path / "a.json", [0, 1]), _run_file(tmp_path / "b.json", [1])
+    with pytest.raises(SystemExit, match=r"seed\(s\) 1 found in more than one file"):
+        lc.merged_runs([a, b])
+
+
+def test_merged_runs_refuse_files_of_another_setup(lc, tmp_path):
+    a = _run_file(tmp_path / "a.json", [0])
+    b = _run_file(tmp_path / "b.json", [1], setup="8 RL steps; held-out: 50 problems; {seeds}precision: bf16")
+    with pytest.raises(SystemExit, match="ran another setup"):
+        lc.merged_runs([a, b])
+
+
+def test_merged_runs_refuse_a_file_that_is_not_a_run(lc, tmp_path):
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(SystemExit, match=r"is not a vs_trl\.py --json file"):
+        lc.merged_runs([str(tmp_path / "x.json")])
+    with pytest.raises(SystemExit, match=r"is not a vs_trl\.py --json file"):
+        lc.merged_runs([str(tmp_path / "missing.json")])
