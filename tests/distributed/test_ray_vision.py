@@ -5,7 +5,9 @@ the learner's training forward, and a visual config trains end to end."""
 import copy
 import json
 import pickle
+import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,6 +15,8 @@ ray = pytest.importorskip("ray")
 
 from rollout_sampling import sampling  # noqa: E402
 
+from polyrl.envs.environment import Environment, StepResult  # noqa: E402
+from polyrl.envs.wrapped import WrappedTask  # noqa: E402
 from polyrl.forward import sequence_logprobs  # noqa: E402
 from polyrl.forward.batch import ImageIds  # noqa: E402
 from polyrl.learner.update_batch import collate_trajectories  # noqa: E402
@@ -37,9 +41,32 @@ def odd_length(response):
     return float(len(response) % 2)
 
 
+class ZoomEnvironment(Environment):
+    """First turn: any text, answered with the top-left quarter of the picture; second turn: the answer."""
+
+    def reset(self):
+        return [{"role": "user", "content": self.problem.prompt}]
+
+    def step(self, action):
+        self.turn += 1
+        if self.turn == 1:
+            pixels = np.asarray(self.problem.images[0])
+            crop = pixels[: pixels.shape[0] // 2, : pixels.shape[1] // 2]
+            return StepResult([{"role": "user", "content": "zoomed", "images": [crop]}], 0.0, False)
+        return self.end(0.0, False, 0.0, "answered")
+
+
+class ZoomTask(WrappedTask):
+    name = "zoom:count_shapes"
+
+    def make_env(self, problem):
+        return ZoomEnvironment(problem, self.max_turns)
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the zoom environment, on the actors
     yield
     ray.shutdown()
 
@@ -179,3 +206,39 @@ def test_a_visual_config_trains_on_ray_rollout_workers(local_ray, visual_config,
         assert r["tis_weight_mean"] == pytest.approx(1.0, abs=1e-4) and r["tis_truncated_fraction"] == 0
     stats = trainer.parts.rollout_pool.stats
     assert stats.failed_groups == 0 and stats.task_errors == 0
+
+
+def test_an_environment_worker_s_picture_reaches_the_learner_and_scores_as_the_worker_did(local_ray):
+    from polyrl.device import HOST
+    from polyrl.distributed.pool import RolloutPool
+    from polyrl.distributed.ray_config import RayConfig
+    from polyrl.policy import load_policy
+    from polyrl.policy.loading import ModelConfig
+    from polyrl.policy.prompts import PromptConfig
+    from polyrl.tasks import get_task
+
+    model_config = ModelConfig(**TINY_VLM)
+    task = ZoomTask(get_task("count_shapes"), 2)
+    pool = RolloutPool(
+        RayConfig(num_rollout_workers=1, num_env_workers=1),
+        model_config=model_config,
+        seed=0,
+        prompt_config=PromptConfig(field="question"),
+        tasks={task.name: task},
+    )
+    policy = load_policy(model_config, seed=0, device=HOST)
+    try:
+        _perturbed_encoder(policy.model)
+        pool.sync_weights(policy.model, 0)
+        problem = task.generate(0, "easy")
+        (group,) = pool.groups(1, lambda n: [problem] * n, sampling(2, 6, max_episode_tokens=200))
+        assert ray.get(pool.env_workers[0].counts.remote())["started"] == 2
+    finally:
+        pool.shutdown()
+    placeholder = policy.model.config.image_token_id
+    for t in group:
+        assert isinstance(t.response_ids, ImageIds) and t.response_ids.pixels.shape == (1, 16, 16, 3)
+        assert [m for i, m in zip(t.response_ids, t.policy_mask) if i == placeholder] == [0] * 4
+    learner = _learner_logprobs(policy.model, group, policy.tokenizer.pad_token_id, 1.0)
+    for t, expected in zip(group, learner, strict=True):
+        torch.testing.assert_close(torch.tensor(t.behaviour_logprobs), expected)
