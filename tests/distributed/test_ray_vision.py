@@ -4,7 +4,6 @@ the learner's training forward, and a visual config trains end to end."""
 
 import copy
 import json
-import pickle
 import sys
 
 import numpy as np
@@ -98,13 +97,6 @@ def _learner_logprobs(model, group, pad_id, temperature):
     with torch.no_grad():
         logp, _ = sequence_logprobs(model.eval(), batch, temperature)
     return [logp[i, len(t.prompt_ids) - 1 : len(t.prompt_ids) - 1 + len(t.response_ids)] for i, t in enumerate(group)]
-
-
-def test_image_ids_pickle_with_their_pixels():
-    ids = ImageIds([5, 6, 7], torch.arange(2 * 16 * 16 * 3, dtype=torch.uint8).reshape(2, 16, 16, 3), b"key")
-    back = pickle.loads(pickle.dumps(ids))
-    assert isinstance(back, ImageIds) and back == ids and back.images_key == b"key"
-    assert torch.equal(back.pixels, ids.pixels)
 
 
 def _worker_group(trainer, problem, sampling_, perturb: bool = False):

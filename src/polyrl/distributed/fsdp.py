@@ -78,12 +78,15 @@ def shard_model(model, trainable: bool = True):
     divided by the global minibatch totals, so the sum is the one-process gradient."""
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
-    if getattr(getattr(model, "config", None), "model_type", None) == IMAGE_MODEL_TYPE:
-        # a sharded model takes its own forward (forward/token_scores.py), which cannot embed pictures
-        raise UserError("--nproc (FSDP) cannot take images yet: train the tiny vision-language model in one process")
     for layer in decoder_layers(model):
         fully_shard(layer)
+    # the tiny VLM's patch encoder stays in the root unit: gathered by every forward on every rank, whether or not
+    # its micro-batch has pictures (a unit of its own would all-gather only on the ranks that show one, and hang)
     fully_shard(unwrapped(model))
+    if getattr(unwrapped(model).config, "model_type", None) == IMAGE_MODEL_TYPE:
+        # a pass without pictures (an idle pass, text rows) leaves the encoder without gradients on its rank: it
+        # reduce-scatters zeros for them, so that every rank reduces the same parameters
+        unwrapped(model).set_reduce_scatter_unused_params(True)
     if trainable:
         for module in model.modules():
             if isinstance(module, FSDPModule):
