@@ -117,8 +117,9 @@ class TinyVLMForCausalLM(LlamaForCausalLM):
         """The Llama forward; ``images`` (``uint8 [n, S, S, 3]``) are the pictures of ``input_ids``' placeholders in
         reading order (row by row), embedded as the packed forward embeds them. The FSDP learner scores with this
         forward (its shards cannot take the packed one); placeholders without their pictures are refused."""
-        if images is not None:
-            return super().forward(None, *args, inputs_embeds=self._embed_pictures(input_ids, images), **kwargs)
+        if images is not None:  # PEFT passes inputs_embeds=None along
+            kwargs["inputs_embeds"] = self._embed_pictures(input_ids, images)
+            return super().forward(None, *args, **kwargs)
         if input_ids is not None and bool((input_ids == self.config.image_token_id).any()):
             raise ValueError(
                 "the tiny vision-language model takes pictures on polyrl's packed forward only (model.forward: auto)"
