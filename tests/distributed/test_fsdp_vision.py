@@ -86,3 +86,11 @@ def test_the_tiny_vlm_under_lora_on_two_processes_trains_the_adapters_of_one(vis
     ]
     assert adapters[0].keys() == adapters[1].keys() and any(".vision." in k for k in adapters[0])
     assert max(float((adapters[0][k] - adapters[1][k]).abs().max()) for k in adapters[0]) < WEIGHT_ATOL
+
+
+def test_a_two_process_vlm_run_resumes_from_its_sharded_checkpoint(vision_runs, tmp_path):
+    _finish(_launch(tmp_path, "halted", 2, config=TINY_VLM_FSDP, overrides=("rl.steps=2",)))
+    _finish(_launch(tmp_path, "halted", 2, resume=True, overrides=(f"rl.steps={TINY_VLM_FSDP['rl']['steps']}",)))
+    assert _losses(tmp_path / "halted") == _losses(vision_runs / "two")
+    done, resumed = _weights(vision_runs / "two"), _weights(tmp_path / "halted")
+    assert done.keys() == resumed.keys() and all(torch.equal(done[k], resumed[k]) for k in done)
