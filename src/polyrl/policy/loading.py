@@ -15,6 +15,8 @@ from polyrl.errors import UserError
 from polyrl.forward.decoder import IMAGE_MODEL_TYPE, set_forward
 from polyrl.forward.pictures import FAMILIES
 from polyrl.forward.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
+from polyrl.policy import hf_vision
+from polyrl.policy.hf_vision import ImagesConfig
 from polyrl.policy.lora import (
     ADAPTER_DIR,
     LoraConfig,
@@ -25,8 +27,6 @@ from polyrl.policy.lora import (
     save_adapter,
     with_adapter_settings,
 )
-from polyrl.policy import hf_vision
-from polyrl.policy.hf_vision import ImagesConfig
 from polyrl.policy.model_files import (
     check_causal,
     check_loading_info,
