@@ -20,6 +20,7 @@ import torch
 from polyrl.curriculum import make_difficulty_controller, make_sampler
 from polyrl.curriculum.difficulty import DifficultyController
 from polyrl.curriculum.samplers import TaskSampler
+from polyrl.forward.pictures import PictureForward
 from polyrl.errors import UserError
 from polyrl.learner import UpdateSettings
 from polyrl.policy import PromptBuilder, load_policy
@@ -37,6 +38,7 @@ from polyrl.tasks.base import check_modalities
 from polyrl.trackers import open_trackers
 from polyrl.train.config import TaskSpec, TrainConfig
 from polyrl.train.lengths import check_run_lengths
+from polyrl.train.placement import LocalPlacement
 from polyrl.train.state import PolicyVersion
 
 if TYPE_CHECKING:  # types only: Ray and torch.distributed load when a run uses them
@@ -154,12 +156,29 @@ def _load_policy(config: TrainConfig, placement) -> tuple[Policy, PromptBuilder,
     configure_torch(config.threads, config.deterministic, device, config.keep_freed_memory)
     torch.manual_seed(config.seed)
     policy = load_policy(config.model, seed=config.seed, device=device)
+    _check_vision_placement(config, placement, policy)
     prompts = PromptBuilder(policy.tokenizer, config.prompt, policy.image_input)
     tokenizer, share = policy.tokenizer, config.rl.share_prompts
     backend = placement.make_backend(
         policy, lambda model: make_backend(config.generation, model, tokenizer, config.seed, share, device)
     )
     return policy, prompts, backend
+
+
+def _check_vision_placement(config: TrainConfig, placement, policy: Policy) -> None:
+    """A Hugging Face vision-language policy trains in one process and generates with transformers: what it does not
+    run is refused in one line."""
+    if PictureForward.of(policy.model) is None:
+        return
+    if not isinstance(placement, LocalPlacement):  # FSDPPlacement (--nproc)
+        raise UserError(
+            f"--nproc: {config.model.path} is a Hugging Face vision-language model, which trains in one process only"
+        )
+    if config.generation.engine != "transformers":
+        raise UserError(
+            f"generation.engine {config.generation.engine}: {config.model.path} is a Hugging Face vision-language "
+            "model, which generates with transformers only"
+        )
 
 
 def _rollouts(config: TrainConfig, tasks: dict, local) -> tuple[GroupSource, RolloutPool | None, SelfPlay | None]:
