@@ -20,8 +20,8 @@ import torch
 from polyrl.curriculum import make_difficulty_controller, make_sampler
 from polyrl.curriculum.difficulty import DifficultyController
 from polyrl.curriculum.samplers import TaskSampler
-from polyrl.forward.pictures import PictureForward
 from polyrl.errors import UserError
+from polyrl.forward.pictures import PictureForward
 from polyrl.learner import UpdateSettings
 from polyrl.policy import PromptBuilder, load_policy
 from polyrl.policy.backends import check_installed, make_backend
