@@ -44,13 +44,13 @@ def save_idefics3(path: Path, seed: int = 0) -> Path:
     from transformers import (
         Idefics3Config,
         Idefics3ForConditionalGeneration,
-        Idefics3ImageProcessor,
+        Idefics3ImageProcessorPil,
         Idefics3Processor,
     )
 
     tokenizer = _tokenizer(["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"])
     tokenizer.eos_token = "<end_of_utterance>"
-    image_processor = Idefics3ImageProcessor(
+    image_processor = Idefics3ImageProcessorPil(
         do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 32}
     )
     processor = Idefics3Processor(image_processor, tokenizer, image_seq_len=4, chat_template=IDEFICS3_TEMPLATE)

@@ -69,3 +69,22 @@ def test_the_packed_forward_is_refused_for_a_vision_language_model_in_one_line(t
     assert run(["train", "--config", config]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "model.forward: packed cannot run" in err[0]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_whole_run_keeps_every_tensor_on_the_placements_device(tmp_path, family):
+    """SFT, RL and both evaluations of a vision-language policy under the device guard (``tests/device_guard.py``):
+    its pictures, positions and blocked tokens go where the model is, as on a GPU."""
+    from device_guard import DEVICE, on_device, second_device
+
+    from polyrl.train.config import load_config
+    from polyrl.train.placement import LocalPlacement
+    from polyrl.train.trainer import Trainer
+
+    config = load_config(_config(tmp_path, family, lora={"enabled": True, "r": 4}), ["tensorboard=false"])
+    with second_device() as guard:
+        trainer = Trainer(config, placement=LocalPlacement(guard.device))
+        assert trainer.parts.policy.device == DEVICE
+        assert all(on_device(p) for p in trainer.parts.policy.model.parameters())
+        results = trainer.run()
+    assert set(results) >= {"after_sft", "after_rl"}

@@ -255,7 +255,10 @@ def load_vlm(path: str, family: str, dtype):
     hf_logging.set_verbosity_error()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model, info = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype, output_loading_info=True)
+        # no Hub kernels: they would swap the model's layers (fetching code from the Hub) under polyrl's forward
+        model, info = AutoModelForImageTextToText.from_pretrained(
+            path, dtype=dtype, output_loading_info=True, use_kernels=False
+        )
     except Exception as exc:  # damaged files raise many kinds from transformers, tokenizers and torch
         raise UserError(f"cannot load model from {path!r}: {one_line(exc)}") from None
     finally:
