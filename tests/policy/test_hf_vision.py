@@ -4,10 +4,10 @@ Qwen2-VL. Each loads from its saved directory, renders prompts with its processo
 the pictures, scores tokens in training as generation did, never samples nor trains on an image token, and adapts
 its language model only with LoRA."""
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
+from small_vlms import save_idefics3, save_qwen2_vl
 
 from polyrl.device import HOST
 from polyrl.errors import UserError
@@ -17,12 +17,11 @@ from polyrl.forward.logprobs import sequence_logprobs
 from polyrl.forward.pictures import BLOCKED_LOGIT, PictureForward
 from polyrl.learner.sft_step import sft_step
 from polyrl.policy.generation import TransformersBackend
+from polyrl.policy.hf_vision import VISION_TOKENS
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.policy.prompts import PromptBuilder, PromptConfig
 from polyrl.tasks import get_task
 from polyrl.tasks.base import TEXT_AND_IMAGES
-from polyrl.policy.hf_vision import VISION_TOKENS
-from small_vlms import save_idefics3, save_qwen2_vl
 
 FAMILIES = {"idefics3": (save_idefics3, {}), "qwen2_vl": (save_qwen2_vl, {"images": {"size": 16}})}
 
@@ -186,7 +185,7 @@ def test_a_prompt_with_more_pictures_than_allowed_is_refused_in_one_line(saved, 
 
 
 def test_the_packed_forward_is_refused_for_a_vision_language_model(saved, family):
-    with pytest.raises(UserError, match="model.forward: packed cannot run .* a Hugging Face vision-language model"):
+    with pytest.raises(UserError, match=r"model.forward: packed cannot run .* a Hugging Face vision-language model"):
         load_policy(_config(saved, family, forward="packed"), device=HOST)
 
 

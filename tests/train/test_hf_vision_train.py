@@ -6,12 +6,12 @@ evaluates again, and what a single process cannot run is refused in one line."""
 import json
 
 import pytest
+from small_vlms import save_idefics3, save_qwen2_vl
 
 from polyrl.cli import run
 from polyrl.device import HOST
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.tasks.base import TEXT_AND_IMAGES
-from small_vlms import save_idefics3, save_qwen2_vl
 
 FAMILIES = {"idefics3": (save_idefics3, {}), "qwen2_vl": (save_qwen2_vl, {"images": {"size": 16}})}
 
