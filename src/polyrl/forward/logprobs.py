@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 
 from polyrl.forward.batch import TokenBatch, distinct
-from polyrl.forward.decoder import Decoder, pack, packed_hidden
-from polyrl.forward.pictures import PictureForward, picture_hidden
+from polyrl.forward.decoder import Decoder, pack, packed_hidden, picture_forward_of
+from polyrl.forward.pictures import picture_hidden
 from polyrl.forward.precision import forward_precision
 from polyrl.forward.prefill import forward_args, prefill
 from polyrl.forward.token_scores import entropy_from_logits, scores_from_hidden, split_lm, token_logprobs
@@ -49,7 +49,7 @@ def sequence_logprobs(
         dec = Decoder.of(model)
         if dec is not None and dec.fits(batch.input_ids.shape[1]) and len(batch):
             return packed_logprobs(dec, batch, temperature, entropy, entropy_grad, share_prompts)
-        pictures = PictureForward.of(model)
+        pictures = picture_forward_of(model)
         if pictures is not None and len(batch):
             return _picture_logprobs(pictures, model, batch, temperature, entropy, entropy_grad)
         if batch.images is not None:

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from polyrl.forward.decoder import PICTURES_ATTRIBUTE, picture_forward_of
 from polyrl.forward.prefill import forward_args, left_pad
 
-PICTURES_ATTRIBUTE = "polyrl_pictures"
 BLOCKED_LOGIT = -1e4
 """The logit of a token the model never predicts: its probability is 0 in every float type, and finite."""
 QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
@@ -46,8 +46,7 @@ class PictureForward:
     @staticmethod
     def of(model) -> PictureForward | None:
         """The picture forward of ``model`` (PEFT-wrapped too), None for a model that is no such VLM."""
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        return getattr(base, PICTURES_ATTRIBUTE, None)
+        return picture_forward_of(model)
 
     def attach(self, model, blocked: list[int]) -> None:
         """Make ``model`` take pictures this way, and never predict the ``blocked`` tokens."""

@@ -21,7 +21,7 @@ from polyrl.curriculum import make_difficulty_controller, make_sampler
 from polyrl.curriculum.difficulty import DifficultyController
 from polyrl.curriculum.samplers import TaskSampler
 from polyrl.errors import UserError
-from polyrl.forward.pictures import PictureForward
+from polyrl.forward.decoder import picture_forward_of
 from polyrl.learner import UpdateSettings
 from polyrl.policy import PromptBuilder, load_policy
 from polyrl.policy.backends import check_installed, make_backend
@@ -168,7 +168,7 @@ def _load_policy(config: TrainConfig, placement) -> tuple[Policy, PromptBuilder,
 def _check_vision_placement(config: TrainConfig, placement, policy: Policy) -> None:
     """A Hugging Face vision-language policy trains in one process and generates with transformers: what it does not
     run is refused in one line."""
-    if PictureForward.of(policy.model) is None:
+    if picture_forward_of(policy.model) is None:
         return
     if not isinstance(placement, LocalPlacement):  # FSDPPlacement (--nproc)
         raise UserError(
