@@ -125,6 +125,7 @@ def save_qwen2_vl(path: Path, seed: int = 0) -> Path:
         vision_start_token_id=ids("<|vision_start|>"),
         vision_end_token_id=ids("<|vision_end|>"),
         tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
     )
     with torch.random.fork_rng():
         torch.manual_seed(seed)

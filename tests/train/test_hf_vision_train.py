@@ -55,6 +55,7 @@ def test_eval_takes_a_visual_task_for_a_saved_vision_language_model(tmp_path):
 
 def test_nproc_is_refused_for_a_vision_language_model_in_one_line(tmp_path, capsys):
     config = _config(tmp_path, "idefics3")
+    capsys.readouterr()  # what saving the model printed
     assert run(["train", "--config", config, "--nproc", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
@@ -66,6 +67,7 @@ def test_nproc_is_refused_for_a_vision_language_model_in_one_line(tmp_path, caps
 
 def test_the_packed_forward_is_refused_for_a_vision_language_model_in_one_line(tmp_path, capsys):
     config = _config(tmp_path, "qwen2_vl", forward="packed")
+    capsys.readouterr()
     assert run(["train", "--config", config]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "model.forward: packed cannot run" in err[0]
@@ -88,3 +90,15 @@ def test_a_whole_run_keeps_every_tensor_on_the_placements_device(tmp_path, famil
         assert all(on_device(p) for p in trainer.parts.policy.model.parameters())
         results = trainer.run()
     assert set(results) >= {"after_sft", "after_rl"}
+
+
+def test_an_environment_task_with_pictures_is_refused_before_training_in_one_line(tmp_path, capsys):
+    config = _config(tmp_path, "qwen2_vl")
+    capsys.readouterr()
+    assert run(["train", "--config", config, "tasks=[{name: 'env/retry:count_shapes'}]"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"polyrl: error: task env/retry:count_shapes shows pictures in multi-turn episodes; {tmp_path / 'qwen2_vl'} is a "
+        "Hugging Face vision-language model, and pictures in episodes are taken by the embedded tiny vision-language "
+        "model only"
+    ]

@@ -114,7 +114,9 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.config = config or PromptConfig()
         self.images = images
-        template = getattr(tokenizer, "chat_template", None) or getattr(images, "template", None)
+        template = getattr(tokenizer, "chat_template", None)
+        if template is None:  # a Hugging Face VLM whose template is its processor's alone
+            template = getattr(images, "template", None)
         self.use_chat = self.config.chat_template and template is not None
         self.max_tokens: int | None = None
         """The longest prompt :meth:`ids` builds (None: no limit); see :meth:`limit`."""
