@@ -86,10 +86,16 @@ def save_idefics3(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def save_qwen2_vl(path: Path, seed: int = 0) -> Path:
-    """A 2-layer Qwen2-VL with a 1-layer vision tower of 4-pixel patches merged 2 × 2: a 16-pixel picture is 4
-    image tokens; saved with its processor at ``path``."""
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessorPil
+def save_qwen2_vl(path: Path, seed: int = 0, version: str = "2") -> Path:
+    """A 2-layer Qwen2-VL (``version`` "2.5": a Qwen2.5-VL) with a 1-layer vision tower of 4-pixel patches merged
+    2 × 2: a 16-pixel picture is 4 image tokens; saved with its processor's parts at ``path``."""
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen2VLImageProcessorPil,
+    )
 
     tokenizer = _tokenizer(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>", "<|im_end|>"])
     tokenizer.eos_token = "<|im_end|>"
@@ -100,7 +106,16 @@ def save_qwen2_vl(path: Path, seed: int = 0) -> Path:
         patch_size=4, merge_size=2, temporal_patch_size=2, min_pixels=16 * 16, max_pixels=64 * 64
     )
     ids = tokenizer.convert_tokens_to_ids
-    config = Qwen2VLConfig(
+    vision = dict(depth=1, num_heads=2, patch_size=4, spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    if version == "2.5":  # windows of one merged patch, and the one block attends over the whole picture
+        vision.update(
+            hidden_size=32, intermediate_size=64, out_hidden_size=32, window_size=8, fullatt_block_indexes=[0]
+        )
+        config_class, model_class = Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    else:
+        vision.update(embed_dim=32, hidden_size=32, mlp_ratio=2)
+        config_class, model_class = Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    config = config_class(
         text_config=dict(
             vocab_size=_vocab(tokenizer),
             max_position_embeddings=512,
@@ -109,17 +124,7 @@ def save_qwen2_vl(path: Path, seed: int = 0) -> Path:
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
         ),
-        vision_config=dict(
-            depth=1,
-            embed_dim=32,
-            hidden_size=32,
-            num_heads=2,
-            mlp_ratio=2,
-            patch_size=4,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            in_channels=3,
-        ),
+        vision_config=vision,
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),
@@ -129,7 +134,7 @@ def save_qwen2_vl(path: Path, seed: int = 0) -> Path:
     )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = Qwen2VLForConditionalGeneration(config)
+        model = model_class(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(path)

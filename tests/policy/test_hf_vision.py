@@ -1,8 +1,8 @@
 """Hugging Face vision-language models as policies (``policy/hf_vision.py``, ``forward/pictures.py``), on small
-random-initialised models of the two families (``tests/small_vlms.py``): an Idefics3 (SmolVLM's architecture) and a
-Qwen2-VL. Each loads from its saved directory, renders prompts with its processor's chat template, generates with
-the pictures, scores tokens in training as generation did, never samples nor trains on an image token, and adapts
-its language model only with LoRA."""
+random-initialised models of the two families (``tests/small_vlms.py``): an Idefics3 (SmolVLM's architecture), a
+Qwen2-VL and a Qwen2.5-VL. Each loads from its saved directory, renders prompts with its processor's chat template,
+generates with the pictures, scores tokens in training as generation did, never samples nor trains on an image token,
+and adapts its language model only with LoRA."""
 
 import pytest
 import torch
@@ -23,7 +23,11 @@ from polyrl.policy.prompts import PromptBuilder, PromptConfig
 from polyrl.tasks import get_task
 from polyrl.tasks.base import TEXT_AND_IMAGES
 
-FAMILIES = {"idefics3": (save_idefics3, {}), "qwen2_vl": (save_qwen2_vl, {"images": {"size": 16}})}
+FAMILIES = {
+    "idefics3": (save_idefics3, {}),
+    "qwen2_vl": (save_qwen2_vl, {"images": {"size": 16}}),
+    "qwen2_5_vl": (lambda path: save_qwen2_vl(path, version="2.5"), {"images": {"size": 16}}),
+}
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +102,9 @@ def test_generation_log_probs_equal_the_training_forward_s_on_prompts_with_pictu
         assert torch.allclose(logp[i][batch.loss_mask[i].bool()], torch.tensor(gen.logprobs), atol=1e-5)
 
 
-def test_qwen2_vl_training_forward_takes_the_model_s_own_m_rope_positions(saved):
-    policy = load_policy(_config(saved, "qwen2_vl"), device=HOST)
+@pytest.mark.parametrize("qwen", ["qwen2_vl", "qwen2_5_vl"])
+def test_qwen2_vl_training_forward_takes_the_model_s_own_m_rope_positions(saved, qwen):
+    policy = load_policy(_config(saved, qwen), device=HOST)
     prompt = _prompts(policy, seeds=(0,))[0]
     response = policy.tokenizer("7</answer>", add_special_tokens=False).input_ids
     batch = collate([(prompt, response)], policy.tokenizer.pad_token_id)

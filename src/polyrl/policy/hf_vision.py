@@ -100,6 +100,7 @@ class HFImageInput:
 
     @property
     def placeholder(self) -> str:
+        """What the family's chat template writes for one picture."""
         return PLACEHOLDERS[self.family]
 
     def placeholders(self, count: int) -> str:
@@ -130,6 +131,7 @@ class HFImageInput:
         return text.replace(self.placeholder, self.expansion) if pictures else text
 
     def check_count(self, problem) -> None:
+        """A UserError when ``problem`` shows more pictures than ``model.images.max_per_prompt``."""
         if len(problem.images) > self.max_images:
             raise UserError(
                 f"{problem.task} problem {problem.split}/{problem.seed} shows {len(problem.images)} pictures, more "
