@@ -237,3 +237,9 @@ def test_prompts_of_the_same_text_and_other_pictures_generate_as_two(policy):
         batch = collate([(prompt, [5]), (other, [5])], policy.tokenizer.pad_token_id)
         logp, _ = sequence_logprobs(policy.model, batch)
     assert not torch.equal(logp[0], logp[1])
+
+
+def test_the_prompt_limit_of_a_vision_language_model_is_its_language_model_s_positions(policy):
+    from polyrl.policy.model_files import model_positions
+
+    assert model_positions(policy.model) == 512
