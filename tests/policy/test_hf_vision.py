@@ -243,3 +243,17 @@ def test_the_prompt_limit_of_a_vision_language_model_is_its_language_model_s_pos
     from polyrl.policy.model_files import model_positions
 
     assert model_positions(policy.model) == 512
+
+
+def test_rows_that_finish_early_leave_the_decode_and_the_others_still_score_as_in_training(policy):
+    prompts = _prompts(policy)
+    torch.manual_seed(2)
+    backend = TransformersBackend(policy.model, policy.tokenizer, device=HOST)
+    backend._eos = list(range(len(policy.tokenizer) // 2, len(policy.tokenizer)))  # half the vocabulary ends a row
+    gens = backend.generate([p for p in prompts for _ in range(4)], max_new_tokens=10)
+    assert len({len(g.completion_ids) for g in gens}) > 2  # rows left the decode at different steps
+    batch = collate([(g.prompt_ids, g.completion_ids) for g in gens], policy.tokenizer.pad_token_id)
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(policy.model, batch)
+    for i, gen in enumerate(gens):
+        assert torch.allclose(logp[i][batch.loss_mask[i].bool()], torch.tensor(gen.logprobs), atol=1e-5)
