@@ -48,13 +48,22 @@ def test_train_runs_sft_and_rl_on_a_visual_task_and_the_final_model_reloads(tmp_
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("stage") == "sft" for r in records) and any(r.get("stage") == "rl" for r in records)
     final = tmp_path / "run" / "final_model"
-    back = load_policy(ModelConfig(path=str(final), images=FAMILIES[family][1].get("images", {})), device=HOST)
+    back = load_policy(ModelConfig(path=str(final)), device=HOST)  # the picture size the run trained with
     assert back.modalities == TEXT_AND_IMAGES and back.image_input.tokens == 4
 
 
 def test_eval_takes_a_visual_task_for_a_saved_vision_language_model(tmp_path):
     model = save_idefics3(tmp_path / "model")
     argv = ["eval", "--model", str(model), "--tasks", "count_shapes", "--n", "2", "--out", str(tmp_path / "e")]
+    assert run(argv) == 0
+    records = [json.loads(line) for line in (tmp_path / "e" / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["images"] for r in records)
+
+
+def test_eval_takes_a_run_s_saved_model_at_the_picture_size_it_trained_with(tmp_path):
+    assert run(["train", "--config", _config(tmp_path, "qwen2_vl"), "rl.steps=0", "sft.steps=1"]) == 0
+    final = tmp_path / "run" / "sft_model"
+    argv = ["eval", "--model", str(final), "--tasks", "count_shapes", "--n", "2", "--out", str(tmp_path / "e")]
     assert run(argv) == 0
     records = [json.loads(line) for line in (tmp_path / "e" / "samples.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(r["images"] for r in records)

@@ -26,6 +26,8 @@ from polyrl.forward.batch import ImageIds
 from polyrl.forward.pictures import FAMILIES, PictureForward
 from polyrl.policy.model_files import one_line
 
+SAVED_RUN_CONFIG = "polyrl_config.yaml"
+"""The run's config a polyrl run saves beside each of its models (``train/model_card.py``)."""
 QWEN_DEFAULT_PATCHES = 8
 """Qwen2-VL's picture side by default, in merged patches: 8 × 8 = 64 image tokens (224 pixels for 14-pixel patches
 merged 2 × 2)."""
@@ -53,7 +55,7 @@ class ImagesConfig(BaseModel):
     size: int | None = Field(
         None,
         ge=1,
-        description="Hugging Face vision-language models: side, in pixels, every picture is resized to (a square, no image splitting), which fixes its image tokens. Default: Idefics3/SmolVLM its vision encoder's input size; Qwen2-VL 8 merged patches (224 for 14-pixel patches: 64 image tokens), and any multiple of patch_size × merge_size.",
+        description="Hugging Face vision-language models: side, in pixels, every picture is resized to (a square, no image splitting), which fixes its image tokens. Default: Idefics3/SmolVLM its vision encoder's input size; Qwen2-VL the size a polyrl run trained the model with, else 8 merged patches (224 for 14-pixel patches: 64 image tokens); any multiple of patch_size × merge_size.",
     )
     max_per_prompt: int = Field(
         4, ge=1, description="Most pictures one prompt may show; a problem with more is refused in one line."
@@ -239,9 +241,25 @@ def _idefics3_shape(path: str, model, processor, config: ImagesConfig) -> tuple[
     return size, tokens, "<fake_token_around_image><global-img>" + "<image>" * tokens + "<fake_token_around_image>"
 
 
+def _trained_size(path: str) -> int | None:
+    """The picture side a polyrl run trained the checkpoint at ``path`` with (``model.images.size`` of the run's
+    config, saved beside its models as ``polyrl_config.yaml``), so that a saved model sees pictures as it learned
+    them; None for any other checkpoint."""
+    import yaml
+
+    from polyrl.yaml_files import safe_load
+
+    try:
+        saved = safe_load((Path(path) / SAVED_RUN_CONFIG).read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    size = (((saved or {}).get("model") or {}).get("images") or {}).get("size") if isinstance(saved, dict) else None
+    return size if isinstance(size, int) and size > 0 else None
+
+
 def _qwen_shape(path: str, images, config: ImagesConfig) -> tuple[int, int, str]:
     step = images.patch_size * images.merge_size
-    size = config.size or step * QWEN_DEFAULT_PATCHES
+    size = config.size or _trained_size(path) or step * QWEN_DEFAULT_PATCHES
     if size % step:
         raise UserError(f"model.images.size {size} is not a multiple of {step} (patch_size × merge_size)")
     tokens = (size // step) ** 2
