@@ -257,3 +257,10 @@ def test_rows_that_finish_early_leave_the_decode_and_the_others_still_score_as_i
         logp, _ = sequence_logprobs(policy.model, batch)
     for i, gen in enumerate(gens):
         assert torch.allclose(logp[i][batch.loss_mask[i].bool()], torch.tensor(gen.logprobs), atol=1e-5)
+
+
+def test_a_type_transformers_also_loads_as_a_causal_lm_is_not_taken_for_a_vision_language_model(tmp_path):
+    from polyrl.policy.hf_vision import model_type
+
+    (tmp_path / "config.json").write_text('{"model_type": "gemma3"}')  # image-text-to-text and a causal LM
+    assert model_type(tmp_path) is None

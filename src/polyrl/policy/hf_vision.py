@@ -63,22 +63,26 @@ class ImagesConfig(BaseModel):
 
 
 def model_type(path: str | Path) -> str | None:
-    """The ``model_type`` of the checkpoint directory ``path`` when it is an image-text-to-text model, else None.
-    One of another family than :data:`FAMILIES` is a UserError."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    """The ``model_type`` of the checkpoint directory ``path`` when it is a vision-language model polyrl drives,
+    else None. An image-text-to-text model of another family is a UserError, unless transformers also loads its type
+    as a causal LM (Gemma 3, Llama 4…): that one loads as before, taking text only."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    )
 
     try:
         kind = json.loads((Path(path) / "config.json").read_text()).get("model_type")
     except (OSError, ValueError):
         return None  # check_model_dir says what is wrong with it
-    if kind not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+    if kind in FAMILIES:
+        return kind
+    if kind not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES or kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return None
-    if kind not in FAMILIES:
-        raise UserError(
-            f"model at {str(path)!r} is a {kind} vision-language model; polyrl drives the families "
-            f"{', '.join(FAMILIES)} (docs/vision.md)"
-        )
-    return kind
+    raise UserError(
+        f"model at {str(path)!r} is a {kind} vision-language model; polyrl drives the families "
+        f"{', '.join(FAMILIES)} (docs/vision.md)"
+    )
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,8 @@ class Policy:
     """What the model takes: text (a causal LM), or text and images (a vision-language model); a run refuses a
     task that shows what it cannot take (:func:`polyrl.tasks.base.check_modalities`)."""
     image_input: Any = None
-    """How a vision-language model takes a problem's pictures (``polyrl.policy.tiny_vision.ImageInput``: what
+    """How a vision-language model takes a problem's pictures (``polyrl.policy.tiny_vision.ImageInput``, or
+    ``polyrl.policy.hf_vision.HFImageInput`` for a Hugging Face one: what
     :class:`~polyrl.policy.prompts.PromptBuilder` needs to show them); None for a model of text only."""
 
     def save(self, path: str | Path, adapter: bool = True) -> None:
