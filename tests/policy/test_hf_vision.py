@@ -264,3 +264,17 @@ def test_a_type_transformers_also_loads_as_a_causal_lm_is_not_taken_for_a_vision
 
     (tmp_path / "config.json").write_text('{"model_type": "gemma3"}')  # image-text-to-text and a causal LM
     assert model_type(tmp_path) is None
+
+
+def test_idefics3_pictures_take_the_vision_encoder_s_size_whatever_the_image_processor_says(saved, tmp_path):
+    import json
+    import shutil
+
+    copy = shutil.copytree(saved["idefics3"], tmp_path / "m")
+    settings = json.loads((copy / "processor_config.json").read_text())
+    settings["image_processor"]["max_image_size"] = {"longest_edge": 64}  # would be 16 image tokens a picture
+    (copy / "processor_config.json").write_text(json.dumps(settings))
+    policy = load_policy(ModelConfig(path=str(copy)), device=HOST)
+    prompts = _prompts(policy, seeds=(0,))
+    gens = TransformersBackend(policy.model, policy.tokenizer, device=HOST).generate(prompts, max_new_tokens=3)
+    assert len(gens[0].completion_ids) == 3

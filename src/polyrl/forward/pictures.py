@@ -61,8 +61,9 @@ class PictureForward:
         if not pictures:
             return {}
         if self.family == "idefics3":
+            side = {"longest_edge": self.size}  # already that square: every resize is the identity
             out = self.image_processor(
-                images=pictures, return_tensors="pt", do_image_splitting=False, size={"longest_edge": self.size}
+                images=pictures, return_tensors="pt", do_image_splitting=False, size=side, max_image_size=side
             )
             values = out["pixel_values"].reshape(1, len(pictures), 3, self.size, self.size)
             mask = out["pixel_attention_mask"].reshape(1, len(pictures), self.size, self.size)
