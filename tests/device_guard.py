@@ -212,7 +212,7 @@ class SecondDevice(TorchFunctionMode):
                     f"cpu! ({getattr(func, '__name__', func)} got host tensors of shape {shapes}; polyrl device guard)"
                 )
         out = func(*args, **kwargs)
-        if func in _CROSS_DEVICE_OK:
+        if func in _CROSS_DEVICE_OK or isinstance(out, torch.Size):  # a shape stays a torch.Size (``.numel()``)
             return out
         # on the device if anything was; on the host if something was and nothing on the device; else unknown
         result = True if any(flags) else False if (False in flags or not tensors) else None

@@ -122,10 +122,12 @@ def test_arms_in_parallel_processes_prune_finished_checkpoints_and_budget_per_ar
         for seed in (0, 1):
             run = out / "runs" / arm / f"seed{seed}"
             assert not (run / "checkpoints").exists()  # pruned: the optimizer states of a finished run
+            assert not (run / "sft_model").exists()  # pruned: its copy of the warm start
             assert (run / "eval" / "after_rl.json").exists() and (run / "final_model" / "config.json").exists()
             rl = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
             assert max(r["step"] for r in rl if r.get("stage") == "rl") == steps
     assert (out / "runs" / "sft" / "seed1" / "checkpoints").exists()  # warm starts keep theirs
+    assert (out / "runs" / "sft" / "seed1" / "sft_model" / "config.json").exists()
     assert cli([*args, "--jobs", "0"]) == 2
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
 

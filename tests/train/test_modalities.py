@@ -1,6 +1,7 @@
 """A task whose problems carry images is refused, in one line before training or evaluating, for a model that takes
 text only: the embedded tiny model takes text only unless its patch encoder is on (``model.tiny.vision``,
-tests/policy/test_tiny_vision.py), and every Hugging Face model polyrl loads takes text only."""
+tests/policy/test_tiny_vision.py), and a Hugging Face causal LM takes text only (its vision-language models take both:
+tests/policy/test_hf_vision.py)."""
 
 import json
 

@@ -133,7 +133,8 @@ def arms(
     prune_checkpoints: bool = typer.Option(
         False,
         "--prune-checkpoints",
-        help="Delete each finished arm run's checkpoints (optimizer states; ~1.6 GB each on a 135M model).",
+        help="Delete each finished arm run's checkpoints (optimizer states; ~1.6 GB each on a 135M model) and its "
+        "copy of the warm start (its final model and evals stay).",
     ),
 ) -> None:
     """Compare the arms defined under the config's strategies: with a baseline over seeds (paired by seed)."""

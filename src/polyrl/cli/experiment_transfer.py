@@ -62,7 +62,9 @@ def specialists(
         1, "--jobs", help="Seeds trained in parallel worker processes (each at the config's threads)."
     ),
     prune_checkpoints: bool = typer.Option(
-        False, "--prune-checkpoints", help="Delete each finished arm run's checkpoints (its final model stays)."
+        False,
+        "--prune-checkpoints",
+        help="Delete each finished arm run's checkpoints and its copy of the warm start (its final model stays).",
     ),
     budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
     target_mde: float | None = typer.Option(

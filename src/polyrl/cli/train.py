@@ -116,6 +116,12 @@ def register(app: typer.Typer) -> None:
                 cfg = cfg.model_copy(update={"run_dir": run_dir})
         if nproc is not None and not launched_by_torchrun():
             from polyrl.cli.torchrun import relaunch
+            from polyrl.policy.hf_vision import model_type
+
+            if Path(cfg.model.path).is_dir() and model_type(cfg.model.path) is not None:  # a Hub id: the ranks say so
+                raise UserError(
+                    f"--nproc: {cfg.model.path} is a Hugging Face vision-language model, which trains in one process only"
+                )
 
             raise typer.Exit(relaunch(nproc, cfg, config, resume, overrides))
         console = Console()

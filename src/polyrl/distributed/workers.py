@@ -146,6 +146,8 @@ def _packed_response_logits(model, row) -> tuple[torch.Tensor, torch.Tensor]:
     from polyrl.forward.decoder import Decoder, pack, packed_hidden
 
     dec = Decoder.of(model)
+    if dec is None:  # a Hugging Face vision-language model: its pictures go through its own forward only
+        raise ValueError("top-p behaviour log-probs of a prompt with pictures need polyrl's packed forward")
     packed = pack(row, row.device, share_prompts=False)
     hidden = packed_hidden(dec, packed.ids, packed.positions, packed.blocks, images=packed.images)
     return dec.head(hidden[packed.predictors]), packed.targets

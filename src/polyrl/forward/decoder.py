@@ -39,6 +39,7 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral", IMAGE_MODEL_TYPE)
 mlp (gate/up/down_proj)`` with residuals around both, and no other transformation (SmolLM2 is a Llama)."""
 
 _ATTRIBUTE = "polyrl_forward"
+PICTURES_ATTRIBUTE = "polyrl_pictures"
 
 
 FORWARD_MODES = ("auto", "packed", "transformers")
@@ -50,6 +51,14 @@ def set_forward(model: nn.Module, mode: str) -> None:
     if mode not in FORWARD_MODES:
         raise ValueError(f"model forward must be one of {', '.join(FORWARD_MODES)}, got {mode!r}")
     setattr(model, _ATTRIBUTE, mode)
+
+
+def picture_forward_of(model):
+    """The picture forward (``forward/pictures.py``) a Hugging Face vision-language model was given when it loaded
+    (PEFT-wrapped too): such a model takes its pictures on its own forward, never on this one. None for any other
+    model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(base, PICTURES_ATTRIBUTE, None)
 
 
 class Linears:

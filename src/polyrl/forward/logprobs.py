@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from polyrl.forward.batch import TokenBatch, distinct
-from polyrl.forward.decoder import IMAGE_MODEL_TYPE, Decoder, pack, packed_hidden
+from polyrl.forward.decoder import IMAGE_MODEL_TYPE, Decoder, pack, packed_hidden, picture_forward_of
+from polyrl.forward.pictures import picture_hidden
 from polyrl.forward.precision import forward_precision
 from polyrl.forward.prefill import forward_args, prefill
 from polyrl.forward.token_scores import entropy_from_logits, scores_from_hidden, split_lm, token_logprobs
@@ -48,6 +49,9 @@ def sequence_logprobs(
         dec = Decoder.of(model)
         if dec is not None and dec.fits(batch.input_ids.shape[1]) and len(batch):
             return packed_logprobs(dec, batch, temperature, entropy, entropy_grad, share_prompts)
+        pictures = picture_forward_of(model)
+        if pictures is not None and len(batch):
+            return _picture_logprobs(pictures, model, batch, temperature, entropy, entropy_grad)
         if batch.images is not None:
             if not _takes_pictures(model):
                 raise ValueError(
@@ -76,6 +80,18 @@ def _plain_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool,
     keep = attention[:, 1:].bool()
     logp, ent = scores_from_hidden(
         hidden[:, :-1][keep], ids[:, 1:][keep], split.head, temperature, entropy, entropy_grad=entropy_grad
+    )
+    return _unflatten(logp, keep), _unflatten(ent, keep) if ent is not None else None
+
+
+def _picture_logprobs(pictures, model, batch: TokenBatch, temperature: float, entropy: bool, entropy_grad: bool):
+    """A vision-language model's own forward over the padded batch with its rows' pictures: scores at every real
+    target position, the full-vocabulary logits never materialized for the batch."""
+    hidden = picture_hidden(pictures, model, batch)
+    ids, keep = batch.input_ids, batch.attention_mask[:, 1:].bool()
+    head = (model.get_base_model() if hasattr(model, "get_base_model") else model).get_output_embeddings()
+    logp, ent = scores_from_hidden(
+        hidden[:, :-1][keep], ids[:, 1:][keep], head, temperature, entropy, entropy_grad=entropy_grad
     )
     return _unflatten(logp, keep), _unflatten(ent, keep) if ent is not None else None
 

@@ -13,8 +13,9 @@ from typing import Protocol
 import torch
 
 from polyrl.forward.batch import ImageIds, distinct
-from polyrl.forward.decoder import MODULES, Decoder
+from polyrl.forward.decoder import MODULES, Decoder, picture_forward_of
 from polyrl.forward.logprobs import DEFAULT_SHARE_PROMPTS, DEFAULT_TEMPERATURE
+from polyrl.forward.pictures import PictureDecode
 from polyrl.forward.precision import AUTOCAST_DTYPES, autocast_mode, forward_precision
 from polyrl.forward.prefill import Prefill, forward_args, left_pad, prefill
 from polyrl.policy.decode_graphs import DecodeGraphs
@@ -138,8 +139,10 @@ class TransformersBackend:
 
     def _generate_chunk(self, chunk, max_new_tokens, temperature, top_p, greedy) -> list[Generation]:
         decoded = None
-        # prompts with pictures take the packed decode, the one that embeds them, whether or not prompts are shared
-        if self.shared_prefill or any(isinstance(p, ImageIds) for p in chunk):
+        # prompts with pictures take the decode that embeds them (packed, or a vision-language model's own), whether
+        # or not prompts are shared; a Hugging Face vision-language model always takes its own
+        shared = self.shared_prefill or any(isinstance(p, ImageIds) for p in chunk)
+        if shared or picture_forward_of(self.model) is not None:
             decoded = self._decode_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
         if decoded is None:
             rows = self._hf_generate_chunk(chunk, max_new_tokens, temperature, top_p, greedy)
@@ -212,6 +215,9 @@ class TransformersBackend:
         for the decoders it supports, transformers' forward with its KV cache otherwise; None when neither can
         share a prefill."""
         unique, source = distinct(prompts)
+        pictures = picture_forward_of(self.model)
+        if pictures is not None:
+            return PictureDecode.of(pictures, self.model, unique, source, self.tokenizer.pad_token_id, self.device)
         dec = Decoder.of(self.model)
         if dec is not None and dec.fits(max(map(len, unique)) + max_new_tokens):
             mode = autocast_mode(self.model)

@@ -13,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from polyrl.errors import UserError
 from polyrl.forward.decoder import IMAGE_MODEL_TYPE, set_forward
+from polyrl.forward.pictures import FAMILIES
 from polyrl.forward.precision import enable_gradient_checkpointing, resolve_autocast, set_autocast
+from polyrl.policy import hf_vision
+from polyrl.policy.hf_vision import ImagesConfig
 from polyrl.policy.lora import (
     ADAPTER_DIR,
     LoraConfig,
@@ -76,6 +79,9 @@ class ModelConfig(BaseModel):
         description="Recompute each layer's activations in the backward instead of storing them (less memory, about one more forward).",
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Optional LoRA adapters.")
+    images: ImagesConfig = Field(
+        default_factory=ImagesConfig, description="Pictures of a Hugging Face vision-language model (docs/vision.md)."
+    )
 
     @model_validator(mode="after")
     def _images_take_the_packed_forward(self):
@@ -110,7 +116,8 @@ class Policy:
     """What the model takes: text (a causal LM), or text and images (a vision-language model); a run refuses a
     task that shows what it cannot take (:func:`polyrl.tasks.base.check_modalities`)."""
     image_input: Any = None
-    """How a vision-language model takes a problem's pictures (``polyrl.policy.tiny_vision.ImageInput``: what
+    """How a vision-language model takes a problem's pictures (``polyrl.policy.tiny_vision.ImageInput``, or
+    ``polyrl.policy.hf_vision.HFImageInput`` for a Hugging Face one: what
     :class:`~polyrl.policy.prompts.PromptBuilder` needs to show them); None for a model of text only."""
 
     def save(self, path: str | Path, adapter: bool = True) -> None:
@@ -119,6 +126,8 @@ class Policy:
         path = Path(path)
         merged(self.model).save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
+        if hasattr(self.image_input, "save"):  # a Hugging Face VLM's processor, so that the checkpoint reloads
+            self.image_input.save(path)
         if adapter and hasattr(self.model, "peft_config"):
             save_adapter(self.model, path / ADAPTER_DIR, self.source)
             self.tokenizer.save_pretrained(path / ADAPTER_DIR)
@@ -141,7 +150,7 @@ def check_model_dir(path: str | Path) -> None:
         model_type = json.loads(cfg_file.read_text()).get("model_type")
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {cfg_file}: {exc}") from None
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type != IMAGE_MODEL_TYPE:
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in (IMAGE_MODEL_TYPE, *FAMILIES):
         raise UserError(f"model at {str(path)!r} (model_type={model_type!r}) is not a causal language model")
 
 
@@ -212,6 +221,9 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: tor
     config = config or ModelConfig()
     dtype = _dtype(config.dtype)
     source = resolve_model(config.path, config.revision)
+    family = hf_vision.model_type(source.directory) if source.directory is not None else None
+    if family is not None:
+        return _hf_vision_policy(config, source, family, dtype, torch.device(device))
     if source.directory is None and config.tiny.vision.enabled:
         from polyrl.policy.tiny_vision import build_tiny_vlm
 
@@ -248,6 +260,41 @@ def _vision_policy(model, tokenizer, device, config: ModelConfig, source: Resolv
     if config.forward == "transformers":  # a saved model's config (the tiny one's is refused by the config)
         raise UserError(TRANSFORMERS_FORWARD_TAKES_NO_IMAGES)
     return Policy(model, tokenizer, device, source, TEXT_AND_IMAGES, ImageInput.of(model, tokenizer))
+
+
+def _hf_vision_policy(config: ModelConfig, source: ResolvedModel, family: str, dtype, device) -> Policy:
+    """A Hugging Face vision-language model (``policy/hf_vision.py``) on its own forward, LoRA on its language
+    model only."""
+    if config.forward == "packed":
+        raise UserError(
+            f"model.forward: packed cannot run {config.path} ({family}): a Hugging Face vision-language model runs on "
+            "its own forward (model.forward: auto or transformers)"
+        )
+    path = str(source.directory)
+    check_weight_files(path)
+    model, tokenizer, info = hf_vision.load_vlm(path, family, dtype)
+    check_loading_info(info, path)
+    bad = first_nonfinite([*model.named_parameters(), *model.named_buffers()])
+    if bad is not None:
+        raise UserError(f"model at {path!r}: weight {bad[0]} holds {bad[1]} NaN or infinite values of {bad[2]}")
+    images = hf_vision.image_input(path, family, model, tokenizer, config.images)
+    hf_vision.attach_pictures(model, tokenizer, images)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    if config.lora.adapter is not None:
+        adapter = resolve_model(config.lora.adapter, config.lora.adapter_revision)
+        model = load_adapter(model, adapter_directory(adapter.directory), config.lora.adapter)
+    elif config.lora.enabled:
+        targets = hf_vision.text_lora_targets(model, family, config.lora.target_modules)
+        model = add_lora(model, config.lora.model_copy(update={"target_modules": targets}))
+    set_autocast(model, resolve_autocast(config.autocast, model, device))
+    set_forward(model, config.forward)
+    return Policy(model.to(device), tokenizer, device, source, TEXT_AND_IMAGES, images)
 
 
 def _load_base(source: ResolvedModel, dtype):

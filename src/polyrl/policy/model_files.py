@@ -124,5 +124,8 @@ def first_nonfinite(named: Iterable[tuple[str, Any]]) -> tuple[str, int, int] | 
 
 def model_positions(model) -> int | None:
     """The longest sequence ``model`` was built for (``max_position_embeddings``), or None where it has no limit."""
-    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    config = getattr(model, "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None and hasattr(config, "get_text_config"):  # a vision-language model: its language model's
+        positions = getattr(config.get_text_config(), "max_position_embeddings", None)
     return positions if isinstance(positions, int) and positions > 0 else None

@@ -114,7 +114,10 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.config = config or PromptConfig()
         self.images = images
-        self.use_chat = self.config.chat_template and getattr(tokenizer, "chat_template", None) is not None
+        template = getattr(tokenizer, "chat_template", None)
+        if template is None:  # a Hugging Face VLM whose template is its processor's alone
+            template = getattr(images, "template", None)
+        self.use_chat = self.config.chat_template and template is not None
         self.max_tokens: int | None = None
         """The longest prompt :meth:`ids` builds (None: no limit); see :meth:`limit`."""
         self._room = ""
@@ -130,9 +133,13 @@ class PromptBuilder:
 
     def text(self, problem: Problem) -> str:
         content = self.content(problem)
+        if problem.images and self.images is None:  # check_modalities refuses the task before any prompt is built
+            raise UserError(f"task {problem.task} has images; the policy takes text only")
+        if hasattr(self.images, "check_count"):  # a Hugging Face VLM
+            self.images.check_count(problem)
+            if self.use_chat:  # the processor's template
+                return self._processor_text(content, problem)
         if problem.images:
-            if self.images is None:  # check_modalities refuses the task before any prompt is built
-                raise UserError(f"task {problem.task} has images; the policy takes text only")
             content = self.images.placeholders(len(problem.images)) + content
         if not self.use_chat:
             system = f"{self.config.system}\n" if self.config.system else ""
@@ -143,6 +150,14 @@ class PromptBuilder:
         return self.tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True, **self.config.chat_template_kwargs
         )
+
+    def _processor_text(self, content: str, problem: Problem) -> str:
+        """A Hugging Face vision-language model's prompt: its processor's chat template, the problem's pictures as
+        image parts before the text, each expanded to the model's image tokens."""
+        messages = [{"role": "user", "content": content}]
+        if self.config.system:
+            messages.insert(0, {"role": "system", "content": self.config.system})
+        return self.images.chat_text(self.tokenizer, messages, len(problem.images), **self.config.chat_template_kwargs)
 
     def ids(self, problem: Problem) -> list[int]:
         ids = self.tokenizer(self.text(problem), add_special_tokens=not self.use_chat).input_ids

@@ -159,6 +159,11 @@ class ChatCodec:
                         "an environment message shows a picture; the policy takes text only (an environment task "
                         "whose observations carry images declares modalities = TEXT_AND_IMAGES)"
                     )
+                if hasattr(self.images, "chat_text"):
+                    raise UserError(
+                        "an episode shows a picture to a Hugging Face vision-language policy: pictures in multi-turn "
+                        "episodes are taken by the embedded tiny vision-language model only (docs/vision.md)"
+                    )
                 pictures += [rgb_image(p, f"{message.get('role')} message picture {k}") for k, p in enumerate(own)]
                 message["content"] = self.images.placeholders(len(own)) + message["content"]
             shown.append(message)

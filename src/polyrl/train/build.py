@@ -21,6 +21,7 @@ from polyrl.curriculum import make_difficulty_controller, make_sampler
 from polyrl.curriculum.difficulty import DifficultyController
 from polyrl.curriculum.samplers import TaskSampler
 from polyrl.errors import UserError
+from polyrl.forward.decoder import picture_forward_of
 from polyrl.learner import UpdateSettings
 from polyrl.policy import PromptBuilder, load_policy
 from polyrl.policy.backends import check_installed, make_backend
@@ -37,6 +38,7 @@ from polyrl.tasks.base import check_modalities
 from polyrl.trackers import open_trackers
 from polyrl.train.config import TaskSpec, TrainConfig
 from polyrl.train.lengths import check_run_lengths
+from polyrl.train.placement import LocalPlacement
 from polyrl.train.state import PolicyVersion
 
 if TYPE_CHECKING:  # types only: Ray and torch.distributed load when a run uses them
@@ -154,12 +156,44 @@ def _load_policy(config: TrainConfig, placement) -> tuple[Policy, PromptBuilder,
     configure_torch(config.threads, config.deterministic, device, config.keep_freed_memory)
     torch.manual_seed(config.seed)
     policy = load_policy(config.model, seed=config.seed, device=device)
+    _check_vision_placement(config, placement, policy)
     prompts = PromptBuilder(policy.tokenizer, config.prompt, policy.image_input)
     tokenizer, share = policy.tokenizer, config.rl.share_prompts
     backend = placement.make_backend(
         policy, lambda model: make_backend(config.generation, model, tokenizer, config.seed, share, device)
     )
     return policy, prompts, backend
+
+
+def _check_vision_placement(config: TrainConfig, placement, policy: Policy) -> None:
+    """A Hugging Face vision-language policy trains in one process and generates with transformers: what it does not
+    run is refused in one line."""
+    if picture_forward_of(policy.model) is None:
+        return
+    if not isinstance(placement, LocalPlacement):  # FSDPPlacement (--nproc)
+        raise UserError(
+            f"--nproc: {config.model.path} is a Hugging Face vision-language model, which trains in one process only"
+        )
+    if config.generation.engine != "transformers":
+        raise UserError(
+            f"generation.engine {config.generation.engine}: {config.model.path} is a Hugging Face vision-language "
+            "model, which generates with transformers only"
+        )
+
+
+def _check_vision_episodes(tasks: dict, policy: Policy, model: str) -> None:
+    """An environment task with pictures is refused before training for a Hugging Face vision-language policy (its
+    episodes would stop at their first picture)."""
+    from polyrl.envs.environment import is_environment
+
+    if picture_forward_of(policy.model) is None:
+        return
+    for name, task in tasks.items():
+        if is_environment(task) and "image" in task.modalities:
+            raise UserError(
+                f"task {name} shows pictures in multi-turn episodes; {model} is a Hugging Face vision-language model, "
+                "and pictures in episodes are taken by the embedded tiny vision-language model only"
+            )
 
 
 def _rollouts(config: TrainConfig, tasks: dict, local) -> tuple[GroupSource, RolloutPool | None, SelfPlay | None]:
@@ -207,6 +241,7 @@ def build_run(config: TrainConfig, resume: bool, placement, policy_version: Poli
     run_dir = placement.open_run_dir(config.run_dir, trackers, resume)
     policy, prompts, backend = _load_policy(config, placement)
     check_modalities(tasks, policy.modalities, config.model.path)
+    _check_vision_episodes(tasks, policy, config.model.path)
     configured = {n: spec.difficulty for n, spec in specs.items()}
     difficulty = controller.difficulty if controller is not None else configured.__getitem__
     partial = TaskMix(tasks, specs, controller, difficulty, config.sft.difficulty, {})
