@@ -169,10 +169,3 @@ def test_the_transformers_forward_is_refused_for_a_saved_vision_model(policy, tm
 def test_a_picture_side_that_is_not_whole_patches_is_refused():
     with pytest.raises(ValueError, match="image_size 30 is not a whole number of patch_size 8"):
         TinyModelConfig(vision={"enabled": True, "image_size": 30})
-
-
-def test_the_vision_model_is_refused_for_fsdp_before_sharding(policy):
-    from polyrl.distributed.fsdp import shard_model
-
-    with pytest.raises(UserError, match=r"--nproc \(FSDP\) cannot take images yet"):
-        shard_model(policy.model)

@@ -78,18 +78,32 @@ def shard_model(model, trainable: bool = True):
     divided by the global minibatch totals, so the sum is the one-process gradient."""
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
-    if getattr(getattr(model, "config", None), "model_type", None) == IMAGE_MODEL_TYPE:
-        # a sharded model takes its own forward (forward/token_scores.py), which cannot embed pictures
-        raise UserError("--nproc (FSDP) cannot take images yet: train the tiny vision-language model in one process")
     for layer in decoder_layers(model):
         fully_shard(layer)
+    # the tiny VLM's patch encoder stays in the root unit: gathered by every forward on every rank, whether or not
+    # its micro-batch has pictures (a unit of its own would all-gather only on the ranks that show one, and hang)
     fully_shard(unwrapped(model))
+    if trainable and getattr(unwrapped(model).config, "model_type", None) == IMAGE_MODEL_TYPE:
+        _pictures_in_lockstep(unwrapped(model))
     if trainable:
         for module in model.modules():
             if isinstance(module, FSDPModule):
                 module.set_gradient_divide_factor(1.0)
                 module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no pre-multiplied sum)
     return model
+
+
+def _pictures_in_lockstep(model) -> None:
+    """Keep the reduce-scatters of the tiny VLM's ranks the same whether or not a rank's pass shows a picture.
+
+    A pass without pictures (an idle pass, text rows) leaves the encoder without gradients on its rank: its unit
+    reduce-scatters zeros for them, so that every rank reduces the same tensors. Under LoRA the embeddings are frozen
+    and only the encoder's adapters make the first layer's input need a gradient, which decides whether that layer's
+    reduce-scatter runs during the backward or at its end: the input is made to need one always, so that every rank
+    reduces its units in the same order."""
+    model.set_reduce_scatter_unused_params(True)
+    if not model.get_input_embeddings().weight.requires_grad:
+        model.enable_input_require_grads()
 
 
 def sync_replica(sharded, replica) -> None:

@@ -118,20 +118,39 @@ def _response_logprobs(model, device, trajs, pad_id: int, temperature: float, to
 
 def _nucleus_response_logprobs(model, trajs, batch, temperature: float, top_p: float) -> list[list[float]]:
     """With ``rl.top_p < 1`` the tokens were drawn from the top-p nucleus, renormalized: score each response
-    token under that distribution (full logits of one row at a time), not under the plain softmax."""
+    token under that distribution (full logits of one row at a time), not under the plain softmax. A row with
+    pictures takes polyrl's packed forward, the only one that embeds them (the model's own forward refuses them)."""
     from polyrl.forward.precision import forward_precision
     from polyrl.policy.generation import nucleus_logprobs
 
     out = []
     with torch.no_grad(), forward_precision(model, batch.device):
         for i, t in enumerate(trajs):
-            n = len(t.prompt_ids) + len(t.response_ids)
-            ids = batch.input_ids[i : i + 1, :n]
-            logits = model(input_ids=ids, attention_mask=batch.attention_mask[i : i + 1, :n]).logits[0]
-            start = len(t.prompt_ids) - 1
-            targets = ids[0, start + 1 : n]
-            out.append(nucleus_logprobs(logits[start : n - 1], targets, temperature, top_p).tolist())
+            if batch.images is not None and batch.images[i] is not None:
+                logits, targets = _packed_response_logits(
+                    model, batch.on_host().select(torch.tensor([i])).to(batch.device)
+                )
+            else:
+                n = len(t.prompt_ids) + len(t.response_ids)
+                ids = batch.input_ids[i : i + 1, :n]
+                logits = model(input_ids=ids, attention_mask=batch.attention_mask[i : i + 1, :n]).logits[0]
+                start = len(t.prompt_ids) - 1
+                logits, targets = logits[start : n - 1], ids[0, start + 1 : n]
+            out.append(nucleus_logprobs(logits, targets, temperature, top_p).tolist())
     return out
+
+
+def _packed_response_logits(model, row) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits that predict each response token of the one-row batch ``row``, and those tokens, on the packed
+    forward with the row's pictures."""
+    from polyrl.forward.decoder import Decoder, pack, packed_hidden
+
+    dec = Decoder.of(model)
+    if dec is None:  # a Hugging Face vision-language model: its pictures go through its own forward only
+        raise ValueError("top-p behaviour log-probs of a prompt with pictures need polyrl's packed forward")
+    packed = pack(row, row.device, share_prompts=False)
+    hidden = packed_hidden(dec, packed.ids, packed.positions, packed.blocks, images=packed.images)
+    return dec.head(hidden[packed.predictors]), packed.targets
 
 
 def behaviour_logprobs(models: dict, device, trajs, pad_id: int, temperature: float, top_p: float) -> None:

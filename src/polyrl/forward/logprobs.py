@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from polyrl.forward.batch import TokenBatch, distinct
-from polyrl.forward.decoder import Decoder, pack, packed_hidden, picture_forward_of
+from polyrl.forward.decoder import IMAGE_MODEL_TYPE, Decoder, pack, packed_hidden, picture_forward_of
 from polyrl.forward.pictures import picture_hidden
 from polyrl.forward.precision import forward_precision
 from polyrl.forward.prefill import forward_args, prefill
@@ -53,7 +53,11 @@ def sequence_logprobs(
         if pictures is not None and len(batch):
             return _picture_logprobs(pictures, model, batch, temperature, entropy, entropy_grad)
         if batch.images is not None:
-            raise ValueError("prompts with pictures are scored on polyrl's packed forward only (model.forward: auto)")
+            if not _takes_pictures(model):
+                raise ValueError(
+                    "prompts with pictures are scored on polyrl's packed forward only (model.forward: auto)"
+                )
+            return _plain_logprobs(model, batch, temperature, entropy, entropy_grad)  # FSDP's shards
         if share_prompts and batch.prompt_lengths is not None and not _checkpointing(model):
             shared = _shared_prompt_logprobs(model, batch, temperature, entropy, entropy_grad)
             if shared is not None:
@@ -66,7 +70,9 @@ def _plain_logprobs(model, batch: TokenBatch, temperature: float, entropy: bool,
     ids, attention = batch.input_ids, batch.attention_mask
     split = split_lm(model)
     if split is None:  # a model whose logits are not lm_head(hidden): its own forward, full logits
-        logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1]
+        pictures = _reading_order_pictures(batch, ids.device)
+        shown = {"images": pictures} if pictures is not None else {}
+        logits = model(input_ids=ids, attention_mask=attention, use_cache=False, **shown).logits[:, :-1]
         logp = token_logprobs(logits, ids[:, 1:], temperature=temperature)
         logits = logits if entropy_grad else logits.detach()
         return logp, entropy_from_logits(logits, temperature=temperature) if entropy else None
@@ -88,6 +94,20 @@ def _picture_logprobs(pictures, model, batch: TokenBatch, temperature: float, en
         hidden[:, :-1][keep], ids[:, 1:][keep], head, temperature, entropy, entropy_grad=entropy_grad
     )
     return _unflatten(logp, keep), _unflatten(ent, keep) if ent is not None else None
+
+
+def _takes_pictures(model) -> bool:
+    """Whether ``model``'s own forward embeds pictures (the tiny vision-language model's, which FSDP shards take)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(getattr(base, "config", None), "model_type", None) == IMAGE_MODEL_TYPE and split_lm(model) is None
+
+
+def _reading_order_pictures(batch: TokenBatch, device) -> Tensor | None:
+    """The batch's pictures in the order its placeholders are read, row by row: each row's prompt's, then its
+    response's (an episode's observations); None when its rows show none."""
+    rows = [row for row in batch.images or () if row is not None]
+    parts = [p for row in rows for p in (row[0], row[2]) if p is not None]
+    return torch.cat(parts).to(device) if parts else None
 
 
 def _unflatten(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

@@ -107,9 +107,9 @@ ONE_PROCESS = OneProcess()
 
 def idle_pass(model, input_ids: Tensor, device, backward: bool) -> None:
     """One forward (and backward) pass that contributes nothing: keeps this rank's FSDP collectives in step
-    with a rank that has one more micro-batch. ``input_ids``: the batch's tokens (its first row is moved to
-    ``device``, the model's, and run)."""
+    with a rank that has one more micro-batch. ``input_ids``: the batch's tokens (its first token is moved to
+    ``device``, the model's, and run: never an image placeholder, which would need its picture)."""
     with torch.set_grad_enabled(backward):
-        logits = model(input_ids=input_ids[:1].to(device), use_cache=False).logits
+        logits = model(input_ids=input_ids[:1, :1].to(device), use_cache=False).logits
         if backward:
             (logits.float().sum() * 0.0).backward()

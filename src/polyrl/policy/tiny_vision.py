@@ -113,12 +113,26 @@ class TinyVLMForCausalLM(LlamaForCausalLM):
         self.lm_head.blocked_index = {}
         self.lm_head.register_forward_hook(_block_placeholder)
 
-    def forward(self, input_ids=None, *args, **kwargs):
+    def forward(self, input_ids=None, *args, images: Tensor | None = None, **kwargs):
+        """The Llama forward; ``images`` (``uint8 [n, S, S, 3]``) are the pictures of ``input_ids``' placeholders in
+        reading order (row by row), embedded as the packed forward embeds them. The FSDP learner scores with this
+        forward (its shards cannot take the packed one); placeholders without their pictures are refused."""
+        if images is not None:  # PEFT passes inputs_embeds=None along
+            kwargs["inputs_embeds"] = self._embed_pictures(input_ids, images)
+            return super().forward(None, *args, **kwargs)
         if input_ids is not None and bool((input_ids == self.config.image_token_id).any()):
             raise ValueError(
                 "the tiny vision-language model takes pictures on polyrl's packed forward only (model.forward: auto)"
             )
         return super().forward(input_ids, *args, **kwargs)
+
+    def _embed_pictures(self, input_ids: Tensor, images: Tensor) -> Tensor:
+        x = self.model.embed_tokens(input_ids)
+        where = (input_ids == self.config.image_token_id).unsqueeze(-1)
+        pictures = self.vision(images).to(x.dtype)
+        if pictures.shape[0] * pictures.shape[1] != int(where.sum()):
+            raise ValueError(f"{int(where.sum())} image placeholder tokens for {pictures.shape[0]} pictures")
+        return x.masked_scatter(where, pictures)
 
 
 AutoConfig.register(IMAGE_MODEL_TYPE, TinyVLMConfig)
