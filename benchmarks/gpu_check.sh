@@ -26,14 +26,14 @@
 #   memory        one update's peak memory and time at Qwen2.5-1.5B's shape, polyrl's settings vs TRL
 #   fsdp          FSDP2 over nccl at world size 1 (`polyrl train --nproc 1`), short
 #   vllm          vLLM parity and a vllm RL run: skipped, with the reason, without vLLM or on the CPU
-#   vlm           Hugging Face vision-language policies in bf16 autocast: SmolVLM-256M's shape and a small Qwen2-VL
+#   hf_vlm        Hugging Face vision-language policies in bf16 autocast: SmolVLM-256M's shape and a small Qwen2-VL
 #                 (Qwen2-VL-2B's widths, 4 + 4 layers), random weights made on the device; generation's log-probs
 #                 against the training forward's, an SFT step and an RL step, their times and peak memory
 #                 (benchmarks/vlm_check.py)
 # Parts: `lent` runs speed alone first (its figures are timings), then the default job in the background (a learning
 # outcome, not a timing: it shares the GPU) while packed, memory, fsdp and packed_train run one after another;
 # `speed` and `rest` are the same checks one after another with more time each, for a machine held longer; `vllm`;
-# `vlm`, a call of its own held to VLM_BUDGET seconds (its models are its own: SmolLM2's are not made):
+# `vlm` (the check hf_vlm), a call of its own held to VLM_BUDGET seconds (it makes its own models, not SmolLM2's):
 #   GPU_CHECK_OUT=$OUT bash benchmarks/gpu_check.sh vlm     # on the GPU machine: one call of at most 180 s
 # GPU_CHECK_DEVICE names the device (cuda, cuda:N or cpu; default cuda), checked by polyrl's device parser before
 # any check runs. The exit code is the number of failed checks (2 for a setup that failed). GPU_CHECK_DEVICE=cpu
@@ -52,7 +52,7 @@ declare -A PARTS=(
     [speed]="speed:240 packed:60 packed_train:90"
     [rest]="default:180 memory:120 fsdp:90"
     [vllm]="vllm:120"
-    [vlm]="vlm:80"
+    [vlm]="hf_vlm:80"
 )
 ORDER=(lent speed rest vllm vlm)
 VLM_BUDGET=170  # `vlm` alone: setup and its check, 10 s under the 180 s call it is documented for (docs/gpu.md)
@@ -230,7 +230,7 @@ command_of() {  # command_of NAME: the check's command, in CMD
     fsdp) CMD=("$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$WORK/fsdp"
         model.path="$WORK/smollm2" device="$DEVICE" model.autocast=none progress=false tensorboard=false
         "${SMALL_RUN[@]}") ;;
-    vlm) CMD=("$PY" benchmarks/vlm_check.py --device "$DEVICE" --work "$WORK/vlm" "${VLM[@]}"
+    hf_vlm) CMD=("$PY" benchmarks/vlm_check.py --device "$DEVICE" --work "$WORK/vlm" "${VLM[@]}"
         --out "$RESULTS/vlm_check.json") ;;
     vllm) CMD=("$PY" benchmarks/vllm_check.py --model "$WORK/smollm2" --steps 5 --prompts 32 --group-size 8
         --out "$RESULTS/vllm_check.json") ;;
@@ -238,7 +238,7 @@ command_of() {  # command_of NAME: the check's command, in CMD
 }
 declare -A RESULT_FILES=(
     [speed]=speed.json [packed]=packed_check.json [default]=default.md [memory]=memory.md [vllm]=vllm_check.json
-    [vlm]=vlm_check.json
+    [hf_vlm]=vlm_check.json
 )
 
 run_part() {  # the part's checks in order, the background ones beside those after them; then its results

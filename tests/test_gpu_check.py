@@ -18,7 +18,7 @@ PARTS = {
     "speed": ("speed", "packed", "packed_train"),
     "rest": ("default", "memory", "fsdp"),
     "vllm": (),
-    "vlm": ("vlm",),
+    "vlm": ("hf_vlm",),
 }
 """Each part's checks in the order they start. ``lent`` is every check but vLLM's (absent from a lent machine), in
 the one call a lent machine's 15 minutes of device time leave room for; ``speed`` and ``rest`` the same checks with
@@ -145,7 +145,7 @@ def test_the_gpu_check_refuses_a_part_it_does_not_have(tmp_path):
     assert done.returncode == 2 and done.stdout == "" and not (tmp_path / "out").exists()
     assert (
         done.stderr.strip()
-        == "gpu_check: unknown part 'speeed'; give one or more of: lent speed rest vllm (or --plan)"
+        == "gpu_check: unknown part 'speeed'; give one or more of: lent speed rest vllm vlm (or --plan)"
     )
 
 
@@ -188,7 +188,7 @@ def test_the_vlm_part_runs_its_check_on_a_cpu_and_writes_three_files(tmp_path):
     out = tmp_path / "vlm"
     done = _check("vlm", out=out)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert any(line.startswith("PASS vlm (") for line in done.stdout.splitlines()), done.stdout[-2000:]
+    assert any(line.startswith("PASS hf_vlm (") for line in done.stdout.splitlines()), done.stdout[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["vlm.log", "vlm.txt", "vlm_check.json"]
     result = json.loads((out / "vlm_check.json").read_text())
     assert result["done"] and result["ok"] and set(result["models"]) == {"smolvlm-256m", "qwen2-vl-2b"}
