@@ -4,6 +4,7 @@ Exits 1 when a check fails.
 
     python benchmarks/vlm_check.py --device cuda --out vlm_check.json [--small] [--prompts 4] [--group-size 4]
                                    [--new-tokens 32] [--shapes smolvlm-256m,qwen2-vl-2b] [--work DIR]
+                                   [--layers N] [--vision-layers N]
 
 For each shape (``benchmarks/gpu/make_vlm.py``: SmolVLM-256M-Instruct's; Qwen2-VL-2B-Instruct's at 4 of its decoder
 layers and 4 of its vision blocks) the model is made on the device with random float32 weights and saved, then
@@ -180,7 +181,8 @@ def measure(args, device: torch.device, out: Path | None) -> dict:
     _write(result, out)
     work = Path(args.work or tempfile.mkdtemp(prefix="vlm_check_"))
     for shape in args.shapes.split(","):
-        cut = {} if args.small else SHAPES[shape]
+        cut = {} if args.small else dict(SHAPES[shape])
+        cut.update({k: v for k, v in (("layers", args.layers), ("vision_layers", args.vision_layers)) if v})
         make_device = "cpu" if device.type == "meta" else str(device)
         made = functools.partial(make, shape, work / shape, make_device, small=args.small, **cut)
         path, make_s, _ = _timed(device, made)
@@ -214,6 +216,8 @@ def parse_args(argv=None):
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--layers", type=int, help="Decoder layers each shape keeps (default: SHAPES').")
+    parser.add_argument("--vision-layers", type=int, help="Vision blocks each shape keeps (default: SHAPES').")
     parser.add_argument("--small", action="store_true", help="Each shape at a CPU test's width (make_vlm --small).")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", help="Where the model directories are made (default: a temporary folder).")
