@@ -52,7 +52,8 @@ from polyrl.tasks import Problem, Verdict, get_task
 from polyrl.train.config import RLConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
-from make_vlm import PICTURE_SIDE, make  # benchmarks/gpu/make_vlm.py
+from make_vlm import HERE as SHAPE_CONFIGS  # benchmarks/gpu/make_vlm.py
+from make_vlm import PICTURE_SIDE, make
 
 SHAPES = {"smolvlm-256m": {}, "qwen2-vl-2b": {"layers": 4, "vision_layers": 4}}
 """The shapes checked, and how much of each is kept (Qwen2-VL-2B at its widths, 4 + 4 layers)."""
@@ -185,10 +186,11 @@ def measure(args, device: torch.device, out: Path | None) -> dict:
         cut.update({k: v for k, v in (("layers", args.layers), ("vision_layers", args.vision_layers)) if v})
         make_device = "cpu" if device.type == "meta" else str(device)
         made = functools.partial(make, shape, work / shape, make_device, small=args.small, **cut)
-        path, make_s, _ = _timed(device, made)
-        family = json.loads((path / "config.json").read_text())["model_type"]
+        family = json.loads((SHAPE_CONFIGS / shape / "config.json").read_text())["model_type"]
         side = PICTURE_SIDE[family][args.small] if family in PICTURE_SIDE else None
+        make_s = None
         try:
+            path, make_s, _ = _timed(device, made)
             model_result = check_model(str(path), device, family, side, args.prompts, args.group_size, args.new_tokens)
         except Exception as exc:  # recorded as this shape's failure (traceback in the log); the next shape still runs
             traceback.print_exc()
