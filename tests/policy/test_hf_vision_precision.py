@@ -162,6 +162,9 @@ def test_auto_reads_the_language_model_s_width_from_the_text_config(family, monk
     assert resolve_autocast("auto", wide.to(torch.bfloat16), "cpu") == "none"
     monkeypatch.setattr(precision_module, "bf16_cpu_flags", lambda: frozenset())
     assert resolve_autocast("auto", wide, "cpu") == "none", "emulated bf16 is slower than fp32"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert resolve_autocast("auto", wide, "cuda") == "bf16", "what a lent GPU runs SmolVLM-256M and Qwen2-VL-2B in"
 
 
 @pytest.mark.parametrize(
