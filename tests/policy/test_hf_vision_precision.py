@@ -159,7 +159,8 @@ def test_auto_reads_the_language_model_s_width_from_the_text_config(family, monk
     assert precision_module.model_width(wide) == precision_module.AUTO_BF16_MIN_WIDTH
     assert resolve_autocast("auto", wide, "cpu") == "bf16"
     assert resolve_autocast("auto", _wide(family, 32), "cpu") == "none", "the small ones stay in fp32"
-    assert resolve_autocast("auto", wide.to(torch.bfloat16), "cpu") == "none"
+    bf16_weights = _wide(family, precision_module.AUTO_BF16_MIN_WIDTH).to(torch.bfloat16)  # (`to` is in place)
+    assert resolve_autocast("auto", bf16_weights, "cpu") == "none"
     monkeypatch.setattr(precision_module, "bf16_cpu_flags", lambda: frozenset())
     assert resolve_autocast("auto", wide, "cpu") == "none", "emulated bf16 is slower than fp32"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
