@@ -26,9 +26,15 @@
 #   memory        one update's peak memory and time at Qwen2.5-1.5B's shape, polyrl's settings vs TRL
 #   fsdp          FSDP2 over nccl at world size 1 (`polyrl train --nproc 1`), short
 #   vllm          vLLM parity and a vllm RL run: skipped, with the reason, without vLLM or on the CPU
+#   hf_vlm        Hugging Face vision-language policies in bf16 autocast: SmolVLM-256M's shape and a small Qwen2-VL
+#                 (Qwen2-VL-2B's widths, 4 + 4 layers), random weights made on the device; generation's log-probs
+#                 against the training forward's, an SFT step and an RL step, their times and peak memory
+#                 (benchmarks/vlm_check.py)
 # Parts: `lent` runs speed alone first (its figures are timings), then the default job in the background (a learning
 # outcome, not a timing: it shares the GPU) while packed, memory, fsdp and packed_train run one after another;
-# `speed` and `rest` are the same checks one after another with more time each, for a machine held longer; `vllm`.
+# `speed` and `rest` are the same checks one after another with more time each, for a machine held longer; `vllm`;
+# `vlm` (the check hf_vlm), a call of its own held to VLM_BUDGET seconds (it makes its own models, not SmolLM2's):
+#   GPU_CHECK_OUT=$OUT bash benchmarks/gpu_check.sh vlm     # on the GPU machine: one call of at most 180 s
 # GPU_CHECK_DEVICE names the device (cuda, cuda:N or cpu; default cuda), checked by polyrl's device parser before
 # any check runs. The exit code is the number of failed checks (2 for a setup that failed). GPU_CHECK_DEVICE=cpu
 # runs the same commands on a CPU at small sizes (the plumbing, tested without a GPU: tests/test_gpu_check.py).
@@ -46,13 +52,16 @@ declare -A PARTS=(
     [speed]="speed:240 packed:60 packed_train:90"
     [rest]="default:180 memory:120 fsdp:90"
     [vllm]="vllm:120"
+    [vlm]="hf_vlm:80"
 )
-ORDER=(lent speed rest vllm)
+ORDER=(lent speed rest vllm vlm)
+VLM_BUDGET=170  # `vlm` alone: setup and its check, 10 s under the 180 s call it is documented for (docs/gpu.md)
 
 if [[ ${1:-} == --plan ]]; then  # what tests/test_gpu_check.py holds to the limit
     echo "command_limit $COMMAND_LIMIT"
     echo "budget $BUDGET"
     echo "setup $SETUP_LIMIT"
+    echo "part_budget vlm $VLM_BUDGET"
     for part in "${ORDER[@]}"; do
         for item in ${PARTS[$part]}; do
             seconds=${item##*:}
@@ -69,6 +78,7 @@ for part in "${WANTED[@]}"; do
         exit 2
     fi
 done
+[[ ${WANTED[*]} == vlm && -z ${GPU_CHECK_BUDGET:-} ]] && BUDGET=$VLM_BUDGET
 RESULTS=${GPU_CHECK_OUT:-${OUT:-}}
 if [[ -z $RESULTS ]]; then
     echo "gpu_check: name the directory for the results: GPU_CHECK_OUT=DIR (on a lent GPU machine, \$OUT)" >&2
@@ -128,20 +138,25 @@ GPU_NAME=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,
 if [[ $DEVICE == cuda ]]; then
     DEFAULT_JOB=(); SPEED=(--prompts 32 --group-size 8 --new-tokens 128); SHAPE=()
     MEMORY=(--model "$WORK/qwen1.5b" --group-size 8 --length 1024 --prompt-length 64)
-    PACKED=(); SMALL_RUN=(sft.steps=5 rl.steps=5 eval.problems_per_task=5)
+    PACKED=(); SMALL_RUN=(sft.steps=5 rl.steps=5 eval.problems_per_task=5); VLM=()
 else  # the plumbing on a CPU: SmolLM2's family at a test's width (make_model.py --small), everything small
     DEFAULT_JOB=(sft.steps=20 rl.steps=3 rl.prompts_per_step=4 eval.problems_per_task=5)
     SPEED=(--prompts 2 --group-size 2 --new-tokens 8 --steps 1 --repeats 1 --greedy-check 2 --greedy-tokens 4)
     MEMORY=(--group-size 4 --length 64 --prompt-length 16 --hidden 64 --layers 1); SHAPE=(--layers 2 --small)
     PACKED=(--prompts 1 --group-size 2 --max-new-tokens 4)
     SMALL_RUN=(sft.steps=1 rl.steps=1 rl.prompts_per_step=2 rl.group_size=2 rl.max_new_tokens=8 eval.problems_per_task=1)
+    VLM=(--small --prompts 2 --group-size 2 --new-tokens 4)
 fi
 make_models() {
     timeout "$(setup_left)" "$PY" benchmarks/gpu/make_model.py smollm2-135m "$WORK/smollm2" --weights \
         --device "$DEVICE" "${SHAPE[@]}" >/dev/null 2>"$WORK/make_model.log" \
         && "$PY" benchmarks/gpu/make_model.py qwen2.5-1.5b "$WORK/qwen1.5b" >/dev/null 2>>"$WORK/make_model.log"
 }
-if [[ $DEVICE == cuda || ${WANTED[*]} != vllm ]] && ! make_models; then  # (vllm alone on a CPU only says it skips)
+needs_models=false  # SmolLM2's and Qwen2.5's: not for `vlm` (it makes its own), nor `vllm` on a CPU (it only skips)
+for part in "${WANTED[@]}"; do
+    [[ $part == vlm || ($part == vllm && $DEVICE != cuda) ]] || needs_models=true
+done
+if $needs_models && ! make_models; then
     echo "gpu_check: making the models failed: $(tail -1 "$WORK/make_model.log")" >&2
     exit 2
 fi
@@ -215,12 +230,15 @@ command_of() {  # command_of NAME: the check's command, in CMD
     fsdp) CMD=("$PY" -m polyrl train --config configs/smollm2.yaml --nproc 1 --run-dir "$WORK/fsdp"
         model.path="$WORK/smollm2" device="$DEVICE" model.autocast=none progress=false tensorboard=false
         "${SMALL_RUN[@]}") ;;
+    hf_vlm) CMD=("$PY" benchmarks/vlm_check.py --device "$DEVICE" --work "$WORK/vlm" "${VLM[@]}"
+        --out "$RESULTS/vlm_check.json") ;;
     vllm) CMD=("$PY" benchmarks/vllm_check.py --model "$WORK/smollm2" --steps 5 --prompts 32 --group-size 8
         --out "$RESULTS/vllm_check.json") ;;
     esac
 }
 declare -A RESULT_FILES=(
     [speed]=speed.json [packed]=packed_check.json [default]=default.md [memory]=memory.md [vllm]=vllm_check.json
+    [hf_vlm]=vlm_check.json
 )
 
 run_part() {  # the part's checks in order, the background ones beside those after them; then its results

@@ -18,10 +18,13 @@ PARTS = {
     "speed": ("speed", "packed", "packed_train"),
     "rest": ("default", "memory", "fsdp"),
     "vllm": (),
+    "vlm": ("hf_vlm",),
 }
 """Each part's checks in the order they start. ``lent`` is every check but vLLM's (absent from a lent machine), in
 the one call a lent machine's 15 minutes of device time leave room for; ``speed`` and ``rest`` the same checks with
-more time each, for a machine held longer."""
+more time each, for a machine held longer; ``vlm`` (Hugging Face vision-language policies) a short call of its own."""
+VLM_CALL = 180
+"""The seconds of the one call docs/gpu.md gives the ``vlm`` part (``timeout_s``)."""
 FILES_BACK = 8
 """Files a lent machine sends back from $OUT after one command (/work/.library/device/README.md)."""
 
@@ -73,6 +76,8 @@ def _plan() -> dict:
         if word == "check":
             part, name, seconds, *background = rest
             plan["checks"].setdefault(part, {})[name] = (int(seconds), background == ["background"])
+        elif word == "part_budget":
+            plan.setdefault("part_budget", {})[rest[0]] = int(rest[1])
         else:
             plan[word] = int(rest[0])
     return plan
@@ -103,7 +108,9 @@ def test_each_part_of_the_gpu_check_fits_one_command_on_a_lent_machine():
         part: checks or ("vllm",) for part, checks in PARTS.items()
     }
     for part, checks in plan["checks"].items():
-        assert plan["setup"] + _longest_path(checks) <= plan["budget"], (part, checks)
+        budget = plan["part_budget"].get(part, plan["budget"])
+        assert plan["setup"] + _longest_path(checks) <= budget <= plan["budget"], (part, checks)
+    assert plan["part_budget"]["vlm"] <= VLM_CALL - 10, "the vlm part fits its call with 10 s to spare"
     assert next(iter(plan["checks"])) == "lent"
     for checks in plan["checks"].values():
         first, *_ = checks.items()
@@ -138,7 +145,7 @@ def test_the_gpu_check_refuses_a_part_it_does_not_have(tmp_path):
     assert done.returncode == 2 and done.stdout == "" and not (tmp_path / "out").exists()
     assert (
         done.stderr.strip()
-        == "gpu_check: unknown part 'speeed'; give one or more of: lent speed rest vllm (or --plan)"
+        == "gpu_check: unknown part 'speeed'; give one or more of: lent speed rest vllm vlm (or --plan)"
     )
 
 
@@ -173,3 +180,16 @@ def test_each_benchmark_the_gpu_check_runs_refuses_a_device_name_in_one_line(scr
         "error: --device: device 'cuda:\u0663': give auto, cpu, cuda, cuda:N (N from 0 to 127) or mps"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_vlm_part_runs_its_check_on_a_cpu_and_writes_three_files(tmp_path):
+    """The Hugging Face vision-language check (``benchmarks/vlm_check.py --small``) as its own call: it passes for
+    both shapes in bf16 autocast and sends back the part's lines, its log and the check's JSON."""
+    out = tmp_path / "vlm"
+    done = _check("vlm", out=out)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert any(line.startswith("PASS hf_vlm (") for line in done.stdout.splitlines()), done.stdout[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["vlm.log", "vlm.txt", "vlm_check.json"]
+    result = json.loads((out / "vlm_check.json").read_text())
+    assert result["done"] and result["ok"] and set(result["models"]) == {"smolvlm-256m", "qwen2-vl-2b"}
+    assert {m["autocast"] for m in result["models"].values()} == {"bf16"}

@@ -1,6 +1,7 @@
 """Every Python entry point of the GPU check runs on the pretend second device of ``tests/device_guard.py``, at small
 sizes: ``benchmarks/packed_check.py``, ``benchmarks/gpu_throughput.py``, ``benchmarks/memory.py``, the default job
-(``benchmarks/default_job.py``) and the packed-train check (``configs/smollm2.yaml``).
+(``benchmarks/default_job.py``), the packed-train check (``configs/smollm2.yaml``) and the vision-language check
+(``benchmarks/vlm_check.py``).
 
 Issue #42: ``packed_check.py`` collated a host batch and scored it with the model on CUDA (the embedding met CPU
 token ids), a crash no CPU run of the check could see, since every tensor there is a host tensor.
@@ -172,3 +173,18 @@ def test_the_default_job_says_the_commit_is_unknown_where_there_is_no_git(monkey
     monkeypatch.setattr(default_job.subprocess, "run", subprocess.run)
     monkeypatch.setattr(default_job, "REPO", tmp_path)  # git, but no repository
     assert default_job.commit() == default_job.UNKNOWN_COMMIT
+
+
+@pytest.mark.parametrize("shape", ["smolvlm-256m", "qwen2-vl-2b"])
+def test_the_vlm_check_runs_an_sft_and_an_rl_step_in_bf16_on_the_device(shape, monkeypatch, tmp_path):
+    """``gpu_check.sh vlm``'s Python on the device guard, at a test's width: the model made as on the GPU (saved, then
+    loaded by polyrl on the device), generation's log-probs against the training forward's, an RL and an SFT step."""
+    vlm_check = _load(BENCHMARKS / "vlm_check.py", monkeypatch)
+    path = vlm_check.make(shape, tmp_path / shape, "cpu", small=True)
+    family = "idefics3" if shape == "smolvlm-256m" else "qwen2_vl"
+    side = vlm_check.PICTURE_SIDE[family][True] if family in vlm_check.PICTURE_SIDE else None
+    with second_device() as guard:
+        result = vlm_check.check_model(str(path), guard.device, family, side, 2, 2, 4)
+        assert guard.checked > 1000
+    assert result["ok"], result
+    assert result["autocast"] == "bf16" and result["image_tokens"] == 4 and result["rl_skipped_updates"] == 0

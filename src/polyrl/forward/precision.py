@@ -40,6 +40,13 @@ def forward_precision(model: torch.nn.Module, device: torch.device | str):
     return torch.autocast(device_type=torch.device(device).type, dtype=AUTOCAST_DTYPES[mode])
 
 
+BF16_LOGPROB_TOLERANCE = {"mismatch_abs_mean": 0.15, "mismatch_abs_max": 1.0, "mismatch_ratio_mean": 0.05}
+"""How far bf16 log-probs of the same tokens may be from another forward's (``algos.objective_stats.logprob_mismatch``
+statistics; the ratio's mean within this of 1): what polyrl's bf16 tests and the GPU check's vision-language part
+hold generation's log-probs to against the training forward's. Set from bf16 generation against fp32 training on
+160 tokens of a random tiny model with logits spread over tens of nats (``tests/train/test_bf16.py``: mean
+|Δ log p| 0.071, max 0.45, mean ratio 0.997), with 2× headroom."""
+
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 """``/proc/cpuinfo`` flags of CPUs whose bf16 matmuls run in hardware (oneDNN uses AMX tiles or AVX512-BF16);
 elsewhere torch emulates bf16 on CPU, slower than fp32."""
@@ -68,16 +75,25 @@ def bf16_cpu_flags() -> frozenset[str]:
     return frozenset(BF16_CPU_FLAGS) & cpu_flags()
 
 
+def model_width(model: torch.nn.Module) -> int:
+    """The hidden size of ``model``'s language model (0 where its config does not say): a vision-language model's
+    config holds it in its text config (``get_text_config``), a causal LM's at the top."""
+    config = getattr(model, "config", None)
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    return getattr(config, "hidden_size", 0) or 0
+
+
 def resolve_autocast(mode: str, model: torch.nn.Module, device: torch.device | str) -> str:
     """``mode``, with ``auto`` made concrete: ``bf16`` on a CUDA device that supports it or a CPU with bf16
-    matmul units, for a float32 model at least :data:`AUTO_BF16_MIN_WIDTH` wide; ``none`` otherwise (the tiny
-    default stays in fp32, bit for bit)."""
+    matmul units, for a float32 model whose language model is at least :data:`AUTO_BF16_MIN_WIDTH` wide
+    (:func:`model_width`: a Hugging Face vision-language model's text config, whose top-level config has no
+    ``hidden_size``); ``none`` otherwise (the tiny default stays in fp32, bit for bit)."""
     if mode != "auto":
         return mode
     if next(model.parameters()).dtype != torch.float32:  # bf16/fp16 weights: nothing to autocast from
         return "none"
-    width = getattr(getattr(model, "config", None), "hidden_size", 0) or 0
-    if width < AUTO_BF16_MIN_WIDTH:
+    if model_width(model) < AUTO_BF16_MIN_WIDTH:
         return "none"
     kind = torch.device(device).type
     if kind == "cuda":
