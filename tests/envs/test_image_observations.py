@@ -115,4 +115,3 @@ def test_an_episode_opens_with_the_problem_s_picture(policy):
     for t, read in zip(trajs, calls[0][0]):
         assert isinstance(t.prompt_ids, ImageIds) and t.prompt_ids.count(image_id) == 16
         assert torch.equal(read.pixels, policy.image_input.pixels(t.problem.images))
-

@@ -186,7 +186,8 @@ class ChatCodec:
                     )
                 pictures += [rgb_image(p, f"{message.get('role')} message picture {k}") for k, p in enumerate(own)]
                 if self.image_parts:  # the processor's template writes each picture's placeholder
-                    message["content"] = [{"type": "image"}] * len(own) + [{"type": "text", "text": message["content"]}]
+                    text = {"type": "text", "text": message["content"]}
+                    message["content"] = [{"type": "image"}] * len(own) + [text]
                 else:
                     message["content"] = self.images.placeholders(len(own)) + message["content"]
             shown.append(message)
