@@ -1,5 +1,5 @@
-"""Pictures in multi-turn episodes of a Hugging Face vision-language policy (the small random-initialised Idefics3
-and Qwen2-VL of ``tests/small_vlms.py``): an observation's picture is rendered as the processor's chat template
+"""Pictures in multi-turn episodes of a Hugging Face vision-language policy (the small random-initialised Idefics3,
+Qwen2-VL and Qwen2.5-VL of ``tests/small_vlms.py``): an observation's picture is rendered as the processor's chat template
 renders an image in a user message, expanded to the model's image tokens; the episode's tokens are exactly what
 generation read and produced; the training forward scores every turn as generation did (Qwen2-VL's M-RoPE positions
 over pictures in several turns are the model's own); the observation's image tokens are never trained on."""
@@ -23,7 +23,11 @@ from polyrl.rollout.episodes import rollout_episodes
 from polyrl.tasks import get_task
 from polyrl.tasks.images import rgb_image
 
-FAMILIES = {"idefics3": (save_idefics3, {}), "qwen2_vl": (save_qwen2_vl, {"images": {"size": 16}})}
+FAMILIES = {
+    "idefics3": (save_idefics3, {}),
+    "qwen2_vl": (save_qwen2_vl, {"images": {"size": 16}}),
+    "qwen2_5_vl": (lambda path: save_qwen2_vl(path, version="2.5"), {"images": {"size": 16}}),
+}
 TURNS = 3
 """Two zoomed observations: pictures in the prompt and after the first and second turns."""
 
