@@ -30,6 +30,7 @@ from polyrl.serve.limits import (
     check_prompt_chars,
     refuse_long_prompt,
 )
+from polyrl.serve.pictures import check_pictures, codec_of, decoded_messages, picture_limit, vlm_prompt_ids
 from polyrl.serve.schema import ChatRequest, sampling
 
 
@@ -49,18 +50,29 @@ def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     return tokenizer("\n".join(m["content"] for m in messages) + "\n").input_ids
 
 
+def model_context(config) -> int | None:
+    """The model's context in tokens: its ``max_position_embeddings``, a vision-language model's text model's."""
+    context = getattr(config, "max_position_embeddings", None)
+    if context is None:
+        context = getattr(getattr(config, "text_config", None), "max_position_embeddings", None)
+    return context
+
+
 def build_app(policy, model_name: str, limits: ServeLimits | None = None):
     """The FastAPI app serving ``policy`` (a :class:`~polyrl.policy.loading.Policy`) as ``model_name``."""
     limits = limits or ServeLimits()
     tokenizer = policy.tokenizer
     backend = TransformersBackend(policy.model, tokenizer, device=policy.device)
-    context = getattr(policy.model.config, "max_position_embeddings", None)
+    context = model_context(policy.model.config)
     max_prompt = limits.max_prompt_tokens or (context - 1 if context else None)
     if max_prompt is not None and context is not None and max_prompt >= context:
         raise UserError(
             f"--max-prompt-tokens {max_prompt} leaves no room to generate: the model's context is {context}"
         )
     per_token = chars_per_token(tokenizer)
+    image_input = getattr(policy, "image_input", None)
+    codec = codec_of(tokenizer, image_input) if image_input is not None else None
+    max_pictures = picture_limit(image_input, max_prompt)
     admission = Admission(limits.max_waiting, limits.retry_after_s)
     created = int(time.time())
     app = FastAPI(title=f"polyrl serve: {model_name}")
@@ -87,10 +99,15 @@ def build_app(policy, model_name: str, limits: ServeLimits | None = None):
             raise ServeError(
                 400, f"{len(request.messages)} messages; at most {limits.max_messages} fit", param="messages"
             )
-        messages = [m.model_dump() for m in request.messages]
+        check_pictures(request.messages, image_input, max_pictures)
         if max_prompt is not None:
-            check_prompt_chars(sum(len(m["content"]) for m in messages), max_prompt, per_token, context)
-        ids = await run_in_threadpool(prompt_ids, tokenizer, messages)
+            chars = sum(len(m.text()) for m in request.messages)
+            check_prompt_chars(chars, max_prompt, per_token, context)
+        if codec is None:
+            messages = [{"role": m.role, "content": m.text()} for m in request.messages]
+            ids = await run_in_threadpool(prompt_ids, tokenizer, messages)
+        else:
+            ids = await run_in_threadpool(lambda: vlm_prompt_ids(codec, decoded_messages(request.messages)))
         if max_prompt is not None and len(ids) > max_prompt:
             raise refuse_long_prompt(f"{len(ids)} tokens", max_prompt, context)
         asked = request.max_completion_tokens or request.max_tokens or limits.default_max_tokens
