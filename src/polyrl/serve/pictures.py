@@ -40,10 +40,10 @@ def check_pictures(messages: list[ChatMessage], image_input, limit: int | None) 
             if message.role != "user":
                 raise ServeError(400, f"{where}: only user messages may show pictures", param=where)
             if not url.startswith("data:"):
-                scheme = url.split(":", 1)[0] if ":" in url else "no scheme"
+                scheme = url.split(":", 1)[0][:20] if ":" in url else "relative"
                 raise ServeError(
                     400,
-                    f"{where}: image {k} is a {scheme} URL; polyrl serve does not fetch URLs: send the picture "
+                    f"{where} image {k}: a {scheme}: URL; polyrl serve does not fetch URLs: send the picture "
                     "inline as a data URI (data:image/png;base64,...)",
                     param=where,
                 )
