@@ -3,6 +3,9 @@
 Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``. Every error is in OpenAI's
 shape (:mod:`polyrl.serve.api_errors`); what a request may cost is bounded by :class:`~polyrl.serve.limits.ServeLimits`.
 
+A vision-language policy (the tiny VLM, a Hugging Face VLM) also takes pictures, as OpenAI's ``image_url`` content
+parts with data URIs (:mod:`polyrl.serve.pictures`); a text-only one refuses them.
+
 One generation runs at a time (the model is shared and ``generate`` is not made for concurrent calls), in a
 worker thread so the event loop keeps answering; the ``n`` completions of one request are one batch.
 """
