@@ -34,7 +34,7 @@ from polyrl.serve.limits import (
     refuse_long_prompt,
 )
 from polyrl.serve.pictures import check_pictures, codec_of, decoded_messages, picture_limit, vlm_prompt_ids
-from polyrl.serve.schema import ChatRequest, sampling
+from polyrl.serve.schema import ChatMessage, ChatRequest, sampling
 
 
 def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
@@ -51,6 +51,27 @@ def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
             raise ServeError(400, f"the model's chat template refused the messages: {exc}", param="messages") from None
         return tokenizer(text, add_special_tokens=False).input_ids
     return tokenizer("\n".join(m["content"] for m in messages) + "\n").input_ids
+
+
+class ServedPrompts:
+    """How the served policy's prompts are rendered: a text-only policy's through its tokenizer's chat template
+    (:func:`prompt_ids`), a vision-language policy's through the chat codec training renders episodes with, with
+    its pictures (:mod:`polyrl.serve.pictures`)."""
+
+    def __init__(self, tokenizer, image_input, max_prompt: int | None):
+        self.tokenizer, self.image_input = tokenizer, image_input
+        self.codec = codec_of(tokenizer, image_input) if image_input is not None else None
+        self.max_pictures = picture_limit(image_input, max_prompt)
+
+    def check(self, messages: list[ChatMessage]) -> None:
+        """Refuse the request's pictures that cannot be served, before decoding any."""
+        check_pictures(messages, self.image_input, self.max_pictures)
+
+    def ids(self, messages: list[ChatMessage]) -> list[int]:
+        """The prompt's ids (an ``ImageIds`` carrying its pictures when it shows any)."""
+        if self.codec is None:
+            return prompt_ids(self.tokenizer, [{"role": m.role, "content": m.text()} for m in messages])
+        return vlm_prompt_ids(self.codec, decoded_messages(messages))
 
 
 def model_context(config) -> int | None:
@@ -73,9 +94,7 @@ def build_app(policy, model_name: str, limits: ServeLimits | None = None):
             f"--max-prompt-tokens {max_prompt} leaves no room to generate: the model's context is {context}"
         )
     per_token = chars_per_token(tokenizer)
-    image_input = getattr(policy, "image_input", None)
-    codec = codec_of(tokenizer, image_input) if image_input is not None else None
-    max_pictures = picture_limit(image_input, max_prompt)
+    prompts = ServedPrompts(tokenizer, getattr(policy, "image_input", None), max_prompt)
     admission = Admission(limits.max_waiting, limits.retry_after_s)
     created = int(time.time())
     app = FastAPI(title=f"polyrl serve: {model_name}")
@@ -102,15 +121,11 @@ def build_app(policy, model_name: str, limits: ServeLimits | None = None):
             raise ServeError(
                 400, f"{len(request.messages)} messages; at most {limits.max_messages} fit", param="messages"
             )
-        check_pictures(request.messages, image_input, max_pictures)
+        prompts.check(request.messages)
         if max_prompt is not None:
             chars = sum(len(m.text()) for m in request.messages)
             check_prompt_chars(chars, max_prompt, per_token, context)
-        if codec is None:
-            messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-            ids = await run_in_threadpool(prompt_ids, tokenizer, messages)
-        else:
-            ids = await run_in_threadpool(lambda: vlm_prompt_ids(codec, decoded_messages(request.messages)))
+        ids = await run_in_threadpool(prompts.ids, request.messages)
         if max_prompt is not None and len(ids) > max_prompt:
             raise refuse_long_prompt(f"{len(ids)} tokens", max_prompt, context)
         asked = request.max_completion_tokens or request.max_tokens or limits.default_max_tokens
