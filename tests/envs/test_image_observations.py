@@ -115,3 +115,12 @@ def test_an_episode_opens_with_the_problem_s_picture(policy):
     for t, read in zip(trajs, calls[0][0]):
         assert isinstance(t.prompt_ids, ImageIds) and t.prompt_ids.count(image_id) == 16
         assert torch.equal(read.pixels, policy.image_input.pixels(t.problem.images))
+
+
+def test_an_episode_keeps_each_observations_pictures_unresized_with_the_turn_they_followed(policy):
+    trajs, _ = _episodes(policy)
+    for t in trajs:
+        (turn, (crop,)), *rest = t.observation_images
+        picture = np.asarray(t.problem.images[0])
+        expected = picture[: picture.shape[0] // 2, : picture.shape[1] // 2]
+        assert turn == 1 and rest == [] and np.array_equal(np.asarray(crop), expected)

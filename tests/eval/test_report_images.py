@@ -75,3 +75,32 @@ def test_the_page_shows_the_image_and_runs_no_script(tmp_path):
     )
     assert "<script" not in loaded.stdout and "Uncaught" not in loaded.stderr
     assert loaded.stdout.count('<img class="problem"') == 1 and loaded.stdout.count("<img") == len(pngs) + 1
+
+
+def _run_with_observation_pictures(path):
+    """A synthetic run directory whose one sample is an episode whose observations showed two pictures after turn 1
+    and one after turn 2, then a malformed entry."""
+    path.mkdir()
+    shown = [Image.new("RGB", (6 + k, 5), (40 * k, 200, 10)) for k in range(3)]
+    observed = [
+        {"turn": 1, "images": [png_base64(shown[0]), png_base64(shown[1])]},
+        {"turn": 2, "images": [png_base64(shown[2])]},
+        {"turn": "x", "images": [png_base64(shown[0])]},
+    ]
+    sample = {"task": "zoom", "prompt": "look", "completion": "zoom\n[user] zoomed\n", "reward": 1.0, "correct": True}
+    (path / "config.yaml").write_text(yaml.safe_dump({"tasks": [{"name": "zoom"}], "rl": {"steps": 1}}))
+    record = {"stage": "rl", "step": 1, "reward": 1.0, "samples": [{**sample, "observation_images": observed}]}
+    (path / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    return path, shown
+
+
+def test_an_episodes_observation_pictures_are_shown_below_its_turns_with_their_exact_pixels(tmp_path):
+    run, shown = _run_with_observation_pictures(tmp_path / "run")
+    page = build_report(run)[0].read_text()
+    found = re.findall(
+        r'<img class="observation" alt="observation image \d+" width="\d+" src="data:image/png;base64,([^"]+)">', page
+    )
+    images = [Image.open(io.BytesIO(base64.b64decode(b))).convert("RGB") for b in found]
+    assert [im.tobytes() for im in images] == [im.tobytes() for im in shown]
+    assert page.index("observation after turn 1:") < page.index("observation after turn 2:")
+    assert page.index("zoomed") < page.index("observation after turn 1:")  # below the sample's turns

@@ -135,6 +135,23 @@ def test_a_runs_samples_keep_the_problems_images_whole():
     assert "images" not in logged[1]
 
 
+def test_a_runs_samples_keep_an_episodes_observation_pictures_whole_in_turn_order():
+    visual = get_task("count_shapes").generate(0, "hard")
+    crops = [Image.new("RGB", (5, 3), (k, 2 * k, 3 * k)) for k in (10, 20, 30)]
+    episode = _trajectory(visual)
+    episode.observation_images = [(1, crops[:2]), (3, crops[2:])]
+    (logged,) = json.loads(json.dumps(samples([episode])))
+    turns = [
+        (entry["turn"], [image_from_record(b, "x") for b in entry["images"]]) for entry in logged["observation_images"]
+    ]
+    assert turns == [(1, crops[:2]), (3, crops[2:])]
+
+
+def test_a_sample_without_observation_pictures_has_no_observation_images_entry():
+    (logged,) = samples([_trajectory(get_task("count_shapes").generate(0, "hard"))])
+    assert "observation_images" not in logged
+
+
 def test_an_evaluation_keeps_the_images_on_the_greedy_sample_of_each_problem(tmp_path):
     from polyrl.eval.runner import run_suite
     from polyrl.eval.sources import Completion

@@ -2,7 +2,8 @@
 
 RL records may carry ``samples``: a list of ``{"task", "prompt", "completion", "reward", "correct", "reason"}``, and
 ``images`` (base64 PNG text) where the problem showed images: they are shown above the prompt as inline PNG data URIs,
-each decoded and encoded again first (an entry that is not an image within :data:`MAX_SHOWN_PIXELS` is named, not
+and ``observation_images`` (``{"turn", "images"}``) where an episode's observations showed pictures: they are shown
+below the completion, each group headed by the policy turn it followed; each image is decoded and encoded again first (an entry that is not an image within :data:`MAX_SHOWN_PIXELS` is named, not
 shown), so nothing but PNG bytes polyrl wrote reaches the page.
 Completions are model output, and a policy optimised for reward is adversarial: every field is treated as hostile
 text. It is converted to a string, stripped of control characters and unpaired surrogates (which would make the page
@@ -79,8 +80,9 @@ def _correct_cell(x: Any) -> str:
     return "<td>–</td>"
 
 
-def images_html(images: Any) -> str:
-    """``<img>`` elements for a sample's images (re-encoded PNG data URIs), "" for none; a bad entry is a note."""
+def images_html(images: Any, kind: str = "problem") -> str:
+    """``<img>`` elements for a sample's images (re-encoded PNG data URIs), "" for none; a bad entry is a note.
+    ``kind`` names them in each image's ``alt`` and class (``problem``, ``observation``)."""
     if not isinstance(images, list) or not images:
         return ""
     shown = []
@@ -93,8 +95,23 @@ def images_html(images: Any) -> str:
             shown.append(f'<span class="note">{safe_text(exc, 200)}</span>')
             continue
         width = min(SHOWN_WIDTH, image.width * max(1, SHOWN_WIDTH // image.width))  # whole-pixel enlargement
-        shown.append(f'<img class="problem" alt="problem image {i}" width="{width}" src="{data_uri(image)}">')
+        shown.append(f'<img class="{kind}" alt="{kind} image {i}" width="{width}" src="{data_uri(image)}">')
     return f'<div class="images">{"".join(shown)}</div>'
+
+
+def observation_images_html(entries: Any) -> str:
+    """The pictures an episode's observations showed (``observation_images``: ``{"turn", "images"}`` entries in turn
+    order), each group headed by the policy turn it followed; "" for none; a malformed entry is skipped."""
+    if not isinstance(entries, list):
+        return ""
+    shown = []
+    for entry in entries[:MAX_ROWS]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("turn"), int) or isinstance(entry["turn"], bool):
+            continue
+        pictures = images_html(entry.get("images"), "observation")
+        if pictures:
+            shown.append(f'<div class="note">observation after turn {entry["turn"]}:</div>{pictures}')
+    return "".join(shown)
 
 
 def _row(sample: dict[str, Any]) -> str:
@@ -105,7 +122,8 @@ def _row(sample: dict[str, Any]) -> str:
         f"{_correct_cell(sample.get('correct'))}"
         f"<td>{safe_text(sample.get('reason'), 200)}</td>"
         f'<td class="text">{images_html(sample.get("images"))}<div>{safe_text(sample.get("prompt"))}</div></td>'
-        f'<td class="text"><div>{safe_text(sample.get("completion"))}</div></td></tr>'
+        f'<td class="text"><div>{safe_text(sample.get("completion"))}</div>'
+        f"{observation_images_html(sample.get('observation_images'))}</td></tr>"
     )
 
 

@@ -33,6 +33,15 @@ def user_text(messages: list[Message]) -> str:
     return "\n".join(m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str))
 
 
+def observation_pictures(messages: list[Message]) -> list:
+    """The pictures ``messages`` show, in order, as RGB images (what a run's samples store of an observation)."""
+    return [
+        rgb_image(p, f"{m.get('role')} message picture {k}")
+        for m in messages
+        for k, p in enumerate(m.get("images", ()))
+    ]
+
+
 class ChatCodec:
     """Renders episode messages into token ids with the tokenizer's chat template (or plain text), and binds
     tool-using tasks and environments to the tool-call format of that template."""

@@ -36,6 +36,8 @@ class Episode:
     done: bool = False
     prompt_text: str | None = None
     """The user messages the policy read first (:attr:`~polyrl.rollout.trajectory.Trajectory.prompt_text`)."""
+    observation_images: list[tuple[int, list]] = field(default_factory=list)
+    """The pictures the environment's observations showed (:attr:`~polyrl.rollout.trajectory.Trajectory.observation_images`)."""
 
     def add(self, ids: list[int], policy: bool) -> None:
         """Append ``ids`` (with their pictures, an observation's: :class:`~polyrl.forward.batch.ImageIds`)."""

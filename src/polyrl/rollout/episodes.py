@@ -14,7 +14,7 @@ from polyrl.envs.environment import Environment, Message, StepResult
 from polyrl.forward.batch import join
 from polyrl.policy.generation import GenerationBackend
 from polyrl.policy.prompts import PromptBuilder
-from polyrl.rollout.chat import ChatCodec, user_text
+from polyrl.rollout.chat import ChatCodec, observation_pictures, user_text
 from polyrl.rollout.dispatch import PolicySource, Sampling, register_rollout_kind
 from polyrl.rollout.env_steps import EnvSteps, Episode
 from polyrl.rollout.trajectory import Trajectory, number_groups
@@ -238,6 +238,9 @@ def _run_episodes(
                 continue
             ep.add(env_ids, policy=False)
             ep.text += "".join(f"\n[{m['role']}] {m['content']}\n" for m in result.observation)
+            shown = observation_pictures(result.observation)
+            if shown:
+                ep.observation_images.append((len(ep.turn_spans), shown))
         live = [e for e in live if not e.done]
     groups: list[list[Trajectory]] = [[] for _ in problems]
     for ep in episodes:
@@ -283,4 +286,5 @@ def _trajectory(ep: Episode) -> Trajectory:
         info=info,
         logged_terms=ep.env.logged_terms(),
         prompt_text=ep.prompt_text,
+        observation_images=list(ep.observation_images),
     )

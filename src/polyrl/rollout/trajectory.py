@@ -56,6 +56,11 @@ class Trajectory:
     or agent's first user messages), given to TRL-style reward functions as ``prompts``; None: the problem's
     ``prompt``."""
 
+    observation_images: list[tuple[int, list]] = field(default_factory=list)
+    """Multi-turn: the pictures the environment's observations showed, in turn order, as ``(turn, images)``: the
+    observation after policy turn ``turn`` (1 for the first) showed ``images`` (RGB PIL images, as the
+    environment gave them, before any resizing for the policy); empty for an episode without such pictures."""
+
     @property
     def shown_prompt(self) -> str:
         """:attr:`prompt_text`, or the problem's ``prompt`` for a trajectory made without one."""

@@ -3,6 +3,9 @@
 Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``. Every error is in OpenAI's
 shape (:mod:`polyrl.serve.api_errors`); what a request may cost is bounded by :class:`~polyrl.serve.limits.ServeLimits`.
 
+A vision-language policy (the tiny VLM, a Hugging Face VLM) also takes pictures, as OpenAI's ``image_url`` content
+parts with data URIs (:mod:`polyrl.serve.pictures`); a text-only one refuses them.
+
 One generation runs at a time (the model is shared and ``generate`` is not made for concurrent calls), in a
 worker thread so the event loop keeps answering; the ``n`` completions of one request are one batch.
 """
@@ -30,7 +33,8 @@ from polyrl.serve.limits import (
     check_prompt_chars,
     refuse_long_prompt,
 )
-from polyrl.serve.schema import ChatRequest, sampling
+from polyrl.serve.pictures import check_pictures, codec_of, decoded_messages, picture_limit, vlm_prompt_ids
+from polyrl.serve.schema import ChatMessage, ChatRequest, sampling
 
 
 def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
@@ -49,18 +53,48 @@ def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     return tokenizer("\n".join(m["content"] for m in messages) + "\n").input_ids
 
 
+class ServedPrompts:
+    """How the served policy's prompts are rendered: a text-only policy's through its tokenizer's chat template
+    (:func:`prompt_ids`), a vision-language policy's through the chat codec training renders episodes with, with
+    its pictures (:mod:`polyrl.serve.pictures`)."""
+
+    def __init__(self, tokenizer, image_input, max_prompt: int | None):
+        self.tokenizer, self.image_input = tokenizer, image_input
+        self.codec = codec_of(tokenizer, image_input) if image_input is not None else None
+        self.max_pictures = picture_limit(image_input, max_prompt)
+
+    def check(self, messages: list[ChatMessage]) -> None:
+        """Refuse the request's pictures that cannot be served, before decoding any."""
+        check_pictures(messages, self.image_input, self.max_pictures)
+
+    def ids(self, messages: list[ChatMessage]) -> list[int]:
+        """The prompt's ids (an ``ImageIds`` carrying its pictures when it shows any)."""
+        if self.codec is None:
+            return prompt_ids(self.tokenizer, [{"role": m.role, "content": m.text()} for m in messages])
+        return vlm_prompt_ids(self.codec, decoded_messages(messages))
+
+
+def model_context(config) -> int | None:
+    """The model's context in tokens: its ``max_position_embeddings``, a vision-language model's text model's."""
+    context = getattr(config, "max_position_embeddings", None)
+    if context is None:
+        context = getattr(getattr(config, "text_config", None), "max_position_embeddings", None)
+    return context
+
+
 def build_app(policy, model_name: str, limits: ServeLimits | None = None):
     """The FastAPI app serving ``policy`` (a :class:`~polyrl.policy.loading.Policy`) as ``model_name``."""
     limits = limits or ServeLimits()
     tokenizer = policy.tokenizer
     backend = TransformersBackend(policy.model, tokenizer, device=policy.device)
-    context = getattr(policy.model.config, "max_position_embeddings", None)
+    context = model_context(policy.model.config)
     max_prompt = limits.max_prompt_tokens or (context - 1 if context else None)
     if max_prompt is not None and context is not None and max_prompt >= context:
         raise UserError(
             f"--max-prompt-tokens {max_prompt} leaves no room to generate: the model's context is {context}"
         )
     per_token = chars_per_token(tokenizer)
+    prompts = ServedPrompts(tokenizer, getattr(policy, "image_input", None), max_prompt)
     admission = Admission(limits.max_waiting, limits.retry_after_s)
     created = int(time.time())
     app = FastAPI(title=f"polyrl serve: {model_name}")
@@ -87,10 +121,11 @@ def build_app(policy, model_name: str, limits: ServeLimits | None = None):
             raise ServeError(
                 400, f"{len(request.messages)} messages; at most {limits.max_messages} fit", param="messages"
             )
-        messages = [m.model_dump() for m in request.messages]
+        prompts.check(request.messages)
         if max_prompt is not None:
-            check_prompt_chars(sum(len(m["content"]) for m in messages), max_prompt, per_token, context)
-        ids = await run_in_threadpool(prompt_ids, tokenizer, messages)
+            chars = sum(len(m.text()) for m in request.messages)
+            check_prompt_chars(chars, max_prompt, per_token, context)
+        ids = await run_in_threadpool(prompts.ids, request.messages)
         if max_prompt is not None and len(ids) > max_prompt:
             raise refuse_long_prompt(f"{len(ids)} tokens", max_prompt, context)
         asked = request.max_completion_tokens or request.max_tokens or limits.default_max_tokens

@@ -81,14 +81,20 @@ def _entry(tokenizer, token_id: int, logprob: float) -> dict[str, Any]:
 @torch.no_grad()
 def add_logprobs(model, device, tokenizer, prompt_ids: list[int], choices: list[Choice], top: int) -> None:
     """Fill each choice's ``logprobs`` (one entry per returned piece) from one forward pass per choice of ``model``
-    (its weights on ``device``)."""
+    (its weights on ``device``), with the prompt's pictures where it shows any."""
+    from polyrl.forward.batch import prompt_images
+    from polyrl.serve.pictures import logits_with_pictures
+
+    shown = prompt_images(prompt_ids)
+    pixels = shown[0] if shown is not None else None
     for choice in choices:
         count = len(choice.pieces)
         if count == 0:
             choice.logprobs = []
             continue
-        ids = prompt_ids + choice.ids[:count]
-        logits = model(torch.tensor([ids], device=device)).logits[0, len(prompt_ids) - 1 : len(ids) - 1]
+        ids = list(prompt_ids) + choice.ids[:count]
+        logits = logits_with_pictures(model, torch.tensor([ids], device=device), pixels)
+        logits = logits[0, len(prompt_ids) - 1 : len(ids) - 1]
         logps = torch.log_softmax(logits.float(), dim=-1)
         entries = []
         for k, token_id in enumerate(choice.ids[:count]):

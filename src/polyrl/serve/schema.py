@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -26,17 +26,67 @@ MIN_TEMPERATURE = 1e-5
 MIN_TOP_P = 1e-5
 
 
+class TextPart(BaseModel):
+    """A ``{"type": "text", "text": ...}`` content part."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text"]
+    text: str
+
+    @field_validator("text")
+    @classmethod
+    def _no_lone_surrogate(cls, text: str) -> str:
+        check_no_lone_surrogate(text)
+        return text
+
+
+class ImageURL(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    url: str
+    detail: str | None = None
+    """Accepted and ignored: every picture is resized to the policy's one input size, as in training."""
+
+
+class ImagePart(BaseModel):
+    """A ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}`` content part."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
 class ChatMessage(BaseModel):
+    """One message: its content a string, or OpenAI's content parts (text, and pictures as data URIs)."""
+
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "user", "assistant"]
-    content: str
+    content: str | list[ContentPart]
 
     @field_validator("content")
     @classmethod
-    def _no_lone_surrogate(cls, content: str) -> str:
-        check_no_lone_surrogate(content)
+    def _no_lone_surrogate(cls, content):
+        if isinstance(content, str):
+            check_no_lone_surrogate(content)
         return content
+
+    def text(self) -> str:
+        """The message's text: its string content, or its text parts joined by newlines."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def image_urls(self) -> list[str]:
+        """The URLs of the message's image parts, in order."""
+        if isinstance(self.content, str):
+            return []
+        return [part.image_url.url for part in self.content if isinstance(part, ImagePart)]
 
 
 REFUSED = ("tools", "tool_choice", "functions", "function_call", "response_format", "logit_bias", "audio")

@@ -141,7 +141,9 @@ def samples(trajs: list[Trajectory], per_task: int = 1) -> list[dict[str, Any]]:
     """A few completions of the step with their rewards, for the metrics file and the report: the first
     ``per_task`` of each task with the prompt the policy read (the run's prompt field and style, e.g. the natural
     statement a real model reads), text cut to :data:`SAMPLE_CHARS` characters, and the problem's images, whole, as
-    base64 PNG text (``images``, only where it has images)."""
+    base64 PNG text (``images``, only where it has images); an episode whose observations showed pictures adds them,
+    whole and in turn order (``observation_images``: ``{"turn": k, "images": [...]}``, the observation after policy
+    turn ``k``)."""
     seen: dict[str, int] = defaultdict(int)
     out = []
     for t in trajs:
@@ -158,6 +160,11 @@ def samples(trajs: list[Trajectory], per_task: int = 1) -> list[dict[str, Any]]:
         }
         if t.problem.images:
             sample["images"] = [png_base64(image) for image in t.problem.images]
+        if t.observation_images:
+            sample["observation_images"] = [
+                {"turn": turn, "images": [png_base64(image) for image in images]}
+                for turn, images in t.observation_images
+            ]
         out.append(sample)
     return out
 
