@@ -83,7 +83,7 @@ def test_the_qwen2_vl_prompt_shows_one_image_pad_per_merged_patch_between_the_vi
     ids = _prompts(policy, seeds=(0,))[0]
     tokens = policy.tokenizer.convert_ids_to_tokens(list(ids))
     start = tokens.index("<|vision_start|>")
-    grid = policy.image_input.image_processor(images=[ids.pixels[0].numpy()], do_resize=False).image_grid_thw[0]
+    grid = policy.image_input.image_processor([ids.pixels[0]])["image_grid_thw"][0]
     pads = int(grid.prod()) // 4  # merged 2 x 2
     assert tokens[start + 1 : start + 2 + pads] == ["<|image_pad|>"] * pads + ["<|vision_end|>"]
     assert tokens[:start] == list("<|im_start|>user\n") and ids.pixels.shape == (1, 16, 16, 3)
