@@ -115,15 +115,3 @@ def test_an_episode_opens_with_the_problem_s_picture(policy):
     for t, read in zip(trajs, calls[0][0]):
         assert isinstance(t.prompt_ids, ImageIds) and t.prompt_ids.count(image_id) == 16
         assert torch.equal(read.pixels, policy.image_input.pixels(t.problem.images))
-
-
-def test_an_episode_picture_for_a_hugging_face_vision_language_policy_is_one_line(tmp_path):
-    from small_vlms import save_qwen2_vl
-
-    from polyrl.rollout.chat import ChatCodec
-
-    vlm = load_policy(ModelConfig(path=str(save_qwen2_vl(tmp_path / "m")), images={"size": 16}), device=HOST)
-    prompts = PromptBuilder(vlm.tokenizer, PromptConfig(field="question"), vlm.image_input)
-    observation = [{"role": "user", "content": "x", "images": [np.zeros((4, 4), dtype=np.uint8)]}]
-    with pytest.raises(UserError, match="pictures in multi-turn episodes are taken by the embedded tiny"):
-        ChatCodec(prompts).between_turns(observation, True)

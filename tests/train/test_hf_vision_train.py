@@ -108,13 +108,25 @@ def test_a_whole_run_keeps_every_tensor_on_the_placements_device(tmp_path, famil
     assert set(results) >= {"after_sft", "after_rl"}
 
 
-def test_an_environment_task_with_pictures_is_refused_before_training_in_one_line(tmp_path, capsys):
-    config = _config(tmp_path, "qwen2_vl")
-    capsys.readouterr()
-    assert run(["train", "--config", config, "tasks=[{name: 'env/retry:count_shapes'}]"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [
-        f"polyrl: error: task env/retry:count_shapes shows pictures in multi-turn episodes; {tmp_path / 'qwen2_vl'} is a "
-        "Hugging Face vision-language model, and pictures in episodes are taken by the embedded tiny vision-language "
-        "model only"
-    ]
+def odd_length(response):
+    """A reward that differs within a group of random completions, so that every step has something to train on
+    (the verifier alone scores an untrained model's answers 0)."""
+    return float(len(response) % 2)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_train_runs_crop_and_zoom_episodes_whose_observations_show_pictures(tmp_path, family):
+    """``polyrl train`` of an environment whose observation is a zoomed crop (``tests/zoom_env.py``): SFT on the
+    visual task, then GRPO steps on its crop-and-zoom episodes, each of which saw the zoomed crop."""
+    from zoom_env import registered_zoom
+
+    tasks = "tasks=[{name: 'count_shapes', difficulty: easy}, {name: 'env/zoom:count_shapes', difficulty: easy}]"
+    reward = "reward.terms=[{fn: 'test_hf_vision_train:odd_length', weight: 1.0}]"
+    overrides = [tasks, reward, "rl.steps=2", "rl.max_new_tokens=4", "env.max_episode_tokens=200"]
+    with registered_zoom():
+        assert run(["train", "--config", _config(tmp_path, family), *overrides]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in records if r.get("stage") == "rl"]
+    assert len(rl) == 2 and sum(r["updates"] for r in rl) > 0
+    episodes = [s for r in rl for s in r["samples"] if s["task"] == "env/zoom:count_shapes"]
+    assert episodes and all(s["images"] and "[user] zoomed" in s["completion"] for s in episodes)

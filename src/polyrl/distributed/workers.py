@@ -118,26 +118,43 @@ def _response_logprobs(model, device, trajs, pad_id: int, temperature: float, to
 
 def _nucleus_response_logprobs(model, trajs, batch, temperature: float, top_p: float) -> list[list[float]]:
     """With ``rl.top_p < 1`` the tokens were drawn from the top-p nucleus, renormalized: score each response
-    token under that distribution (full logits of one row at a time), not under the plain softmax. A row with
-    pictures takes polyrl's packed forward, the only one that embeds them (the model's own forward refuses them)."""
+    token under that distribution (full logits of one row at a time), not under the plain softmax. A Hugging Face
+    vision-language model scores every row on its picture forward (the learner's); a row with pictures of any other
+    model takes polyrl's packed forward, the only one that embeds them (the model's own forward refuses them)."""
+    from polyrl.forward.decoder import picture_forward_of
     from polyrl.forward.precision import forward_precision
     from polyrl.policy.generation import nucleus_logprobs
 
+    pictures = picture_forward_of(model)
     out = []
     with torch.no_grad(), forward_precision(model, batch.device):
         for i, t in enumerate(trajs):
-            if batch.images is not None and batch.images[i] is not None:
-                logits, targets = _packed_response_logits(
-                    model, batch.on_host().select(torch.tensor([i])).to(batch.device)
-                )
+            n, start = len(t.prompt_ids) + len(t.response_ids), len(t.prompt_ids) - 1
+            if pictures is not None:
+                logits, targets = _picture_response_logits(pictures, model, _row(batch, i), start, n)
+            elif batch.images is not None and batch.images[i] is not None:
+                logits, targets = _packed_response_logits(model, _row(batch, i))
             else:
-                n = len(t.prompt_ids) + len(t.response_ids)
                 ids = batch.input_ids[i : i + 1, :n]
                 logits = model(input_ids=ids, attention_mask=batch.attention_mask[i : i + 1, :n]).logits[0]
-                start = len(t.prompt_ids) - 1
                 logits, targets = logits[start : n - 1], ids[0, start + 1 : n]
             out.append(nucleus_logprobs(logits, targets, temperature, top_p).tolist())
     return out
+
+
+def _row(batch, i: int):
+    """Row ``i`` of ``batch`` as a one-row batch on its device."""
+    return batch.on_host().select(torch.tensor([i])).to(batch.device)
+
+
+def _picture_response_logits(pictures, model, row, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits that predict each response token of the one-row batch ``row`` (tokens ``start + 1 .. n - 1``),
+    and those tokens, on a Hugging Face vision-language model's picture forward with the row's pictures."""
+    from polyrl.forward.pictures import picture_hidden
+
+    hidden = picture_hidden(pictures, model, row)[0, start : n - 1]
+    head = (model.get_base_model() if hasattr(model, "get_base_model") else model).get_output_embeddings()
+    return head(hidden), row.input_ids[0, start + 1 : n]
 
 
 def _packed_response_logits(model, row) -> tuple[torch.Tensor, torch.Tensor]:
@@ -146,8 +163,6 @@ def _packed_response_logits(model, row) -> tuple[torch.Tensor, torch.Tensor]:
     from polyrl.forward.decoder import Decoder, pack, packed_hidden
 
     dec = Decoder.of(model)
-    if dec is None:  # a Hugging Face vision-language model: its pictures go through its own forward only
-        raise ValueError("top-p behaviour log-probs of a prompt with pictures need polyrl's packed forward")
     packed = pack(row, row.device, share_prompts=False)
     hidden = packed_hidden(dec, packed.ids, packed.positions, packed.blocks, images=packed.images)
     return dec.head(hidden[packed.predictors]), packed.targets

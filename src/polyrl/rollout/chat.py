@@ -8,7 +8,10 @@ chat template (tiny, Qwen, Llama) works.
 
 Pictures (a vision-language policy): the problem's open the first user message, as in a single-turn prompt, and a
 message may carry its own (``"images"``: PIL images or uint8 arrays, e.g. a zoomed crop), shown before its text.
-Each is its placeholder tokens in the ids; the ids carry the pixels (:class:`~polyrl.forward.batch.ImageIds`).
+Each is its placeholder tokens in the ids; the ids carry the pixels (:class:`~polyrl.forward.batch.ImageIds`). A
+Hugging Face vision-language policy's messages are rendered by its processor's chat template, each picture an image
+part before the message's text, and each picture's placeholder expanded to its image tokens
+(:class:`~polyrl.policy.hf_vision.HFImageInput`), as its single-turn prompts are.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from polyrl.envs.environment import Environment, Message
 from polyrl.envs.tool_formats import ToolFormat, UsesToolFormat, describe_tools, resolve_tool_format
 from polyrl.errors import UserError
+from polyrl.forward.batch import ImageIds
 from polyrl.policy.prompts import PromptBuilder
 from polyrl.tasks import Problem
 from polyrl.tasks.images import rgb_image
@@ -41,9 +45,12 @@ class ChatCodec:
         self.template_kwargs = prompts.config.chat_template_kwargs
         self.images = prompts.images
         """The policy's image input (None: it takes text only)."""
+        self.image_parts = self.use_chat and hasattr(self.images, "chat_text")
+        """Messages are rendered by a Hugging Face VLM processor's template: content as parts, pictures as image parts."""
+        self.template = self.images.template if self.image_parts else self.tok.chat_template
         self.natural = prompts.config.style == "natural"
         """Tools are described in sentences and environments word their messages for an instruction-tuned LM."""
-        self.native_tools = self.use_chat and "tools" in (self.tok.chat_template or "")
+        self.native_tools = self.use_chat and "tools" in (self.template or "")
         if self.use_chat:
             user = [{"role": "user", "content": "q"}]
             with_turn = self._render(user + [{"role": "assistant", "content": _PLACEHOLDER}])
@@ -94,9 +101,24 @@ class ChatCodec:
 
     def _render(self, messages: list[Message], tools=None, generation_prompt: bool = False) -> str:
         kwargs = {**self.template_kwargs, **({"tools": tools} if tools else {})}
+        if self.image_parts:
+            return self._render_parts(messages, generation_prompt, kwargs)
         return self.tok.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs
         )
+
+    def _render_parts(self, messages: list[Message], generation_prompt: bool, kwargs: dict) -> str:
+        """``messages`` through a Hugging Face VLM processor's template (text content as a text part, as its
+        templates take it), each picture's placeholder expanded to its image tokens."""
+        shown = [
+            {**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m["content"], str) else m
+            for m in messages
+        ]
+        pictures = sum(1 for m in shown for part in m["content"] if part.get("type") == "image")
+        text = self.tok.apply_chat_template(
+            shown, chat_template=self.template, tokenize=False, add_generation_prompt=generation_prompt, **kwargs
+        )
+        return self.images.expand(text, pictures)
 
     def _ids(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False).input_ids
@@ -113,7 +135,10 @@ class ChatCodec:
         messages = self.shown(messages, problem)
         pictures = list(problem.images) if problem is not None else []
         messages, pictures = self._placeholders(messages, pictures)
-        return self._with_pictures(self._start_ids(messages, tools), pictures)
+        ids = self._with_pictures(self._start_ids(messages, tools), pictures)
+        if problem is not None:
+            self.check_pictures(problem, ids, [])
+        return ids
 
     def _start_ids(self, messages: list[Message], tools: list[dict]) -> list[int]:
         system = [self.system] if self.system else []
@@ -159,15 +184,25 @@ class ChatCodec:
                         "an environment message shows a picture; the policy takes text only (an environment task "
                         "whose observations carry images declares modalities = TEXT_AND_IMAGES)"
                     )
-                if hasattr(self.images, "chat_text"):
-                    raise UserError(
-                        "an episode shows a picture to a Hugging Face vision-language policy: pictures in multi-turn "
-                        "episodes are taken by the embedded tiny vision-language model only (docs/vision.md)"
-                    )
                 pictures += [rgb_image(p, f"{message.get('role')} message picture {k}") for k, p in enumerate(own)]
-                message["content"] = self.images.placeholders(len(own)) + message["content"]
+                if self.image_parts:  # the processor's template writes each picture's placeholder
+                    text = {"type": "text", "text": message["content"]}
+                    message["content"] = [{"type": "image"}] * len(own) + [text]
+                else:
+                    message["content"] = self.images.placeholders(len(own)) + message["content"]
             shown.append(message)
         return shown, pictures
+
+    def check_pictures(self, problem: Problem, episode: list[int], observation: list[int]) -> None:
+        """A UserError when an episode's ids so far and the next observation's show more pictures than a Hugging
+        Face vision-language policy's ``model.images.max_per_prompt`` (its next turn's prompt would)."""
+        limit = getattr(self.images, "max_images", None)
+        shown = sum(len(ids.pixels) for ids in (episode, observation) if isinstance(ids, ImageIds))
+        if limit is not None and shown > limit:
+            raise UserError(
+                f"an episode of {problem.task} problem {problem.split}/{problem.seed} shows {shown} pictures, more "
+                f"than model.images.max_per_prompt ({limit})"
+            )
 
     def _with_pictures(self, ids: list[int], pictures: list) -> list[int]:
         return self.images.prompt(ids, pictures) if pictures else ids

@@ -232,6 +232,7 @@ def _run_episodes(
                 _finish(ep, result)
                 continue
             env_ids = codec.between_turns(result.observation, gen.finished)
+            codec.check_pictures(ep.problem, join(ep.prompt_ids, ep.response_ids), env_ids)
             if len(ep.response_ids) + len(env_ids) >= max_episode_tokens:
                 _finish(ep, result, "token_budget")
                 continue

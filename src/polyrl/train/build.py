@@ -181,21 +181,6 @@ def _check_vision_placement(config: TrainConfig, placement, policy: Policy) -> N
         )
 
 
-def _check_vision_episodes(tasks: dict, policy: Policy, model: str) -> None:
-    """An environment task with pictures is refused before training for a Hugging Face vision-language policy (its
-    episodes would stop at their first picture)."""
-    from polyrl.envs.environment import is_environment
-
-    if picture_forward_of(policy.model) is None:
-        return
-    for name, task in tasks.items():
-        if is_environment(task) and "image" in task.modalities:
-            raise UserError(
-                f"task {name} shows pictures in multi-turn episodes; {model} is a Hugging Face vision-language model, "
-                "and pictures in episodes are taken by the embedded tiny vision-language model only"
-            )
-
-
 def _rollouts(config: TrainConfig, tasks: dict, local) -> tuple[GroupSource, RolloutPool | None, SelfPlay | None]:
     """Where RL groups come from — Ray workers (joined or started now, their CPUs checked) or this process
     (``local(sampling)`` makes an in-process source) — and the self-play game."""
@@ -241,7 +226,6 @@ def build_run(config: TrainConfig, resume: bool, placement, policy_version: Poli
     run_dir = placement.open_run_dir(config.run_dir, trackers, resume)
     policy, prompts, backend = _load_policy(config, placement)
     check_modalities(tasks, policy.modalities, config.model.path)
-    _check_vision_episodes(tasks, policy, config.model.path)
     configured = {n: spec.difficulty for n, spec in specs.items()}
     difficulty = controller.difficulty if controller is not None else configured.__getitem__
     partial = TaskMix(tasks, specs, controller, difficulty, config.sft.difficulty, {})
