@@ -1,5 +1,5 @@
-"""Shared by the benchmark scripts: what machine a benchmark ran on, and how its figures are printed for
-docs/benchmarks.md."""
+"""Shared by the benchmark scripts: what machine a benchmark ran on, how its figures are printed for
+docs/benchmarks.md, and what differs between the library versions they run on."""
 
 from __future__ import annotations
 
@@ -62,3 +62,11 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table: first column left-aligned, the others right-aligned."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def checkpointing_off(config_class) -> dict:
+    """The keyword that turns activation checkpointing off in a ``TrainingArguments`` subclass (TRL's configs):
+    later transformers 5 releases renamed ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name
+    deprecated, removed in v6); 5.17, on the lent GPU machine, knows only the old one."""
+    fields = getattr(config_class, "__dataclass_fields__", {})
+    return {"activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing": False}

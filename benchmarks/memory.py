@@ -39,7 +39,12 @@ import time
 import warnings
 
 import torch
-from machine import cpu_model, device_option, markdown_table  # benchmarks/machine.py (scripts run from benchmarks/)
+from machine import (  # benchmarks/machine.py (scripts run from benchmarks/)
+    checkpointing_off,
+    cpu_model,
+    device_option,
+    markdown_table,
+)
 
 VOCAB = 151_936
 SETTINGS = {
@@ -173,7 +178,7 @@ def trl_update(args):
         save_strategy="no",
         disable_tqdm=True,
         bf16=False,
-        activation_checkpointing=False,  # transformers 5 renamed gradient_checkpointing (deprecated, removed in v6)
+        **checkpointing_off(GRPOConfig),
         per_device_train_batch_size=group,
         gradient_accumulation_steps=1,
         num_generations=group,

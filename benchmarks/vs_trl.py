@@ -70,6 +70,7 @@ import numpy as np
 import torch
 from learning_curves import Curve, EvaluateEvery, learning_report, plot, watch_polyrl  # benchmarks/learning_curves.py
 from machine import (  # benchmarks/machine.py (scripts run from benchmarks/)
+    checkpointing_off,
     cpu_model,
     markdown_table,
     mean_std,
@@ -314,7 +315,7 @@ def run_trl(args, work: Path, sft_dir: Path, polyrl: Matched) -> dict:
         logging_steps=1,  # each step's reward and gradient norm, beside polyrl's
         seed=args.seed,
         bf16=polyrl.bf16,  # --precision best: what polyrl resolved
-        activation_checkpointing=False,  # transformers 5 renamed gradient_checkpointing (deprecated, removed in v6)
+        **checkpointing_off(GRPOConfig),
         max_steps=rl.steps,
         per_device_train_batch_size=rl.prompts_per_step * rl.group_size,
         gradient_accumulation_steps=1,

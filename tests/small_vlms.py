@@ -1,8 +1,10 @@
 """Small random-initialised vision-language models of two Hugging Face families, built and saved offline: an
 Idefics3 (SmolVLM's architecture) and a Qwen2-VL, each a few layers 32 wide with a small vision tower, and its
-processor (the tiny character tokenizer with the family's image tokens, a small image processor and a chat
-template that takes images). What the tests of ``polyrl.policy.hf_vision`` load as ``model.path: <dir>``."""
+processor's files (the tiny character tokenizer with the family's image tokens, a small image
+processor's settings and a chat template that takes images). What the tests of ``polyrl.policy.hf_vision`` load
+as ``model.path: <dir>``."""
 
+import json
 from pathlib import Path
 
 import torch
@@ -34,6 +36,44 @@ def _tokenizer(special: list[str]):
     return tokenizer
 
 
+def _write_json(path: Path, content: dict) -> None:
+    (path / content.pop("file")).write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
+
+
+IMAGE_SETTINGS = dict(do_convert_rgb=True, do_normalize=True, do_rescale=True, do_resize=True, rescale_factor=1 / 255)
+IDEFICS3_PROCESSOR = {
+    "file": "processor_config.json",
+    "image_processor": dict(
+        IMAGE_SETTINGS,
+        image_processor_type="Idefics3ImageProcessor",
+        do_image_splitting=False,
+        do_pad=True,
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
+        max_image_size={"longest_edge": 32},
+        size={"longest_edge": 32},
+        resample=1,
+    ),
+    "image_seq_len": 4,
+    "processor_class": "Idefics3Processor",
+}
+"""The processor settings transformers 5.25 saves for the small Idefics3, written as JSON: some transformers
+versions cannot build its image processor without torchvision, and polyrl reads the settings itself."""
+QWEN2_VL_PREPROCESSOR = dict(
+    IMAGE_SETTINGS,
+    file="preprocessor_config.json",
+    image_processor_type="Qwen2VLImageProcessor",
+    image_mean=[0.48145466, 0.4578275, 0.40821073],
+    image_std=[0.26862954, 0.26130258, 0.27577711],
+    patch_size=4,
+    merge_size=2,
+    temporal_patch_size=2,
+    size={"shortest_edge": 16 * 16, "longest_edge": 64 * 64},
+    resample=3,
+)
+"""The small Qwen2-VL's image processor settings (4-pixel patches merged 2 × 2), as JSON for the same reason."""
+
+
 def _vocab(tokenizer) -> int:
     return len(tokenizer) + (-len(tokenizer)) % 8
 
@@ -41,19 +81,10 @@ def _vocab(tokenizer) -> int:
 def save_idefics3(path: Path, seed: int = 0) -> Path:
     """A 2-layer Idefics3 with a 1-layer vision tower: 32-pixel pictures of 8-pixel patches, pixel-shuffled by 2
     into 4 image tokens each; saved with its processor at ``path``."""
-    from transformers import (
-        Idefics3Config,
-        Idefics3ForConditionalGeneration,
-        Idefics3ImageProcessorPil,
-        Idefics3Processor,
-    )
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
     tokenizer = _tokenizer(["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"])
     tokenizer.eos_token = "<end_of_utterance>"
-    image_processor = Idefics3ImageProcessorPil(
-        do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 32}
-    )
-    processor = Idefics3Processor(image_processor, tokenizer, image_seq_len=4, chat_template=IDEFICS3_TEMPLATE)
     config = Idefics3Config(
         text_config=dict(
             model_type="llama",
@@ -82,7 +113,9 @@ def save_idefics3(path: Path, seed: int = 0) -> Path:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(path)
-    processor.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    _write_json(Path(path), dict(IDEFICS3_PROCESSOR))
+    (Path(path) / "chat_template.jinja").write_text(IDEFICS3_TEMPLATE)
     return path
 
 
@@ -94,17 +127,11 @@ def save_qwen2_vl(path: Path, seed: int = 0, version: str = "2") -> Path:
         Qwen2_5_VLForConditionalGeneration,
         Qwen2VLConfig,
         Qwen2VLForConditionalGeneration,
-        Qwen2VLImageProcessorPil,
     )
 
     tokenizer = _tokenizer(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>", "<|im_end|>"])
     tokenizer.eos_token = "<|im_end|>"
     tokenizer.chat_template = QWEN2_VL_TEMPLATE
-    # the parts of a Qwen2-VL processor: transformers builds the processor itself only with a video processor,
-    # which needs torchvision (not installed here); polyrl reads the image processor and the template alone then
-    image_processor = Qwen2VLImageProcessorPil(
-        patch_size=4, merge_size=2, temporal_patch_size=2, min_pixels=16 * 16, max_pixels=64 * 64
-    )
     ids = tokenizer.convert_tokens_to_ids
     vision = dict(depth=1, num_heads=2, patch_size=4, spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
     if version == "2.5":  # windows of one merged patch, and the one block attends over the whole picture
@@ -138,6 +165,6 @@ def save_qwen2_vl(path: Path, seed: int = 0, version: str = "2") -> Path:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    image_processor.save_pretrained(path)
+    tokenizer.save_pretrained(path)  # with the template: transformers builds a Qwen2-VL processor only with a video
+    _write_json(Path(path), dict(QWEN2_VL_PREPROCESSOR))  # processor, which needs torchvision; polyrl reads the parts
     return path

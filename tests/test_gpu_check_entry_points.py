@@ -188,3 +188,15 @@ def test_the_vlm_check_runs_an_sft_and_an_rl_step_in_bf16_on_the_device(shape, m
         assert guard.checked > 1000
     assert result["ok"], result
     assert result["autocast"] == "bf16" and result["image_tokens"] == 4 and result["rl_skipped_updates"] == 0
+
+
+def test_trl_s_config_takes_the_checkpointing_switch_of_the_installed_transformers(monkeypatch, tmp_path):
+    """The memory check's TRL setting failed on transformers 5.17 (the lent machine's): ``GRPOConfig`` took no
+    ``activation_checkpointing``, the name later 5.x releases gave ``gradient_checkpointing``."""
+    from trl import GRPOConfig
+
+    machine = _load(BENCHMARKS / "machine.py", monkeypatch)
+    switch = machine.checkpointing_off(GRPOConfig)
+    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], **switch)
+    assert list(switch) in (["activation_checkpointing"], ["gradient_checkpointing"])
+    assert getattr(config, next(iter(switch))) is False

@@ -74,16 +74,35 @@ are 8 × 8 merged patches, 64 image tokens (polyrl's default ``model.images.size
 SmolVLM's 512-pixel pictures."""
 
 
-def _image_processor(family: str, side: int):
-    """The family's image processor (the PIL one where transformers has it: the others need torchvision)."""
-    import transformers
-
+def _image_settings(family: str, side: int) -> dict:
+    """The family's image-processor settings (SmolVLM's and Qwen2-VL's preprocessor configs, no image splitting),
+    written as JSON rather than by transformers' classes: some transformers versions (5.17) build Idefics3's only
+    with torchvision, and polyrl reads the settings itself (``polyrl.policy.hf_pictures``)."""
+    common = dict(do_convert_rgb=True, do_normalize=True, do_rescale=True, do_resize=True, rescale_factor=1 / 255)
     if family == "idefics3":
-        cls = getattr(transformers, "Idefics3ImageProcessorPil", None) or transformers.Idefics3ImageProcessor
         edge = {"longest_edge": side}
-        return cls(do_image_splitting=False, size=edge, max_image_size=edge)
-    cls = getattr(transformers, "Qwen2VLImageProcessorPil", None) or transformers.Qwen2VLImageProcessor
-    return cls(patch_size=14, merge_size=2, temporal_patch_size=2, min_pixels=56 * 56, max_pixels=side * side)
+        return dict(
+            common,
+            image_processor_type="Idefics3ImageProcessor",
+            do_image_splitting=False,
+            do_pad=True,
+            image_mean=[0.5] * 3,
+            image_std=[0.5] * 3,
+            size=edge,
+            max_image_size=edge,
+            resample=1,
+        )
+    return dict(
+        common,
+        image_processor_type="Qwen2VLImageProcessor",
+        image_mean=[0.48145466, 0.4578275, 0.40821073],
+        image_std=[0.26862954, 0.26130258, 0.27577711],
+        patch_size=14,
+        merge_size=2,
+        temporal_patch_size=2,
+        size={"shortest_edge": 56 * 56, "longest_edge": side * side},
+        resample=3,
+    )
 
 
 def _tokenizer(family: str, out: Path):
@@ -159,7 +178,7 @@ def make(
     (out / "config.json").write_text(json.dumps(_config(shape, family, tokenizer, layers, vision_layers, small)))
     config = AutoConfig.from_pretrained(out)
     side = config.vision_config.image_size if family == "idefics3" else PICTURE_SIDE[family][small]
-    images = _image_processor(family, side)
+    images = _image_settings(family, side)
     torch.manual_seed(seed)
     with torch.device(device):
         model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
@@ -167,15 +186,13 @@ def make(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    if family == "idefics3":
-        from transformers import Idefics3Processor
-
+    if family == "idefics3":  # the processor's settings as transformers 5.25 saves them, and its chat template
         tokens = (side // config.vision_config.patch_size) ** 2 // config.scale_factor**2
-        Idefics3Processor(images, tokenizer, image_seq_len=tokens, chat_template=TEMPLATES[family]).save_pretrained(
-            out
-        )
+        processor = {"image_processor": images, "image_seq_len": tokens, "processor_class": "Idefics3Processor"}
+        (out / "processor_config.json").write_text(json.dumps(processor, indent=2, sort_keys=True) + "\n")
+        (out / "chat_template.jinja").write_text(TEMPLATES[family])
     else:  # a Qwen2-VL processor also needs a video processor (torchvision): polyrl reads these parts alone
-        images.save_pretrained(out)
+        (out / "preprocessor_config.json").write_text(json.dumps(images, indent=2, sort_keys=True) + "\n")
     return out
 
 

@@ -2,7 +2,7 @@
 with the pictures its prompts carry: generation's prefill and decode, and the training forward.
 
 Each prompt's pictures travel as ``uint8 [n, S, S, 3]`` pixels (:class:`~polyrl.forward.batch.ImageIds`, already at
-the model's fixed input size); every forward turns them into the model's inputs with its image processor
+the model's fixed input size); every forward turns them into the model's inputs from its saved preprocessor settings
 (``pixel_values``, and ``image_grid_thw`` for Qwen2-VL) in the same way, so the prefill and the training forward see
 the same numbers. Positions are always given explicitly: for Qwen2-VL the 3-D M-RoPE positions of the model's own
 ``get_rope_index`` over the attended tokens (left padding in the prefill, right padding in training: the same
@@ -38,7 +38,8 @@ class PictureForward:
     family: str
     """The model's ``model_type``: one of :data:`FAMILIES`."""
     image_processor: Any
-    """The checkpoint's image processor (``AutoImageProcessor``)."""
+    """What turns a list of ``uint8 [S, S, 3]`` pictures into the model's picture inputs (a dict of tensors):
+    ``polyrl.policy.hf_pictures.PicturePreprocessing``."""
     image_token_id: int
     size: int
     """Side of every picture, in pixels (the prompt's image tokens per picture depend on it)."""
@@ -57,19 +58,10 @@ class PictureForward:
 
     def pixel_inputs(self, pixels: list[Tensor], device) -> dict:
         """The model's picture inputs for ``pixels`` (every picture of a batch, in the order of its image tokens)."""
-        pictures = [im.numpy() for p in pixels for im in p]
+        pictures = [im for p in pixels for im in p]
         if not pictures:
             return {}
-        if self.family == "idefics3":
-            side = {"longest_edge": self.size}  # already that square: every resize is the identity
-            out = self.image_processor(
-                images=pictures, return_tensors="pt", do_image_splitting=False, size=side, max_image_size=side
-            )
-            values = out["pixel_values"].reshape(1, len(pictures), 3, self.size, self.size)
-            mask = out["pixel_attention_mask"].reshape(1, len(pictures), self.size, self.size)
-            return {"pixel_values": values.to(device), "pixel_attention_mask": mask.to(device)}
-        out = self.image_processor(images=pictures, return_tensors="pt", do_resize=False)
-        return {"pixel_values": out["pixel_values"].to(device), "image_grid_thw": out["image_grid_thw"].to(device)}
+        return {name: value.to(device) for name, value in self.image_processor(pictures).items()}
 
     def positions(self, model, ids: Tensor, attention: Tensor, inputs: dict) -> Tensor:
         """Position ids of ``ids [B, L]``: ``[3, B, L]`` M-RoPE positions for Qwen2-VL, ``[B, L]`` otherwise (0 at

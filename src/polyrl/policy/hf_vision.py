@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from polyrl.errors import UserError
 from polyrl.forward.batch import ImageIds
 from polyrl.forward.pictures import FAMILIES, PictureForward
+from polyrl.policy.hf_pictures import PROCESSOR_FILE, PicturePreprocessing
 from polyrl.policy.model_files import one_line
 
 SAVED_RUN_CONFIG = "polyrl_config.yaml"
@@ -100,7 +101,7 @@ class HFImageInput:
     template: str
     expansion: str
     """What one picture's placeholder in the rendered template becomes."""
-    image_processor: Any
+    image_processor: PicturePreprocessing
     processor: Any = None
     """The checkpoint's processor where transformers can build it (saved beside the model), else None."""
 
@@ -174,7 +175,8 @@ class HFImageInput:
 
 def _processor(path: str):
     """The checkpoint's processor, or None where transformers cannot build it (a Qwen2-VL processor also needs a
-    video processor, which needs torchvision): its image processor and chat template are then read alone."""
+    video processor, and some transformers versions' Idefics3 image processors, torchvision): its settings and
+    chat template are then read from its files."""
     from transformers import AutoProcessor
 
     try:
@@ -183,20 +185,22 @@ def _processor(path: str):
         return None
 
 
-def _image_processor(path: str, processor):
-    from transformers import AutoImageProcessor
-
-    if processor is not None and getattr(processor, "image_processor", None) is not None:
-        return processor.image_processor
+def _saved_template(path: str) -> str | None:
+    """The chat template saved at ``path`` beside a processor (``chat_template.jinja`` or ``.json``), if any."""
     try:
-        return AutoImageProcessor.from_pretrained(path)
-    except Exception as exc:  # damaged or missing preprocessor files raise many kinds
-        raise UserError(f"model at {path!r} has no image processor transformers can load: {one_line(exc)}") from None
+        return (Path(path) / "chat_template.jinja").read_text()
+    except OSError:
+        pass
+    try:
+        return json.loads((Path(path) / "chat_template.json").read_text()).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _template(path: str, processor, tokenizer) -> tuple[str, str]:
     """The processor's chat template, and what it renders for a user message of one picture and some text."""
     template = getattr(processor, "chat_template", None) or getattr(tokenizer, "chat_template", None)
+    template = template or _saved_template(path)
     if isinstance(template, dict):
         template = template.get("default")
     if not template:
@@ -213,14 +217,14 @@ def image_input(path: str, family: str, model, tokenizer, config: ImagesConfig) 
     """The image input of the checkpoint at ``path``: its processor's template, its fixed picture size and the
     image tokens one picture takes; a checkpoint whose processor lacks something is a UserError."""
     processor = _processor(path)
-    images = _image_processor(path, processor)
+    images = PicturePreprocessing.from_pretrained(path, family)
     template, probe = _template(path, processor, tokenizer)
     if probe.count(PLACEHOLDERS[family]) != 1:
         raise UserError(
             f"model at {path!r}: its chat template does not take images (no {PLACEHOLDERS[family]!r} for a picture)"
         )
     if family == "idefics3":
-        size, tokens, expansion = _idefics3_shape(path, model, processor, config)
+        size, tokens, expansion = _idefics3_shape(path, model, processor, images, config)
     else:
         size, tokens, expansion = _qwen_shape(path, images, config)
     token = PLACEHOLDERS[family]
@@ -231,7 +235,7 @@ def image_input(path: str, family: str, model, tokenizer, config: ImagesConfig) 
     return HFImageInput(family, token, token_id, *shape)
 
 
-def _idefics3_shape(path: str, model, processor, config: ImagesConfig) -> tuple[int, int, str]:
+def _idefics3_shape(path: str, model, processor, images, config: ImagesConfig) -> tuple[int, int, str]:
     vision = model.config.vision_config
     size = vision.image_size
     if config.size not in (None, size):
@@ -239,7 +243,8 @@ def _idefics3_shape(path: str, model, processor, config: ImagesConfig) -> tuple[
             f"model.images.size {config.size}: an Idefics3 model encodes pictures at its vision encoder's size {size}"
         )
     tokens = int((size // vision.patch_size) ** 2 / model.config.scale_factor**2)
-    seq_len = getattr(processor, "image_seq_len", tokens)
+    seq_len = getattr(processor, "image_seq_len", None) or images.files.get(PROCESSOR_FILE, {}).get("image_seq_len")
+    seq_len = seq_len or tokens
     if seq_len != tokens:
         raise UserError(f"model at {path!r}: the processor's image_seq_len {seq_len} is not the model's {tokens}")
     return size, tokens, "<fake_token_around_image><global-img>" + "<image>" * tokens + "<fake_token_around_image>"
