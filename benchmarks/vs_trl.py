@@ -187,7 +187,7 @@ class Matched:
 
 
 def run_polyrl(args, work: Path, sft_dir: Path) -> dict:
-    cfg = polyrl_config(args, work / "polyrl", [f"model.path={sft_dir}", "sft.enabled=false"])
+    cfg = polyrl_config(args, work / "polyrl", [f"model.path={sft_dir}", "sft.enabled=false", *args.polyrl_set])
     trainer = Trainer(cfg)
     probe = probe_set(trainer)
     watch = UpdateProbe(trainer.parts.policy.model, probe)
@@ -412,6 +412,9 @@ def run_seed(args, console: Console) -> dict:
         with console.status(f"seed {args.seed}: RL with polyrl…"):
             ours = run_polyrl(args, work, sft_dir)
         console.log(f"seed {args.seed}: polyrl RL {ours['wall']:.0f} s")
+        if args.polyrl_only:
+            ours.pop("matched")
+            return {"seed": args.seed, "sft": sft_acc, "polyrl": ours, "eval_problems": args.eval_problems}
         with console.status(f"seed {args.seed}: RL with TRL GRPOTrainer…"):
             theirs = run_trl(args, work, sft_dir, ours.pop("matched"))
         console.log(f"seed {args.seed}: TRL RL {theirs['wall']:.0f} s; seed total {time.perf_counter() - t0:.0f} s")
@@ -447,7 +450,30 @@ def main() -> None:
         args.seed = seed
         results.append(run_seed(args, console))
     load.append(os.getloadavg()[0])
+    if args.polyrl_only:
+        polyrl_only_report(args, results)
+        return
     report(args, seeds, results, load)
+
+
+def polyrl_only_report(args, results: list[dict]) -> None:
+    """``--polyrl-only``: held-out accuracy per task of the SFT start and of polyrl's RL (with ``--polyrl-set``),
+    per seed, for a comparison with an earlier run's TRL figures at the same seeds; ``--json`` keeps them."""
+    tasks = [n for n in results[0]["sft"] if n != "mean"] + ["mean"]
+    print(f"polyrl only, RL overrides {args.polyrl_set or 'none'}; held-out: {args.eval_problems} problems per task")
+    print("| seed | stage | " + " | ".join(tasks) + " | RL wall s |")
+    print("|---|---|" + "---:|" * (len(tasks) + 1))
+    for r in results:
+        for stage, acc, wall in (
+            ("SFT start", r["sft"], ""),
+            ("polyrl", r["polyrl"]["accuracy"], f"{r['polyrl']['wall']:.0f}"),
+        ):
+            cells = " | ".join(f"{100 * acc[t]['accuracy']:.1f}%" for t in tasks)
+            print(f"| {r['seed']} | {stage} | {cells} | {wall} |")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"polyrl_set": args.polyrl_set, "results": results}, indent=1, default=str)
+        )
 
 
 def parse_args() -> tuple[argparse.Namespace, list[int]]:
@@ -495,6 +521,20 @@ def parse_args() -> tuple[argparse.Namespace, list[int]]:
     parser.add_argument("--plot", help="With evaluations during RL: write the learning curves to this PNG.")
     parser.add_argument("--markdown", action="store_true", help="Print markdown tables instead.")
     parser.add_argument("--json", help="Also write every figure, each optimizer step's included, to this file.")
+    parser.add_argument(
+        "--polyrl-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="A config override for polyrl's RL stage only (repeatable), e.g. rl.skip_zero_advantage=false: test a "
+        "difference between the trainers.",
+    )
+    parser.add_argument(
+        "--polyrl-only",
+        action="store_true",
+        help="Run the SFT start and polyrl's RL only (no TRL): per-task held-out accuracy, to set beside an earlier "
+        "run's TRL figures at the same seeds.",
+    )
     parser.add_argument(
         "--merge",
         nargs="+",
