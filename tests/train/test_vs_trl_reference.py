@@ -316,3 +316,31 @@ def test_vs_trl_evaluates_trls_model_at_polyrls_precision(saved, monkeypatch):
         matched = vs_trl.Matched(None, {}, None, policy.tokenizer, {}, [], bf16, None)
         backend = vs_trl.eval_backend(AutoModelForCausalLM.from_pretrained(saved), matched)
         assert autocast_mode(backend.model) == mode
+
+
+def test_vs_trl_gives_polyrl_set_overrides_to_polyrls_rl_stage_only(monkeypatch, tmp_path):
+    """``--polyrl-set`` (repeatable) reaches polyrl's RL config and not the SFT start both trainers share."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "benchmarks"))
+    vs_trl = pytest.importorskip("vs_trl")
+    argv = ["vs_trl.py", "--polyrl-only", "--polyrl-set", "rl.skip_zero_advantage=false", "--polyrl-set", "rl.lr=3e-4"]
+    monkeypatch.setattr("sys.argv", argv)
+    args, seeds = vs_trl.parse_args()
+    args.seed = seeds[0]
+    assert args.polyrl_only and args.polyrl_set == ["rl.skip_zero_advantage=false", "rl.lr=3e-4"]
+    captured = []
+
+    class Built(Exception):
+        pass
+
+    def trainer(cfg):
+        captured.append(cfg)
+        raise Built
+
+    monkeypatch.setattr(vs_trl, "Trainer", trainer)
+    with pytest.raises(Built):
+        vs_trl.run_polyrl(args, tmp_path, tmp_path / "sft_model")
+    assert captured[0].rl.skip_zero_advantage is False and captured[0].rl.lr == 3e-4
+    sft = vs_trl.polyrl_config(args, tmp_path / "sft", ["rl.enabled=false"])
+    assert sft.rl.skip_zero_advantage is True and sft.rl.lr == args.lr
