@@ -10,6 +10,9 @@ problems, same hyperparameters, in one run.
 
 ``--merge`` runs nothing: it reports the seeds of earlier ``--json`` files together (the files must share one setup,
 the flags given must be the ones they ran with), so that a comparison of several hours is staged across sessions.
+``--polyrl-set KEY=VALUE`` (repeatable) overrides polyrl's RL stage only, and ``--polyrl-only`` runs the SFT start
+and polyrl without TRL: a difference between the trainers is tested against an earlier run's TRL figures at the
+same seeds (the SFT start is the same run).
 
 ``--model`` other than ``tiny`` (a preset, a .gguf file or a Hugging Face directory) starts from
 configs/smollm2.yaml (natural prompts through the chat template, its tasks and SFT recipe) with sizes for a
