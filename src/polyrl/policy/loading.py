@@ -185,13 +185,7 @@ def load_checkpoint(path: str, dtype=None):
     finally:
         hf_logging.set_verbosity(verbosity)
     check_loading_info(info, path)
-    bad = first_nonfinite([*model.named_parameters(), *model.named_buffers()])
-    if bad is not None:
-        name, count, total = bad
-        raise UserError(
-            f"model at {path!r}: weight {name} holds {count} NaN or infinite values of {total}: "
-            "replace the files with an intact copy"
-        )
+    check_finite_weights(model, path)
     check_causal(model, path)
     return model, tokenizer
 
@@ -234,20 +228,7 @@ def load_policy(config: ModelConfig | None = None, seed: int = 0, *, device: tor
         model = model.to(dtype)
     else:
         model, tokenizer = _load_base(source, dtype)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if model.generation_config.pad_token_id is None:
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-    if config.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
-    if config.lora.adapter is not None:
-        adapter = resolve_model(config.lora.adapter, config.lora.adapter_revision)
-        model = load_adapter(model, adapter_directory(adapter.directory), config.lora.adapter)
-    elif config.lora.enabled:
-        model = add_lora(model, config.lora)
-    set_autocast(model, resolve_autocast(config.autocast, model, device))
-    set_forward(model, config.forward)
+    model = _prepared(model, tokenizer, config, device)
     if getattr(model.config, "model_type", None) == IMAGE_MODEL_TYPE:
         return _vision_policy(model.to(device), tokenizer, torch.device(device), config, source)
     return Policy(model.to(device), tokenizer, torch.device(device), source)
@@ -274,11 +255,33 @@ def _hf_vision_policy(config: ModelConfig, source: ResolvedModel, family: str, d
     check_weight_files(path)
     model, tokenizer, info = hf_vision.load_vlm(path, family, dtype)
     check_loading_info(info, path)
-    bad = first_nonfinite([*model.named_parameters(), *model.named_buffers()])
-    if bad is not None:
-        raise UserError(f"model at {path!r}: weight {bad[0]} holds {bad[1]} NaN or infinite values of {bad[2]}")
+    check_finite_weights(model, path)
     images = hf_vision.image_input(path, family, model, tokenizer, config.images)
     hf_vision.attach_pictures(model, tokenizer, images)
+    lora = config.lora
+    if lora.enabled and lora.adapter is None:  # adapters on the language model only
+        lora = lora.model_copy(
+            update={"target_modules": hf_vision.text_lora_targets(model, family, lora.target_modules)}
+        )
+    model = _prepared(model, tokenizer, config, device, lora)
+    return Policy(model.to(device), tokenizer, device, source, TEXT_AND_IMAGES, images)
+
+
+def check_finite_weights(model, path: str) -> None:
+    """Raise UserError naming the first weight or buffer of the model loaded from ``path`` that holds NaN or inf."""
+    bad = first_nonfinite([*model.named_parameters(), *model.named_buffers()])
+    if bad is not None:
+        name, count, total = bad
+        raise UserError(
+            f"model at {path!r}: weight {name} holds {count} NaN or infinite values of {total}: "
+            "replace the files with an intact copy"
+        )
+
+
+def _prepared(model, tokenizer, config: ModelConfig, device, lora: LoraConfig | None = None):
+    """What every policy gets after its weights load: left padding with a pad token, activation checkpointing,
+    LoRA (``lora``, config.lora unless given: a continued adapter, or new adapters), autocast and the forward."""
+    lora = lora or config.lora
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -286,15 +289,14 @@ def _hf_vision_policy(config: ModelConfig, source: ResolvedModel, family: str, d
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    if config.lora.adapter is not None:
-        adapter = resolve_model(config.lora.adapter, config.lora.adapter_revision)
-        model = load_adapter(model, adapter_directory(adapter.directory), config.lora.adapter)
-    elif config.lora.enabled:
-        targets = hf_vision.text_lora_targets(model, family, config.lora.target_modules)
-        model = add_lora(model, config.lora.model_copy(update={"target_modules": targets}))
+    if lora.adapter is not None:
+        adapter = resolve_model(lora.adapter, lora.adapter_revision)
+        model = load_adapter(model, adapter_directory(adapter.directory), lora.adapter)
+    elif lora.enabled:
+        model = add_lora(model, lora)
     set_autocast(model, resolve_autocast(config.autocast, model, device))
     set_forward(model, config.forward)
-    return Policy(model.to(device), tokenizer, device, source, TEXT_AND_IMAGES, images)
+    return model
 
 
 def _load_base(source: ResolvedModel, dtype):
