@@ -25,7 +25,7 @@ from polyrl.errors import UserError
 from polyrl.forward.batch import ImageIds
 from polyrl.forward.pictures import FAMILIES, PictureForward
 from polyrl.policy.hf_pictures import PROCESSOR_FILE, PicturePreprocessing
-from polyrl.policy.model_files import one_line
+from polyrl.policy.model_files import one_line, quiet_from_pretrained
 
 SAVED_RUN_CONFIG = "polyrl_config.yaml"
 """The run's config a polyrl run saves beside each of its models (``train/model_card.py``)."""
@@ -277,22 +277,10 @@ def _qwen_shape(path: str, images, config: ImagesConfig) -> tuple[int, int, str]
 
 def load_vlm(path: str, family: str, dtype):
     """The model and tokenizer of the vision-language checkpoint ``path``."""
-    from transformers import AutoModelForImageTextToText, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoModelForImageTextToText
 
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        # no Hub kernels: they would swap the model's layers (fetching code from the Hub) under polyrl's forward
-        model, info = AutoModelForImageTextToText.from_pretrained(
-            path, dtype=dtype, output_loading_info=True, use_kernels=False
-        )
-    except Exception as exc:  # damaged files raise many kinds from transformers, tokenizers and torch
-        raise UserError(f"cannot load model from {path!r}: {one_line(exc)}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    return model, tokenizer, info
+    # no Hub kernels: they would swap the model's layers (fetching code from the Hub) under polyrl's forward
+    return quiet_from_pretrained(path, AutoModelForImageTextToText, dtype=dtype, use_kernels=False)
 
 
 def attach_pictures(model, tokenizer, images: HFImageInput) -> None:

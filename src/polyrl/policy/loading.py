@@ -32,7 +32,7 @@ from polyrl.policy.model_files import (
     check_loading_info,
     check_weight_files,
     first_nonfinite,
-    one_line,
+    quiet_from_pretrained,
 )
 from polyrl.policy.resolve import ResolvedModel, resolve_model
 from polyrl.policy.tiny import TINY, TinyModelConfig, build_tiny_policy
@@ -166,24 +166,15 @@ def _dtype(name: str):
 def load_checkpoint(path: str, dtype=None):
     """The causal LM and tokenizer in the Hugging Face directory ``path``, every weight read from its files and
     finite; anything else is a one-line UserError (:mod:`polyrl.policy.model_files`)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoModelForCausalLM
 
     check_model_dir(path)
     check_weight_files(path)
     if json.loads((Path(path) / "config.json").read_text()).get("model_type") == IMAGE_MODEL_TYPE:
         import polyrl.policy.tiny_vision  # noqa: F401  (registers the tiny vision-language model's classes)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # its load report is a table; what matters in it is raised below in one line
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model, info = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True
-        )
-    except Exception as exc:  # damaged files raise many kinds from transformers, tokenizers and torch
-        raise UserError(f"cannot load model from {path!r}: {one_line(exc)}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
+    model, tokenizer, info = quiet_from_pretrained(
+        path, AutoModelForCausalLM, dtype=dtype, ignore_mismatched_sizes=True
+    )
     check_loading_info(info, path)
     check_finite_weights(model, path)
     check_causal(model, path)

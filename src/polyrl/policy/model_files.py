@@ -22,7 +22,14 @@ from typing import Any
 
 from polyrl.errors import UserError
 
-__all__ = ["check_causal", "check_loading_info", "check_weight_files", "first_nonfinite", "one_line"]
+__all__ = [
+    "check_causal",
+    "check_loading_info",
+    "check_weight_files",
+    "first_nonfinite",
+    "one_line",
+    "quiet_from_pretrained",
+]
 
 SHOWN_KEYS = 3
 """Weight names an error lists before "and N more"."""
@@ -34,6 +41,26 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     if not text:
         return type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def quiet_from_pretrained(path: str, model_class, **kwargs) -> tuple[Any, Any, dict[str, Any]]:
+    """``(model, tokenizer, loading info)`` of the Hugging Face directory ``path``: ``model_class.from_pretrained``
+    with ``kwargs`` and the directory's tokenizer, transformers' own logging quiet meanwhile (its load report is a
+    table; what matters in it, :func:`check_loading_info` raises in one line). Any error while reading is a
+    one-line UserError."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model, info = model_class.from_pretrained(path, output_loading_info=True, **kwargs)
+    except Exception as exc:  # damaged files raise many kinds from transformers, tokenizers and torch
+        raise UserError(f"cannot load model from {path!r}: {one_line(exc)}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return model, tokenizer, info
 
 
 def check_weight_files(path: str | Path) -> None:
