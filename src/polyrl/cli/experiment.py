@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from typing import Annotated
 
 import typer
 
@@ -17,6 +18,12 @@ def invoked_command() -> str | None:
 
 
 app = typer.Typer(help="Run experiments that compare training strategies.", no_args_is_help=True)
+
+# Options several experiment commands take, each stated once (the default stays at each command).
+Jobs = Annotated[
+    int, typer.Option("--jobs", help="Seeds trained in parallel worker processes (each at the config's threads).")
+]
+Budget = Annotated[bool, typer.Option("--budget", help="Print the number of runs and the time estimate, then stop.")]
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -42,10 +49,8 @@ def curriculum(
         "--share-sft/--sft-per-seed",
         help="One SFT warm start for all seeds (seeds differ only in RL), or one per seed (the default).",
     ),
-    jobs: int = typer.Option(
-        1, "--jobs", help="Seeds trained in parallel worker processes (each at the config's threads)."
-    ),
-    budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
+    jobs: Jobs = 1,
+    budget: Budget = False,
 ) -> None:
     """Train the same budget with several samplers over several seeds; write report.md with plots."""
     from polyrl.errors import UserError

@@ -7,10 +7,21 @@ HL-Gauss); ``surgery`` compares summed multi-task gradients with PCGrad and CAGr
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from polyrl.cli.experiment import invoked_command
+from polyrl.cli.experiment import Budget, Jobs, invoked_command
 from polyrl.errors import UserError
+
+# The options every arms command takes, each stated once (the defaults stay at each command).
+Config = Annotated[str, typer.Option("--config", "-c", help="Experiment config (YAML with strategies: per arm).")]
+Seeds = Annotated[int, typer.Option("--seeds", help="Seeds per arm (0..N-1).")]
+Arms = Annotated[
+    str | None, typer.Option("--arms", help="Comma-separated arms from the config's strategies (default: all).")
+]
+Out = Annotated[str, typer.Option("--out", help="Output directory (runs, report.md, results.json).")]
+ShareSft = Annotated[bool, typer.Option("--share-sft/--sft-per-seed", help="One SFT warm start for all seeds.")]
 
 
 def _compare(
@@ -66,44 +77,37 @@ def _compare(
     print(f"report: {plan.out / 'report.md'}")
 
 
-def critic(
-    config: str = typer.Option(
-        "configs/ppo_critic.yaml", "--config", "-c", help="Experiment config (YAML with strategies: per arm)."
-    ),
-    seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1)."),
-    arms: str | None = typer.Option(
-        None, "--arms", help="Comma-separated arms from the config's strategies (default: all)."
-    ),
-    out: str = typer.Option("runs/ppo_critic", "--out", help="Output directory (runs, report.md, results.json)."),
-    share_sft: bool = typer.Option(True, "--share-sft/--sft-per-seed", help="One SFT warm start for all seeds."),
-) -> None:
-    """Compare advantage estimators (GRPO, PPO+MSE critic, PPO+HL-Gauss critic) on the same budget."""
-    _compare(config, seeds, arms, out, share_sft, "PPO critics (MSE, HL-Gauss) vs GRPO", "grpo")
+def _preset(name: str, config: str, out: str, share_sft: bool, title: str, baseline: str, doc: str):
+    """The command ``name``: the arms of ``config`` (its default) compared with ``baseline`` under ``title``."""
+
+    def command(
+        config: Config = config, seeds: Seeds = 3, arms: Arms = None, out: Out = out, share_sft: ShareSft = share_sft
+    ) -> None:
+        _compare(config, seeds, arms, out, share_sft, title, baseline)
+
+    command.__name__ = command.__qualname__ = name
+    command.__doc__ = doc
+    return command
 
 
-def surgery(
-    config: str = typer.Option(
-        "configs/gradient_surgery.yaml", "--config", "-c", help="Experiment config (YAML with strategies: per arm)."
-    ),
-    seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1)."),
-    arms: str | None = typer.Option(
-        None, "--arms", help="Comma-separated arms from the config's strategies (default: all)."
-    ),
-    out: str = typer.Option(
-        "runs/gradient_surgery", "--out", help="Output directory (runs, report.md, results.json)."
-    ),
-    share_sft: bool = typer.Option(False, "--share-sft/--sft-per-seed", help="One SFT warm start for all seeds."),
-) -> None:
-    """Compare multi-task gradient surgery (PCGrad, CAGrad) with summed gradients on the same budget."""
-    _compare(
-        config,
-        seeds,
-        arms,
-        out,
-        share_sft,
-        "Multi-task gradient surgery: PCGrad and CAGrad vs summed gradients",
-        "summed",
-    )
+critic = _preset(
+    "critic",
+    "configs/ppo_critic.yaml",
+    "runs/ppo_critic",
+    True,
+    "PPO critics (MSE, HL-Gauss) vs GRPO",
+    "grpo",
+    "Compare advantage estimators (GRPO, PPO+MSE critic, PPO+HL-Gauss critic) on the same budget.",
+)
+surgery = _preset(
+    "surgery",
+    "configs/gradient_surgery.yaml",
+    "runs/gradient_surgery",
+    False,
+    "Multi-task gradient surgery: PCGrad and CAGrad vs summed gradients",
+    "summed",
+    "Compare multi-task gradient surgery (PCGrad, CAGrad) with summed gradients on the same budget.",
+)
 
 
 def _print_budget(plan, probe: bool, jobs: int = 1) -> None:
@@ -114,22 +118,18 @@ def _print_budget(plan, probe: bool, jobs: int = 1) -> None:
 
 
 def arms(
-    config: str = typer.Option(..., "--config", "-c", help="Experiment config (YAML with strategies: per arm)."),
+    config: Config,
     baseline: str = typer.Option(..., "--baseline", help="The arm every other arm is compared with."),
-    seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1)."),
-    arms: str | None = typer.Option(
-        None, "--arms", help="Comma-separated arms from the config's strategies (default: all)."
-    ),
-    out: str = typer.Option("runs/arms", "--out", help="Output directory (runs, report.md, results.json)."),
-    share_sft: bool = typer.Option(False, "--share-sft/--sft-per-seed", help="One SFT warm start for all seeds."),
+    seeds: Seeds = 3,
+    arms: Arms = None,
+    out: Out = "runs/arms",
+    share_sft: ShareSft = False,
     title: str | None = typer.Option(None, "--title", help="The report's title (default: from the config name)."),
-    budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
+    budget: Budget = False,
     verdict_split: str = typer.Option(
         "easy", "--verdict-split", help="The held-out split the verdict is on (easy; attempt2 with eval.attempts: 2)."
     ),
-    jobs: int = typer.Option(
-        1, "--jobs", help="Seeds trained in parallel worker processes (each at the config's threads)."
-    ),
+    jobs: Jobs = 1,
     prune_checkpoints: bool = typer.Option(
         False,
         "--prune-checkpoints",

@@ -3,15 +3,19 @@ specialists`` (joint vs single-task specialists, ``experiments/specialists.py``)
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from polyrl.cli.experiment import invoked_command
+from polyrl.cli.experiment import Budget, Jobs, invoked_command
+
+Seeds = Annotated[int, typer.Option("--seeds", help="Seeds per arm (0..N-1); one SFT warm start per seed.")]
 
 
 def transfer(
     config: str = typer.Option(..., "--config", "-c", help="Training config whose tasks span 3+ categories."),
     holdout: str = typer.Option(..., "--holdout", help="The category RL never trains on (evaluated in every arm)."),
-    seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1); one SFT warm start per seed."),
+    seeds: Seeds = 3,
     one: str | None = typer.Option(
         None, "--one", help="Comma-separated categories to train alone (default: every other category)."
     ),
@@ -19,7 +23,7 @@ def transfer(
         True, "--holdout-arm/--no-holdout-arm", help="Also RL on the held-out category itself (reference)."
     ),
     out: str = typer.Option("runs/transfer", "--out", help="Output directory (runs, report.md, results.json)."),
-    budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
+    budget: Budget = False,
 ) -> None:
     """RL on one other category vs several vs none, all on the same budget, scored on a held-out category."""
     from polyrl.experiments.budget import estimate_budget, format_budget
@@ -56,17 +60,15 @@ def specialists(
         "--holdout-category",
         help="Also leave-one-category-out: RL on the other trained tasks vs this one alone.",
     ),
-    seeds: int = typer.Option(3, "--seeds", help="Seeds per arm (0..N-1); one SFT warm start per seed."),
+    seeds: Seeds = 3,
     out: str = typer.Option("runs/specialists", "--out", help="Output directory (runs, report.md, results.json)."),
-    jobs: int = typer.Option(
-        1, "--jobs", help="Seeds trained in parallel worker processes (each at the config's threads)."
-    ),
+    jobs: Jobs = 1,
     prune_checkpoints: bool = typer.Option(
         False,
         "--prune-checkpoints",
         help="Delete each finished arm run's checkpoints and its copy of the warm start (its final model stays).",
     ),
-    budget: bool = typer.Option(False, "--budget", help="Print the number of runs and the time estimate, then stop."),
+    budget: Budget = False,
     target_mde: float | None = typer.Option(
         None,
         "--target-mde",
