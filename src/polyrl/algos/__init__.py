@@ -4,42 +4,14 @@
 cross-task normalization and token-level GAE; ``objectives`` turns token log-probs and advantages into
 the policy loss (PPO-clip, GSPO, CISPO) and its statistics; ``losses`` holds the aggregations, the KL penalty
 and reward shaping (DAPO overlong penalty); the log-probs they read come from :mod:`polyrl.forward`.
+
+Every public name of ``advantages`` and ``losses`` is public here too (their ``__all__`` is the one list of
+them); of ``objectives``, the names below.
 """
 
-from polyrl.algos.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    AdvantageEstimator,
-    AdvantageInputs,
-    Advantages,
-    EpisodeCredit,
-    advantage_estimator,
-    advantage_names,
-    dr_grpo,
-    gae,
-    get_advantage_estimator,
-    grpo,
-    register_advantage,
-    reinforce_pp,
-    reinforce_pp_baseline,
-    rloo,
-    task_normalize,
-    turn_advantages,
-    uses_critic,
-    zero_variance_group_fraction,
-    zero_variance_groups,
-    zeroes_groups_of_one,
-)
-from polyrl.algos.losses import (
-    AGGREGATIONS,
-    KL_ESTIMATORS,
-    aggregate,
-    get_aggregation,
-    kl_penalty,
-    loss_totals,
-    overlong_penalty,
-    register_aggregation,
-    register_kl_estimator,
-)
+from polyrl.algos import advantages, losses
+from polyrl.algos.advantages import *  # noqa: F403
+from polyrl.algos.losses import *  # noqa: F403
 from polyrl.algos.objectives import (
     OBJECTIVES,
     ObjectiveInputs,
@@ -53,43 +25,15 @@ from polyrl.algos.objectives import (
 )
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS",
-    "AGGREGATIONS",
-    "KL_ESTIMATORS",
     "OBJECTIVES",
-    "AdvantageEstimator",
-    "AdvantageInputs",
-    "Advantages",
-    "EpisodeCredit",
     "ObjectiveInputs",
     "ObjectiveSettings",
     "RowStat",
-    "advantage_estimator",
-    "advantage_names",
-    "aggregate",
-    "dr_grpo",
-    "gae",
-    "get_advantage_estimator",
-    "get_aggregation",
     "get_objective",
-    "grpo",
-    "kl_penalty",
-    "loss_totals",
     "objective_settings_class",
     "objective_totals",
-    "overlong_penalty",
     "policy_loss",
-    "register_advantage",
-    "register_aggregation",
-    "register_kl_estimator",
     "register_objective",
-    "reinforce_pp",
-    "reinforce_pp_baseline",
-    "rloo",
-    "task_normalize",
-    "turn_advantages",
-    "uses_critic",
-    "zero_variance_group_fraction",
-    "zero_variance_groups",
-    "zeroes_groups_of_one",
 ]
+__all__ += advantages.__all__
+__all__ += losses.__all__
