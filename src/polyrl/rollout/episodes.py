@@ -53,41 +53,21 @@ def rollout_episodes(
     latest: PolicySource | None = None,
 ) -> list[Trajectory]:
     """:func:`episode_groups`' episodes, flat, numbered by problem (group ``k`` answers ``problems[k]``)."""
-    groups = episode_groups(
-        problems,
-        tasks,
-        backend,
-        prompts,
-        group_size,
-        max_new_tokens,
-        max_episode_tokens,
-        {"temperature": temperature, "top_p": top_p, "greedy": greedy},
-        version,
-        env_concurrency,
-        latest,
-    )
-    return number_groups(groups)
+    sampling = Sampling(group_size, max_new_tokens, temperature, top_p, max_episode_tokens, env_concurrency)
+    return number_groups(episode_groups(problems, tasks, backend, prompts, sampling, greedy, version, latest))
 
 
+@register_rollout_kind("episode", episodic=True, interruptible=True)
 def episode_groups(
-    problems: list[Problem],
-    tasks: dict,
-    backend: GenerationBackend,
-    prompts: PromptBuilder,
-    group_size: int,
-    max_new_tokens: int,
-    max_episode_tokens: int,
-    sampling: dict,
-    version: int = 0,
-    env_concurrency: int = ENV_CONCURRENCY,
-    latest: PolicySource | None = None,
+    problems, tasks, backend, prompts, sampling: Sampling, greedy, version, latest
 ) -> list[list[Trajectory]]:
-    """Play ``group_size`` episodes per problem; every turn, all live episodes generate in one call, then
-    their environments step concurrently (:class:`EnvSteps`, at most ``env_concurrency`` at once). One group
-    per problem, in problem order; ``sampling``: ``temperature``, ``top_p``, ``greedy``.
+    """The episode kind, every environment task's (its parameters are :class:`~polyrl.rollout.dispatch.Play`'s):
+    ``sampling.group_size`` episodes per problem; every turn, all live episodes generate in one call, then their
+    environments step concurrently (:class:`EnvSteps`, at most ``sampling.env_concurrency`` at once). One group
+    per problem, in problem order.
 
-    ``max_new_tokens`` bounds one policy turn; ``max_episode_tokens`` the whole response (policy and
-    environment tokens). Every episode ends with a reason in ``info["end_reason"]``; none is dropped.
+    ``sampling.max_new_tokens`` bounds one policy turn; ``sampling.max_episode_tokens`` the whole response (policy
+    and environment tokens). Every episode ends with a reason in ``info["end_reason"]``; none is dropped.
 
     ``latest`` makes generation interruptible across weight updates (partial rollouts, as in AReaL, Fu et
     al. 2025, §4): before every turn it names the newest weights, which generate that turn. Each trajectory
@@ -95,79 +75,33 @@ def episode_groups(
     (``policy_version``); the behaviour log-probs must come from each turn's own weights.
     """
     codec = ChatCodec(prompts)
-    steps = EnvSteps(env_concurrency)
-    try:
-        return _play(
-            problems,
-            tasks,
-            backend,
-            codec,
-            steps,
-            group_size,
-            max_new_tokens,
-            max_episode_tokens,
-            sampling,
-            version,
-            latest,
-        )
-    finally:
-        steps.close()
-
-
-@register_rollout_kind("episode", episodic=True, interruptible=True)
-def _episodes(
-    problems: list[Problem],
-    tasks: dict,
-    backend: GenerationBackend,
-    prompts: PromptBuilder,
-    sampling: Sampling,
-    greedy: bool,
-    version: int,
-    latest: PolicySource | None,
-) -> list[list[Trajectory]]:
-    """The episode kind: :func:`episode_groups` with the run's sampling (every environment task's problems)."""
-    return episode_groups(
-        problems,
-        tasks,
-        backend,
-        prompts,
-        sampling.group_size,
-        sampling.max_new_tokens,
-        sampling.max_episode_tokens,
-        {"temperature": sampling.temperature, "top_p": sampling.top_p, "greedy": greedy},
-        version,
-        sampling.env_concurrency,
-        latest,
-    )
-
-
-def _play(
-    problems: list[Problem],
-    tasks: dict,
-    backend: GenerationBackend,
-    codec: ChatCodec,
-    steps: EnvSteps,
-    group_size: int,
-    max_new_tokens: int,
-    max_episode_tokens: int,
-    sampling: dict,
-    version: int,
-    latest: PolicySource | None,
-) -> list[list[Trajectory]]:
-    """The episode loop of :func:`episode_groups`: environments reset and step through ``steps``."""
+    steps = EnvSteps(sampling.env_concurrency)
     envs = []
     try:
-        for g, problem in enumerate(problems):
-            task = tasks[problem.task]
-            for _ in range(group_size):
-                env = task.make_env(problem)
-                codec.bind(env)
-                envs.append((g, task, env, problem))
-        return _run_episodes(
-            envs, problems, backend, codec, steps, max_new_tokens, max_episode_tokens, sampling, version, latest
-        )
+        try:
+            for g, problem in enumerate(problems):
+                task = tasks[problem.task]
+                for _ in range(sampling.group_size):
+                    env = task.make_env(problem)
+                    codec.bind(env)
+                    envs.append((g, task, env, problem))
+            generation = {"temperature": sampling.temperature, "top_p": sampling.top_p, "greedy": greedy}
+            return _run_episodes(
+                envs,
+                problems,
+                backend,
+                codec,
+                steps,
+                sampling.max_new_tokens,
+                sampling.max_episode_tokens,
+                generation,
+                version,
+                latest,
+            )
+        finally:
+            _close_unfinished(envs)
     finally:
-        _close_unfinished(envs)
+        steps.close()
 
 
 def _close_unfinished(envs: list) -> None:
