@@ -562,7 +562,8 @@ def parse_args() -> tuple[argparse.Namespace, list[int]]:
         parser.error("--seeds is empty")
     if args.eval_every < 0 or (args.eval_every and args.eval_every >= args.steps):
         parser.error(
-            f"--eval-every must be 0 (off) or between 1 and the RL steps ({args.steps}), got {args.eval_every}"
+            f"--eval-every must be 0 (off) or from 1 to {args.steps - 1}, below the RL steps (the final evaluation "
+            f"after step {args.steps} always runs), got {args.eval_every}"
         )
     if args.plot and not args.eval_every:
         parser.error("--plot draws the evaluations during RL: give --eval-every N (or --recipe job)")

@@ -74,10 +74,12 @@ are 8 × 8 merged patches, 64 image tokens (polyrl's default ``model.images.size
 SmolVLM's 512-pixel pictures."""
 
 
-def _image_settings(family: str, side: int) -> dict:
-    """The family's image-processor settings (SmolVLM's and Qwen2-VL's preprocessor configs, no image splitting),
-    written as JSON rather than by transformers' classes: some transformers versions (5.17) build Idefics3's only
-    with torchvision, and polyrl reads the settings itself (``polyrl.policy.hf_pictures``)."""
+def image_settings(family: str, side: int, patch_size: int = 14) -> dict:
+    """The family's image-processor settings (SmolVLM's and Qwen2-VL's preprocessor configs, no image splitting):
+    Idefics3's pictures ``side`` pixels on their longest edge; Qwen2-VL's at most ``side`` × ``side`` pixels and at
+    least 2 × 2 merged patches of ``patch_size`` pixels. Written as JSON rather than by transformers' classes: some
+    transformers versions (5.17) build Idefics3's only with torchvision, and polyrl reads the settings itself
+    (``polyrl.policy.hf_pictures``)."""
     common = dict(do_convert_rgb=True, do_normalize=True, do_rescale=True, do_resize=True, rescale_factor=1 / 255)
     if family == "idefics3":
         edge = {"longest_edge": side}
@@ -97,12 +99,41 @@ def _image_settings(family: str, side: int) -> dict:
         image_processor_type="Qwen2VLImageProcessor",
         image_mean=[0.48145466, 0.4578275, 0.40821073],
         image_std=[0.26862954, 0.26130258, 0.27577711],
-        patch_size=14,
+        patch_size=patch_size,
         merge_size=2,
         temporal_patch_size=2,
-        size={"shortest_edge": 56 * 56, "longest_edge": side * side},
+        size={"shortest_edge": (4 * patch_size) ** 2, "longest_edge": side * side},
         resample=3,
     )
+
+
+def save_vlm(out: Path, config, tokenizer, side: int, patch_size: int = 14, seed: int = 0, device: str = "cpu"):
+    """Random weights of ``config``'s vision-language model (torch seed ``seed``, float32, made on ``device``)
+    saved at ``out`` with ``tokenizer`` and the processor's files that polyrl reads: the image settings of
+    :func:`image_settings` (``side``, ``patch_size``) and, for an Idefics3, the processor's settings as transformers
+    5.25 saves them and its chat template (a Qwen2-VL processor also needs a video processor, which needs
+    torchvision: a Qwen2-VL's chat template is its tokenizer's). Returns ``out``."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    family = "idefics3" if config.model_type == "idefics3" else "qwen2_vl"
+    with torch.random.fork_rng(devices=[]):  # the host's generator as it was after (a test's seeds stay its own)
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    images = image_settings(family, side, patch_size)
+    if family == "idefics3":
+        tokens = (side // config.vision_config.patch_size) ** 2 // config.scale_factor**2
+        processor = {"image_processor": images, "image_seq_len": tokens, "processor_class": "Idefics3Processor"}
+        (Path(out) / "processor_config.json").write_text(json.dumps(processor, indent=2, sort_keys=True) + "\n")
+        (Path(out) / "chat_template.jinja").write_text(TEMPLATES[family])
+    else:
+        (Path(out) / "preprocessor_config.json").write_text(json.dumps(images, indent=2, sort_keys=True) + "\n")
+    return out
 
 
 def _tokenizer(family: str, out: Path):
@@ -165,8 +196,7 @@ def make(
     seed: int = 0,
 ) -> Path:
     """Write the model directory of ``shape`` (random weights made on ``device``) to ``out``; returns ``out``."""
-    import torch
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers import AutoConfig
 
     if not (HERE / shape / "config.json").is_file() or shape not in ("smolvlm-256m", "qwen2-vl-2b"):
         raise SystemExit(f"make_vlm: unknown shape {shape!r}; choose smolvlm-256m or qwen2-vl-2b")
@@ -178,22 +208,7 @@ def make(
     (out / "config.json").write_text(json.dumps(_config(shape, family, tokenizer, layers, vision_layers, small)))
     config = AutoConfig.from_pretrained(out)
     side = config.vision_config.image_size if family == "idefics3" else PICTURE_SIDE[family][small]
-    images = _image_settings(family, side)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    if family == "idefics3":  # the processor's settings as transformers 5.25 saves them, and its chat template
-        tokens = (side // config.vision_config.patch_size) ** 2 // config.scale_factor**2
-        processor = {"image_processor": images, "image_seq_len": tokens, "processor_class": "Idefics3Processor"}
-        (out / "processor_config.json").write_text(json.dumps(processor, indent=2, sort_keys=True) + "\n")
-        (out / "chat_template.jinja").write_text(TEMPLATES[family])
-    else:  # a Qwen2-VL processor also needs a video processor (torchvision): polyrl reads these parts alone
-        (out / "preprocessor_config.json").write_text(json.dumps(images, indent=2, sort_keys=True) + "\n")
-    return out
+    return save_vlm(out, config, tokenizer, side, seed=seed, device=device)
 
 
 def main() -> None:

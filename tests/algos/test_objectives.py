@@ -9,23 +9,13 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from polyrl import UserError
-from polyrl.algos import (
-    OBJECTIVES,
-    ObjectiveInputs,
-    ObjectiveSettings,
-    RowStat,
-    get_objective,
-    objective_settings_class,
-    objective_totals,
-    policy_loss,
-)
+from polyrl import UserError, algos
 from polyrl.algos.objectives import CISPOSettings, GSPOSettings
 
 LN2 = math.log(2.0)
 SQRT2 = math.sqrt(2.0)
 
-SETTINGS = ObjectiveSettings(
+SETTINGS = algos.ObjectiveSettings(
     clip_ratio_low=0.2,
     clip_ratio_high=0.28,
     aggregation="token_mean",
@@ -48,7 +38,7 @@ REQUIRED_STATS = {
 
 
 def close(actual, expected, atol=1e-5):
-    actual = actual.over() if isinstance(actual, RowStat) else actual
+    actual = actual.over() if isinstance(actual, algos.RowStat) else actual
     torch.testing.assert_close(actual, torch.as_tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
 
 
@@ -61,8 +51,8 @@ def run(name, log_ratios, advantages, mask=None, settings=SETTINGS, **inputs):
     """Objective ``name`` at ``logprobs = log_ratios`` against ``old_logprobs = 0``; returns (loss, stats, grad)."""
     logprobs = torch.tensor(log_ratios, dtype=torch.float64, requires_grad=True)
     mask = torch.ones_like(logprobs) if mask is None else torch.tensor(mask, dtype=torch.float64)
-    batch = ObjectiveInputs(logprobs, torch.zeros_like(logprobs), torch.tensor(advantages), mask, **inputs)
-    loss, stats = get_objective(name)(batch, for_(name, settings))
+    batch = algos.ObjectiveInputs(logprobs, torch.zeros_like(logprobs), torch.tensor(advantages), mask, **inputs)
+    loss, stats = algos.get_objective(name)(batch, for_(name, settings))
     loss.backward()
     return loss, stats, logprobs.grad
 
@@ -75,12 +65,12 @@ def with_(**changes):
 
 
 def test_builtin_objectives_are_registered():
-    assert {"ppo_clip", "gspo", "cispo"} <= set(OBJECTIVES.names())
+    assert {"ppo_clip", "gspo", "cispo"} <= set(algos.OBJECTIVES.names())
 
 
 def test_unknown_objective_is_a_user_error_with_a_suggestion():
     with pytest.raises(UserError, match=r"unknown policy objective 'gpso'.*did you mean gspo"):
-        get_objective("gpso")
+        algos.get_objective("gpso")
 
 
 # --- PPO-clip ---------------------------------------------------------------------------------------------
@@ -90,9 +80,9 @@ def test_policy_loss_is_ppo_clip_with_positional_tensors():
     torch.manual_seed(0)
     logprobs, old, advantages = torch.randn(2, 3), torch.randn(2, 3), torch.tensor([1.0, -1.0])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
-    loss, stats = policy_loss(logprobs, old, advantages, mask, 0.2, 0.28, "token_mean")
-    expected_loss, expected_stats = get_objective("ppo_clip")(
-        ObjectiveInputs(logprobs, old, advantages, mask), SETTINGS
+    loss, stats = algos.policy_loss(logprobs, old, advantages, mask, 0.2, 0.28, "token_mean")
+    expected_loss, expected_stats = algos.get_objective("ppo_clip")(
+        algos.ObjectiveInputs(logprobs, old, advantages, mask), SETTINGS
     )
     close(loss, expected_loss)
     assert stats.keys() == expected_stats.keys()
@@ -146,7 +136,9 @@ def test_gspo_token_variant_equals_sequence_level_gspo_for_sequence_advantages()
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.float64)
     advantages = torch.tensor([1.0, -1.0, 0.5, -2.0], dtype=torch.float64)
     settings = with_(aggregation="seq_mean_token_mean", own=GSPOSettings(clip_ratio_low=0.01, clip_ratio_high=0.02))
-    loss, _ = get_objective("gspo")(ObjectiveInputs(logprobs, torch.zeros_like(logprobs), advantages, mask), settings)
+    loss, _ = algos.get_objective("gspo")(
+        algos.ObjectiveInputs(logprobs, torch.zeros_like(logprobs), advantages, mask), settings
+    )
     (grad,) = torch.autograd.grad(loss, logprobs)
 
     s = torch.exp((logprobs * mask).sum(-1) / mask.sum(-1))
@@ -290,11 +282,13 @@ def test_a_statistic_over_some_rows_is_the_objective_run_on_those_rows_alone(nam
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.float64)
     behaviour, truncated = old + 0.2, torch.tensor([False, True, False, False])
     settings = for_(name, with_(tis_cap=1.2, mask_truncated=True, offpolicy_kl_threshold=0.05))
-    objective = get_objective(name)
-    _, stats = objective(ObjectiveInputs(logprobs, old, advantages, mask, behaviour, truncated), settings)
+    objective = algos.get_objective(name)
+    _, stats = objective(algos.ObjectiveInputs(logprobs, old, advantages, mask, behaviour, truncated), settings)
     rows = torch.tensor([True, False, True, True])
     _, alone = objective(
-        ObjectiveInputs(logprobs[rows], old[rows], advantages[rows], mask[rows], behaviour[rows], truncated[rows]),
+        algos.ObjectiveInputs(
+            logprobs[rows], old[rows], advantages[rows], mask[rows], behaviour[rows], truncated[rows]
+        ),
         settings,
     )
     for key, stat in stats.items():
@@ -302,15 +296,15 @@ def test_a_statistic_over_some_rows_is_the_objective_run_on_those_rows_alone(nam
 
 
 def test_objectives_declare_their_own_settings_classes():
-    assert objective_settings_class("gspo") is GSPOSettings
-    assert objective_settings_class("cispo") is CISPOSettings
-    assert objective_settings_class("ppo_clip") is None
+    assert algos.objective_settings_class("gspo") is GSPOSettings
+    assert algos.objective_settings_class("cispo") is CISPOSettings
+    assert algos.objective_settings_class("ppo_clip") is None
     assert GSPOSettings().clip_ratio_low == 3e-4 and CISPOSettings().clip_ratio_high == 4.0
 
 
 def test_objective_totals_leave_truncated_completions_out():
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]])
-    tokens, sequences = objective_totals(mask, torch.tensor([False, True, False]), with_(mask_truncated=True))
+    tokens, sequences = algos.objective_totals(mask, torch.tensor([False, True, False]), with_(mask_truncated=True))
     close(tokens, 2.0)
     close(sequences, 1.0)
 
@@ -368,17 +362,17 @@ def test_micro_batch_losses_with_minibatch_totals_add_up_to_the_full_batch_loss(
     settings = with_(
         aggregation=aggregation, max_tokens=4, tis_cap=1.5, mask_truncated=True, offpolicy_kl_threshold=0.05
     )
-    objective, settings = get_objective(name), for_(name, settings)
+    objective, settings = algos.get_objective(name), for_(name, settings)
 
-    full, _ = objective(ObjectiveInputs(logprobs, old, advantages, mask, behaviour, truncated), settings)
+    full, _ = objective(algos.ObjectiveInputs(logprobs, old, advantages, mask, behaviour, truncated), settings)
     (full_grad,) = torch.autograd.grad(full, logprobs)
 
     parts = [slice(0, 2), slice(2, 5)]
-    totals = [objective_totals(mask[p], truncated[p], settings) for p in parts]
+    totals = [algos.objective_totals(mask[p], truncated[p], settings) for p in parts]
     total_tokens, total_sequences = sum(t[0] for t in totals), sum(t[1] for t in totals)
     summed = sum(
         objective(
-            ObjectiveInputs(
+            algos.ObjectiveInputs(
                 logprobs[p],
                 old[p],
                 advantages[p],

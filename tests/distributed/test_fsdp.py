@@ -138,23 +138,33 @@ def _losses(run_dir: Path) -> list[tuple[str, int, float]]:
     return [(r["stage"], r["step"], r["loss"]) for r in _records(run_dir)]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """A 1-process and a 2-process run of the same config, started together."""
-    tmp = tmp_path_factory.mktemp("fsdp")
-    procs = [_launch(tmp, "one", 1), _launch(tmp, "two", 2)]
+def _one_and_two(tmp: Path, config: dict = TINY_FSDP, env: dict | None = None) -> Path:
+    """A 1-process and a 2-process run of ``config`` (``tmp/one``, ``tmp/two``), started together; returns ``tmp``."""
+    procs = [_launch(tmp, name, nproc, config=config, env=env) for name, nproc in (("one", 1), ("two", 2))]
     for proc in procs:
         _finish(proc)
     return tmp
+
+
+def _assert_losses_of_one(one: list[dict], two: list[tuple[str, int, float]]) -> None:
+    """Each loss the 2-process run logged (``two``, :func:`_losses`) is the 1-process run's (``one``,
+    :func:`_records`) within the rounding budget of its step (:func:`_loss_scale`)."""
+    for record, (_, _, b) in zip(one, two, strict=True):
+        scale = max(_loss_scale(record), abs(record["loss"]))
+        assert b == pytest.approx(record["loss"], rel=0, abs=LOSS_ULPS * FLOAT32_EPS * scale), record["step"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A 1-process and a 2-process run of the same config, started together."""
+    return _one_and_two(tmp_path_factory.mktemp("fsdp"))
 
 
 def test_two_processes_reach_the_losses_of_one(runs):
     one, two = _losses(runs / "one"), _losses(runs / "two")
     assert [r[:2] for r in one] == [r[:2] for r in two] == [("sft", 1), ("sft", 2)] + [("rl", k) for k in range(1, 5)]
     assert all(loss != 0 for stage, _, loss in one if stage == "rl")  # RL trained on every step
-    for record, (_, _, b) in zip(_records(runs / "one"), two, strict=True):
-        scale = max(_loss_scale(record), abs(record["loss"]))
-        assert b == pytest.approx(record["loss"], rel=0, abs=LOSS_ULPS * FLOAT32_EPS * scale), record["step"]
+    _assert_losses_of_one(_records(runs / "one"), two)
 
 
 def test_two_processes_reach_the_weights_of_one(runs):
@@ -214,11 +224,7 @@ def hub_env(tmp_path_factory, tiny_model_dir) -> dict:
 @pytest.fixture(scope="module")
 def lora_runs(tmp_path_factory, hub_env):
     """A 1-process and a 2-process LoRA run of the same config (base sharded, adapters trained), started together."""
-    tmp = tmp_path_factory.mktemp("fsdp_lora")
-    procs = [_launch(tmp, n, k, config=TINY_LORA, env=hub_env) for n, k in (("one", 1), ("two", 2))]
-    for proc in procs:
-        _finish(proc)
-    return tmp
+    return _one_and_two(tmp_path_factory.mktemp("fsdp_lora"), TINY_LORA, hub_env)
 
 
 def test_the_launcher_resolves_a_hub_id_once_and_the_run_records_its_commit(lora_runs, hub_env):
@@ -231,9 +237,7 @@ def test_lora_on_two_processes_reaches_the_losses_of_one(lora_runs):
     one, two = _records(lora_runs / "one"), _losses(lora_runs / "two")
     assert [(r["stage"], r["step"]) for r in one] == [r[:2] for r in two]
     assert all(r["loss"] != 0 for r in one if r["stage"] == "rl")
-    for record, (_, _, b) in zip(one, two, strict=True):
-        scale = max(_loss_scale(record), abs(record["loss"]))
-        assert b == pytest.approx(record["loss"], rel=0, abs=LOSS_ULPS * FLOAT32_EPS * scale), record["step"]
+    _assert_losses_of_one(one, two)
 
 
 def test_lora_on_two_processes_trains_only_the_adapters_to_the_weights_of_one(lora_runs):

@@ -5,14 +5,13 @@ the LM, in full and under LoRA, 2 processes train what 1 process trains (the con
 import pytest
 import torch
 from test_fsdp import (
-    FLOAT32_EPS,
-    LOSS_ULPS,
     TINY_FSDP,
     WEIGHT_ATOL,
+    _assert_losses_of_one,
     _finish,
     _launch,
-    _loss_scale,
     _losses,
+    _one_and_two,
     _records,
     _weights,
 )
@@ -31,20 +30,14 @@ TINY_VLM_FSDP = {
 @pytest.fixture(scope="module")
 def vision_runs(tmp_path_factory):
     """A 1-process and a 2-process run of the tiny vision-language model, started together."""
-    tmp = tmp_path_factory.mktemp("fsdp_vision")
-    procs = [_launch(tmp, n, k, config=TINY_VLM_FSDP) for n, k in (("one", 1), ("two", 2))]
-    for proc in procs:
-        _finish(proc)
-    return tmp
+    return _one_and_two(tmp_path_factory.mktemp("fsdp_vision"), TINY_VLM_FSDP)
 
 
 def test_the_tiny_vlm_on_two_processes_reaches_the_losses_of_one(vision_runs):
     one, two = _records(vision_runs / "one"), _losses(vision_runs / "two")
     assert [(r["stage"], r["step"]) for r in one] == [r[:2] for r in two]
     assert all(r["loss"] != 0 for r in one if r["stage"] == "rl")
-    for record, (_, _, b) in zip(one, two, strict=True):
-        scale = max(_loss_scale(record), abs(record["loss"]))
-        assert b == pytest.approx(record["loss"], rel=0, abs=LOSS_ULPS * FLOAT32_EPS * scale), record["step"]
+    _assert_losses_of_one(one, two)
 
 
 def test_the_tiny_vlm_on_two_processes_trains_its_encoder_to_the_weights_of_one(vision_runs):
@@ -65,11 +58,7 @@ TINY_VLM_LORA = {**TINY_VLM_FSDP, "model": {**TINY_VLM_FSDP["model"], "lora": {"
 @pytest.fixture(scope="module")
 def vision_lora_runs(tmp_path_factory):
     """A 1-process and a 2-process LoRA run of the tiny vision-language model, started together."""
-    tmp = tmp_path_factory.mktemp("fsdp_vision_lora")
-    procs = [_launch(tmp, n, k, config=TINY_VLM_LORA) for n, k in (("one", 1), ("two", 2))]
-    for proc in procs:
-        _finish(proc)
-    return tmp
+    return _one_and_two(tmp_path_factory.mktemp("fsdp_vision_lora"), TINY_VLM_LORA)
 
 
 def test_the_tiny_vlm_under_lora_on_two_processes_trains_the_adapters_of_one(vision_lora_runs):
@@ -77,9 +66,7 @@ def test_the_tiny_vlm_under_lora_on_two_processes_trains_the_adapters_of_one(vis
 
     one, two = _records(vision_lora_runs / "one"), _losses(vision_lora_runs / "two")
     assert [(r["stage"], r["step"]) for r in one] == [r[:2] for r in two]
-    for record, (_, _, b) in zip(one, two, strict=True):
-        scale = max(_loss_scale(record), abs(record["loss"]))
-        assert b == pytest.approx(record["loss"], rel=0, abs=LOSS_ULPS * FLOAT32_EPS * scale), record["step"]
+    _assert_losses_of_one(one, two)
     adapters = [
         load_file(str(vision_lora_runs / n / "final_model" / "adapter" / "adapter_model.safetensors"))
         for n in ("one", "two")

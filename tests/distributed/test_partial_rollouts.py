@@ -46,38 +46,26 @@ def wrong_then_right(prompt_text):
     return f"<answer>{int(a) + int(b) + (0 if prompt_text.count('<|assistant|>') > 1 else 1)}</answer>"
 
 
-def test_each_turn_is_generated_by_the_newest_weights_and_the_episode_is_as_old_as_its_first_turn(prompts, scripted):
+def _retry_episode(prompts, backend, **versions):
+    """The one episode of ``env/retry:addition`` on problem 0 that ``backend`` plays (40 new tokens a turn), with
+    ``versions`` (``version`` or ``latest``: which weights generate each turn)."""
     task = get_env_task("env/retry:addition")
+    (t,) = rollout_episodes(
+        [task.generate(0, "easy")], {task.name: task}, backend, prompts, 1, 40, temperature=1.0, top_p=1.0, **versions
+    )
+    return t
+
+
+def test_each_turn_is_generated_by_the_newest_weights_and_the_episode_is_as_old_as_its_first_turn(prompts, scripted):
     backend = scripted(wrong_then_right)
     versions = iter([3, 4])
-    (t,) = rollout_episodes(
-        [task.generate(0, "easy")],
-        {task.name: task},
-        backend,
-        prompts,
-        1,
-        40,
-        latest=lambda: (backend, next(versions)),
-        temperature=1.0,
-        top_p=1.0,
-    )
+    t = _retry_episode(prompts, backend, latest=lambda: (backend, next(versions)))
     assert t.info["turns"] == 2 and t.verdict.correct
     assert t.turn_versions == [3, 4] and t.policy_version == 3
 
 
 def test_without_interruption_every_turn_has_the_requested_version(prompts, scripted):
-    task = get_env_task("env/retry:addition")
-    (t,) = rollout_episodes(
-        [task.generate(0, "easy")],
-        {task.name: task},
-        scripted(wrong_then_right),
-        prompts,
-        1,
-        40,
-        version=5,
-        temperature=1.0,
-        top_p=1.0,
-    )
+    t = _retry_episode(prompts, scripted(wrong_then_right), version=5)
     assert t.turn_versions == [5, 5] and t.policy_version == 5
 
 
@@ -101,20 +89,9 @@ def _logprobs(model, t, tok):
 def test_behaviour_logprobs_of_a_partial_rollout_come_from_each_turns_weights(prompts, scripted, tiny_tokenizer):
     old = load_policy(ModelConfig(path="tiny", tiny=TINY), seed=0, device=HOST).model.eval()
     new = load_policy(ModelConfig(path="tiny", tiny=TINY), seed=1, device=HOST).model.eval()
-    task = get_env_task("env/retry:addition")
     backend = scripted(wrong_then_right)
     versions = iter([0, 1])
-    (t,) = rollout_episodes(
-        [task.generate(0, "easy")],
-        {task.name: task},
-        backend,
-        prompts,
-        1,
-        40,
-        latest=lambda: (backend, next(versions)),
-        temperature=1.0,
-        top_p=1.0,
-    )
+    t = _retry_episode(prompts, backend, latest=lambda: (backend, next(versions)))
     behaviour_logprobs({0: old, 1: new}, HOST, [t], tiny_tokenizer.pad_token_id, 1.0, 1.0)
     got = torch.tensor(t.behaviour_logprobs)
     (a0, b0), (a1, b1) = t.turn_spans

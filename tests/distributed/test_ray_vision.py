@@ -1,21 +1,22 @@
-"""The embedded tiny vision-language model on Ray rollout workers: the pictures travel to the workers and back with
-the prompts, the weights the workers sample with include the patch encoder's, the workers' behaviour log-probs equal
-the learner's training forward, and a visual config trains end to end."""
+"""Vision-language policies on Ray rollout workers — the embedded tiny VLM and the small random-initialised Idefics3
+and Qwen2-VL of ``tests/small_vlms.py``: the pictures travel to the workers and back with the prompts, the weight
+sync carries the vision tower (the tiny VLM's patch encoder) and the LoRA adapters, the workers' behaviour log-probs
+(plain and top-p, single-turn and crop-and-zoom episodes) equal the learner's training forward, and a visual config
+trains end to end."""
 
 import copy
 import json
 import sys
 
-import numpy as np
 import pytest
 import torch
 
 ray = pytest.importorskip("ray")
 
+import zoom_env  # noqa: E402
 from rollout_sampling import sampling  # noqa: E402
+from small_vlms import save_idefics3, save_qwen2_vl  # noqa: E402
 
-from polyrl.envs.environment import Environment, StepResult  # noqa: E402
-from polyrl.envs.wrapped import WrappedTask  # noqa: E402
 from polyrl.forward import sequence_logprobs  # noqa: E402
 from polyrl.forward.batch import ImageIds  # noqa: E402
 from polyrl.learner.update_batch import collate_trajectories  # noqa: E402
@@ -32,6 +33,23 @@ TINY_VLM = {
     },
 }
 """A seconds-long tiny VLM: 16-pixel pictures of 4 squares of 8 pixels, so 4 placeholders a picture."""
+FAMILIES = {
+    "tiny": lambda folder: TINY_VLM,
+    "idefics3": lambda folder: {"path": str(save_idefics3(folder / "model"))},
+    "qwen2_vl": lambda folder: {"path": str(save_qwen2_vl(folder / "model")), "images": {"size": 16}},
+}
+"""Each family's ``model`` section (a Hugging Face one saved in ``folder`` first)."""
+ZOOM = {"tiny": (2, 6, 200), "idefics3": (3, 5, 400), "qwen2_vl": (3, 5, 400)}
+"""Each family's crop-and-zoom episodes: (turns, new tokens a turn, tokens an episode)."""
+TRAINING = {
+    "tiny": {"rl": {"steps": 3, "group_size": 4, "max_new_tokens": 8}, "sft": {"steps": 2}},
+    "hf": {
+        "rl": {"steps": 2, "group_size": 2, "max_new_tokens": 6},
+        "sft": {"steps": 1},
+        "eval": {"problems_per_task": 2},
+    },
+}
+"""The end-to-end run's sizes: the tiny VLM's, and the (slower) Hugging Face ones'."""
 
 
 def odd_length(response):
@@ -40,56 +58,43 @@ def odd_length(response):
     return float(len(response) % 2)
 
 
-class ZoomEnvironment(Environment):
-    """First turn: any text, answered with the top-left quarter of the picture; second turn: the answer."""
-
-    def reset(self):
-        return [{"role": "user", "content": self.problem.prompt}]
-
-    def step(self, action):
-        self.turn += 1
-        if self.turn == 1:
-            pixels = np.asarray(self.problem.images[0])
-            crop = pixels[: pixels.shape[0] // 2, : pixels.shape[1] // 2]
-            return StepResult([{"role": "user", "content": "zoomed", "images": [crop]}], 0.0, False)
-        return self.end(0.0, False, 0.0, "answered")
-
-
-class ZoomTask(WrappedTask):
-    name = "zoom:count_shapes"
-
-    def make_env(self, problem):
-        return ZoomEnvironment(problem, self.max_turns)
-
-
 @pytest.fixture(scope="module")
 def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the zoom environment, on the actors
+    ray.cloudpickle.register_pickle_by_value(zoom_env)  # the zoom environment, on the actors
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield
     ray.shutdown()
 
 
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def vlm(request, tmp_path_factory):
+    """``(family, model section)`` of a VLM of each family."""
+    return request.param, FAMILIES[request.param](tmp_path_factory.mktemp(request.param))
+
+
 @pytest.fixture
-def visual_config(tiny_train_config):
-    def make(**updates):
+def visual_config(tiny_train_config, vlm):
+    def make(model=None, **updates):
         return tiny_train_config(
-            model=TINY_VLM,
+            model={**vlm[1], **(model or {})},
             tasks=[{"name": "count_shapes", "difficulty": "easy"}, {"name": "bar_tallest", "difficulty": "easy"}],
             backend="ray",
+            threads=1,
             **updates,
         )
 
     return make
 
 
-def _perturbed_encoder(model) -> None:
-    """Move the patch encoder's weights away from the workers' own initialisation: only a weight sync that carries
-    them makes the workers' log-probs equal the trainer's."""
+def _perturbed(model) -> None:
+    """Move the vision tower's weights and every LoRA adapter's away from the workers' own initialisation: only a
+    weight sync that carries them makes the workers' log-probs equal the trainer's."""
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        for p in model.vision.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.5)
+        for name, p in model.named_parameters():
+            if "vision" in name or "visual" in name or "lora_" in name:
+                p.add_(torch.randn(p.shape, generator=generator) * 0.5)
 
 
 def _learner_logprobs(model, group, pad_id, temperature):
@@ -100,12 +105,12 @@ def _learner_logprobs(model, group, pad_id, temperature):
 
 
 def _worker_group(trainer, problem, sampling_, perturb: bool = False):
-    """One group of ``problem`` from a Ray rollout worker, after a weight sync of the trainer's policy (its patch
-    encoder moved first when ``perturb``); the pool shut down."""
+    """One group of ``problem`` from a Ray rollout worker, after a weight sync of the trainer's policy (its vision
+    tower and adapters moved first when ``perturb``); the pool shut down."""
     pool, model = trainer.parts.rollout_pool, trainer.parts.policy.model
     try:
         if perturb:
-            _perturbed_encoder(model)
+            _perturbed(model)
         pool.sync_weights(model, 3)
         (group,) = pool.groups(1, lambda n: [problem] * n, sampling_)
     finally:
@@ -113,6 +118,7 @@ def _worker_group(trainer, problem, sampling_, perturb: bool = False):
     return group
 
 
+@pytest.mark.parametrize("vlm", ["tiny"], indirect=True)
 def test_pictures_travel_to_the_workers_and_back_with_the_prompts(local_ray, visual_config):
     from polyrl.train.trainer import Trainer
 
@@ -126,18 +132,26 @@ def test_pictures_travel_to_the_workers_and_back_with_the_prompts(local_ray, vis
         assert torch.equal(t.prompt_ids.pixels, shown.pixels) and t.prompt_ids.images_key == shown.images_key
 
 
-def test_worker_logprobs_with_pictures_equal_the_learners_forward_after_a_weight_sync(local_ray, visual_config):
+@pytest.mark.parametrize(
+    ("vlm", "lora"),
+    [("tiny", False), ("idefics3", False), ("idefics3", True), ("qwen2_vl", False), ("qwen2_vl", True)],
+    indirect=["vlm"],
+)
+def test_worker_logprobs_with_pictures_equal_the_learners_forward_after_a_weight_sync(local_ray, visual_config, lora):
     from polyrl.train.trainer import Trainer
 
-    trainer = Trainer(visual_config(ray={"num_rollout_workers": 1}))
+    model_section = {"lora": {"enabled": True, "r": 4}} if lora else {}
+    trainer = Trainer(visual_config(model=model_section, ray={"num_rollout_workers": 1}))
     model, pad_id = trainer.parts.policy.model, trainer.parts.policy.tokenizer.pad_token_id
     initial = copy.deepcopy(model)
     problem = trainer.parts.mix.tasks["count_shapes"].generate(0, "easy")
     group = _worker_group(trainer, problem, sampling(3, 6), perturb=True)
+    shown = trainer.parts.prompts.ids(problem)
     for t, expected in zip(group, _learner_logprobs(model, group, pad_id, 1.0), strict=True):
-        assert t.policy_version == 3
+        assert isinstance(t.prompt_ids, ImageIds) and t.prompt_ids == shown
+        assert torch.equal(t.prompt_ids.pixels, shown.pixels) and t.policy_version == 3
         torch.testing.assert_close(torch.tensor(t.behaviour_logprobs), expected)
-    unsynced = _learner_logprobs(initial, group, pad_id, 1.0)  # the workers' own encoder: other log-probs
+    unsynced = _learner_logprobs(initial, group, pad_id, 1.0)  # the workers' own vision tower and adapters
     assert not all(torch.allclose(torch.tensor(t.behaviour_logprobs), u) for t, u in zip(group, unsynced))
 
 
@@ -157,6 +171,7 @@ def test_worker_nucleus_logprobs_with_pictures_are_the_trainers(local_ray, visua
         assert all(lp <= 0 for lp in t.behaviour_logprobs)
 
 
+@pytest.mark.parametrize("vlm", ["tiny"], indirect=True)
 def test_placeholders_of_returned_trajectories_are_masked_from_the_loss(local_ray, visual_config):
     from polyrl.train.trainer import Trainer
 
@@ -177,20 +192,22 @@ def test_placeholders_of_returned_trajectories_are_masked_from_the_loss(local_ra
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
-def test_a_visual_config_trains_on_ray_rollout_workers(local_ray, visual_config, asynchronous):
+def test_a_visual_config_trains_on_ray_rollout_workers(local_ray, visual_config, vlm, asynchronous):
     from polyrl.train.trainer import Trainer
 
+    run = TRAINING["tiny" if vlm[0] == "tiny" else "hf"]
     cfg = visual_config(
         ray={"num_rollout_workers": 2, "async": asynchronous, "max_staleness": 1},
-        rl={"steps": 3, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8, "dynamic_sampling": False},
+        rl={"prompts_per_step": 2, "dynamic_sampling": False, **run["rl"]},
         reward={"terms": [{"fn": "test_ray_vision:odd_length", "weight": 1.0}]},
-        sft={"steps": 2, "batch_size": 4},
+        sft={"batch_size": 4, **run["sft"]},
+        **({"eval": run["eval"]} if "eval" in run else {}),
     )
     trainer = Trainer(cfg)
     trainer.run()
     lines = (trainer.parts.run_dir.path / "metrics.jsonl").read_text().splitlines()
     records = [r for r in map(json.loads, lines) if r["stage"] == "rl"]
-    assert len(records) == 3 and sum(r["updates"] for r in records) > 0
+    assert len(records) == run["rl"]["steps"] and sum(r["updates"] for r in records) > 0
     assert all(r["samples"] and all(s["images"] for s in r["samples"]) for r in records)
     trained = [r for r in records if r["updates"] and r["staleness_max"] == 0]
     assert trained  # a step trained on the weights that sampled it: behaviour and learner agree
@@ -200,7 +217,7 @@ def test_a_visual_config_trains_on_ray_rollout_workers(local_ray, visual_config,
     assert stats.failed_groups == 0 and stats.task_errors == 0
 
 
-def test_an_environment_worker_s_picture_reaches_the_learner_and_scores_as_the_worker_did(local_ray):
+def test_a_zoom_episode_on_workers_reaches_the_learner_and_scores_as_the_worker_did(local_ray, vlm):
     from polyrl.device import HOST
     from polyrl.distributed.pool import RolloutPool
     from polyrl.distributed.ray_config import RayConfig
@@ -209,8 +226,9 @@ def test_an_environment_worker_s_picture_reaches_the_learner_and_scores_as_the_w
     from polyrl.policy.prompts import PromptConfig
     from polyrl.tasks import get_task
 
-    model_config = ModelConfig(**TINY_VLM)
-    task = ZoomTask(get_task("count_shapes"), 2)
+    turns, max_new_tokens, max_episode_tokens = ZOOM[vlm[0]]
+    model_config = ModelConfig(**vlm[1])
+    task = zoom_env.ZoomTask(get_task("count_shapes"), turns)
     pool = RolloutPool(
         RayConfig(num_rollout_workers=1, num_env_workers=1),
         model_config=model_config,
@@ -220,17 +238,23 @@ def test_an_environment_worker_s_picture_reaches_the_learner_and_scores_as_the_w
     )
     policy = load_policy(model_config, seed=0, device=HOST)
     try:
-        _perturbed_encoder(policy.model)
+        _perturbed(policy.model)
         pool.sync_weights(policy.model, 0)
         problem = task.generate(0, "easy")
-        (group,) = pool.groups(1, lambda n: [problem] * n, sampling(2, 6, max_episode_tokens=200))
+        episodes = sampling(2, max_new_tokens, max_episode_tokens=max_episode_tokens)
+        (group,) = pool.groups(1, lambda n: [problem] * n, episodes)
         assert ray.get(pool.env_workers[0].counts.remote())["started"] == 2
     finally:
         pool.shutdown()
-    placeholder = policy.model.config.image_token_id
+    images, image_id, shown = policy.image_input, policy.model.config.image_token_id, turns - 1
     for t in group:
-        assert isinstance(t.response_ids, ImageIds) and t.response_ids.pixels.shape == (1, 16, 16, 3)
-        assert [m for i, m in zip(t.response_ids, t.policy_mask) if i == placeholder] == [0] * 4
+        assert isinstance(t.response_ids, ImageIds) and t.response_ids.pixels.shape == (
+            shown,
+            images.size,
+            images.size,
+            3,
+        )
+        assert [m for i, m in zip(t.response_ids, t.policy_mask) if i == image_id] == [0] * (shown * images.tokens)
     learner = _learner_logprobs(policy.model, group, policy.tokenizer.pad_token_id, 1.0)
     for t, expected in zip(group, learner, strict=True):
         torch.testing.assert_close(torch.tensor(t.behaviour_logprobs), expected)

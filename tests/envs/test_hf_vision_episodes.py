@@ -8,18 +8,16 @@ import numpy as np
 import pytest
 import torch
 from small_vlms import save_idefics3, save_qwen2_vl
-from zoom_env import ZoomTask
+from zoom_env import scored_and_sampled, zoom_episodes
 
 from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.forward.batch import ImageIds, collate
 from polyrl.forward.logprobs import sequence_logprobs
 from polyrl.forward.pictures import row_pixels
-from polyrl.policy.generation import TransformersBackend
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.policy.prompts import PromptBuilder, PromptConfig
 from polyrl.rollout.chat import ChatCodec
-from polyrl.rollout.episodes import rollout_episodes
 from polyrl.tasks import get_task
 from polyrl.tasks.images import rgb_image
 
@@ -30,18 +28,6 @@ FAMILIES = {
 }
 TURNS = 3
 """Two zoomed observations: pictures in the prompt and after the first and second turns."""
-
-
-class Recording:
-    """A backend that keeps what each generate call read and returned."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-
-    def generate(self, prompts, **kwargs):
-        gens = self.inner.generate(prompts, **kwargs)
-        self.calls.append((list(prompts), gens))
-        return gens
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -61,14 +47,7 @@ def _prompts(policy, **images) -> PromptBuilder:
 
 
 def _episodes(policy, prompts=None):
-    task = ZoomTask(get_task("count_shapes"), TURNS)
-    backend = Recording(TransformersBackend(policy.model, policy.tokenizer, device=HOST))
-    problems = [task.generate(s, "easy") for s in range(2)]
-    torch.manual_seed(0)
-    trajs = rollout_episodes(
-        problems, {task.name: task}, backend, prompts or _prompts(policy), 1, 5, 400, temperature=1.0, top_p=1.0
-    )
-    return trajs, backend.calls
+    return zoom_episodes(policy, prompts or _prompts(policy), TURNS, 1, 5, 400)
 
 
 @pytest.fixture(scope="module")
@@ -124,13 +103,8 @@ def test_the_episode_is_what_the_processor_template_renders_for_the_conversation
 
 
 def test_the_training_forward_scores_every_turn_as_generation_did(policy, episodes):
-    trajs, calls = episodes
-    batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], 0, [t.policy_mask for t in trajs])
-    with torch.no_grad():
-        logp, _ = sequence_logprobs(policy.model, batch)
-    for i in range(len(trajs)):  # every episode lives all turns: row i of each call is episode i
-        sampled = [lp for _, gens in calls for lp in gens[i].logprobs]
-        assert torch.allclose(logp[i][batch.loss_mask[i].bool()], torch.tensor(sampled), atol=1e-5)
+    for scored, sampled in scored_and_sampled(policy.model, *episodes):
+        assert torch.allclose(scored, sampled, atol=1e-5)
 
 
 def test_the_training_forward_equals_the_model_s_own_forward_with_its_own_positions(policy, episodes):

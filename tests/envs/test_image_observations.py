@@ -5,55 +5,16 @@ and the training forward scores every policy turn as generation did."""
 import numpy as np
 import pytest
 import torch
+from zoom_env import scored_and_sampled, zoom_episodes
 
 from polyrl.device import HOST
-from polyrl.envs.environment import Environment, StepResult
-from polyrl.envs.wrapped import WrappedTask
 from polyrl.errors import UserError
-from polyrl.forward.batch import ImageIds, collate
-from polyrl.forward.logprobs import sequence_logprobs
-from polyrl.policy.generation import TransformersBackend
+from polyrl.forward.batch import ImageIds
 from polyrl.policy.loading import ModelConfig, load_policy
 from polyrl.policy.prompts import PromptBuilder, PromptConfig
-from polyrl.rollout.episodes import rollout_episodes
-from polyrl.tasks import get_task
 
 SMALL = {"hidden_size": 32, "intermediate_size": 64, "num_layers": 2, "num_heads": 2}
 VISION = {"enabled": True, "image_size": 16, "patch_size": 4, "heads": 2}
-
-
-class ZoomEnvironment(Environment):
-    """First turn: any text, answered with the top-left quarter of the picture; second turn: the answer."""
-
-    def reset(self):
-        return [{"role": "user", "content": self.problem.prompt}]
-
-    def step(self, action):
-        self.turn += 1
-        if self.turn == 1:
-            pixels = np.asarray(self.problem.images[0])
-            crop = pixels[: pixels.shape[0] // 2, : pixels.shape[1] // 2]
-            return StepResult([{"role": "user", "content": "zoomed", "images": [crop]}], 0.0, False)
-        return self.end(0.0, False, 0.0, "answered")
-
-
-class ZoomTask(WrappedTask):
-    name = "zoom:count_shapes"
-
-    def make_env(self, problem):
-        return ZoomEnvironment(problem, self.max_turns)
-
-
-class Recording:
-    """A backend that keeps what each generate call read and returned."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-
-    def generate(self, prompts, **kwargs):
-        gens = self.inner.generate(prompts, **kwargs)
-        self.calls.append((list(prompts), gens))
-        return gens
 
 
 @pytest.fixture(scope="module")
@@ -61,16 +22,10 @@ def policy():
     return load_policy(ModelConfig(tiny={**SMALL, "vision": VISION}), seed=0, device=HOST)
 
 
-def _episodes(policy, images=True):
-    task = ZoomTask(get_task("count_shapes"), 2)
-    prompts = PromptBuilder(
-        policy.tokenizer, PromptConfig(field="question", style="terse"), policy.image_input if images else None
-    )
-    backend = Recording(TransformersBackend(policy.model, policy.tokenizer, device=HOST))
-    problems = [task.generate(s, "easy") for s in range(2)]
-    torch.manual_seed(0)
-    trajs = rollout_episodes(problems, {task.name: task}, backend, prompts, 2, 6, 200, temperature=1.0, top_p=1.0)
-    return trajs, backend.calls
+def _episodes(policy):
+    """Two-turn crop-and-zoom episodes, 2 of each of 2 problems, on terse prompts."""
+    prompts = PromptBuilder(policy.tokenizer, PromptConfig(field="question", style="terse"), policy.image_input)
+    return zoom_episodes(policy, prompts, 2, 2, 6, 200)
 
 
 def test_an_observation_picture_is_in_the_episode_as_its_placeholders_and_pixels(policy):
@@ -92,13 +47,8 @@ def test_the_second_turn_reads_exactly_the_episode_s_tokens_and_pictures(policy)
 
 
 def test_the_training_forward_scores_every_turn_as_generation_did(policy):
-    trajs, calls = _episodes(policy)
-    batch = collate([(t.prompt_ids, t.response_ids) for t in trajs], 0, [t.policy_mask for t in trajs])
-    with torch.no_grad():
-        logp, _ = sequence_logprobs(policy.model, batch)
-    for i in range(len(trajs)):  # every episode lives both turns: row i of each call is episode i
-        sampled = [lp for _, gens in calls for lp in gens[i].logprobs]
-        assert torch.allclose(logp[i][batch.loss_mask[i].bool()], torch.tensor(sampled), atol=1e-5)
+    for scored, sampled in scored_and_sampled(policy.model, *_episodes(policy)):
+        assert torch.allclose(scored, sampled, atol=1e-5)
 
 
 def test_an_observation_picture_for_a_text_policy_is_one_line(policy):
@@ -122,5 +72,6 @@ def test_an_episode_keeps_each_observations_pictures_unresized_with_the_turn_the
     for t in trajs:
         (turn, (crop,)), *rest = t.observation_images
         picture = np.asarray(t.problem.images[0])
-        expected = picture[: picture.shape[0] // 2, : picture.shape[1] // 2]
+        quarter = picture[: picture.shape[0] // 2, : picture.shape[1] // 2]
+        expected = quarter.repeat(2, axis=0).repeat(2, axis=1)  # the zoomed quarter, as the environment showed it
         assert turn == 1 and rest == [] and np.array_equal(np.asarray(crop), expected)

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from experiment_configs import ci_config, config_file
 
 from polyrl.cli import run as cli
 from polyrl.curriculum.mixture_regression import choose_mixture, fit_ridge
@@ -12,45 +13,32 @@ from polyrl.experiments.curriculum import parse_strategies
 from polyrl.experiments.mixture_search import search_mixture
 from polyrl.experiments.summary import forgetting
 
-TINY = """
-model: {path: tiny}
-prompt: {field: question}
-threads: 1
-tensorboard: false
-tasks:
-  - {name: sort_digits, difficulty: 0.0, eval_difficulty: 0.2}
-  - {name: boolean_evaluation, difficulty: 0.0}
-sft: {steps: 20, batch_size: 16}
-rl: {steps: 5, prompts_per_step: 4, group_size: 4, max_new_tokens: 16}
-eval: {problems_per_task: 8, pass_k: 1, every: 2}
-difficulty_control: {window: 8}
-"""
+TINY = ci_config(
+    [
+        {"name": "sort_digits", "difficulty": 0.0, "eval_difficulty": 0.2},
+        {"name": "boolean_evaluation", "difficulty": 0.0},
+    ],
+    sft_steps=20,
+    rl={"steps": 5, "max_new_tokens": 16},
+    eval={"problems_per_task": 8, "every": 2},
+    difficulty_control={"window": 8},
+)
 
 
 @pytest.fixture
 def tiny_config(tmp_path):
-    path = tmp_path / "exp.yaml"
-    path.write_text(TINY)
-    return path
+    return config_file(tmp_path / "exp.yaml", TINY)
+
+
+def _compare(config, samplers: str, out) -> int:
+    """``polyrl experiment curriculum`` of one seed over ``samplers``; its exit code."""
+    argv = ["experiment", "curriculum", "--config", str(config), "--seeds", "1", "--samplers", samplers]
+    return cli([*argv, "--out", str(out)])
 
 
 def test_ci_sized_comparison_writes_report_plots_and_runs(tiny_config, tmp_path):
     out = tmp_path / "out"
-    rc = cli(
-        [
-            "experiment",
-            "curriculum",
-            "--config",
-            str(tiny_config),
-            "--seeds",
-            "1",
-            "--samplers",
-            "uniform,success_band+difficulty",
-            "--out",
-            str(out),
-        ]
-    )
-    assert rc == 0
+    assert _compare(tiny_config, "uniform,success_band+difficulty", out) == 0
     report = (out / "report.md").read_text()
     for heading in ("Held-out, easy split", "Held-out, hard split", "Forgetting", "Verdict"):
         assert heading in report
@@ -74,21 +62,7 @@ def test_ci_sized_comparison_writes_report_plots_and_runs(tiny_config, tmp_path)
 
 def test_unknown_sampler_exits_2_before_any_training(tiny_config, tmp_path, capsys):
     out = tmp_path / "out"
-    rc = cli(
-        [
-            "experiment",
-            "curriculum",
-            "--config",
-            str(tiny_config),
-            "--seeds",
-            "1",
-            "--samplers",
-            "uniform,nope",
-            "--out",
-            str(out),
-        ]
-    )
-    assert rc == 2
+    assert _compare(tiny_config, "uniform,nope", out) == 2
     assert "unknown sampler or strategy 'nope'" in capsys.readouterr().err
     assert not out.exists()
 

@@ -96,17 +96,13 @@ def test_verdict_follows_the_confidence_interval_of_the_paired_difference(low, h
     assert f"`on` {word} off" in text and "80% power: 5.0 points" in text
 
 
+def _budget(sft_runs: int, rl_runs: int, finished: int, s_per_sft_step: float, seeds_left: int = 1) -> Budget:
+    """A budget of SFT runs of 100 steps and RL runs of 10 steps at 6 s a step."""
+    return Budget(sft_runs, rl_runs, finished, 100, 10, s_per_sft_step, 6.0, "x", seeds_left)
+
+
 def test_budget_is_runs_times_steps_times_seconds_per_step():
-    b = Budget(
-        sft_runs=2,
-        rl_runs=4,
-        finished=2,
-        sft_steps=100,
-        rl_steps=10,
-        s_per_sft_step=1.5,
-        s_per_rl_step=6.0,
-        source="x",
-    )
+    b = _budget(sft_runs=2, rl_runs=4, finished=2, s_per_sft_step=1.5)
     assert b.seconds == 2 * 100 * 1.5 + 4 * 10 * 6.0
     assert "≈ 9 min" in format_budget(b) and "2 finished run(s) skipped" in format_budget(b)
 
@@ -134,17 +130,7 @@ def test_budget_from_recorded_wall_times(tmp_path):
 
 
 def test_budget_with_parallel_seeds_divides_by_the_seeds_run_at_once():
-    b = Budget(
-        sft_runs=3,
-        rl_runs=6,
-        finished=0,
-        sft_steps=100,
-        rl_steps=10,
-        s_per_sft_step=1.2,
-        s_per_rl_step=6.0,
-        source="x",
-        seeds_left=3,
-    )
+    b = _budget(sft_runs=3, rl_runs=6, finished=0, s_per_sft_step=1.2, seeds_left=3)
     assert b.seconds == 3 * 100 * 1.2 + 6 * 10 * 6.0  # 720 s = 12 min serially
     assert "≈ 12 min on this machine" in format_budget(b)
     # 3 seeds on 3 processes: a third of it; on 2 processes: two rounds of seeds, 2/3 of it

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import yaml
+from experiment_configs import category_smoke
 
 from polyrl.cli import run as cli
 from polyrl.errors import UserError
@@ -18,20 +19,7 @@ CATS = {
 }
 TASKS = list(CATS)
 
-SMOKE = """
-model: {path: tiny}
-prompt: {field: question}
-threads: 1
-tensorboard: false
-tasks:
-  - {name: sort_digits, difficulty: 0.0}
-  - {name: reverse_letters, difficulty: 0.0}
-  - {name: boolean_evaluation, difficulty: 0.0}
-  - {name: addition, difficulty: 0.0}
-sft: {steps: 10, batch_size: 16}
-rl: {steps: 4, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, dynamic_sampling: false}
-eval: {problems_per_task: 4, pass_k: 1}
-"""
+SMOKE = category_smoke(rl_steps=4)
 
 
 def test_the_specialists_share_the_joint_budget_and_leave_one_out_halves_it():

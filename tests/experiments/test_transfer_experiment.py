@@ -6,6 +6,7 @@ import math
 
 import pytest
 import yaml
+from experiment_configs import category_smoke
 
 from polyrl.cli import run as cli
 from polyrl.errors import UserError
@@ -17,20 +18,7 @@ CATEGORIES = {
     "arithmetic": ["addition"],
 }
 
-SMOKE = """
-model: {path: tiny}
-prompt: {field: question}
-threads: 1
-tensorboard: false
-tasks:
-  - {name: sort_digits, difficulty: 0.0}
-  - {name: reverse_letters, difficulty: 0.0}
-  - {name: boolean_evaluation, difficulty: 0.0}
-  - {name: addition, difficulty: 0.0}
-sft: {steps: 10, batch_size: 16}
-rl: {steps: 2, prompts_per_step: 4, group_size: 4, max_new_tokens: 16, dynamic_sampling: false}
-eval: {problems_per_task: 4, pass_k: 1}
-"""
+SMOKE = category_smoke(rl_steps=2)
 
 
 def test_arms_train_on_one_other_category_all_others_or_the_held_out_one():

@@ -4,6 +4,7 @@ training (its settings recorded in the config), and every mismatch is one line."
 import pytest
 import torch
 from pydantic import ValidationError
+from small_checkpoints import save_small_checkpoint
 
 from polyrl.device import HOST
 from polyrl.errors import UserError
@@ -56,22 +57,11 @@ def test_dora_trains_a_magnitude_per_output(tiny_model_dir):
 def test_bias_all_trains_the_base_biases(tmp_path):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from polyrl.policy.tiny import build_tiny_tokenizer
-
-    tokenizer = build_tiny_tokenizer()
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+    shape = dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2
     )
-    Qwen2ForCausalLM(config).save_pretrained(tmp_path / "qwen")  # Qwen2's q/k/v projections have biases
-    tokenizer.save_pretrained(tmp_path / "qwen")
-    trainable = {
-        n for n, p in lora_policy(tmp_path / "qwen", r=2, bias="all").model.named_parameters() if p.requires_grad
-    }
+    qwen = save_small_checkpoint(tmp_path / "qwen", Qwen2Config, Qwen2ForCausalLM, **shape)  # q/k/v have biases
+    trainable = {n for n, p in lora_policy(qwen, r=2, bias="all").model.named_parameters() if p.requires_grad}
     assert any(n.endswith("q_proj.base_layer.bias") for n in trainable)
 
 

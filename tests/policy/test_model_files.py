@@ -7,13 +7,13 @@ import json
 
 import numpy as np
 import pytest
-import torch
+from small_checkpoints import save_small_checkpoint
 
 from polyrl.cli import run
 from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.policy.loading import ModelConfig, load_policy
-from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy, build_tiny_tokenizer
+from polyrl.policy.tiny import TinyModelConfig, build_tiny_policy
 
 SHAPE = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2)
 
@@ -83,20 +83,10 @@ def _bert_lm(path, is_decoder: bool):
     """A complete BertLMHeadModel checkpoint: every weight there, causal only with ``is_decoder``."""
     from transformers import BertConfig, BertLMHeadModel
 
-    tokenizer = build_tiny_tokenizer()
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        is_decoder=is_decoder,
+    shape = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    return save_small_checkpoint(
+        path, BertConfig, BertLMHeadModel, **shape, max_position_embeddings=64, is_decoder=is_decoder
     )
-    torch.manual_seed(0)
-    BertLMHeadModel(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def test_an_encoder_with_all_its_weights_is_refused_as_not_causal(tmp_path):

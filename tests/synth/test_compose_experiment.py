@@ -4,39 +4,38 @@ import json
 
 import pytest
 import yaml
+from experiment_configs import ci_config, config_file
 
 from polyrl.cli import run as cli
 from polyrl.errors import UserError
 from polyrl.experiments.compose import HeldOutSuite, group_means, plan_compose
 from polyrl.tasks.builtin.compositions import chain_name, held_out_chains
 
-TINY = """
-model: {path: tiny}
-prompt: {field: question}
-threads: 1
-tensorboard: false
-tasks:
-  - {name: compose/rev, difficulty: easy}
-  - {name: compose/up, difficulty: easy}
-sft: {steps: 10, batch_size: 16}
-rl: {steps: 2, prompts_per_step: 4, group_size: 4, max_new_tokens: 8}
-eval: {problems_per_task: 4, pass_k: 1}
-strategies:
-  primitives: {}
-  primitives+depth2:
-    tasks:
-      - {name: compose/rev, difficulty: easy}
-      - {name: compose/up, difficulty: easy}
-      - {name: compose/mix, difficulty: {depth: 2, length: 4, alphabet: 6}}
-    sampler: {name: weighted, options: {weights: {compose/rev: 1, compose/up: 1, compose/mix: 2}}}
-"""
+TINY = ci_config(
+    [{"name": "compose/rev", "difficulty": "easy"}, {"name": "compose/up", "difficulty": "easy"}],
+    sft_steps=10,
+    rl={"steps": 2, "max_new_tokens": 8},
+    eval={"problems_per_task": 4},
+    strategies={
+        "primitives": {},
+        "primitives+depth2": {
+            "tasks": [
+                {"name": "compose/rev", "difficulty": "easy"},
+                {"name": "compose/up", "difficulty": "easy"},
+                {"name": "compose/mix", "difficulty": {"depth": 2, "length": 4, "alphabet": 6}},
+            ],
+            "sampler": {
+                "name": "weighted",
+                "options": {"weights": {"compose/rev": 1, "compose/up": 1, "compose/mix": 2}},
+            },
+        },
+    },
+)
 
 
 @pytest.fixture
 def tiny_config(tmp_path):
-    path = tmp_path / "compose.yaml"
-    path.write_text(TINY)
-    return path
+    return config_file(tmp_path / "compose.yaml", TINY)
 
 
 def test_ci_sized_experiment_evaluates_every_arm_on_the_held_out_chains(tiny_config, tmp_path):

@@ -344,3 +344,20 @@ def test_vs_trl_gives_polyrl_set_overrides_to_polyrls_rl_stage_only(monkeypatch,
     assert captured[0].rl.skip_zero_advantage is False and captured[0].rl.lr == 3e-4
     sft = vs_trl.polyrl_config(args, tmp_path / "sft", ["rl.enabled=false"])
     assert sft.rl.skip_zero_advantage is True and sft.rl.lr == args.lr
+
+
+def test_vs_trl_refuses_an_eval_spacing_not_below_the_rl_steps_and_says_the_range(monkeypatch, capsys):
+    """``--eval-every`` equal to ``--steps`` would only repeat the final evaluation: refused with the range that is
+    accepted (the message once said "between 1 and the RL steps", which included the refused value)."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "benchmarks"))
+    vs_trl = pytest.importorskip("vs_trl")
+    monkeypatch.setattr("sys.argv", ["vs_trl.py", "--steps", "30", "--eval-every", "30"])
+    with pytest.raises(SystemExit) as exit_info:
+        vs_trl.parse_args()
+    assert exit_info.value.code == 2
+    assert "from 1 to 29" in capsys.readouterr().err
+    monkeypatch.setattr("sys.argv", ["vs_trl.py", "--steps", "30", "--eval-every", "29"])
+    args, _ = vs_trl.parse_args()
+    assert args.eval_every == 29
