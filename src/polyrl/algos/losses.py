@@ -101,12 +101,14 @@ def _sequences_with_tokens(mask: Tensor, total_sequences: Count | None) -> Count
     return (mask.sum(-1) > 0).sum().clamp(min=1)
 
 
-# The built-in aggregations take the parameters of :class:`Aggregation`, typed there, in its order: the one
-# signature every aggregation has (``aggregate`` passes all five).
-
-
 @register_aggregation("token_mean")
-def token_mean(values, mask, max_tokens=None, total_tokens=None, total_sequences=None) -> Tensor:
+def token_mean(
+    values: Tensor,
+    mask: Tensor,
+    max_tokens: int | None = None,
+    total_tokens: Count | None = None,
+    total_sequences: Count | None = None,
+) -> Tensor:
     """Sum over every valid token in the batch / number of valid tokens (``total_tokens`` when given).
 
     DAPO (Yu et al. 2025, §3.3 Token-Level Policy Gradient Loss): each token weighs the same, so long
@@ -117,7 +119,13 @@ def token_mean(values, mask, max_tokens=None, total_tokens=None, total_sequences
 
 
 @register_aggregation("seq_mean_token_mean")
-def seq_mean_token_mean(values, mask, max_tokens=None, total_tokens=None, total_sequences=None) -> Tensor:
+def seq_mean_token_mean(
+    values: Tensor,
+    mask: Tensor,
+    max_tokens: int | None = None,
+    total_tokens: Count | None = None,
+    total_sequences: Count | None = None,
+) -> Tensor:
     """Mean over each sequence's tokens, then mean over sequences (the original GRPO objective).
 
     Shao et al. 2024, "DeepSeekMath", eq. 3: ``1/G sum_i 1/|o_i| sum_t``. Sequences without valid
@@ -128,7 +136,13 @@ def seq_mean_token_mean(values, mask, max_tokens=None, total_tokens=None, total_
 
 
 @register_aggregation("seq_mean_token_sum_norm")
-def seq_mean_token_sum_norm(values, mask, max_tokens=None, total_tokens=None, total_sequences=None) -> Tensor:
+def seq_mean_token_sum_norm(
+    values: Tensor,
+    mask: Tensor,
+    max_tokens: int | None = None,
+    total_tokens: Count | None = None,
+    total_sequences: Count | None = None,
+) -> Tensor:
     """Sum over each sequence's tokens / a constant ``max_tokens``, then mean over sequences.
 
     Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training", §3.1): dividing by ``|o_i|`` biases

@@ -148,9 +148,16 @@ def rollout_groups(
 
 
 def rollout(
-    problems, tasks, backend, prompts, sampling: Sampling, greedy=False, version=0, latest=None
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    sampling: Sampling,
+    greedy: bool = False,
+    version: int = 0,
+    latest: PolicySource | None = None,
 ) -> list[Trajectory]:
-    """:func:`rollout_groups` (the same parameters, typed there), flat: group ``k`` (``Trajectory.group``) answers
+    """:func:`rollout_groups`, flat: group ``k`` (``Trajectory.group``) answers
     ``problems[k]``."""
     return number_groups(rollout_groups(problems, tasks, backend, prompts, sampling, greedy, version, latest))
 

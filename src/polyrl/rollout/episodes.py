@@ -59,10 +59,16 @@ def rollout_episodes(
 
 @register_rollout_kind("episode", episodic=True, interruptible=True)
 def episode_groups(
-    problems, tasks, backend, prompts, sampling: Sampling, greedy, version, latest
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    sampling: Sampling,
+    greedy: bool = False,
+    version: int = 0,
+    latest: PolicySource | None = None,
 ) -> list[list[Trajectory]]:
-    """The episode kind, every environment task's (its parameters are :class:`~polyrl.rollout.dispatch.Play`'s):
-    ``sampling.group_size`` episodes per problem; every turn, all live episodes generate in one call, then their
+    """The episode kind, every environment task's: ``sampling.group_size`` episodes per problem; every turn, all live episodes generate in one call, then their
     environments step concurrently (:class:`EnvSteps`, at most ``sampling.env_concurrency`` at once). One group
     per problem, in problem order.
 

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from polyrl.policy.generation import GenerationBackend
+from polyrl.policy.prompts import PromptBuilder
 from polyrl.rollout.chat import ChatCodec
-from polyrl.rollout.dispatch import Sampling, register_rollout_kind
+from polyrl.rollout.dispatch import PolicySource, Sampling, register_rollout_kind
 from polyrl.rollout.harness.agents import AgentCall, abandon, start_agent
 from polyrl.rollout.harness.children import end_children_of, thread_ids
 from polyrl.rollout.harness.endpoint import EpisodeState, HarnessEndpoint
@@ -54,9 +55,16 @@ class AgentRun:
 
 @register_rollout_kind("harness", episodic=True)
 def rollout_harness(
-    problems, tasks, backend, prompts, sampling: Sampling, greedy=False, version=0, latest=None
+    problems: list[Problem],
+    tasks: dict,
+    backend: GenerationBackend,
+    prompts: PromptBuilder,
+    sampling: Sampling,
+    greedy: bool = False,
+    version: int = 0,
+    latest: PolicySource | None = None,
 ) -> list[list[Trajectory]]:
-    """The harness kind (its parameters are :class:`~polyrl.rollout.dispatch.Play`'s): ``sampling.group_size``
+    """The harness kind: ``sampling.group_size``
     agent episodes per problem (all harness tasks), one unscored group per problem, in problem order (an episode's
     return is its last turn's reward; the score stage makes the reward). The agents run on the weights ``backend``
     holds when they start (``latest`` is None: not an interruptible kind)."""
