@@ -52,12 +52,6 @@ TRAINING = {
 """The end-to-end run's sizes: the tiny VLM's, and the (slower) Hugging Face ones'."""
 
 
-def odd_length(response):
-    """A reward that differs within a group of random completions, so that every step has something to train on
-    (the verifier alone scores an untrained model's answers 0)."""
-    return float(len(response) % 2)
-
-
 @pytest.fixture(scope="module")
 def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -199,7 +193,7 @@ def test_a_visual_config_trains_on_ray_rollout_workers(local_ray, visual_config,
     cfg = visual_config(
         ray={"num_rollout_workers": 2, "async": asynchronous, "max_staleness": 1},
         rl={"prompts_per_step": 2, "dynamic_sampling": False, **run["rl"]},
-        reward={"terms": [{"fn": "test_ray_vision:odd_length", "weight": 1.0}]},
+        reward={"terms": [{"fn": "signal_rewards:distinct_text", "weight": 1.0}]},
         sft={"batch_size": 4, **run["sft"]},
         **({"eval": run["eval"]} if "eval" in run else {}),
     )

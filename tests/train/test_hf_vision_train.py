@@ -108,12 +108,6 @@ def test_a_whole_run_keeps_every_tensor_on_the_placements_device(tmp_path, famil
     assert set(results) >= {"after_sft", "after_rl"}
 
 
-def odd_length(response):
-    """A reward that differs within a group of random completions, so that every step has something to train on
-    (the verifier alone scores an untrained model's answers 0)."""
-    return float(len(response) % 2)
-
-
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_train_runs_crop_and_zoom_episodes_whose_observations_show_pictures(tmp_path, family):
     """``polyrl train`` of an environment whose observation is a zoomed crop (``tests/zoom_env.py``): SFT on the
@@ -121,7 +115,7 @@ def test_train_runs_crop_and_zoom_episodes_whose_observations_show_pictures(tmp_
     from zoom_env import registered_zoom
 
     tasks = "tasks=[{name: 'count_shapes', difficulty: easy}, {name: 'env/zoom:count_shapes', difficulty: easy}]"
-    reward = "reward.terms=[{fn: 'test_hf_vision_train:odd_length', weight: 1.0}]"
+    reward = "reward.terms=[{fn: 'signal_rewards:distinct_text', weight: 1.0}]"
     overrides = [tasks, reward, "rl.steps=2", "rl.max_new_tokens=4", "env.max_episode_tokens=200"]
     with registered_zoom():
         assert run(["train", "--config", _config(tmp_path, family), *overrides]) == 0
