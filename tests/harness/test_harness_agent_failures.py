@@ -6,6 +6,7 @@ outlives its episode."""
 import _thread
 import math
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -95,12 +96,19 @@ def test_a_ctrl_c_of_the_trainer_still_stops_the_rollout(scripted, prompts):
     def agent(base_url, problem):
         time.sleep(20)
 
+    # Python's own SIGINT handler, as in `polyrl train`'s main thread, whatever an earlier test in this process
+    # installed; the timer is cancelled after, so that a late interrupt cannot reach another test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, _thread.interrupt_main)  # what SIGINT does to the trainer's main thread
-    timer.start()
-    start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        _play(agent, scripted(lambda text: "x"), prompts, group_size=1, timeout_s=30)
-    assert time.monotonic() - start < 5
+    try:
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            _play(agent, scripted(lambda text: "x"), prompts, group_size=1, timeout_s=30)
+        assert time.monotonic() - start < 5
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize(
