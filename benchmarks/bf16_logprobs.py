@@ -14,7 +14,10 @@ token four ways:
 
 and prints, per task, the mean absolute and mean signed difference to float32 (nats per token) and the largest one,
 and polyrl's behaviour − training difference, which the update corrects with truncated importance sampling
-(``ray.tis_cap``). Equal columns mean polyrl's bf16 numbers are as close to float32 as TRL's.
+(``ray.tis_cap``). Equal columns mean polyrl's bf16 numbers are as close to float32 as TRL's. Then the gradient of
+one policy-gradient loss on those completions (advantages ±1 by a fixed draw, token-mean): through polyrl's bf16
+training forward and through the Hugging Face forward under autocast, each against the float32 gradient (cosine,
+relative error, norm ratio) — what an update moves the weights along.
 
     python benchmarks/bf16_logprobs.py --model smollm2-135m-instruct          # configs/smollm2.yaml's tasks
     python benchmarks/bf16_logprobs.py                                      # the embedded tiny model
@@ -54,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=32, help="Longest completion (default 32).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the problems and the sampling (default 0).")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1).")
+    parser.add_argument("--no-gradients", action="store_true", help="Skip the gradient comparison.")
     parser.add_argument("--markdown", action="store_true", help="Print a markdown table.")
     parser.add_argument("--json", help="Also write the figures to this file.")
     args = parser.parse_args(argv)
@@ -150,6 +154,57 @@ def _diff(scores: dict[str, torch.Tensor], a: str, b: str, keep: torch.Tensor, m
     return {"mean_abs": float(d.abs().mean()), "mean": float(d.mean()), "max_abs": float(d.abs().max())}
 
 
+def gradients(trainer: Trainer, rows, seed: int) -> dict[str, dict]:
+    """The gradient of ``-sum(A * log p) / tokens`` over the completion tokens (``A`` = ±1 per completion, drawn with
+    ``seed``) through polyrl's bf16 training forward and the Hugging Face forward under autocast, each held against
+    the float32 gradient: ``cosine``, ``relative_error`` (|g - g32| / |g32|) and ``norm_ratio`` (|g| / |g32|)."""
+    model, cfg = trainer.parts.policy.model, trainer.config
+    batch = collate([(g.prompt_ids, g.completion_ids) for _, g in rows], trainer.parts.policy.tokenizer.pad_token_id)
+    signs = (torch.rand(len(rows), generator=torch.Generator().manual_seed(seed)) < 0.5).float() * 2 - 1
+    weights = signs[:, None] * batch.loss_mask / batch.loss_mask.sum()
+    was_training = model.training
+    model.train()
+    try:
+        grads = {name: _gradient(model, batch, weights, cfg, name) for name in ("fp32", "training", "hf_autocast")}
+    finally:
+        model.train(was_training)
+        model.zero_grad(set_to_none=True)
+    reference = grads.pop("fp32")
+    return {name: _against(g, reference) for name, g in grads.items()}
+
+
+def _gradient(model, batch, weights: torch.Tensor, cfg, name: str) -> torch.Tensor:
+    model.zero_grad(set_to_none=True)
+    if name == "training":
+        logp = sequence_logprobs(model, batch, cfg.rl.temperature, share_prompts=cfg.rl.share_prompts)
+        (-((logp[0] if isinstance(logp, tuple) else logp) * weights).sum()).backward()
+    else:  # a few rows at a time: full-vocabulary logits with their gradient stay small
+        for start in range(0, len(batch.input_ids), HF_CHUNK_ROWS):
+            ids = batch.input_ids[start : start + HF_CHUNK_ROWS]
+            mask = batch.attention_mask[start : start + HF_CHUNK_ROWS]
+            autocast = name == "hf_autocast"
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits = model(input_ids=ids, attention_mask=mask).logits
+            logp = torch.log_softmax(logits[:, :-1].float() / cfg.rl.temperature, -1)
+            logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+            (-(logp * weights[start : start + HF_CHUNK_ROWS]).sum()).backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).float()
+
+
+def _against(g: torch.Tensor, reference: torch.Tensor) -> dict:
+    """Cosine, relative error and norm ratio of ``g`` to ``reference``, summed in float64 a slice at a time."""
+    dot = err = norm = ref = 0.0
+    for start in range(0, len(g), 1 << 24):
+        a, b = g[start : start + (1 << 24)].double(), reference[start : start + (1 << 24)].double()
+        dot, err = dot + float(a @ b), err + float((a - b).square().sum())
+        norm, ref = norm + float(a.square().sum()), ref + float(b.square().sum())
+    return {
+        "cosine": dot / (norm * ref) ** 0.5,
+        "relative_error": (err / ref) ** 0.5,
+        "norm_ratio": (norm / ref) ** 0.5,
+    }
+
+
 def table(figures: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
     header = [
         "task",
@@ -177,6 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
         trainer = build(args, Path(work) / "run")
         rows = sample(trainer, args)
         figures = differences(scored(trainer, rows), rows, list(trainer.parts.mix.tasks))
+        grads = None if args.no_gradients else gradients(trainer, rows, args.seed)
         trainer.parts.run_dir.close()
     header, body = table(figures)
     print(
@@ -188,7 +244,16 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         for row in [header, *body]:
             print(" | ".join(row))
+    if grads is not None:
+        print("Gradient of one policy-gradient loss on these completions, against float32's:")
+        for name, label in (("training", "polyrl training (bf16)"), ("hf_autocast", "HF autocast (TRL)")):
+            g = grads[name]
+            print(
+                f"  {label}: cosine {g['cosine']:.4f}, relative error {g['relative_error']:.3f}, "
+                f"norm ratio {g['norm_ratio']:.3f}"
+            )
     result = {"machine": machine(), "torch": torch.__version__, "args": vars(args), "figures": figures}
+    result["gradients"] = grads
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return result

@@ -24,7 +24,8 @@ def test_polyrls_bf16_logprobs_are_as_close_to_float32_as_hugging_faces_autocast
     """On the tiny model, every task's completion tokens are scored four ways; polyrl's own bf16 forwards (the
     cached decode that samples, the packed training forward) stay within twice the error of the Hugging Face
     forward under autocast — a forward of polyrl's that dropped to bf16 where transformers keeps float32 (a
-    residual stream, a norm, the log-softmax) would be several times further off."""
+    residual stream, a norm, the log-softmax) would be several times further off. So does the gradient of a
+    policy-gradient loss through polyrl's training forward."""
     out = tmp_path / "bf16.json"
     result = bench.main(["--problems", "2", "--group-size", "2", "--max-new-tokens", "6", "--json", str(out)])
     assert json.loads(out.read_text())["figures"] == result["figures"]
@@ -37,6 +38,10 @@ def test_polyrls_bf16_logprobs_are_as_close_to_float32_as_hugging_faces_autocast
         for column in ("behaviour", "training"):
             assert math.isfinite(row[column]["mean_abs"]), (task, column)
             assert row[column]["mean_abs"] <= 2 * hf + 1e-3, (task, column, row[column]["mean_abs"], hf)
+    grads = result["gradients"]
+    assert 0 < grads["hf_autocast"]["relative_error"] < 0.2
+    assert grads["training"]["relative_error"] <= 2 * grads["hf_autocast"]["relative_error"] + 1e-3
+    assert grads["training"]["cosine"] > 0.98 and 0.8 < grads["training"]["norm_ratio"] < 1.2
 
 
 def test_a_non_positive_size_is_refused_in_one_line(bench, capsys):
