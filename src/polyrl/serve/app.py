@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from polyrl.device import HOST
 from polyrl.errors import UserError
 from polyrl.policy.generation import TransformersBackend
+from polyrl.policy.model_files import model_positions
 from polyrl.serve.api_errors import ServeError, install_handlers
 from polyrl.serve.completion import add_logprobs, completion_events, completion_object, make_choice
 from polyrl.serve.limits import (
@@ -74,20 +75,12 @@ class ServedPrompts:
         return vlm_prompt_ids(self.codec, decoded_messages(messages))
 
 
-def model_context(config) -> int | None:
-    """The model's context in tokens: its ``max_position_embeddings``, a vision-language model's text model's."""
-    context = getattr(config, "max_position_embeddings", None)
-    if context is None:
-        context = getattr(getattr(config, "text_config", None), "max_position_embeddings", None)
-    return context
-
-
 def build_app(policy, model_name: str, limits: ServeLimits | None = None):
     """The FastAPI app serving ``policy`` (a :class:`~polyrl.policy.loading.Policy`) as ``model_name``."""
     limits = limits or ServeLimits()
     tokenizer = policy.tokenizer
     backend = TransformersBackend(policy.model, tokenizer, device=policy.device)
-    context = model_context(policy.model.config)
+    context = model_positions(policy.model)  # a vision-language model's: its language model's
     max_prompt = limits.max_prompt_tokens or (context - 1 if context else None)
     if max_prompt is not None and context is not None and max_prompt >= context:
         raise UserError(
