@@ -77,37 +77,27 @@ def _compare(
     print(f"report: {plan.out / 'report.md'}")
 
 
-def _preset(name: str, config: str, out: str, share_sft: bool, title: str, baseline: str, doc: str):
-    """The command ``name``: the arms of ``config`` (its default) compared with ``baseline`` under ``title``."""
-
-    def command(
-        config: Config = config, seeds: Seeds = 3, arms: Arms = None, out: Out = out, share_sft: ShareSft = share_sft
-    ) -> None:
-        _compare(config, seeds, arms, out, share_sft, title, baseline)
-
-    command.__name__ = command.__qualname__ = name
-    command.__doc__ = doc
-    return command
+def critic(
+    config: Config = "configs/ppo_critic.yaml",
+    seeds: Seeds = 3,
+    arms: Arms = None,
+    out: Out = "runs/ppo_critic",
+    share_sft: ShareSft = True,
+) -> None:
+    """Compare advantage estimators (GRPO, PPO+MSE critic, PPO+HL-Gauss critic) on the same budget."""
+    _compare(config, seeds, arms, out, share_sft, "PPO critics (MSE, HL-Gauss) vs GRPO", "grpo")
 
 
-critic = _preset(
-    "critic",
-    "configs/ppo_critic.yaml",
-    "runs/ppo_critic",
-    True,
-    "PPO critics (MSE, HL-Gauss) vs GRPO",
-    "grpo",
-    "Compare advantage estimators (GRPO, PPO+MSE critic, PPO+HL-Gauss critic) on the same budget.",
-)
-surgery = _preset(
-    "surgery",
-    "configs/gradient_surgery.yaml",
-    "runs/gradient_surgery",
-    False,
-    "Multi-task gradient surgery: PCGrad and CAGrad vs summed gradients",
-    "summed",
-    "Compare multi-task gradient surgery (PCGrad, CAGrad) with summed gradients on the same budget.",
-)
+def surgery(
+    config: Config = "configs/gradient_surgery.yaml",
+    seeds: Seeds = 3,
+    arms: Arms = None,
+    out: Out = "runs/gradient_surgery",
+    share_sft: ShareSft = False,
+) -> None:
+    """Compare multi-task gradient surgery (PCGrad, CAGrad) with summed gradients on the same budget."""
+    title = "Multi-task gradient surgery: PCGrad and CAGrad vs summed gradients"
+    _compare(config, seeds, arms, out, share_sft, title, "summed")
 
 
 def _print_budget(plan, probe: bool, jobs: int = 1) -> None:
