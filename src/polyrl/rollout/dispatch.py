@@ -157,8 +157,7 @@ def rollout(
     version: int = 0,
     latest: PolicySource | None = None,
 ) -> list[Trajectory]:
-    """:func:`rollout_groups`, flat: group ``k`` (``Trajectory.group``) answers
-    ``problems[k]``."""
+    """:func:`rollout_groups`, flat: group ``k`` (``Trajectory.group``) answers ``problems[k]``."""
     return number_groups(rollout_groups(problems, tasks, backend, prompts, sampling, greedy, version, latest))
 
 

@@ -68,9 +68,9 @@ def episode_groups(
     version: int = 0,
     latest: PolicySource | None = None,
 ) -> list[list[Trajectory]]:
-    """The episode kind, every environment task's: ``sampling.group_size`` episodes per problem; every turn, all live episodes generate in one call, then their
-    environments step concurrently (:class:`EnvSteps`, at most ``sampling.env_concurrency`` at once). One group
-    per problem, in problem order.
+    """The episode kind, every environment task's: ``sampling.group_size`` episodes per problem; every turn, all
+    live episodes generate in one call, then their environments step concurrently (:class:`EnvSteps`, at most
+    ``sampling.env_concurrency`` at once). One group per problem, in problem order.
 
     ``sampling.max_new_tokens`` bounds one policy turn; ``sampling.max_episode_tokens`` the whole response (policy
     and environment tokens). Every episode ends with a reason in ``info["end_reason"]``; none is dropped.
@@ -84,30 +84,30 @@ def episode_groups(
     steps = EnvSteps(sampling.env_concurrency)
     envs = []
     try:
-        try:
-            for g, problem in enumerate(problems):
-                task = tasks[problem.task]
-                for _ in range(sampling.group_size):
-                    env = task.make_env(problem)
-                    codec.bind(env)
-                    envs.append((g, task, env, problem))
-            generation = {"temperature": sampling.temperature, "top_p": sampling.top_p, "greedy": greedy}
-            return _run_episodes(
-                envs,
-                problems,
-                backend,
-                codec,
-                steps,
-                sampling.max_new_tokens,
-                sampling.max_episode_tokens,
-                generation,
-                version,
-                latest,
-            )
-        finally:
-            _close_unfinished(envs)
+        for g, problem in enumerate(problems):
+            task = tasks[problem.task]
+            for _ in range(sampling.group_size):
+                env = task.make_env(problem)
+                codec.bind(env)
+                envs.append((g, task, env, problem))
+        generation = {"temperature": sampling.temperature, "top_p": sampling.top_p, "greedy": greedy}
+        return _run_episodes(
+            envs,
+            problems,
+            backend,
+            codec,
+            steps,
+            sampling.max_new_tokens,
+            sampling.max_episode_tokens,
+            generation,
+            version,
+            latest,
+        )
     finally:
-        steps.close()
+        try:
+            _close_unfinished(envs)  # unfinished environments first, then the stepping threads
+        finally:
+            steps.close()
 
 
 def _close_unfinished(envs: list) -> None:
