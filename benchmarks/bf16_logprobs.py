@@ -38,7 +38,7 @@ import torch
 from machine import machine, markdown_table  # benchmarks/machine.py (scripts run from benchmarks/)
 
 from polyrl.cli.train import default_config_path
-from polyrl.forward import collate, sequence_logprobs
+from polyrl.forward import TokenBatch, collate, sequence_logprobs
 from polyrl.train.config import load_config
 from polyrl.train.trainer import Trainer
 
@@ -101,39 +101,46 @@ def sample(trainer: Trainer, args) -> list[tuple[str, object]]:
     return rows
 
 
-def hf_logprobs(model, batch, temperature: float, autocast: bool) -> torch.Tensor:
-    """Per-token log-probs ``[N, L-1]`` of the batch's next tokens from the model's own Hugging Face forward."""
-    out = []
+def completions_batch(trainer: Trainer, rows) -> TokenBatch:
+    """The sampled completions with their prompts, one token batch on the policy's device."""
+    pad = trainer.parts.policy.tokenizer.pad_token_id
+    return collate([(g.prompt_ids, g.completion_ids) for _, g in rows], pad).to(trainer.parts.policy.device)
+
+
+def hf_chunk_logprobs(model, batch: TokenBatch, temperature: float, autocast: bool):
+    """``(first row, log-probs [rows, L-1])`` of the batch's next tokens from the model's own Hugging Face forward,
+    :data:`HF_CHUNK_ROWS` rows at a time, under bf16 autocast or in the weights' float32; with autograd as the
+    caller has it (a caller that backpropagates each chunk holds one chunk's logits at a time)."""
     for start in range(0, len(batch.input_ids), HF_CHUNK_ROWS):
         ids = batch.input_ids[start : start + HF_CHUNK_ROWS]
         mask = batch.attention_mask[start : start + HF_CHUNK_ROWS]
-        context = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else torch.autocast("cpu", enabled=False)
-        with context:
+        with torch.autocast(batch.device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = model(input_ids=ids, attention_mask=mask).logits
         logp = torch.log_softmax(logits[:, :-1].float() / temperature, -1)
-        out.append(logp.gather(-1, ids[:, 1:, None]).squeeze(-1))
-    return torch.cat(out)
+        yield start, logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
 
 
-def scored(trainer: Trainer, rows) -> dict[str, torch.Tensor]:
-    """Every completion token's log-prob under each scoring, ``[N, L-1]`` each, and the completion-token mask."""
-    model, cfg = trainer.parts.policy.model, trainer.config
-    batch = collate([(g.prompt_ids, g.completion_ids) for _, g in rows], trainer.parts.policy.tokenizer.pad_token_id)
+def scored(trainer: Trainer, rows, batch: TokenBatch) -> dict[str, torch.Tensor]:
+    """Every completion token's log-prob under each scoring, ``[N, L-1]`` each, and the completion-token mask (on
+    the host)."""
+    model, temperature = trainer.parts.policy.model, trainer.config.rl.temperature
     behaviour = torch.zeros(batch.loss_mask.shape)
     for i, (_, g) in enumerate(rows):
         start = len(g.prompt_ids) - 1
         behaviour[i, start : start + len(g.completion_ids)] = torch.tensor(g.logprobs)
     with torch.no_grad():
-        training = sequence_logprobs(model, batch, cfg.rl.temperature, share_prompts=cfg.rl.share_prompts)
+        training = sequence_logprobs(model, batch, temperature, share_prompts=trainer.config.rl.share_prompts)
         training = training[0] if isinstance(training, tuple) else training
-        hf32 = hf_logprobs(model, batch, cfg.rl.temperature, autocast=False)
-        hf16 = hf_logprobs(model, batch, cfg.rl.temperature, autocast=True)
+        hf = {
+            name: torch.cat([logp for _, logp in hf_chunk_logprobs(model, batch, temperature, autocast)])
+            for name, autocast in (("fp32", False), ("hf_autocast", True))
+        }
     return {
         "behaviour": behaviour,
-        "training": training.float(),
-        "hf_autocast": hf16,
-        "fp32": hf32,
-        "mask": batch.loss_mask.bool(),
+        "training": training.float().cpu(),
+        "hf_autocast": hf["hf_autocast"].cpu(),
+        "fp32": hf["fp32"].cpu(),
+        "mask": batch.loss_mask.bool().cpu(),
     }
 
 
@@ -154,18 +161,20 @@ def _diff(scores: dict[str, torch.Tensor], a: str, b: str, keep: torch.Tensor, m
     return {"mean_abs": float(d.abs().mean()), "mean": float(d.mean()), "max_abs": float(d.abs().max())}
 
 
-def gradients(trainer: Trainer, rows, seed: int) -> dict[str, dict]:
+def gradients(trainer: Trainer, batch: TokenBatch, seed: int) -> dict[str, dict]:
     """The gradient of ``-sum(A * log p) / tokens`` over the completion tokens (``A`` = ±1 per completion, drawn with
     ``seed``) through polyrl's bf16 training forward and the Hugging Face forward under autocast, each held against
     the float32 gradient: ``cosine``, ``relative_error`` (|g - g32| / |g32|) and ``norm_ratio`` (|g| / |g32|)."""
-    model, cfg = trainer.parts.policy.model, trainer.config
-    batch = collate([(g.prompt_ids, g.completion_ids) for _, g in rows], trainer.parts.policy.tokenizer.pad_token_id)
-    signs = (torch.rand(len(rows), generator=torch.Generator().manual_seed(seed)) < 0.5).float() * 2 - 1
-    weights = signs[:, None] * batch.loss_mask / batch.loss_mask.sum()
+    model = trainer.parts.policy.model
+    signs = (torch.rand(len(batch), generator=torch.Generator().manual_seed(seed)) < 0.5).float() * 2 - 1
+    weights = signs.to(batch.device)[:, None] * batch.loss_mask / batch.loss_mask.sum()
     was_training = model.training
     model.train()
     try:
-        grads = {name: _gradient(model, batch, weights, cfg, name) for name in ("fp32", "training", "hf_autocast")}
+        grads = {
+            name: _gradient(model, batch, weights, trainer.config, name)
+            for name in ("fp32", "training", "hf_autocast")
+        }
     finally:
         model.train(was_training)
         model.zero_grad(set_to_none=True)
@@ -173,21 +182,14 @@ def gradients(trainer: Trainer, rows, seed: int) -> dict[str, dict]:
     return {name: _against(g, reference) for name, g in grads.items()}
 
 
-def _gradient(model, batch, weights: torch.Tensor, cfg, name: str) -> torch.Tensor:
+def _gradient(model, batch: TokenBatch, weights: torch.Tensor, cfg, name: str) -> torch.Tensor:
     model.zero_grad(set_to_none=True)
     if name == "training":
         logp = sequence_logprobs(model, batch, cfg.rl.temperature, share_prompts=cfg.rl.share_prompts)
         (-((logp[0] if isinstance(logp, tuple) else logp) * weights).sum()).backward()
-    else:  # a few rows at a time: full-vocabulary logits with their gradient stay small
-        for start in range(0, len(batch.input_ids), HF_CHUNK_ROWS):
-            ids = batch.input_ids[start : start + HF_CHUNK_ROWS]
-            mask = batch.attention_mask[start : start + HF_CHUNK_ROWS]
-            autocast = name == "hf_autocast"
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                logits = model(input_ids=ids, attention_mask=mask).logits
-            logp = torch.log_softmax(logits[:, :-1].float() / cfg.rl.temperature, -1)
-            logp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
-            (-(logp * weights[start : start + HF_CHUNK_ROWS]).sum()).backward()
+    else:  # one chunk's logits and their gradient at a time
+        for start, logp in hf_chunk_logprobs(model, batch, cfg.rl.temperature, autocast=name == "hf_autocast"):
+            (-(logp * weights[start : start + len(logp)]).sum()).backward()
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).float()
 
 
@@ -231,8 +233,9 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as work:
         trainer = build(args, Path(work) / "run")
         rows = sample(trainer, args)
-        figures = differences(scored(trainer, rows), rows, list(trainer.parts.mix.tasks))
-        grads = None if args.no_gradients else gradients(trainer, rows, args.seed)
+        batch = completions_batch(trainer, rows)
+        figures = differences(scored(trainer, rows, batch), rows, list(trainer.parts.mix.tasks))
+        grads = None if args.no_gradients else gradients(trainer, batch, args.seed)
         trainer.parts.run_dir.close()
     header, body = table(figures)
     print(
