@@ -208,3 +208,19 @@ def test_local_judge_failures_are_reasons_not_crashes(rubric, monkeypatch):
     monkeypatch.setattr(client.backend, "generate", broken)
     with pytest.warns(UserWarning, match="local judge failed"):
         assert client.complete_many(["a", "b"]) == [(None, "judge_error"), (None, "judge_error")]
+
+
+def test_local_judge_reads_a_vision_language_models_context_from_its_text_config(rubric, tmp_path):
+    """An Idefics3 keeps max_position_embeddings in its text config only; a local judge built on one still refuses
+    the prompts that cannot fit rather than sending them to generation."""
+    from small_vlms import save_idefics3
+
+    from polyrl.rewards.judge import JudgeConfig, LocalJudgeClient
+
+    path = save_idefics3(tmp_path / "vlm")
+    client = LocalJudgeClient(JudgeConfig(rubric=str(rubric), backend="local", model=str(path), max_tokens=4), HOST)
+    assert getattr(client.policy.model.config, "max_position_embeddings", None) is None
+    assert client.positions == client.policy.model.config.get_text_config().max_position_embeddings == 512
+    answers = client.complete_many(["short question", "x" * 600])
+    assert answers[0][1] is None and isinstance(answers[0][0], str)
+    assert answers[1] == (None, "judge_prompt_too_long")

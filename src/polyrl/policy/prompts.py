@@ -132,32 +132,34 @@ class PromptBuilder:
         return problem_text(problem, self.config.field, self.config.style)
 
     def text(self, problem: Problem) -> str:
-        content = self.content(problem)
         if problem.images and self.images is None:  # check_modalities refuses the task before any prompt is built
             raise UserError(f"task {problem.task} has images; the policy takes text only")
         if hasattr(self.images, "check_count"):  # a Hugging Face VLM
             self.images.check_count(problem)
-            if self.use_chat:  # the processor's template
-                return self._processor_text(content, problem)
-        if problem.images:
-            content = self.images.placeholders(len(problem.images)) + content
+        return self.render(self.content(problem), len(problem.images))
+
+    def render(self, content: str, pictures: int = 0) -> str:
+        """One user message ``content`` (after the configured system prompt) as the policy reads it: its chat
+        template, or a Hugging Face VLM processor's (text as a text part, ``pictures`` image parts before it, each
+        expanded to the model's image tokens), or plain text; other image inputs put ``pictures`` placeholders
+        before the text."""
+        processor = self.use_chat and hasattr(self.images, "chat_text")
+        if pictures and not processor:
+            content = self.images.placeholders(pictures) + content
         if not self.use_chat:
             system = f"{self.config.system}\n" if self.config.system else ""
             return f"{system}{content}\n"
         messages = [{"role": "user", "content": content}]
         if self.config.system:
             messages.insert(0, {"role": "system", "content": self.config.system})
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **self.config.chat_template_kwargs
-        )
+        kwargs = self.config.chat_template_kwargs
+        if processor:
+            return self.images.chat_text(self.tokenizer, messages, pictures, **kwargs)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
 
-    def _processor_text(self, content: str, problem: Problem) -> str:
-        """A Hugging Face vision-language model's prompt: its processor's chat template, the problem's pictures as
-        image parts before the text, each expanded to the model's image tokens."""
-        messages = [{"role": "user", "content": content}]
-        if self.config.system:
-            messages.insert(0, {"role": "system", "content": self.config.system})
-        return self.images.chat_text(self.tokenizer, messages, len(problem.images), **self.config.chat_template_kwargs)
+    def text_ids(self, content: str) -> list[int]:
+        """Token ids of one text-only user message ``content`` as :meth:`render` shows it (no length limit)."""
+        return self.tokenizer(self.render(content), add_special_tokens=not self.use_chat).input_ids
 
     def ids(self, problem: Problem) -> list[int]:
         ids = self.tokenizer(self.text(problem), add_special_tokens=not self.use_chat).input_ids

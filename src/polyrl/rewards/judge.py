@@ -194,23 +194,21 @@ class LocalJudgeClient:
         """``device``: where the judge model runs (the run's placement's)."""
         from polyrl.policy import TransformersBackend
         from polyrl.policy.loading import ModelConfig, load_policy
+        from polyrl.policy.model_files import model_positions
+        from polyrl.policy.prompts import PromptBuilder
 
         model = ModelConfig(path=config.model, revision=config.revision)
         self.policy = load_policy(model, device=device)
         self.backend = TransformersBackend(self.policy.model, self.policy.tokenizer, device=self.policy.device)
         self.config = config
+        self.positions = model_positions(self.policy.model)
+        """The judge model's context (a VLM's from its text config), None where unlimited."""
+        self.prompts = PromptBuilder(self.policy.tokenizer, images=self.policy.image_input)
+        """The judge's prompts as one user message through the model's chat template (a VLM's processor's)."""
 
     def complete_many(self, prompts: list[str]) -> list[tuple[str | None, str | None]]:
-        tok = self.policy.tokenizer
-        ids = [
-            tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-            if getattr(tok, "chat_template", None)
-            else p
-            for p in prompts
-        ]
-        ids = [tok(t, add_special_tokens=False).input_ids for t in ids]
-        limit = getattr(self.policy.model.config, "max_position_embeddings", None)
-        fits = [limit is None or len(x) + self.config.max_tokens <= limit for x in ids]
+        ids = [self.prompts.text_ids(p) for p in prompts]
+        fits = [self.positions is None or len(x) + self.config.max_tokens <= self.positions for x in ids]
         out: list[tuple[str | None, str | None]] = [(None, "judge_prompt_too_long")] * len(ids)
         todo = [i for i, ok in enumerate(fits) if ok]
         if not todo:
