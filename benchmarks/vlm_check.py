@@ -97,22 +97,10 @@ def _within_tolerance(stats: dict[str, float]) -> bool:
 def _trajectories(gens, group_size: int) -> list[Trajectory]:
     """The sampled completions as one task's groups, rewards 1 and 0 alternating (every group has a spread)."""
     problem = Problem("count_shapes", "q", "q", None, None, 0, "train", 0.0, {})
-    return [
-        Trajectory(
-            "count_shapes",
-            k // group_size,
-            problem,
-            g.prompt_ids,
-            g.completion_ids,
-            "",
-            g.finished,
-            float(k % 2),
-            {},
-            Verdict(float(k % 2), k % 2 == 1, ""),
-            behaviour_logprobs=g.logprobs,
-        )
-        for k, g in enumerate(gens)
-    ]
+    trajs = [Trajectory.from_generation(problem, g, group=k // group_size, behaviour=True) for k, g in enumerate(gens)]
+    for k, t in enumerate(trajs):
+        t.reward, t.verdict = float(k % 2), Verdict(float(k % 2), k % 2 == 1, "")
+    return trajs
 
 
 def check_model(

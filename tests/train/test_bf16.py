@@ -170,22 +170,9 @@ def _bf16_update(policy, behaviour: bool):
     torch.manual_seed(0)
     gens = TransformersBackend(model, tok, device=HOST).generate(_prompts(), max_new_tokens=8, temperature=0.8)
     problem = Problem("a", "q", "q", None, None, 0, "train", 0.0, {})
-    trajs = [
-        Trajectory(
-            "a",
-            k // 4,
-            problem,
-            g.prompt_ids,
-            g.completion_ids,
-            "",
-            g.finished,
-            float(k % 2),
-            {},
-            Verdict(float(k % 2), k % 2 == 1, ""),
-            behaviour_logprobs=g.logprobs if behaviour else None,
-        )
-        for k, g in enumerate(gens)
-    ]
+    trajs = [Trajectory.from_generation(problem, g, group=k // 4, behaviour=behaviour) for k, g in enumerate(gens)]
+    for k, t in enumerate(trajs):
+        t.reward, t.verdict = float(k % 2), Verdict(float(k % 2), k % 2 == 1, "")
     settings = UpdateSettings.from_config(RLConfig(temperature=0.8), tis_cap=2.0 if behaviour else None)
     batch = prepare_update(trajs, ["a"], tok.pad_token_id, settings)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

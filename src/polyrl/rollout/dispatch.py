@@ -195,24 +195,13 @@ def rollout_problems(
     prompt_ids = [prompts.ids(p) for p in problems]
     flat = [ids for ids in prompt_ids for _ in range(group_size)]
     gens = backend.generate(flat, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy)
+    behaviour = getattr(backend, "behaviour_logprobs", False)
     groups: list[list[Trajectory]] = [[] for _ in problems]
     for k, gen in enumerate(gens):
         problem = problems[k // group_size]
         groups[k // group_size].append(
-            Trajectory(
-                problem.task,
-                0,
-                problem,
-                gen.prompt_ids,
-                gen.completion_ids,
-                gen.text,
-                gen.finished,
-                0.0,
-                {},
-                None,
-                version,
-                behaviour_logprobs=gen.logprobs if getattr(backend, "behaviour_logprobs", False) else None,
-                prompt_text=prompts.content(problem),
+            Trajectory.from_generation(
+                problem, gen, version=version, behaviour=behaviour, prompt_text=prompts.content(problem)
             )
         )
     return groups

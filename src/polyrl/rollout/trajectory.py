@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from polyrl.tasks import Problem, Verdict
+
+if TYPE_CHECKING:
+    from polyrl.policy.generation import Generation
 
 
 @dataclass
@@ -60,6 +63,36 @@ class Trajectory:
     """Multi-turn: the pictures the environment's observations showed, in turn order, as ``(turn, images)``: the
     observation after policy turn ``turn`` (1 for the first) showed ``images`` (RGB PIL images, as the
     environment gave them, before any resizing for the policy); empty for an episode without such pictures."""
+
+    @classmethod
+    def from_generation(
+        cls,
+        problem: Problem,
+        gen: Generation,
+        *,
+        group: int = 0,
+        version: int = 0,
+        behaviour: bool = False,
+        prompt_text: str | None = None,
+    ) -> Trajectory:
+        """The unscored single-turn trajectory of one backend completion ``gen`` answering ``problem``, sampled by
+        weights ``version``; its sampling log-probs kept as :attr:`behaviour_logprobs` when ``behaviour`` (a
+        backend whose weights may differ from the learner's)."""
+        return cls(
+            problem.task,
+            group,
+            problem,
+            gen.prompt_ids,
+            gen.completion_ids,
+            gen.text,
+            gen.finished,
+            0.0,
+            {},
+            None,
+            version,
+            behaviour_logprobs=gen.logprobs if behaviour else None,
+            prompt_text=prompt_text,
+        )
 
     @property
     def shown_prompt(self) -> str:
