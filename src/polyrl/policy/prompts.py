@@ -159,10 +159,14 @@ class PromptBuilder:
 
     def text_ids(self, content: str) -> list[int]:
         """Token ids of one text-only user message ``content`` as :meth:`render` shows it (no length limit)."""
-        return self.tokenizer(self.render(content), add_special_tokens=not self.use_chat).input_ids
+        return self._tokens(self.render(content))
+
+    def _tokens(self, text: str) -> list[int]:
+        """``text`` tokenized; the tokenizer's special tokens only for plain text (a chat template writes its own)."""
+        return self.tokenizer(text, add_special_tokens=not self.use_chat).input_ids
 
     def ids(self, problem: Problem) -> list[int]:
-        ids = self.tokenizer(self.text(problem), add_special_tokens=not self.use_chat).input_ids
+        ids = self._tokens(self.text(problem))
         if self.max_tokens is not None and len(ids) > self.max_tokens:
             raise UserError(
                 f"the prompt of {problem.task} problem {problem.split}/{problem.seed} is {len(ids)} tokens, more than "
