@@ -1,6 +1,7 @@
 """``polyrl experiment arms``: arms from a config's strategies against a baseline, end to end at CI size."""
 
 import json
+import shutil
 
 from polyrl.cli import run as cli
 
@@ -126,8 +127,17 @@ def test_arms_in_parallel_processes_prune_finished_checkpoints_and_budget_per_ar
             assert (run / "eval" / "after_rl.json").exists() and (run / "final_model" / "config.json").exists()
             rl = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
             assert max(r["step"] for r in rl if r.get("stage") == "rl") == steps
-    assert (out / "runs" / "sft" / "seed1" / "checkpoints").exists()  # warm starts keep theirs
-    assert (out / "runs" / "sft" / "seed1" / "sft_model" / "config.json").exists()
+    for seed in (0, 1):  # every arm of the seed finished: its warm start's checkpoint goes too, its model stays
+        sft = out / "runs" / "sft" / f"seed{seed}"
+        assert not (sft / "checkpoints").exists() and (sft / "CHECKPOINTS_PRUNED").exists()
+        assert (sft / "sft_model" / "config.json").exists() and (sft / "eval" / "after_sft.json").exists()
+    assert cli([*args, "--prune-checkpoints"]) == 0  # a rerun skips the finished seeds whole
+    assert "RL with" not in capsys.readouterr().out
+    shutil.rmtree(out / "runs" / "on" / "seed1")  # an arm to train again, its warm start's checkpoint gone
+    assert cli([*args, "--prune-checkpoints"]) == 2
+    err = capsys.readouterr().err
+    assert "lost its checkpoint to --prune-checkpoints" in err and len(err.strip().splitlines()) == 1
+    assert not (out / "runs" / "on" / "seed1").exists()  # nothing half-made
     assert cli([*args, "--jobs", "0"]) == 2
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err
 

@@ -124,7 +124,7 @@ def arms(
         False,
         "--prune-checkpoints",
         help="Delete each finished arm run's checkpoints (optimizer states; ~1.6 GB each on a 135M model) and its "
-        "copy of the warm start (its final model and evals stay).",
+        "copy of the warm start (its final model and evals stay), and a seed's SFT checkpoint once its arms finished.",
     ),
 ) -> None:
     """Compare the arms defined under the config's strategies: with a baseline over seeds (paired by seed)."""

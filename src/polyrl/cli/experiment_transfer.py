@@ -66,7 +66,8 @@ def specialists(
     prune_checkpoints: bool = typer.Option(
         False,
         "--prune-checkpoints",
-        help="Delete each finished arm run's checkpoints and its copy of the warm start (its final model stays).",
+        help="Delete each finished arm run's checkpoints and its copy of the warm start (its final model stays), "
+        "and a seed's SFT checkpoint once its arms finished.",
     ),
     budget: Budget = False,
     target_mde: float | None = typer.Option(

@@ -90,7 +90,9 @@ class ExperimentPlan:
     prune_checkpoints: bool = False
     """Delete a finished arm run's checkpoints (the optimizer states; its final model and evals stay) and its
     copy of the warm start's ``sft_model``: on a real model ~1.6 GB and ~0.5 GB per run, and a finished run is
-    never resumed. The SFT runs keep theirs (arms start from them)."""
+    never resumed. A seed's SFT run keeps its checkpoint until every arm of the seed has finished (arms start
+    from it), then loses it too (its ``sft_model`` and evals stay; with ``share_sft`` it is kept: later seeds
+    start from it)."""
 
     def sft_dir(self, seed: int) -> Path:
         return self.out / "runs" / "sft" / f"seed{0 if self.share_sft else seed}"
@@ -238,6 +240,9 @@ def train_from_warm_start(config: TrainConfig, sft_run: Path):
     return trainer
 
 
+PRUNED_MARK = "CHECKPOINTS_PRUNED"
+"""In a seed's SFT run once ``--prune-checkpoints`` deleted its checkpoint: no arm can start from it again."""
+
 WALL_TIME_FILE = "wall_time.json"
 """Per run directory: the seconds this process spent on the run (training and evals), for budget estimates."""
 
@@ -286,6 +291,11 @@ def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("ha
             run = plan.run_dir(strategy.name, seed)
             if (run / "eval" / run_file).exists():
                 continue
+            if (sft / PRUNED_MARK).exists():
+                raise UserError(
+                    f"{run} has no finished run, but its warm start {sft} lost its checkpoint to --prune-checkpoints "
+                    f"once the seed's arms had finished; delete {sft} to train the warm start again"
+                )
             log(f"RL with {strategy.name}, seed {seed} → {run}")
             t0 = time.perf_counter()
             trainer = train_from_warm_start(plan.config(strategy, seed), sft)
@@ -297,6 +307,12 @@ def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("ha
             if plan.prune_checkpoints:
                 shutil.rmtree(run / "checkpoints", ignore_errors=True)
                 shutil.rmtree(run / "sft_model", ignore_errors=True)  # the copy of the SFT run's, which stays
+        if plan.prune_checkpoints and not plan.share_sft and (sft / "checkpoints").exists():
+            # every arm of this seed has finished: nothing starts from the warm start's checkpoint any more
+            (sft / PRUNED_MARK).write_text(
+                "checkpoints deleted by --prune-checkpoints: every arm of the seed had finished\n"
+            )
+            shutil.rmtree(sft / "checkpoints")
 
 
 def _train_seeds(plan: ExperimentPlan, log=print) -> None:
