@@ -294,7 +294,7 @@ def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("ha
             if (sft / PRUNED_MARK).exists():
                 raise UserError(
                     f"{run} has no finished run, but its warm start {sft} lost its checkpoint to --prune-checkpoints "
-                    f"once the seed's arms had finished; delete {sft} to train the warm start again"
+                    f"once the seed's arms had finished; to train seed {seed} again, delete {sft} and its arms' runs"
                 )
             log(f"RL with {strategy.name}, seed {seed} → {run}")
             t0 = time.perf_counter()
