@@ -115,10 +115,13 @@ def test_arms_in_parallel_processes_prune_finished_checkpoints_and_budget_per_ar
     )
     out = tmp_path / "out"
     args = ["experiment", "arms", "--config", str(config), "--baseline", "off", "--seeds", "2", "--out", str(out)]
+    assert cli([*args, "--seeds", "1"]) == 0  # seed 0 finished without pruning: it keeps its checkpoints
+    assert (out / "runs" / "off" / "seed0" / "checkpoints").exists()
+    capsys.readouterr()
     assert cli([*args, "--jobs", "2", "--prune-checkpoints"]) == 0
     printed = capsys.readouterr().out
-    # the arms' own rl.steps: 2 seeds x (3 + 1) steps
-    assert "4 RL run(s) of 8 steps in all" in printed and "training seeds 0, 1 in 2 worker processes" in printed
+    # the arms' own rl.steps: seed 1's (3 + 1) steps; seed 0's finished runs are skipped, then pruned
+    assert "2 RL run(s) of 4 steps in all" in printed and "training seeds 1 in 1 worker process\n" in printed
     for arm, steps in (("off", 3), ("on", 1)):
         for seed in (0, 1):
             run = out / "runs" / arm / f"seed{seed}"
@@ -134,9 +137,10 @@ def test_arms_in_parallel_processes_prune_finished_checkpoints_and_budget_per_ar
     assert cli([*args, "--prune-checkpoints"]) == 0  # a rerun skips the finished seeds whole
     assert "RL with" not in capsys.readouterr().out
     shutil.rmtree(out / "runs" / "on" / "seed1")  # an arm to train again, its warm start's checkpoint gone
-    assert cli([*args, "--prune-checkpoints"]) == 2
-    err = capsys.readouterr().err
-    assert "lost its checkpoint to --prune-checkpoints" in err and len(err.strip().splitlines()) == 1
+    for extra in ([], ["--budget"], ["--jobs", "2"]):  # refused before anything trains, the budget included
+        assert cli([*args, "--prune-checkpoints", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "lost its checkpoint to --prune-checkpoints" in err and len(err.strip().splitlines()) == 1
     assert not (out / "runs" / "on" / "seed1").exists()  # nothing half-made
     assert cli([*args, "--jobs", "0"]) == 2
     assert "--jobs must be at least 1, got 0" in capsys.readouterr().err

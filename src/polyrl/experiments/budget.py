@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyrl.experiments.curriculum import WALL_TIME_FILE, run_finished
+from polyrl.experiments.curriculum import WALL_TIME_FILE, refuse_pruned, run_finished
 
 PROBE_STEPS = 3
 """Steps per stage of the quick timing run."""
@@ -98,6 +98,7 @@ def estimate_budget(plan, probe: bool = True) -> Budget:
     probed seconds per step. Arms may differ in cost (multi-turn episodes take longer): each arm's RL runs
     are timed by its own records, else (``probe``) by a quick timing of that arm, else by the other arms'
     records; the budget's seconds per RL step is the average over the runs left."""
+    refuse_pruned(plan)  # an arm left to train whose warm start was pruned cannot be trained: say so first
     sft_dirs = list(dict.fromkeys(plan.sft_dir(s) for s in plan.seeds))
     arm_dirs = {a.name: [plan.run_dir(a.name, s) for s in plan.seeds] for a in plan.strategies}
     rl_dirs = [d for dirs in arm_dirs.values() for d in dirs]

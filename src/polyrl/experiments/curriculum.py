@@ -266,6 +266,44 @@ def free_memory() -> None:
         pass
 
 
+def _finished(plan: ExperimentPlan, run: Path, run_file: str | None) -> bool:
+    return (run / "eval" / run_file).exists() if run_file else run_finished(plan, run)
+
+
+def refuse_pruned(plan: ExperimentPlan, run_file: str | None = None) -> None:
+    """One-line refusal, before anything trains, when an arm still to train starts from a warm start whose
+    checkpoint ``--prune-checkpoints`` deleted (the seed's arms had all finished; one was deleted since).
+    ``run_file``: the eval file that marks a finished run (default: :func:`run_finished`'s)."""
+    for seed in plan.seeds:
+        sft = plan.sft_dir(seed)
+        if not (sft / PRUNED_MARK).exists():
+            continue
+        todo = [r for r in (plan.run_dir(a.name, seed) for a in plan.strategies) if not _finished(plan, r, run_file)]
+        if todo:
+            raise UserError(
+                f"{todo[0]} has no finished run, but its warm start {sft} lost its checkpoint to --prune-checkpoints "
+                f"once the seed's arms had finished; to train seed {seed} again, delete {sft} and its arms' runs"
+            )
+
+
+def prune_finished(plan: ExperimentPlan, seed: int, run_file: str | None = None) -> None:
+    """``--prune-checkpoints`` for one seed: each finished arm run loses its checkpoints (optimizer states) and
+    its copy of the warm start's ``sft_model`` (final model and evals stay) — runs finished by an earlier
+    invocation included — and once every arm has finished, the seed's own SFT checkpoint goes too (marked with
+    :data:`PRUNED_MARK`; kept when the warm start is shared by every seed)."""
+    runs = [plan.run_dir(a.name, seed) for a in plan.strategies]
+    finished = [run for run in runs if _finished(plan, run, run_file)]
+    for run in finished:
+        shutil.rmtree(run / "checkpoints", ignore_errors=True)
+        shutil.rmtree(run / "sft_model", ignore_errors=True)  # the copy of the SFT run's, which stays
+    sft = plan.sft_dir(seed)
+    if len(finished) == len(runs) and not plan.share_sft and (sft / "checkpoints").exists():
+        (sft / PRUNED_MARK).write_text(
+            "checkpoints deleted by --prune-checkpoints: every arm of the seed had finished\n"
+        )
+        shutil.rmtree(sft / "checkpoints")
+
+
 def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("hard_sft.json", "hard.json"), log=print):
     """Train every (strategy, seed) not yet finished from its seed's SFT warm start. ``evaluate(trainer)`` of each
     finished run, when given, is written to ``eval/<files[0]>`` of the SFT run and ``eval/<files[1]>`` of each RL
@@ -274,6 +312,7 @@ def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("ha
     from polyrl.train.trainer import Trainer
 
     sft_file, run_file = files if evaluate is not None else ("after_sft.json", "after_rl.json")
+    refuse_pruned(plan, run_file)
     plan.out.mkdir(parents=True, exist_ok=True)
     for seed in plan.seeds:
         sft = plan.sft_dir(seed)
@@ -291,11 +330,6 @@ def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("ha
             run = plan.run_dir(strategy.name, seed)
             if (run / "eval" / run_file).exists():
                 continue
-            if (sft / PRUNED_MARK).exists():
-                raise UserError(
-                    f"{run} has no finished run, but its warm start {sft} lost its checkpoint to --prune-checkpoints "
-                    f"once the seed's arms had finished; to train seed {seed} again, delete {sft} and its arms' runs"
-                )
             log(f"RL with {strategy.name}, seed {seed} → {run}")
             t0 = time.perf_counter()
             trainer = train_from_warm_start(plan.config(strategy, seed), sft)
@@ -305,14 +339,9 @@ def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("ha
             del trainer
             free_memory()
             if plan.prune_checkpoints:
-                shutil.rmtree(run / "checkpoints", ignore_errors=True)
-                shutil.rmtree(run / "sft_model", ignore_errors=True)  # the copy of the SFT run's, which stays
-        if plan.prune_checkpoints and not plan.share_sft and (sft / "checkpoints").exists():
-            # every arm of this seed has finished: nothing starts from the warm start's checkpoint any more
-            (sft / PRUNED_MARK).write_text(
-                "checkpoints deleted by --prune-checkpoints: every arm of the seed had finished\n"
-            )
-            shutil.rmtree(sft / "checkpoints")
+                prune_finished(plan, seed, run_file)
+        if plan.prune_checkpoints:  # also when every arm was finished by an earlier invocation
+            prune_finished(plan, seed, run_file)
 
 
 def _train_seeds(plan: ExperimentPlan, log=print) -> None:
@@ -334,11 +363,15 @@ def train_parallel(plan: ExperimentPlan, jobs: int, log=print) -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    refuse_pruned(plan)
     todo = [s for s in plan.seeds if not all(run_finished(plan, plan.run_dir(a.name, s)) for a in plan.strategies)]
+    if plan.prune_checkpoints:
+        for seed in set(plan.seeds) - set(todo):  # finished by an earlier invocation, perhaps without the flag
+            prune_finished(plan, seed)
     if not todo:
         return
     workers = min(jobs, len(todo))
-    log(f"training seeds {', '.join(map(str, todo))} in {workers} worker processes")
+    log(f"training seeds {', '.join(map(str, todo))} in {workers} worker process{'es' if workers > 1 else ''}")
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_train_one_seed, plan, s) for s in todo]
         errors = [f.exception() for f in futures]
