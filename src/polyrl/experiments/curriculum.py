@@ -214,9 +214,11 @@ def read_design_file(path: Path) -> dict[str, Any] | None:
         raise UserError(f"{path} is not readable JSON; remove it or use another --out") from None
 
 
-def run_finished(plan: ExperimentPlan, run: Path) -> bool:
-    """Whether a run directory holds a finished run (its last eval written); finished runs are skipped."""
-    return (run / "eval" / ("hard.json" if plan.hard else "after_rl.json")).exists()
+def run_finished(plan: ExperimentPlan, run: Path, run_file: str | None = None) -> bool:
+    """Whether a run directory holds a finished run (its last eval written); finished runs are skipped.
+    ``run_file``: the eval file an experiment writes last to each run (default: ``hard.json`` with a hard split,
+    else ``after_rl.json``)."""
+    return (run / "eval" / (run_file or ("hard.json" if plan.hard else "after_rl.json"))).exists()
 
 
 def _hard_eval(trainer, plan: ExperimentPlan) -> dict[str, dict[str, float]]:
@@ -266,19 +268,17 @@ def free_memory() -> None:
         pass
 
 
-def _finished(plan: ExperimentPlan, run: Path, run_file: str | None) -> bool:
-    return (run / "eval" / run_file).exists() if run_file else run_finished(plan, run)
-
-
 def refuse_pruned(plan: ExperimentPlan, run_file: str | None = None) -> None:
     """One-line refusal, before anything trains, when an arm still to train starts from a warm start whose
     checkpoint ``--prune-checkpoints`` deleted (the seed's arms had all finished; one was deleted since).
-    ``run_file``: the eval file that marks a finished run (default: :func:`run_finished`'s)."""
+    ``run_file``: as in :func:`run_finished`."""
     for seed in plan.seeds:
         sft = plan.sft_dir(seed)
         if not (sft / PRUNED_MARK).exists():
             continue
-        todo = [r for r in (plan.run_dir(a.name, seed) for a in plan.strategies) if not _finished(plan, r, run_file)]
+        todo = [
+            r for r in (plan.run_dir(a.name, seed) for a in plan.strategies) if not run_finished(plan, r, run_file)
+        ]
         if todo:
             raise UserError(
                 f"{todo[0]} has no finished run, but its warm start {sft} lost its checkpoint to --prune-checkpoints "
@@ -292,7 +292,7 @@ def prune_finished(plan: ExperimentPlan, seed: int, run_file: str | None = None)
     invocation included — and once every arm has finished, the seed's own SFT checkpoint goes too (marked with
     :data:`PRUNED_MARK`; kept when the warm start is shared by every seed)."""
     runs = [plan.run_dir(a.name, seed) for a in plan.strategies]
-    finished = [run for run in runs if _finished(plan, run, run_file)]
+    finished = [run for run in runs if run_finished(plan, run, run_file)]
     for run in finished:
         shutil.rmtree(run / "checkpoints", ignore_errors=True)
         shutil.rmtree(run / "sft_model", ignore_errors=True)  # the copy of the SFT run's, which stays
@@ -328,7 +328,7 @@ def train_all(plan: ExperimentPlan, evaluate=None, files: tuple[str, str] = ("ha
             free_memory()
         for strategy in plan.strategies:
             run = plan.run_dir(strategy.name, seed)
-            if (run / "eval" / run_file).exists():
+            if run_finished(plan, run, run_file):
                 continue
             log(f"RL with {strategy.name}, seed {seed} → {run}")
             t0 = time.perf_counter()
